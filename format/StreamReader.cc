@@ -1,0 +1,359 @@
+#include "format/StreamReader.h"
+
+#include <capnp/serialize.h>
+#include <fcntl.h>
+#include <kj/exception.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "format/Codec.h"
+#include "format/Crc32c.h"
+#include "format/TraceError.h"
+
+namespace dlrr {
+namespace {
+
+std::string hex(uint64_t v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+capnp::ReaderOptions readerOptions() {
+  capnp::ReaderOptions o;
+  o.traversalLimitInWords = (kMaxRawLen / 8) * 2;
+  o.nestingLimit = 64;
+  return o;
+}
+
+// Walks back-to-back flat messages in `bytes`; calls fn on each root.
+template <typename Fn>
+void forEachMessage(const std::vector<uint8_t>& bytes, uint64_t frameOffset, Fn&& fn) {
+  if (bytes.size() % 8 != 0) throw TraceError(ErrorKind::Corrupt, "events frame at " + hex(frameOffset) + " is not word-aligned");
+  kj::ArrayPtr<const capnp::word> words(reinterpret_cast<const capnp::word*>(bytes.data()), bytes.size() / 8);
+  while (words.size() > 0) {
+    capnp::FlatArrayMessageReader reader(words, readerOptions());
+    fn(reader.getRoot<schema::Event>());
+    const capnp::word* end = reader.getEnd();
+    words = kj::ArrayPtr<const capnp::word>(end, words.end());
+  }
+}
+
+}  // namespace
+
+StreamReader::~StreamReader() = default;
+
+void StreamReader::readExact(uint64_t off, void* buf, size_t n) const {
+  auto* p = static_cast<uint8_t*>(buf);
+  while (n > 0) {
+    ssize_t r = ::pread(fd_.get(), p, n, static_cast<off_t>(off));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw TraceError(ErrorKind::Io, name_ + ": read failed: " + std::strerror(errno));
+    }
+    if (r == 0) throw TraceError(ErrorKind::Corrupt, name_ + ": unexpected end of file at " + hex(off));
+    p += r;
+    n -= static_cast<size_t>(r);
+    off += static_cast<uint64_t>(r);
+  }
+}
+
+std::unique_ptr<StreamReader> StreamReader::open(int dirFd, const std::string& file, const std::string& displayName) {
+  std::unique_ptr<StreamReader> r(new StreamReader());
+  r->name_ = displayName;
+  r->fd_.reset(::openat(dirFd, file.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!r->fd_.valid()) {
+    int err = errno;
+    if (err == ELOOP) throw TraceError(ErrorKind::NotATrace, file + " is a symbolic link; refusing to follow it");
+    throw TraceError(ErrorKind::Io, "cannot open " + file + ": " + std::strerror(err));
+  }
+  struct stat st {};
+  if (::fstat(r->fd_.get(), &st) != 0) throw TraceError(ErrorKind::Io, "cannot stat " + file);
+  if (S_ISDIR(st.st_mode)) throw TraceError(ErrorKind::NotATrace, file + " is a directory, expected a stream file");
+  if (!S_ISREG(st.st_mode)) throw TraceError(ErrorKind::NotATrace, file + " is not a regular file");
+  r->status_.fileSize = static_cast<uint64_t>(st.st_size);
+  if (r->status_.fileSize < kFileHeaderSize)
+    throw TraceError(ErrorKind::NotATrace, file + " is too short to be a dlrr stream (" + std::to_string(st.st_size) + " bytes)");
+  uint8_t fh[kFileHeaderSize];
+  r->readExact(0, fh, sizeof fh);
+  auto info = decodeFileHeader(fh);
+  if (!info) throw TraceError(ErrorKind::NotATrace, file + " is not a dlrr stream (bad magic)");
+  if (info->major > kFormatMajor)
+    throw TraceError(ErrorKind::FutureVersion, file + " uses trace format " + std::to_string(info->major) + "." +
+                                                   std::to_string(info->minor) + "; this dlrr reads format " +
+                                                   std::to_string(kFormatMajor) + ".x: upgrade dlrr");
+  if (info->major == 0) throw TraceError(ErrorKind::NotATrace, file + " has an invalid format version 0");
+  r->status_.formatMinor = info->minor;
+
+  // The header frame must be intact: without it we do not know what the stream is.
+  if (r->status_.fileSize < kFileHeaderSize + kFrameHeaderSize)
+    throw TraceError(ErrorKind::Corrupt, file + " ends before its header frame");
+  uint8_t hb[kFrameHeaderSize];
+  r->readExact(kFileHeaderSize, hb, sizeof hb);
+  FrameInfo hf{kFileHeaderSize, {}};
+  if (decodeFrameHeader(hb, hf.header) != HeaderStatus::Ok || hf.header.kind != FrameKind::Header ||
+      kFileHeaderSize + kFrameHeaderSize + hf.header.storedLen > r->status_.fileSize)
+    throw TraceError(ErrorKind::Corrupt, file + ": header frame is damaged");
+  r->readPayload(hf, r->headerWords_);
+  if (r->headerWords_.size() % 8 != 0) throw TraceError(ErrorKind::Corrupt, file + ": header frame is damaged");
+  try {
+    kj::ArrayPtr<const capnp::word> words(reinterpret_cast<const capnp::word*>(r->headerWords_.data()),
+                                          r->headerWords_.size() / 8);
+    r->headerMsg_ = std::make_unique<capnp::FlatArrayMessageReader>(words, readerOptions());
+    auto h = r->headerMsg_->getRoot<schema::StreamHeader>();
+    (void)h.getStreamName();
+  } catch (const kj::Exception& e) {
+    throw TraceError(ErrorKind::Corrupt, file + ": header message does not parse: " + e.getDescription().cStr());
+  }
+
+  if (!r->loadFooter()) r->scan();
+  return r;
+}
+
+schema::StreamHeader::Reader StreamReader::header() const { return headerMsg_->getRoot<schema::StreamHeader>(); }
+
+void StreamReader::readPayload(const FrameInfo& f, std::vector<uint8_t>& out, BlobPrefix* prefix) {
+  scratch_.resize(f.header.storedLen);
+  readExact(f.offset + kFrameHeaderSize, scratch_.data(), scratch_.size());
+  if (crc32c(scratch_.data(), scratch_.size()) != f.header.payloadCrc)
+    throw TraceError(ErrorKind::Corrupt, name_ + ": payload checksum mismatch in " + frameKindName(f.header.kind) +
+                                             " frame at " + hex(f.offset));
+  size_t skip = 0;
+  if (f.header.kind == FrameKind::Blob) {
+    BlobPrefix p = decodeBlobPrefix(scratch_.data());
+    if (prefix) *prefix = p;
+    skip = kBlobPrefixSize;
+  }
+  auto codec = Codec::decode(f.header.codec);
+  PayloadCodec pc;
+  std::vector<uint8_t> stored(scratch_.begin() + static_cast<long>(skip), scratch_.end());
+  try {
+    pc.decode(*codec, stored.data(), stored.size(), f.header.rawLen, out);
+  } catch (const TraceError& e) {
+    throw TraceError(ErrorKind::Corrupt, name_ + ": " + e.what() + " (frame at " + hex(f.offset) + ")");
+  }
+}
+
+bool StreamReader::loadFooter() {
+  if (status_.fileSize < kFileHeaderSize + kTrailerSize) return false;
+  uint8_t tb[kTrailerSize];
+  readExact(status_.fileSize - kTrailerSize, tb, sizeof tb);
+  auto off = decodeTrailer(tb);
+  if (!off || *off < kFileHeaderSize || *off + kFrameHeaderSize > status_.fileSize - kTrailerSize) return false;
+  uint8_t hb[kFrameHeaderSize];
+  readExact(*off, hb, sizeof hb);
+  FrameInfo f{*off, {}};
+  if (decodeFrameHeader(hb, f.header) != HeaderStatus::Ok || f.header.kind != FrameKind::Footer ||
+      *off + kFrameHeaderSize + f.header.storedLen + kTrailerSize != status_.fileSize)
+    return false;
+  std::vector<uint8_t> bytes;
+  try {
+    readPayload(f, bytes);
+    if (bytes.size() % 8 != 0) return false;
+    kj::ArrayPtr<const capnp::word> words(reinterpret_cast<const capnp::word*>(bytes.data()), bytes.size() / 8);
+    capnp::FlatArrayMessageReader msg(words, readerOptions());
+    auto footer = msg.getRoot<schema::Footer>();
+    std::unordered_map<int64_t, uint64_t> steps;
+    std::unordered_map<Hash128, uint64_t, Hash128Hasher> blobs;
+    for (auto s : footer.getSteps()) {
+      if (s.getFrameOffset() >= *off) return false;
+      steps.emplace(s.getStep(), s.getFrameOffset());
+    }
+    for (auto b : footer.getBlobs()) {
+      if (b.getFrameOffset() >= *off) return false;
+      blobs.emplace(Hash128{b.getHashLo(), b.getHashHi()}, b.getFrameOffset());
+    }
+    stepOffsets_ = std::move(steps);
+    blobOffsets_ = std::move(blobs);
+  } catch (const TraceError&) {
+    return false;  // a damaged footer is not fatal: fall back to scanning
+  } catch (const kj::Exception&) {
+    return false;
+  }
+  footerLoaded_ = true;
+  blobIndexReady_ = true;
+  footerOffset_ = *off;
+  status_.cleanClose = true;
+  status_.validEnd = status_.fileSize;
+  return true;
+}
+
+void StreamReader::scan() {
+  if (scanned_) return;
+  scanned_ = true;
+  frames_.clear();
+  uint64_t off = kFileHeaderSize;
+  uint64_t lastSeq = 0;
+  bool haveSeq = false;
+  const uint64_t size = status_.fileSize;
+  uint64_t end = footerLoaded_ ? footerOffset_ : size;
+  while (off < end) {
+    if (!footerLoaded_ && size - off == kTrailerSize) {
+      uint8_t tb[kTrailerSize];
+      readExact(off, tb, sizeof tb);
+      if (decodeTrailer(tb)) break;  // trailer without a usable footer: footer frame was bad
+    }
+    if (end - off < kFrameHeaderSize) {
+      status_.damage = "torn frame header at " + hex(off) + " (" + std::to_string(end - off) + " trailing bytes)";
+      break;
+    }
+    uint8_t hb[kFrameHeaderSize];
+    readExact(off, hb, sizeof hb);
+    FrameInfo f{off, {}};
+    HeaderStatus st = decodeFrameHeader(hb, f.header);
+    if (st != HeaderStatus::Ok) {
+      status_.damage = std::string(st == HeaderStatus::BadMagic ? "no frame" : st == HeaderStatus::BadCrc ? "damaged frame header" : "invalid frame header") +
+                       " at " + hex(off);
+      break;
+    }
+    if (off + kFrameHeaderSize + f.header.storedLen > end) {
+      status_.damage = "torn " + std::string(frameKindName(f.header.kind)) + " frame at " + hex(off) + " (needs " +
+                       std::to_string(f.header.storedLen) + " payload bytes, " +
+                       std::to_string(end - off - kFrameHeaderSize) + " present)";
+      break;
+    }
+    bool async = (f.header.flags & kFrameFlagAsync) != 0;
+    if (off == kFileHeaderSize) {
+      if (f.header.kind != FrameKind::Header) {
+        status_.damage = "first frame is not a header";
+        break;
+      }
+    } else if (f.header.kind == FrameKind::Header) {
+      status_.damage = "second header frame at " + hex(off) + " (concatenated streams?)";
+      break;
+    }
+    if (!async) {
+      if (haveSeq && f.header.seq <= lastSeq) {
+        status_.damage = "frame sequence goes backwards at " + hex(off) + " (spliced or concatenated stream?)";
+        break;
+      }
+      lastSeq = f.header.seq;
+      haveSeq = true;
+    }
+    if (f.header.kind == FrameKind::Footer) {
+      off += kFrameHeaderSize + f.header.storedLen;
+      continue;  // a footer we could not use; its trailer follows
+    }
+    frames_.push_back(f);
+    off += kFrameHeaderSize + f.header.storedLen;
+  }
+  if (!footerLoaded_) status_.validEnd = frames_.empty() ? kFileHeaderSize : frames_.back().offset + kFrameHeaderSize + frames_.back().header.storedLen;
+}
+
+const std::vector<FrameInfo>& StreamReader::frames() {
+  scan();
+  return frames_;
+}
+
+void StreamReader::forEachEvent(const EventFn& fn, uint64_t fromOffset) {
+  scan();
+  std::vector<uint8_t> bytes;
+  for (const FrameInfo& f : frames_) {
+    if (f.offset < fromOffset || f.header.kind != FrameKind::Events) continue;
+    readPayload(f, bytes);
+    try {
+      forEachMessage(bytes, f.offset, [&](schema::Event::Reader e) { fn(e, f); });
+    } catch (const kj::Exception& e) {
+      throw TraceError(ErrorKind::Corrupt, name_ + ": event in frame at " + hex(f.offset) + " does not parse: " + e.getDescription().cStr());
+    }
+  }
+}
+
+std::optional<uint64_t> StreamReader::stepFrameOffset(int64_t step) {
+  if (!footerLoaded_ && stepOffsets_.empty()) {
+    forEachEvent([&](schema::Event::Reader e, const FrameInfo& f) {
+      if (e.isStepBegin()) stepOffsets_.emplace(e.getStepBegin().getStep(), f.offset);
+    });
+  }
+  auto it = stepOffsets_.find(step);
+  if (it == stepOffsets_.end()) return std::nullopt;
+  return it->second;
+}
+
+void StreamReader::ensureBlobIndex() {
+  if (blobIndexReady_) return;
+  scan();
+  for (const FrameInfo& f : frames_) {
+    if (f.header.kind != FrameKind::Blob) continue;
+    uint8_t pb[kBlobPrefixSize];
+    readExact(f.offset + kFrameHeaderSize, pb, sizeof pb);
+    BlobPrefix p = decodeBlobPrefix(pb);
+    if (p.chunkOffset == 0) blobOffsets_.emplace(Hash128{p.hashLo, p.hashHi}, f.offset);
+  }
+  blobIndexReady_ = true;
+}
+
+bool StreamReader::hasBlob(const Hash128& h) {
+  ensureBlobIndex();
+  return blobOffsets_.count(h) != 0;
+}
+
+std::vector<uint8_t> StreamReader::readBlob(const Hash128& h, uint64_t size) {
+  ensureBlobIndex();
+  auto it = blobOffsets_.find(h);
+  if (it == blobOffsets_.end())
+    throw TraceError(ErrorKind::NotFound, name_ + ": blob " + hex(h.hi) + hex(h.lo).substr(2) + " is not in the stream (lost in a crash?)");
+  std::vector<uint8_t> out;
+  std::vector<uint8_t> chunk;
+  uint64_t off = it->second;
+  uint64_t have = 0;
+  while (true) {
+    if (off + kFrameHeaderSize > status_.validEnd) throw TraceError(ErrorKind::Corrupt, name_ + ": blob chunk missing at " + hex(off));
+    uint8_t hb[kFrameHeaderSize];
+    readExact(off, hb, sizeof hb);
+    FrameInfo f{off, {}};
+    if (decodeFrameHeader(hb, f.header) != HeaderStatus::Ok || off + kFrameHeaderSize + f.header.storedLen > status_.validEnd)
+      throw TraceError(ErrorKind::Corrupt, name_ + ": damaged blob frame at " + hex(off));
+    if (f.header.kind != FrameKind::Blob) {  // only a signal-path frame can sit between chunks
+      off += kFrameHeaderSize + f.header.storedLen;
+      continue;
+    }
+    BlobPrefix p;
+    readPayload(f, chunk, &p);
+    if (p.hashLo != h.lo || p.hashHi != h.hi || p.totalSize != size || p.chunkOffset != have)
+      throw TraceError(ErrorKind::Corrupt, name_ + ": blob chunk at " + hex(off) + " does not continue the blob");
+    if (chunk.size() > size - have) throw TraceError(ErrorKind::Corrupt, name_ + ": blob chunk overruns its blob");
+    out.insert(out.end(), chunk.begin(), chunk.end());
+    have += chunk.size();
+    off += kFrameHeaderSize + f.header.storedLen;
+    if (have == size) break;
+    if (chunk.empty()) throw TraceError(ErrorKind::Corrupt, name_ + ": empty blob chunk");
+  }
+  Hash128 got = hash128(out.data(), out.size());
+  if (!(got == h)) throw TraceError(ErrorKind::Corrupt, name_ + ": blob content does not match its hash");
+  return out;
+}
+
+std::vector<std::string> StreamReader::verify() {
+  std::vector<std::string> problems;
+  scan();
+  if (!status_.damage.empty()) problems.push_back(name_ + ": " + status_.damage);
+  std::vector<uint8_t> bytes;
+  for (const FrameInfo& f : frames_) {
+    try {
+      BlobPrefix p;
+      readPayload(f, bytes, &p);
+      if (f.header.kind == FrameKind::Events) {
+        forEachMessage(bytes, f.offset, [&](schema::Event::Reader e) {
+          // Touch the union so that a malformed pointer is found here, not by a later reader.
+          (void)e.which();
+          capnp::MessageSize ms = e.totalSize();
+          (void)ms;
+        });
+      } else if (f.header.kind == FrameKind::Blob && p.chunkOffset == 0) {
+        auto data = readBlob(Hash128{p.hashLo, p.hashHi}, p.totalSize);
+        (void)data;
+      }
+    } catch (const TraceError& e) {
+      problems.push_back(e.what());
+    } catch (const kj::Exception& e) {
+      problems.push_back(name_ + ": frame at " + hex(f.offset) + " does not parse: " + e.getDescription().cStr());
+    }
+  }
+  return problems;
+}
+
+}  // namespace dlrr

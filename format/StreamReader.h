@@ -1,0 +1,91 @@
+#pragma once
+// Reads one stream file, whether it was closed cleanly (footer + trailer: opened without a
+// scan) or its writer died at an arbitrary byte (scanned: every frame up to the first damaged
+// or torn one is kept, and the reason the scan stopped is reported).
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "format/Frame.h"
+#include "format/Hash.h"
+#include "format/UniqueFd.h"
+#include "schema/dlrr.capnp.h"
+
+namespace capnp {
+class MessageReader;
+}
+
+namespace dlrr {
+
+struct FrameInfo {
+  uint64_t offset = 0;
+  FrameHeader header;
+};
+
+struct StreamStatus {
+  bool cleanClose = false;    // footer and trailer present and valid
+  uint64_t fileSize = 0;
+  uint64_t validEnd = 0;      // bytes up to the end of the last intact frame
+  std::string damage;         // why reading stopped before the end of file ("" = it did not)
+  uint16_t formatMinor = 0;
+};
+
+class StreamReader {
+ public:
+  // Throws TraceError: Io, NotATrace (no magic), FutureVersion, Corrupt (header frame bad).
+  static std::unique_ptr<StreamReader> open(int dirFd, const std::string& file, const std::string& displayName);
+  ~StreamReader();
+
+  const std::string& name() const { return name_; }
+  const StreamStatus& status() const { return status_; }
+  schema::StreamHeader::Reader header() const;
+
+  // All intact frames in file order (scans headers on first call when the footer was used).
+  const std::vector<FrameInfo>& frames();
+
+  // Calls fn for every event, in file order, starting at the frame at `fromOffset` (0 = the
+  // first). Payload checksums are verified as frames are read; a damaged payload throws
+  // TraceError(Corrupt) naming the offset.
+  using EventFn = std::function<void(schema::Event::Reader, const FrameInfo&)>;
+  void forEachEvent(const EventFn& fn, uint64_t fromOffset = 0);
+
+  // Offset of the EVENTS frame that holds step N's StepBegin, from the footer when present.
+  std::optional<uint64_t> stepFrameOffset(int64_t step);
+
+  bool hasBlob(const Hash128& h);
+  // Reassembles a blob from its chunks; verifies every chunk CRC and the content hash.
+  std::vector<uint8_t> readBlob(const Hash128& h, uint64_t size);
+
+  // Reads and checks every frame: CRCs, decodability, blob hashes, that every event parses.
+  // Returns a list of problems (empty when intact). Never throws for damage.
+  std::vector<std::string> verify();
+
+ private:
+  StreamReader() = default;
+  void scan();
+  bool loadFooter();
+  void readExact(uint64_t off, void* buf, size_t n) const;
+  // Reads a frame's payload and checks its CRC; returns the decoded bytes (blob: chunk only).
+  void readPayload(const FrameInfo& f, std::vector<uint8_t>& out, BlobPrefix* prefix = nullptr);
+  void ensureBlobIndex();
+
+  UniqueFd fd_;
+  std::string name_;
+  StreamStatus status_;
+  std::vector<uint8_t> headerWords_;
+  std::unique_ptr<capnp::MessageReader> headerMsg_;
+  std::vector<FrameInfo> frames_;
+  bool scanned_ = false;
+  bool footerLoaded_ = false;
+  uint64_t footerOffset_ = 0;
+  std::unordered_map<int64_t, uint64_t> stepOffsets_;
+  std::unordered_map<Hash128, uint64_t, Hash128Hasher> blobOffsets_;
+  bool blobIndexReady_ = false;
+  std::vector<uint8_t> scratch_;
+};
+
+}  // namespace dlrr

@@ -1,0 +1,381 @@
+#include "format/StreamWriter.h"
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <sys/uio.h>
+#include <time.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "format/Crc32c.h"
+#include "format/TraceError.h"
+#include "schema/dlrr.capnp.h"
+
+namespace dlrr {
+namespace {
+
+uint64_t nowNs() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// Writes all of buf with writev, retrying on EINTR and short writes. Returns 0 or errno.
+int writeAll(int fd, iovec* iov, int n) noexcept {
+  while (n > 0) {
+    ssize_t w = ::writev(fd, iov, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    auto left = static_cast<size_t>(w);
+    while (n > 0 && left >= iov->iov_len) {
+      left -= iov->iov_len;
+      ++iov;
+      --n;
+    }
+    if (n > 0) {
+      iov->iov_base = static_cast<char*>(iov->iov_base) + left;
+      iov->iov_len -= left;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+struct StreamWriter::Item {
+  enum class Kind { Events, Blob, Commit } kind;
+  std::vector<uint8_t> bytes;
+  int64_t stepBegin = -1;
+  Hash128 hash;
+  unsigned elemSize = 1;
+  uint64_t ticket = 0;
+};
+
+StreamWriter::StreamWriter(UniqueFd fd, capnp::MessageBuilder& header, WriterOptions opts)
+    : fd_(std::move(fd)), opts_(opts), codec_(opts.zstdLevel) {
+  uint8_t fh[kFileHeaderSize];
+  encodeFileHeader(fh);
+  iovec iov{fh, sizeof fh};
+  if (int err = writeAll(fd_.get(), &iov, 1)) throw TraceError(ErrorKind::Io, std::string("cannot write trace: ") + std::strerror(err));
+  offset_ = kFileHeaderSize;
+  auto words = capnp::messageToFlatArray(header);
+  auto bytes = words.asBytes();
+  if (!writeFrame(FrameKind::Header, Codec{}, nullptr, 0, bytes.begin(), bytes.size(), static_cast<uint32_t>(bytes.size())))
+    throw TraceError(ErrorKind::Io, "cannot write trace: " + error_);
+  thread_ = std::make_unique<std::thread>([this] { run(); });
+}
+
+StreamWriter::~StreamWriter() {
+  try {
+    close();
+  } catch (...) {  // destructors must not throw; close() already recorded the error
+  }
+}
+
+std::string StreamWriter::error() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return error_;
+}
+
+WriterStats StreamWriter::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return stats_;
+}
+
+void StreamWriter::fail(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (error_.empty()) error_ = why;
+  }
+  failed_.store(true, std::memory_order_release);
+}
+
+void StreamWriter::waitForSpace(std::unique_lock<std::mutex>& lk, size_t n) {
+  if (queuedBytes_ == 0 || queuedBytes_ + n <= opts_.maxQueuedBytes) return;
+  uint64_t t0 = nowNs();
+  ++stats_.blockedCount;
+  doneCv_.wait(lk, [&] { return queuedBytes_ == 0 || queuedBytes_ + n <= opts_.maxQueuedBytes || stopping_; });
+  stats_.blockedNs += nowNs() - t0;
+}
+
+void StreamWriter::append(capnp::MessageBuilder& event, int64_t stepBegin) {
+  if (inert_) return;
+  auto words = capnp::messageToFlatArray(event);
+  auto bytes = words.asBytes();
+  auto item = std::make_unique<Item>();
+  item->kind = Item::Kind::Events;
+  item->bytes.assign(bytes.begin(), bytes.end());
+  item->stepBegin = stepBegin;
+  std::unique_lock<std::mutex> lk(mu_);
+  if (closed_) return;
+  waitForSpace(lk, item->bytes.size());
+  queuedBytes_ += item->bytes.size();
+  stats_.queueHighWater = std::max<uint64_t>(stats_.queueHighWater, queuedBytes_);
+  ++stats_.events;
+  queue_.push_back(std::move(item));
+  lk.unlock();
+  workCv_.notify_one();
+}
+
+BlobId StreamWriter::putBlob(const void* data, size_t n, unsigned elemSize) {
+  BlobId id{hash128(data, n), n};
+  if (inert_) return id;
+  std::unique_lock<std::mutex> lk(mu_);
+  if (closed_) return id;
+  if (!knownBlobs_.insert(id.hash).second) {
+    ++stats_.blobsDeduplicated;
+    return id;
+  }
+  lk.unlock();
+  auto item = std::make_unique<Item>();
+  item->kind = Item::Kind::Blob;
+  const auto* p = static_cast<const uint8_t*>(data);
+  item->bytes.assign(p, p + n);  // the caller's buffer may change after we return
+  item->hash = id.hash;
+  item->elemSize = elemSize;
+  lk.lock();
+  waitForSpace(lk, n);
+  queuedBytes_ += n;
+  stats_.queueHighWater = std::max<uint64_t>(stats_.queueHighWater, queuedBytes_);
+  ++stats_.blobs;
+  queue_.push_back(std::move(item));
+  lk.unlock();
+  workCv_.notify_one();
+  return id;
+}
+
+void StreamWriter::commit(bool wait) {
+  if (inert_) return;
+  uint64_t t0 = nowNs();
+  std::unique_lock<std::mutex> lk(mu_);
+  if (closed_ || !thread_) return;
+  auto item = std::make_unique<Item>();
+  item->kind = Item::Kind::Commit;
+  item->ticket = ++commitTicket_;
+  uint64_t ticket = item->ticket;
+  queue_.push_back(std::move(item));
+  ++stats_.commits;
+  workCv_.notify_one();
+  if (wait) doneCv_.wait(lk, [&] { return writtenTicket_ >= ticket || stopping_; });
+  stats_.commitWaitNs += nowNs() - t0;
+}
+
+void StreamWriter::run() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    // Poll so that the signal path (which cannot notify a condition variable) is served.
+    workCv_.wait_for(lk, std::chrono::milliseconds(20),
+                     [&] { return !queue_.empty() || stopping_ || flushRequested_.load(std::memory_order_acquire); });
+    while (!queue_.empty()) {
+      std::unique_ptr<Item> item = std::move(queue_.front());
+      queue_.pop_front();
+      lk.unlock();
+      bool ok = !failed();
+      switch (item->kind) {
+        case Item::Kind::Events:
+          if (ok) {
+            if (item->stepBegin >= 0) pendingSteps_.push_back(item->stepBegin);
+            pendingEvents_.insert(pendingEvents_.end(), item->bytes.begin(), item->bytes.end());
+            if (pendingEvents_.size() >= opts_.eventsFrameBytes) writeEvents();
+          }
+          break;
+        case Item::Kind::Blob:
+          if (ok) writeBlob(*item);
+          break;
+        case Item::Kind::Commit:
+          if (ok) writeEvents();
+          break;
+      }
+      lk.lock();
+      queuedBytes_ -= item->bytes.size();
+      if (item->kind == Item::Kind::Commit) writtenTicket_ = item->ticket;
+      doneCv_.notify_all();
+    }
+    if (flushRequested_.load(std::memory_order_acquire)) {
+      lk.unlock();
+      if (!failed()) writeEvents();
+      lk.lock();
+      flushRequested_.store(false, std::memory_order_release);
+      drainedGen_.fetch_add(1, std::memory_order_acq_rel);
+    }
+    if (stopping_ && queue_.empty()) break;
+  }
+  lk.unlock();
+  if (!failed()) writeEvents();
+}
+
+void StreamWriter::writeEvents() {
+  if (pendingEvents_.empty()) return;
+  encodeBuf_.clear();
+  Codec want{opts_.compressEvents ? Compression::Zstd : Compression::None, 0};
+  Codec used = codec_.encode(pendingEvents_.data(), pendingEvents_.size(), want, encodeBuf_);
+  uint64_t frameOffset = offset_;
+  if (writeFrame(FrameKind::Events, used, nullptr, 0, encodeBuf_.data(), encodeBuf_.size(),
+                 static_cast<uint32_t>(pendingEvents_.size()))) {
+    for (int64_t s : pendingSteps_) {
+      stepIndex_.push_back({s, frameOffset});
+      lastStep_ = std::max(lastStep_, s);
+    }
+    std::lock_guard<std::mutex> lk(mu_);
+    stats_.rawBytes += pendingEvents_.size();
+  }
+  pendingEvents_.clear();
+  pendingSteps_.clear();
+}
+
+void StreamWriter::writeBlob(Item& item) {
+  const uint64_t total = item.bytes.size();
+  uint64_t off = 0;
+  bool first = true;
+  do {
+    size_t chunk = static_cast<size_t>(std::min<uint64_t>(kBlobChunkSize, total - off));
+    encodeBuf_.clear();
+    Codec want{Compression::Zstd, 0};
+    if (opts_.shuffleFloats && (item.elemSize == 2 || item.elemSize == 4 || item.elemSize == 8))
+      want.shuffle = static_cast<uint8_t>(item.elemSize);
+    Codec used = codec_.encode(item.bytes.data() + off, chunk, want, encodeBuf_);
+    uint8_t prefix[kBlobPrefixSize];
+    encodeBlobPrefix({item.hash.lo, item.hash.hi, total, off}, prefix);
+    uint64_t frameOffset = offset_;
+    if (!writeFrame(FrameKind::Blob, used, prefix, sizeof prefix, encodeBuf_.data(), encodeBuf_.size(),
+                    static_cast<uint32_t>(chunk)))
+      return;
+    if (first) blobIndex_.push_back({item.hash, frameOffset});
+    first = false;
+    off += chunk;
+  } while (off < total);
+  std::lock_guard<std::mutex> lk(mu_);
+  stats_.rawBytes += total;
+}
+
+bool StreamWriter::writeFrame(FrameKind kind, Codec codec, const uint8_t* prefix, size_t prefixLen,
+                              const uint8_t* payload, size_t payloadLen, uint32_t rawLen, uint16_t flags) {
+  if (prefixLen + payloadLen > kMaxStoredLen) {
+    fail("frame too large");
+    return false;
+  }
+  FrameHeader h;
+  h.kind = kind;
+  h.codec = codec.encode();
+  h.flags = flags;
+  h.storedLen = static_cast<uint32_t>(prefixLen + payloadLen);
+  h.rawLen = rawLen;
+  uint32_t crc = crc32c(prefix, prefixLen);
+  h.payloadCrc = crc32c(payload, payloadLen, crc);
+  h.seq = nextSeq_.fetch_add(1, std::memory_order_relaxed);
+  uint8_t hdr[kFrameHeaderSize];
+  encodeFrameHeader(h, hdr);
+  iovec iov[3] = {{hdr, sizeof hdr},
+                  {const_cast<uint8_t*>(prefix), prefixLen},
+                  {const_cast<uint8_t*>(payload), payloadLen}};
+  // One writev per frame on an O_APPEND file: frames from the signal path never interleave.
+  if (int err = writeAll(fd_.get(), iov, 3)) {
+    fail(std::strerror(err));
+    return false;
+  }
+  offset_ += sizeof hdr + h.storedLen;
+  std::lock_guard<std::mutex> lk(mu_);
+  stats_.storedBytes += sizeof hdr + h.storedLen;
+  ++stats_.frames;
+  return true;
+}
+
+void StreamWriter::writeFooter() {
+  capnp::MallocMessageBuilder msg;
+  auto f = msg.initRoot<schema::Footer>();
+  auto steps = f.initSteps(static_cast<unsigned>(stepIndex_.size()));
+  for (size_t i = 0; i < stepIndex_.size(); ++i) {
+    steps[i].setStep(stepIndex_[i].step);
+    steps[i].setFrameOffset(stepIndex_[i].offset);
+  }
+  auto blobs = f.initBlobs(static_cast<unsigned>(blobIndex_.size()));
+  for (size_t i = 0; i < blobIndex_.size(); ++i) {
+    blobs[i].setHashLo(blobIndex_[i].hash.lo);
+    blobs[i].setHashHi(blobIndex_[i].hash.hi);
+    blobs[i].setFrameOffset(blobIndex_[i].offset);
+  }
+  WriterStats st = stats();
+  f.setEvents(st.events);
+  f.setFrames(st.frames + 1);
+  f.setRawBytes(st.rawBytes);
+  f.setStoredBytes(st.storedBytes);
+  f.setBlobsDeduplicated(st.blobsDeduplicated);
+  f.setLastStep(lastStep_);
+  auto words = capnp::messageToFlatArray(msg);
+  auto bytes = words.asBytes();
+  encodeBuf_.clear();
+  Codec used = codec_.encode(bytes.begin(), bytes.size(), Codec{Compression::Zstd, 0}, encodeBuf_);
+  uint64_t footerOffset = offset_;
+  if (!writeFrame(FrameKind::Footer, used, nullptr, 0, encodeBuf_.data(), encodeBuf_.size(),
+                  static_cast<uint32_t>(bytes.size())))
+    return;
+  uint8_t trailer[kTrailerSize];
+  encodeTrailer(footerOffset, trailer);
+  iovec iov{trailer, sizeof trailer};
+  if (int err = writeAll(fd_.get(), &iov, 1)) fail(std::strerror(err));
+}
+
+void StreamWriter::close() {
+  if (inert_) return;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (closed_) return;
+    closed_ = true;
+    stopping_ = true;
+  }
+  workCv_.notify_all();
+  doneCv_.notify_all();
+  if (thread_ && thread_->joinable()) thread_->join();
+  // A frame from the signal path moved the end of file under our offsets: no footer then,
+  // readers scan instead.
+  if (!failed() && !asyncWritten_.load()) writeFooter();
+  fd_.reset();
+}
+
+void StreamWriter::beforeFork() noexcept {
+  if (!inert_) mu_.lock();
+}
+
+void StreamWriter::afterForkParent() noexcept {
+  if (!inert_) mu_.unlock();
+}
+
+void StreamWriter::afterForkChild() noexcept {
+  if (inert_) return;
+  mu_.unlock();
+  inert_ = true;
+  // The writer thread does not exist in the child: forget it without join or detach.
+  (void)thread_.release();
+  fd_.reset();
+}
+
+bool StreamWriter::writeFromSignal(const uint8_t* msg, size_t n) noexcept {
+  if (inert_ || !fd_.valid() || failed() || n > kMaxStoredLen) return false;
+  uint64_t gen = drainedGen_.load(std::memory_order_acquire);
+  flushRequested_.store(true, std::memory_order_release);
+  // The writer thread polls every 20 ms; it may also be the thread that crashed, hence the cap.
+  for (int waited = 0; waited < opts_.signalDrainMs; waited += 5) {
+    if (drainedGen_.load(std::memory_order_acquire) != gen) break;
+    timespec ts{0, 5 * 1000 * 1000};
+    nanosleep(&ts, nullptr);
+  }
+  asyncWritten_.store(true);
+  FrameHeader h;
+  h.kind = FrameKind::Events;
+  h.codec = Codec{}.encode();
+  h.flags = kFrameFlagAsync;
+  h.storedLen = static_cast<uint32_t>(n);
+  h.rawLen = static_cast<uint32_t>(n);
+  h.payloadCrc = crc32c(msg, n);
+  h.seq = nextSeq_.fetch_add(1, std::memory_order_relaxed);
+  uint8_t hdr[kFrameHeaderSize];
+  encodeFrameHeader(h, hdr);
+  iovec iov[2] = {{hdr, sizeof hdr}, {const_cast<uint8_t*>(msg), n}};
+  return writeAll(fd_.get(), iov, 2) == 0;
+}
+
+}  // namespace dlrr

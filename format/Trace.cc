@@ -1,0 +1,178 @@
+#include "format/Trace.h"
+
+#include <cmath>
+#include <map>
+
+#include "format/TraceDir.h"
+#include "format/TraceError.h"
+
+namespace dlrr {
+namespace {
+
+const char* failureKindName(schema::Failure::Kind k) {
+  switch (k) {
+    case schema::Failure::Kind::NONFINITE: return "nonfinite";
+    case schema::Failure::Kind::EXCEPTION: return "exception";
+    case schema::Failure::Kind::SIGNAL: return "signal";
+  }
+  return "?";
+}
+
+uint64_t valueBytes(schema::Value::Reader v) {
+  switch (v.which()) {
+    case schema::Value::TENSOR: return v.getTensor().getData().getSize();
+    case schema::Value::BYTES: return v.getBytes().size();
+    case schema::Value::TEXT: return v.getText().size();
+    case schema::Value::LIST: {
+      uint64_t n = 0;
+      for (auto c : v.getList()) n += valueBytes(c);
+      return n;
+    }
+    case schema::Value::TUPLE: {
+      uint64_t n = 0;
+      for (auto c : v.getTuple()) n += valueBytes(c);
+      return n;
+    }
+    case schema::Value::DICT: {
+      uint64_t n = 0;
+      for (auto c : v.getDict()) n += valueBytes(c.getValue());
+      return n;
+    }
+    default: return 8;
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Trace> Trace::open(const std::string& path) {
+  std::unique_ptr<Trace> t(new Trace());
+  t->path_ = path;
+  t->dir_ = openTraceDir(path);
+  auto names = listStreams(t->dir_.get());
+  if (names.empty()) throw TraceError(ErrorKind::NotATrace, path + " holds no dlrr streams (*.dls): not a trace, or recording never started");
+  for (const auto& n : names) t->streams_.push_back(StreamReader::open(t->dir_.get(), n + kStreamExt, n));
+  return t;
+}
+
+StreamReader* Trace::find(const std::string& name) {
+  for (auto& s : streams_)
+    if (s->name() == name) return s.get();
+  return nullptr;
+}
+
+StreamReader* Trace::mainStream() {
+  if (!main_) {
+    StreamReader* best = nullptr;
+    uint64_t bestSteps = 0;
+    for (auto& s : streams_) {
+      if (s->header().getRole() != schema::StreamHeader::Role::PROCESS) continue;
+      uint64_t n = 0;
+      try {
+        s->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) { n += e.isStepBegin(); });
+      } catch (const TraceError&) {  // damaged streams still count what they hold
+      }
+      if (!best || n > bestSteps) {
+        best = s.get();
+        bestSteps = n;
+      }
+    }
+    main_ = best ? best->name() : std::string();
+  }
+  return main_->empty() ? nullptr : find(*main_);
+}
+
+std::vector<StepInfo> Trace::steps(StreamReader& s) {
+  std::vector<StepInfo> out;
+  std::map<int64_t, uint64_t> batchBytes;
+  s.forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
+    if (e.isBatch()) {
+      batchBytes[e.getStep()] += valueBytes(e.getBatch().getValue());
+    } else if (e.isStepEnd()) {
+      auto se = e.getStepEnd();
+      StepInfo si;
+      si.step = se.getStep();
+      si.loss = se.getLoss();
+      si.nonFinite = se.getNonFinite();
+      si.digests = se.getDigests();
+      auto it = batchBytes.find(si.step);
+      if (it != batchBytes.end()) si.batchBytes = it->second;
+      out.push_back(si);
+    }
+  });
+  return out;
+}
+
+TraceSummary Trace::summarize() {
+  TraceSummary sum;
+  if (StreamReader* l = launcher()) {
+    auto h = l->header();
+    sum.formatVersion = "1." + std::to_string(l->status().formatMinor);
+    auto ti = h.getTrace();
+    for (auto a : ti.getCommand()) sum.command.emplace_back(a.cStr());
+    sum.host = ti.getHost().cStr();
+    sum.user = ti.getUser().cStr();
+    sum.createdNs = ti.getCreatedNs();
+  } else if (!streams_.empty()) {
+    sum.formatVersion = "1." + std::to_string(streams_.front()->status().formatMinor);
+  }
+  StreamReader* mainS = mainStream();
+  if (mainS) sum.mainStream = mainS->name();
+  std::optional<FailureInfo> anyFailure;
+  for (auto& s : streams_) {
+    StreamSummary ss;
+    auto h = s->header();
+    ss.name = s->name();
+    ss.role = h.getRole() == schema::StreamHeader::Role::LAUNCHER ? "launcher" : "process";
+    ss.pid = h.getPid();
+    ss.ppid = h.getPpid();
+    for (auto a : h.getArgv()) ss.argv.emplace_back(a.cStr());
+    ss.cleanClose = s->status().cleanClose;
+    ss.damage = s->status().damage;
+    for (const auto& f : s->frames()) {
+      ss.bytes += kFrameHeaderSize + f.header.storedLen;
+      ss.rawBytes += f.header.rawLen + kFrameHeaderSize;
+    }
+    std::optional<FailureInfo> first;
+    try {
+      s->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
+        ++ss.events;
+        if (e.isStepEnd()) ++ss.steps;
+        if (e.isProcessExit()) ss.exitCode = e.getProcessExit().getExitCode();
+        if (e.isRecorderStatus() && !e.getRecorderStatus().getOk())
+          sum.notes.push_back(ss.name + ": " + e.getRecorderStatus().getMessage().cStr());
+        if (e.isFailure() && !first) {
+          auto f = e.getFailure();
+          FailureInfo fi;
+          fi.kind = failureKindName(f.getKind());
+          fi.step = f.getStep();
+          fi.where = f.getWhere().cStr();
+          fi.message = f.getMessage().cStr();
+          fi.exceptionType = f.getExceptionType().cStr();
+          fi.signal = f.getSignal();
+          fi.stream = ss.name;
+          first = fi;
+        }
+      });
+    } catch (const TraceError& e) {
+      if (ss.damage.empty()) ss.damage = e.what();
+    }
+    if (first && (s.get() == mainS)) sum.failure = first;
+    if (first && !anyFailure) anyFailure = first;
+    if (s.get() == mainS) sum.steps = ss.steps;
+    if (ss.role == "launcher") sum.exitCode = ss.exitCode;
+    sum.bytes += ss.bytes + kFileHeaderSize;
+    sum.rawBytes += ss.rawBytes + kFileHeaderSize;
+    sum.processes.push_back(std::move(ss));
+  }
+  if (!sum.failure) sum.failure = anyFailure;
+  return sum;
+}
+
+std::string formatFailure(const FailureInfo& f) {
+  std::string at = f.step >= 0 ? " at step " + std::to_string(f.step) : " before the first step";
+  if (f.kind == "nonfinite") return "first non-finite value" + at + ": " + f.where + (f.message.empty() ? "" : " (" + f.message + ")");
+  if (f.kind == "exception") return "exception" + at + ": " + f.exceptionType + (f.message.empty() ? "" : ": " + f.message);
+  return "fatal signal" + at + ": " + f.message;
+}
+
+}  // namespace dlrr

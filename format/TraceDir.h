@@ -1,0 +1,29 @@
+#pragma once
+// A trace is a directory (mode 0700) holding one stream file (*.dls, mode 0600) per writer:
+// the launcher, and each recorded process. Separate files mean processes never share a file
+// offset or a lock. All opens go through a directory fd with O_NOFOLLOW, so a symlink planted
+// in the trace directory is never followed.
+#include <string>
+#include <vector>
+
+#include "format/UniqueFd.h"
+
+namespace dlrr {
+
+inline constexpr const char* kStreamExt = ".dls";
+inline constexpr const char* kLauncherStream = "launcher";
+
+// Creates `path` (and no parents) private to the user, or opens it if it already exists as a
+// trace directory we own. Throws TraceError(Io/Usage) with a message naming the path.
+UniqueFd createTraceDir(const std::string& path);
+// Opens an existing trace directory for reading. Throws TraceError(Io/NotATrace).
+UniqueFd openTraceDir(const std::string& path);
+
+// Creates a new stream file in `dirFd` with O_EXCL and mode 0600 whatever the umask. When
+// `base` exists already, tries base.1, base.2, ... ; `nameOut` receives the name used.
+UniqueFd createStreamFile(int dirFd, const std::string& base, std::string& nameOut);
+
+// Stream names (without extension) in the directory, sorted; the launcher first.
+std::vector<std::string> listStreams(int dirFd);
+
+}  // namespace dlrr

@@ -1,0 +1,324 @@
+# dlrr trace schema. Evolution rule: only add fields/union members with new ordinals; never
+# renumber or change a field's type. Format-breaking changes bump the frame-level major
+# version in format/Frame.h instead (see docs/format.md).
+@0xc3a1d6f2b8e47a15;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("dlrr::schema");
+
+# ---------------------------------------------------------------- stream header
+# First frame (kind HEADER) of every stream file.
+struct StreamHeader {
+  streamName @0 :Text;       # file name without extension, unique within the trace
+  role @1 :Role;
+  pid @2 :Int32;
+  ppid @3 :Int32;
+  parentStream @4 :Text;     # stream of the process that forked/exec'd us, if known
+  startNs @5 :Int64;         # CLOCK_REALTIME at stream creation
+  argv @6 :List(Text);
+  cwd @7 :Text;
+  exe @8 :Text;
+  trace @9 :TraceInfo;       # set in the launcher stream only
+  dlrrVersion @10 :Text;
+  formatMinor @11 :UInt16;
+
+  enum Role {
+    launcher @0;             # dlrecord itself: command, environment, exit status
+    process @1;              # a recorded process of the job
+  }
+}
+
+struct KeyValue {
+  key @0 :Text;
+  value @1 :Text;
+}
+
+# Trace-wide facts, written once by the launcher.
+struct TraceInfo {
+  createdNs @0 :Int64;
+  host @1 :Text;
+  user @2 :Text;
+  uid @3 :UInt32;
+  command @4 :List(Text);    # argv of the recorded job
+  cwd @5 :Text;
+  env @6 :List(KeyValue);    # redacted values are replaced by "<redacted>"
+  redactedNames @7 :List(Text);
+  redactPatterns @8 :List(Text);
+  cpuModel @9 :Text;
+  cpuCount @10 :UInt32;
+  kernel @11 :Text;
+  captureMode @12 :Text;     # minimal | default | full
+  options @13 :List(KeyValue);
+}
+
+# ---------------------------------------------------------------- events
+# An EVENTS frame payload is a sequence of standard (unpacked) Cap'n Proto messages, each
+# with an Event root, back to back.
+struct Event {
+  tNs @0 :Int64;             # CLOCK_MONOTONIC ns since the stream's start
+  step @1 :Int64;            # training step in progress, -1 before the first
+  thread @2 :UInt32;         # small per-process thread number (0 = first seen)
+  union {
+    note @3 :Text;
+    processStart @4 :ProcessStart;
+    fork @5 :Fork;
+    processExit @6 :ProcessExit;
+    entropy @7 :Entropy;
+    rngState @8 :RngState;
+    batch @9 :Batch;
+    stepBegin @10 :StepBegin;
+    stepEnd @11 :StepEnd;
+    loss @12 :Loss;
+    digest @13 :TensorDigest;
+    tensor @14 :FullTensor;
+    cudaLaunch @15 :CudaLaunch;
+    cudaMemcpy @16 :CudaMemcpy;
+    failure @17 :Failure;
+    runtimeInfo @18 :RuntimeInfo;
+    internedString @19 :InternedString;
+    loaderEnd @20 :LoaderEnd;
+    recorderStatus @21 :RecorderStatus;
+  }
+}
+
+struct ProcessStart {
+  pid @0 :Int32;
+  ppid @1 :Int32;
+  argv @2 :List(Text);
+}
+
+struct Fork {
+  childPid @0 :Int32;
+  childStream @1 :Text;      # empty when the child is not recorded (fork without exec)
+}
+
+struct ProcessExit {
+  pid @0 :Int32;
+  exited @1 :Bool;           # true: exit code; false: killed by signal
+  code @2 :Int32;            # exit code, or signal number
+  exitCode @3 :Int32;        # shell convention: code, or 128+signal
+}
+
+struct Entropy {
+  source @0 :Source;
+  flags @1 :UInt32;          # getrandom flags
+  data @2 :Data;             # the bytes handed to the program
+  requested @3 :UInt64;      # bytes asked for (data may be shorter on a short read)
+  enum Source {
+    getrandom @0;
+    getentropy @1;
+    devUrandom @2;
+    devRandom @3;
+  }
+}
+
+struct BlobRef {
+  hashLo @0 :UInt64;         # XXH3-128 of the raw (uncompressed, unshuffled) bytes
+  hashHi @1 :UInt64;
+  size @2 :UInt64;           # raw byte length
+}
+
+struct RngState {
+  kind @0 :Kind;
+  device @1 :Int32;
+  state @2 :BlobRef;
+  enum Kind {
+    torchCpu @0;
+    torchCuda @1;
+    numpy @2;
+    python @3;
+  }
+}
+
+struct TensorRef {
+  dtype @0 :Text;            # torch dtype name without prefix: float32, int64, bfloat16, ...
+  shape @1 :List(Int64);
+  data @2 :BlobRef;          # contiguous, row-major bytes
+  device @3 :Text;
+  requiresGrad @4 :Bool;
+}
+
+# A structured value (batches): no pickle, only these shapes.
+struct Value {
+  union {
+    none @0 :Void;
+    bool @1 :Bool;
+    int @2 :Int64;
+    float @3 :Float64;
+    text @4 :Text;
+    bytes @5 :Data;
+    tensor @6 :TensorRef;
+    list @7 :List(Value);
+    tuple @8 :List(Value);
+    dict @9 :List(DictEntry);
+    opaque @10 :Text;        # unsupported object: its type name (replay cannot serve it)
+  }
+}
+
+struct DictEntry {
+  key @0 :Text;
+  value @1 :Value;
+}
+
+struct Batch {
+  loader @0 :UInt32;         # DataLoader number, in creation order
+  iteration @1 :UInt32;      # how many iterators this loader made before this one
+  index @2 :UInt64;          # batch number within this loader, across iterations
+  sampleIndices @3 :List(Int64);
+  value @4 :Value;
+  isTraining @5 :Bool;       # this batch began a training step
+}
+
+struct LoaderEnd {
+  loader @0 :UInt32;
+  iteration @1 :UInt32;
+  batches @2 :UInt64;        # batches this iterator yielded
+}
+
+struct StepBegin {
+  step @0 :Int64;
+  loader @1 :UInt32;         # batch that began it (when steps are DataLoader-driven)
+  batchIndex @2 :UInt64;
+  epoch @3 :Int64;
+  byOptimizer @4 :Bool;      # no DataLoader: steps counted by optimizer.step()
+}
+
+struct StepEnd {
+  step @0 :Int64;
+  loss @1 :Float64;          # NaN when no loss was seen
+  nonFinite @2 :UInt64;      # non-finite values seen in this step's digests
+  digests @3 :UInt32;
+}
+
+struct Loss {
+  value @0 :Float64;
+  digest @1 :TensorDigest;
+}
+
+struct TensorDigest {
+  kind @0 :Kind;
+  path @1 :Text;             # module path ("" = root), parameter name, or label
+  callIndex @2 :UInt32;      # n-th call of this path within the step
+  dtype @3 :Text;
+  shape @4 :List(Int64);
+  hash @5 :UInt64;           # XXH3-64 of the raw bytes: bit-exact
+  nanCount @6 :UInt64;
+  infCount @7 :UInt64;
+  min @8 :Float64;           # over finite values; NaN when none
+  max @9 :Float64;
+  output @10 :UInt32;        # which output of a module returning several tensors
+  enum Kind {
+    moduleOutput @0;
+    gradient @1;
+    parameter @2;
+    loss @3;
+    batch @4;
+    other @5;
+    moduleInput @6;
+  }
+}
+
+struct FullTensor {
+  kind @0 :TensorDigest.Kind;
+  path @1 :Text;
+  callIndex @2 :UInt32;
+  output @3 :UInt32;
+  tensor @4 :TensorRef;
+}
+
+struct CudaLaunch {
+  seq @0 :UInt32;            # launch number within the step
+  nameId @1 :UInt32;         # InternedString id of the kernel name
+  gridX @2 :UInt32;
+  gridY @3 :UInt32;
+  gridZ @4 :UInt32;
+  blockX @5 :UInt32;
+  blockY @6 :UInt32;
+  blockZ @7 :UInt32;
+  sharedMem @8 :UInt32;
+  stream @9 :UInt64;
+  device @10 :UInt32;
+  correlationId @11 :UInt32;
+}
+
+struct CudaMemcpy {
+  seq @0 :UInt32;
+  direction @1 :Direction;
+  bytes @2 :UInt64;
+  digest @3 :UInt64;         # XXH3-64 of host->device payloads, 0 otherwise
+  stream @4 :UInt64;
+  device @5 :UInt32;
+  enum Direction {
+    hostToDevice @0;
+    deviceToHost @1;
+    deviceToDevice @2;
+    other @3;
+  }
+}
+
+struct PyFrame {
+  file @0 :Text;
+  line @1 :Int32;
+  function @2 :Text;
+  code @3 :Text;
+}
+
+struct Failure {
+  kind @0 :Kind;
+  step @1 :Int64;
+  where @2 :Text;            # module path / "loss" / "grad:NAME" / "file:line"
+  message @3 :Text;
+  exceptionType @4 :Text;
+  traceback @5 :List(PyFrame);
+  signal @6 :Int32;
+  signalCode @7 :Int32;
+  faultAddress @8 :UInt64;
+  nativeStack @9 :List(UInt64);  # instruction pointers, innermost first
+  nativeSymbols @10 :List(Text);
+  pythonStack @11 :Text;     # faulthandler's text dump
+  callIndex @12 :UInt32;
+  digestKind @13 :TensorDigest.Kind;
+  enum Kind {
+    nonfinite @0;
+    exception @1;
+    signal @2;
+  }
+}
+
+struct RuntimeInfo {
+  items @0 :List(KeyValue);  # python, torch, cuda, cudnn, driver, gpu, blas, threads, ...
+}
+
+struct InternedString {
+  id @0 :UInt32;
+  text @1 :Text;
+}
+
+struct RecorderStatus {
+  ok @0 :Bool;
+  message @1 :Text;          # why something is not being recorded
+}
+
+# ---------------------------------------------------------------- footer
+# Written once at clean close (kind FOOTER), followed by the 16-byte trailer.
+struct Footer {
+  steps @0 :List(StepIndex);
+  blobs @1 :List(BlobIndex);
+  events @2 :UInt64;
+  frames @3 :UInt64;
+  rawBytes @4 :UInt64;       # bytes before compression
+  storedBytes @5 :UInt64;    # bytes of all frames
+  blobsDeduplicated @6 :UInt64;
+  lastStep @7 :Int64;
+}
+
+struct StepIndex {
+  step @0 :Int64;
+  frameOffset @1 :UInt64;    # EVENTS frame holding the step's StepBegin
+}
+
+struct BlobIndex {
+  hashLo @0 :UInt64;
+  hashHi @1 :UInt64;
+  frameOffset @2 :UInt64;    # first chunk's BLOB frame
+}

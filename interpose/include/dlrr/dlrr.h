@@ -1,0 +1,116 @@
+/* The C API of the preloaded library (libdlrr.so), used by the Python hook through ctypes.
+ *
+ * Contract:
+ * - Every function is safe to call in any mode; when recording is off (mode 0) they return
+ *   at once. None of them ever raises a signal, aborts, or lets a C++ exception escape.
+ * - Strings are UTF-8, NUL-terminated, borrowed for the duration of the call.
+ * - Pointers to tensor data are read during the call only (the library copies what it keeps).
+ * - Thread-safe. Batch building (dlrr_batch_begin .. dlrr_batch_end) is per calling thread.
+ *
+ * Decisions live on this side: what a failure is (first non-finite digest), what is
+ * committed when, and, in replay, whether a recomputed digest matches the recording.
+ */
+#ifndef DLRR_DLRR_H
+#define DLRR_DLRR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+#define DLRR_API extern "C" __attribute__((visibility("default")))
+#else
+#define DLRR_API __attribute__((visibility("default")))
+#endif
+
+enum dlrr_mode_t { DLRR_MODE_OFF = 0, DLRR_MODE_RECORD = 1, DLRR_MODE_REPLAY = 2 };
+
+/* Digest kinds: same numbering as schema TensorDigest.Kind. */
+enum dlrr_digest_kind_t {
+  DLRR_DIGEST_MODULE_OUTPUT = 0,
+  DLRR_DIGEST_GRADIENT = 1,
+  DLRR_DIGEST_PARAMETER = 2,
+  DLRR_DIGEST_LOSS = 3,
+  DLRR_DIGEST_BATCH = 4,
+  DLRR_DIGEST_OTHER = 5,
+  DLRR_DIGEST_MODULE_INPUT = 6
+};
+
+/* RNG kinds: same numbering as schema RngState.Kind. */
+enum dlrr_rng_kind_t { DLRR_RNG_TORCH_CPU = 0, DLRR_RNG_TORCH_CUDA = 1, DLRR_RNG_NUMPY = 2, DLRR_RNG_PYTHON = 3 };
+
+typedef struct dlrr_digest {
+  uint64_t hash;      /* XXH3-64 of the raw bytes */
+  uint64_t nan_count;
+  uint64_t inf_count;
+  double min;         /* over finite values; NaN when there are none */
+  double max;
+} dlrr_digest_t;
+
+/* ---- mode and status */
+DLRR_API int dlrr_mode(void);
+/* Why recording is off or degraded ("" when all is well). */
+DLRR_API const char* dlrr_status(void);
+DLRR_API const char* dlrr_trace_dir(void);
+/* Capture level: 0 minimal (batches, RNG, loss, failures), 1 default (+ digests), 2 full
+ * (+ every module output tensor every step). */
+DLRR_API int dlrr_capture_level(void);
+/* Path where the hook should point faulthandler, so a fatal signal's Python stack is
+ * embedded in the trace by the native handler. "" when off. */
+DLRR_API const char* dlrr_pystack_path(void);
+
+/* ---- process facts */
+DLRR_API void dlrr_runtime_info(const char* key, const char* value);
+DLRR_API void dlrr_note(const char* text);
+/* The hook reports what it could not record (e.g. "torch not imported: no step capture"). */
+DLRR_API void dlrr_recorder_status(int ok, const char* message);
+
+/* ---- steps. dlrr_step_end is the commit point: it returns once the step is durable. */
+DLRR_API void dlrr_step_begin(int64_t step, uint32_t loader, uint64_t batch_index, int64_t epoch, int by_optimizer);
+DLRR_API void dlrr_step_end(int64_t step, double loss);
+DLRR_API int64_t dlrr_current_step(void);
+
+/* ---- RNG state (raw bytes of the generator's state), at every step boundary */
+DLRR_API void dlrr_rng_state(int kind, int device, const void* data, uint64_t n);
+
+/* ---- batches: a structured value built depth-first. Containers announce their child
+ * count; dict children are each preceded by dlrr_val_key. */
+DLRR_API void dlrr_batch_begin(uint32_t loader, uint32_t iteration, uint64_t index, int is_training,
+                               const int64_t* sample_indices, uint64_t n_indices);
+DLRR_API void dlrr_val_list(uint32_t n);
+DLRR_API void dlrr_val_tuple(uint32_t n);
+DLRR_API void dlrr_val_dict(uint32_t n);
+DLRR_API void dlrr_val_key(const char* key);
+DLRR_API void dlrr_val_none(void);
+DLRR_API void dlrr_val_bool(int v);
+DLRR_API void dlrr_val_int(int64_t v);
+DLRR_API void dlrr_val_float(double v);
+DLRR_API void dlrr_val_str(const char* s, uint64_t n);
+DLRR_API void dlrr_val_bytes(const void* p, uint64_t n);
+DLRR_API void dlrr_val_opaque(const char* type_name);
+/* dtype: torch name without "torch." (float32, int64, bfloat16, bool, ...). data is
+ * contiguous, nbytes long. */
+DLRR_API void dlrr_val_tensor(const char* dtype, uint32_t elem_size, int ndim, const int64_t* shape, const void* data,
+                              uint64_t nbytes, const char* device, int requires_grad);
+DLRR_API void dlrr_batch_end(void);
+/* An iterator of `loader` ended (StopIteration) after `batches` batches. */
+DLRR_API void dlrr_loader_end(uint32_t loader, uint32_t iteration, uint64_t batches);
+
+/* ---- digests. Computes the digest of a contiguous tensor (any dtype; NaN/Inf/min/max for
+ * floating dtypes float16/bfloat16/float32/float64) into *out. In record mode it is written
+ * to the trace (and with keep != 0 the bytes go into the failure ring of the last K steps);
+ * the first non-finite digest of the process is recorded as the failure. Returns:
+ *   0 recorded / matches the recording,  1 replay: differs from the recording,
+ *   2 replay: the recording has no such digest,  -1 off or error. */
+DLRR_API int dlrr_digest(int kind, const char* path, uint32_t call_index, uint32_t output, const char* dtype,
+                         int ndim, const int64_t* shape, const void* data, uint64_t nbytes, int keep,
+                         dlrr_digest_t* out);
+/* 1 when this process has recorded a failure (its step in *step), else 0. */
+DLRR_API int dlrr_first_failure_step(int64_t* step);
+
+/* ---- failures */
+/* An uncaught Python exception. Frames innermost last (as traceback.extract_tb gives). */
+DLRR_API void dlrr_failure_exception(const char* type, const char* message, const char* where, int n_frames,
+                                     const char* const* files, const int32_t* lines, const char* const* functions,
+                                     const char* const* code);
+
+#endif /* DLRR_DLRR_H */
