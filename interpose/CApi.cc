@@ -1,0 +1,177 @@
+// The C API of dlrr.h: thin, exception-proof forwarding to the process recorder.
+#include "dlrr/dlrr.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "interpose/ProcessRecorder.h"
+
+using namespace dlrr;
+
+namespace {
+
+// Runs fn against the recorder when recording; swallows everything.
+template <typename Fn>
+void withRecorder(Fn&& fn) noexcept {
+  RecordSession* s = processRecorder();
+  if (!s || !s->active()) return;
+  ReentryGuard g;
+  try {
+    fn(*s);
+  } catch (...) {
+  }
+}
+
+thread_local std::string tStatus;
+
+}  // namespace
+
+extern "C" {
+
+int dlrr_mode(void) {
+  RecordSession* s = processRecorder();
+  return s && s->active() ? DLRR_MODE_RECORD : DLRR_MODE_OFF;
+}
+
+const char* dlrr_status(void) {
+  RecordSession* s = processRecorder();
+  if (!s) return "dlrr is not recording this process (not started by dlrecord)";
+  try {
+    tStatus = s->status();
+  } catch (...) {
+    tStatus = "status unavailable";
+  }
+  return tStatus.c_str();
+}
+
+const char* dlrr_trace_dir(void) {
+  RecordSession* s = processRecorder();
+  return s ? s->config().traceDir.c_str() : "";
+}
+
+int dlrr_capture_level(void) {
+  RecordSession* s = processRecorder();
+  return s ? static_cast<int>(s->config().capture) : 0;
+}
+
+const char* dlrr_pystack_path(void) {
+  RecordSession* s = processRecorder();
+  return s && s->active() ? s->pystackPath().c_str() : "";
+}
+
+void dlrr_runtime_info(const char* key, const char* value) {
+  withRecorder([&](RecordSession& s) { s.runtimeInfo(key, value); });
+}
+
+void dlrr_note(const char* text) {
+  withRecorder([&](RecordSession& s) { s.note(text); });
+}
+
+void dlrr_recorder_status(int ok, const char* message) {
+  withRecorder([&](RecordSession& s) { s.recorderStatus(ok != 0, message); });
+}
+
+void dlrr_step_begin(int64_t step, uint32_t loader, uint64_t batch_index, int64_t epoch, int by_optimizer) {
+  withRecorder([&](RecordSession& s) { s.stepBegin(step, loader, batch_index, epoch, by_optimizer != 0); });
+}
+
+void dlrr_step_end(int64_t step, double loss) {
+  withRecorder([&](RecordSession& s) { s.stepEnd(step, loss); });
+}
+
+int64_t dlrr_current_step(void) {
+  RecordSession* s = processRecorder();
+  return s ? s->currentStep() : -1;
+}
+
+void dlrr_rng_state(int kind, int device, const void* data, uint64_t n) {
+  if (kind < 0 || kind > 3) return;
+  withRecorder([&](RecordSession& s) { s.rngState(kind, device, data, n); });
+}
+
+void dlrr_batch_begin(uint32_t loader, uint32_t iteration, uint64_t index, int is_training,
+                      const int64_t* sample_indices, uint64_t n_indices) {
+  withRecorder([&](RecordSession& s) { s.batchBegin(loader, iteration, index, is_training != 0, sample_indices, n_indices); });
+}
+
+void dlrr_val_list(uint32_t n) {
+  withRecorder([&](RecordSession& s) { s.batchBuilder().list(n); });
+}
+void dlrr_val_tuple(uint32_t n) {
+  withRecorder([&](RecordSession& s) { s.batchBuilder().tuple(n); });
+}
+void dlrr_val_dict(uint32_t n) {
+  withRecorder([&](RecordSession& s) { s.batchBuilder().dict(n); });
+}
+void dlrr_val_key(const char* key) {
+  withRecorder([&](RecordSession& s) { s.batchBuilder().key(key); });
+}
+void dlrr_val_none(void) {
+  withRecorder([&](RecordSession& s) { s.batchBuilder().none(); });
+}
+void dlrr_val_bool(int v) {
+  withRecorder([&](RecordSession& s) { s.batchBuilder().boolean(v != 0); });
+}
+void dlrr_val_int(int64_t v) {
+  withRecorder([&](RecordSession& s) { s.batchBuilder().integer(v); });
+}
+void dlrr_val_float(double v) {
+  withRecorder([&](RecordSession& s) { s.batchBuilder().real(v); });
+}
+void dlrr_val_str(const char* str, uint64_t n) {
+  withRecorder([&](RecordSession& s) { s.batchBuilder().text(str, n); });
+}
+void dlrr_val_bytes(const void* p, uint64_t n) {
+  withRecorder([&](RecordSession& s) { s.batchBuilder().bytes(p, n); });
+}
+void dlrr_val_opaque(const char* type_name) {
+  withRecorder([&](RecordSession& s) { s.batchBuilder().opaque(type_name); });
+}
+void dlrr_val_tensor(const char* dtype, uint32_t elem_size, int ndim, const int64_t* shape, const void* data,
+                     uint64_t nbytes, const char* device, int requires_grad) {
+  if (ndim < 0 || ndim > 64) return;
+  withRecorder([&](RecordSession& s) {
+    s.batchTensor(dtype, elem_size, ndim, shape, data, nbytes, device, requires_grad != 0);
+  });
+}
+void dlrr_batch_end(void) {
+  withRecorder([&](RecordSession& s) { s.batchEnd(); });
+}
+void dlrr_loader_end(uint32_t loader, uint32_t iteration, uint64_t batches) {
+  withRecorder([&](RecordSession& s) { s.loaderEnd(loader, iteration, batches); });
+}
+
+int dlrr_digest(int kind, const char* path, uint32_t call_index, uint32_t output, const char* dtype, int ndim,
+                const int64_t* shape, const void* data, uint64_t nbytes, int keep, dlrr_digest_t* out) {
+  if (kind < 0 || kind > 6 || ndim < 0 || ndim > 64) return -1;
+  int rc = -1;
+  withRecorder([&](RecordSession& s) {
+    DigestResult r;
+    rc = s.digest(kind, path, call_index, output, dtype, ndim, shape, data, nbytes, keep != 0, r);
+    if (out) {
+      out->hash = r.hash;
+      out->nan_count = r.nanCount;
+      out->inf_count = r.infCount;
+      out->min = r.min;
+      out->max = r.max;
+    }
+  });
+  return rc;
+}
+
+int dlrr_first_failure_step(int64_t* step) {
+  RecordSession* s = processRecorder();
+  int64_t st = -1;
+  if (!s || !s->firstFailureStep(st)) return 0;
+  if (step) *step = st;
+  return 1;
+}
+
+void dlrr_failure_exception(const char* type, const char* message, const char* where, int n_frames,
+                            const char* const* files, const int32_t* lines, const char* const* functions,
+                            const char* const* code) {
+  if (n_frames < 0 || n_frames > 10000) n_frames = 0;
+  withRecorder([&](RecordSession& s) { s.failureException(type, message, where, n_frames, files, lines, functions, code); });
+}
+
+}  // extern "C"

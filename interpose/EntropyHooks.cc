@@ -1,0 +1,170 @@
+// libc entry points through which a program gets entropy from the OS. Each calls the real
+// function and hands the bytes to the recorder, in order. Python's hash seed, `random`,
+// NumPy seeding (getrandom) and torch.seed() (/dev/urandom via open+read) all pass here.
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "interpose/ProcessRecorder.h"
+
+namespace dlrr {
+namespace {
+
+template <typename Fn>
+Fn realFn(const char* name) noexcept {
+  return reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, name));
+}
+
+// Which fds are open on /dev/urandom or /dev/random: bit 2*fd (urandom) / 2*fd+1 (random).
+constexpr int kMaxFd = 4096;
+std::atomic<uint64_t> gFdBits[kMaxFd * 2 / 64];
+
+void markFd(int fd, int which) noexcept {
+  if (fd < 0 || fd >= kMaxFd) return;
+  unsigned bit = static_cast<unsigned>(fd) * 2 + static_cast<unsigned>(which);
+  gFdBits[bit / 64].fetch_or(1ull << (bit % 64), std::memory_order_relaxed);
+}
+
+void clearFd(int fd) noexcept {
+  if (fd < 0 || fd >= kMaxFd) return;
+  unsigned bit = static_cast<unsigned>(fd) * 2;
+  gFdBits[bit / 64].fetch_and(~(3ull << (bit % 64)), std::memory_order_relaxed);
+}
+
+// -1: not an entropy fd; 0: urandom; 1: random.
+int fdKind(int fd) noexcept {
+  if (fd < 0 || fd >= kMaxFd) return -1;
+  unsigned bit = static_cast<unsigned>(fd) * 2;
+  uint64_t w = gFdBits[bit / 64].load(std::memory_order_relaxed) >> (bit % 64);
+  return (w & 1) ? 0 : (w & 2) ? 1 : -1;
+}
+
+int entropyPathKind(const char* path) noexcept {
+  if (!path) return -1;
+  if (strcmp(path, "/dev/urandom") == 0) return 0;
+  if (strcmp(path, "/dev/random") == 0) return 1;
+  return -1;
+}
+
+void afterOpen(const char* path, int fd) noexcept {
+  if (fd < 0) return;
+  int k = entropyPathKind(path);
+  if (k >= 0) markFd(fd, k);
+  else if (fdKind(fd) >= 0) clearFd(fd);  // fd reused for another file
+}
+
+void recordEntropy(schema::Entropy::Source src, unsigned flags, const void* buf, ssize_t got, size_t asked) noexcept {
+  if (got <= 0) return;
+  RecordSession* s = processRecorder();
+  if (!s) return;
+  ReentryGuard g;
+  if (!g) return;
+  try {
+    s->entropy(src, flags, buf, static_cast<size_t>(got), asked);
+  } catch (...) {
+  }
+}
+
+void afterRead(int fd, const void* buf, ssize_t got, size_t asked) noexcept {
+  int k = fdKind(fd);
+  if (k < 0 || got <= 0) return;
+  recordEntropy(k == 0 ? schema::Entropy::Source::DEV_URANDOM : schema::Entropy::Source::DEV_RANDOM, 0, buf, got,
+                asked);
+}
+
+mode_t modeArg(int flags, va_list ap) noexcept {
+  return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE ? static_cast<mode_t>(va_arg(ap, int)) : 0;
+}
+
+}  // namespace
+}  // namespace dlrr
+
+using namespace dlrr;
+
+extern "C" {
+
+__attribute__((visibility("default"))) ssize_t getrandom(void* buf, size_t n, unsigned flags) {
+  static auto real = realFn<ssize_t (*)(void*, size_t, unsigned)>("getrandom");
+  ssize_t r = real(buf, n, flags);
+  recordEntropy(schema::Entropy::Source::GETRANDOM, flags, buf, r, n);
+  return r;
+}
+
+__attribute__((visibility("default"))) int getentropy(void* buf, size_t n) {
+  static auto real = realFn<int (*)(void*, size_t)>("getentropy");
+  int r = real(buf, n);
+  if (r == 0) recordEntropy(schema::Entropy::Source::GETENTROPY, 0, buf, static_cast<ssize_t>(n), n);
+  return r;
+}
+
+__attribute__((visibility("default"))) int open(const char* path, int flags, ...) {
+  static auto real = realFn<int (*)(const char*, int, ...)>("open");
+  va_list ap;
+  va_start(ap, flags);
+  mode_t mode = modeArg(flags, ap);
+  va_end(ap);
+  int fd = real(path, flags, mode);
+  afterOpen(path, fd);
+  return fd;
+}
+
+__attribute__((visibility("default"))) int open64(const char* path, int flags, ...) {
+  static auto real = realFn<int (*)(const char*, int, ...)>("open64");
+  va_list ap;
+  va_start(ap, flags);
+  mode_t mode = modeArg(flags, ap);
+  va_end(ap);
+  int fd = real(path, flags, mode);
+  afterOpen(path, fd);
+  return fd;
+}
+
+__attribute__((visibility("default"))) int openat(int dirfd, const char* path, int flags, ...) {
+  static auto real = realFn<int (*)(int, const char*, int, ...)>("openat");
+  va_list ap;
+  va_start(ap, flags);
+  mode_t mode = modeArg(flags, ap);
+  va_end(ap);
+  int fd = real(dirfd, path, flags, mode);
+  afterOpen(path, fd);
+  return fd;
+}
+
+__attribute__((visibility("default"))) int openat64(int dirfd, const char* path, int flags, ...) {
+  static auto real = realFn<int (*)(int, const char*, int, ...)>("openat64");
+  va_list ap;
+  va_start(ap, flags);
+  mode_t mode = modeArg(flags, ap);
+  va_end(ap);
+  int fd = real(dirfd, path, flags, mode);
+  afterOpen(path, fd);
+  return fd;
+}
+
+__attribute__((visibility("default"))) ssize_t read(int fd, void* buf, size_t n) {
+  static auto real = realFn<ssize_t (*)(int, void*, size_t)>("read");
+  ssize_t r = real(fd, buf, n);
+  if (fdKind(fd) >= 0) afterRead(fd, buf, r, n);
+  return r;
+}
+
+__attribute__((visibility("default"))) ssize_t __read_chk(int fd, void* buf, size_t n, size_t buflen) {
+  static auto real = realFn<ssize_t (*)(int, void*, size_t, size_t)>("__read_chk");
+  ssize_t r = real(fd, buf, n, buflen);
+  if (fdKind(fd) >= 0) afterRead(fd, buf, r, n);
+  return r;
+}
+
+__attribute__((visibility("default"))) int close(int fd) {
+  static auto real = realFn<int (*)(int)>("close");
+  clearFd(fd);
+  return real(fd);
+}
+
+}  // extern "C"

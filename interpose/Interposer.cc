@@ -1,0 +1,76 @@
+// Library entry: reads the configuration the launcher left in the environment, starts the
+// process recorder, and hooks fork and exit. Everything else is lazy (the stream file is
+// created on the first event), so processes that record nothing leave nothing behind.
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "interpose/ProcessRecorder.h"
+#include "interpose/SignalHandlers.h"
+
+namespace dlrr {
+namespace {
+
+template <typename Fn>
+Fn realFn(const char* name) noexcept {
+  return reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, name));
+}
+
+void atforkPrepare() {
+  if (RecordSession* s = processRecorder()) s->beforeFork();
+}
+void atforkParent() {
+  if (RecordSession* s = processRecorder()) s->afterForkParent();
+}
+void atforkChild() {
+  if (RecordSession* s = processRecorder()) s->afterForkChild();
+}
+
+void atExit() {
+  if (RecordSession* s = processRecorder()) s->onExit(true, -1);  // code unknown on this path
+}
+
+__attribute__((constructor)) void dlrrInit() {
+  Config cfg = Config::fromEnvironment();
+  if (cfg.mode != Mode::Record) return;
+  try {
+    startProcessRecorder(cfg);
+  } catch (...) {
+    return;  // never take the job down
+  }
+  pthread_atfork(atforkPrepare, atforkParent, atforkChild);
+  ::atexit(atExit);
+  installFatalSignalHandlers();
+}
+
+}  // namespace
+}  // namespace dlrr
+
+using namespace dlrr;
+
+extern "C" {
+
+__attribute__((visibility("default"))) pid_t fork() {
+  static auto real = realFn<pid_t (*)()>("fork");
+  pid_t pid = real();
+  if (pid > 0)
+    if (RecordSession* s = processRecorder()) s->forked(pid);
+  return pid;
+}
+
+__attribute__((visibility("default"), noreturn)) void exit(int code) {
+  static auto real = realFn<void (*)(int)>("exit");
+  if (RecordSession* s = processRecorder()) s->onExit(true, code);
+  real(code);
+  __builtin_unreachable();
+}
+
+__attribute__((visibility("default"), noreturn)) void _exit(int code) {
+  static auto real = realFn<void (*)(int)>("_exit");
+  if (RecordSession* s = processRecorder()) s->onExit(true, code);
+  real(code);
+  __builtin_unreachable();
+}
+
+}  // extern "C"

@@ -1,0 +1,31 @@
+#pragma once
+// The one process-wide recorder the interposer needs (libc hooks and signal handlers have no
+// other way to reach it). Created by the library constructor, never destroyed: threads of the
+// job may still call hooked libc functions while the process exits.
+#include "recorder/RecordSession.h"
+
+namespace dlrr {
+
+// nullptr when not recording (mode off, or recording could not start).
+RecordSession* processRecorder() noexcept;
+// Only the library constructor calls this.
+void startProcessRecorder(const Config& cfg);
+
+// Per-thread guard against recording our own libc calls (the writer's reads, etc.).
+class ReentryGuard {
+ public:
+  ReentryGuard() noexcept : first_(!depth()) { ++depth(); }
+  ~ReentryGuard() { --depth(); }
+  ReentryGuard(const ReentryGuard&) = delete;
+  ReentryGuard& operator=(const ReentryGuard&) = delete;
+  explicit operator bool() const noexcept { return first_; }
+
+ private:
+  static int& depth() noexcept {
+    thread_local int d = 0;
+    return d;
+  }
+  bool first_;
+};
+
+}  // namespace dlrr

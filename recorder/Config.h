@@ -1,0 +1,24 @@
+#pragma once
+// Settings the launcher hands to the preloaded library through the environment. Parsed once
+// at load; unknown or malformed values fall back to defaults (the job must run regardless).
+#include <string>
+
+namespace dlrr {
+
+enum class Mode { Off = 0, Record = 1, Replay = 2 };
+enum class CaptureLevel { Minimal = 0, Default = 1, Full = 2 };
+
+struct Config {
+  Mode mode = Mode::Off;
+  std::string traceDir;            // DLRR_TRACE (absolute)
+  CaptureLevel capture = CaptureLevel::Default;  // DLRR_CAPTURE=minimal|default|full
+  int ringSteps = 2;               // DLRR_RING_STEPS: steps of full tensors kept for a failure
+  int statusFd = -1;               // DLRR_STATUS_FD: pipe to dlrecord for "what was not recorded"
+  std::string replayStream;        // DLRR_REPLAY_STREAM: stream to replay (replay mode)
+
+  static Config fromEnvironment();
+};
+
+const char* captureLevelName(CaptureLevel c) noexcept;
+
+}  // namespace dlrr

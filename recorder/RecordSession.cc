@@ -1,0 +1,614 @@
+#include "recorder/RecordSession.h"
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "format/TraceDir.h"
+#include "format/TraceError.h"
+#include "format/Version.h"
+
+namespace dlrr {
+namespace {
+
+int64_t monoNs() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+int64_t realNs() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+uint32_t threadNumber() noexcept {
+  static std::atomic<uint32_t> next{0};
+  thread_local uint32_t mine = next.fetch_add(1);
+  return mine;
+}
+
+std::vector<std::string> readCmdline() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(in)), {});
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start < all.size()) {
+    size_t end = all.find('\0', start);
+    if (end == std::string::npos) end = all.size();
+    out.push_back(all.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+std::string readLink(const char* path) {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink(path, buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+void setRef(schema::BlobRef::Builder b, const BlobId& id) {
+  b.setHashLo(id.hash.lo);
+  b.setHashHi(id.hash.hi);
+  b.setSize(id.size);
+}
+
+// Async-signal-safe helpers for the fatal-signal path.
+size_t readFileInto(const char* path, char* buf, size_t cap) noexcept {
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  size_t n = 0;
+  while (n < cap) {
+    ssize_t r = ::read(fd, buf + n, cap - n);
+    if (r <= 0) break;
+    n += static_cast<size_t>(r);
+  }
+  ::close(fd);
+  return n;
+}
+
+size_t formatHex(uint64_t v, char* out) noexcept {
+  char tmp[17];
+  size_t n = 0;
+  do {
+    tmp[n++] = "0123456789abcdef"[v & 0xF];
+    v >>= 4;
+  } while (v && n < 16);
+  out[0] = '0';
+  out[1] = 'x';
+  for (size_t i = 0; i < n; ++i) out[2 + i] = tmp[n - 1 - i];
+  return n + 2;
+}
+
+uint64_t parseHex(const char*& p, const char* end) noexcept {
+  uint64_t v = 0;
+  while (p < end) {
+    char c = *p;
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) break;
+    v = v * 16 + static_cast<uint64_t>(d);
+    ++p;
+  }
+  return v;
+}
+
+// "libfoo.so+0x1234" for an instruction pointer, from the text of /proc/self/maps.
+size_t describeIp(uint64_t ip, const char* maps, size_t mapsLen, char* out, size_t cap) noexcept {
+  const char* p = maps;
+  const char* end = maps + mapsLen;
+  while (p < end) {
+    const char* line = p;
+    const char* eol = p;
+    while (eol < end && *eol != '\n') ++eol;
+    const char* q = line;
+    uint64_t lo = parseHex(q, eol);
+    if (q < eol && *q == '-') ++q;
+    uint64_t hi = parseHex(q, eol);
+    if (ip >= lo && ip < hi) {
+      // fields: range perms offset dev inode path
+      int field = 0;
+      uint64_t fileOff = 0;
+      while (q < eol && field < 5) {
+        while (q < eol && *q == ' ') ++q;
+        if (field == 1) fileOff = parseHex(q, eol);
+        while (q < eol && *q != ' ') ++q;
+        ++field;
+      }
+      while (q < eol && *q == ' ') ++q;
+      const char* name = q;
+      for (const char* s = q; s < eol; ++s)
+        if (*s == '/') name = s + 1;
+      size_t n = 0;
+      for (const char* s = name; s < eol && n + 20 < cap; ++s) out[n++] = *s;
+      if (n == 0 && n + 20 < cap) {
+        const char anon[] = "[anon]";
+        for (char c : anon)
+          if (c) out[n++] = c;
+      }
+      out[n++] = '+';
+      n += formatHex(ip - lo + fileOff, out + n);
+      return n;
+    }
+    p = eol + 1;
+  }
+  return formatHex(ip, out);
+}
+
+}  // namespace
+
+RecordSession::RecordSession(Config cfg) : cfg_(std::move(cfg)) {
+  startNs_ = monoNs();
+  if (cfg_.statusFd >= 0) {
+    int fl = ::fcntl(cfg_.statusFd, F_GETFL);
+    if (fl < 0) cfg_.statusFd = -1;  // not open: dlrecord did not hand us one
+    else ::fcntl(cfg_.statusFd, F_SETFL, fl | O_NONBLOCK);
+  }
+  pystackPath_ = cfg_.traceDir + "/pystack-" + std::to_string(::getpid()) + ".txt";
+  signalArena_.resize(32768);  // 256 KiB for the failure message built in a signal handler
+  signalText_.resize(64 * 1024);
+  mapsText_.resize(512 * 1024);  // also the output buffer of the signal path
+}
+
+RecordSession::~RecordSession() { onExit(true, 0); }
+
+std::string RecordSession::status() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!status_.empty()) return status_;
+  if (writer_ && writer_->failed()) return "recording stopped: " + writer_->error();
+  return "";
+}
+
+void RecordSession::reportStatus(const std::string& line) noexcept {
+  if (cfg_.statusFd < 0) return;
+  std::string msg = "pid " + std::to_string(::getpid()) + ": " + line + "\n";
+  ssize_t w = ::write(cfg_.statusFd, msg.data(), msg.size());
+  (void)w;
+}
+
+StreamWriter* RecordSession::writer() {
+  // Caller holds mu_.
+  if (writer_ || openTried_ || disabled_.load()) return writer_.get();
+  openTried_ = true;
+  try {
+    UniqueFd dir = createTraceDir(cfg_.traceDir);
+    std::string name;
+    std::string base = "p" + std::to_string(::getpid());
+    UniqueFd fd = createStreamFile(dir.get(), base, name);
+    capnp::MallocMessageBuilder hm;
+    auto h = hm.initRoot<schema::StreamHeader>();
+    h.setStreamName(name);
+    h.setRole(schema::StreamHeader::Role::PROCESS);
+    h.setPid(::getpid());
+    h.setPpid(::getppid());
+    std::string parent = "p" + std::to_string(::getppid());
+    if (::faccessat(dir.get(), (parent + kStreamExt).c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0) h.setParentStream(parent);
+    h.setStartNs(realNs());
+    auto argv = readCmdline();
+    auto a = h.initArgv(static_cast<unsigned>(argv.size()));
+    for (size_t i = 0; i < argv.size(); ++i) a.set(static_cast<unsigned>(i), argv[i]);
+    h.setCwd(readLink("/proc/self/cwd"));
+    h.setExe(readLink("/proc/self/exe"));
+    h.setDlrrVersion(kDlrrVersion);
+    writer_ = std::make_unique<StreamWriter>(std::move(fd), hm);
+  } catch (const std::exception& e) {
+    status_ = std::string("not recording this process: ") + e.what();
+    disabled_.store(true);
+    reportStatus(status_);
+  }
+  return writer_.get();
+}
+
+template <typename Fill>
+void RecordSession::emit(Fill&& fill, int64_t stepBegin) {
+  if (disabled_.load(std::memory_order_relaxed)) return;
+  try {
+    capnp::MallocMessageBuilder msg(256);
+    auto e = msg.initRoot<schema::Event>();
+    e.setTNs(monoNs() - startNs_);
+    e.setStep(step_.load(std::memory_order_relaxed));
+    e.setThread(threadNumber());
+    StreamWriter* w;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      w = writer();
+    }
+    if (!w) return;
+    fill(e, *w);
+    w->append(msg, stepBegin);
+  } catch (const std::exception& ex) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (status_.empty()) {
+      status_ = std::string("recording error: ") + ex.what();
+      reportStatus(status_);
+    }
+  } catch (...) {  // kj::Exception and anything else: never into the job
+    std::lock_guard<std::mutex> lk(mu_);
+    if (status_.empty()) {
+      status_ = "recording error";
+      reportStatus(status_);
+    }
+  }
+}
+
+void RecordSession::entropy(schema::Entropy::Source src, unsigned flags, const void* data, size_t n, size_t requested) {
+  emit([&](schema::Event::Builder e, StreamWriter&) {
+    auto en = e.initEntropy();
+    en.setSource(src);
+    en.setFlags(flags);
+    en.setData(capnp::Data::Reader(static_cast<const kj::byte*>(data), n));
+    en.setRequested(requested);
+  });
+}
+
+void RecordSession::runtimeInfo(const char* key, const char* value) {
+  emit([&](schema::Event::Builder e, StreamWriter&) {
+    auto items = e.initRuntimeInfo().initItems(1);
+    items[0].setKey(key ? key : "");
+    items[0].setValue(value ? value : "");
+  });
+}
+
+void RecordSession::note(const char* text) {
+  emit([&](schema::Event::Builder e, StreamWriter&) { e.setNote(text ? text : ""); });
+}
+
+void RecordSession::recorderStatus(bool ok, const char* message) {
+  emit([&](schema::Event::Builder e, StreamWriter&) {
+    auto s = e.initRecorderStatus();
+    s.setOk(ok);
+    s.setMessage(message ? message : "");
+  });
+  if (!ok) reportStatus(message ? message : "");
+}
+
+void RecordSession::stepBegin(int64_t step, uint32_t loader, uint64_t batchIndex, int64_t epoch, bool byOptimizer) {
+  step_.store(step, std::memory_order_relaxed);
+  stepNonFinite_.store(0);
+  stepDigests_.store(0);
+  {
+    std::lock_guard<std::mutex> lk(ringMu_);
+    while (!ring_.empty() && static_cast<int64_t>(ring_.size()) >= cfg_.ringSteps) {
+      for (auto& k : ring_.begin()->second) ringBytes_ -= k.bytes.size();
+      ring_.erase(ring_.begin());
+    }
+  }
+  emit(
+      [&](schema::Event::Builder e, StreamWriter&) {
+        auto sb = e.initStepBegin();
+        sb.setStep(step);
+        sb.setLoader(loader);
+        sb.setBatchIndex(batchIndex);
+        sb.setEpoch(epoch);
+        sb.setByOptimizer(byOptimizer);
+      },
+      step);
+}
+
+void RecordSession::stepEnd(int64_t step, double loss) {
+  emit([&](schema::Event::Builder e, StreamWriter&) {
+    auto se = e.initStepEnd();
+    se.setStep(step);
+    se.setLoss(loss);
+    se.setNonFinite(stepNonFinite_.load());
+    se.setDigests(stepDigests_.load());
+  });
+  StreamWriter* w;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    w = writer_.get();
+  }
+  if (w) w->commit(true);  // the commit point: durable before the job goes on
+}
+
+void RecordSession::rngState(int kind, int device, const void* data, uint64_t n) {
+  emit([&](schema::Event::Builder e, StreamWriter& w) {
+    auto r = e.initRngState();
+    r.setKind(static_cast<schema::RngState::Kind>(kind));
+    r.setDevice(device);
+    setRef(r.initState(), w.putBlob(data, n, 1));
+  });
+}
+
+BatchBuilder& RecordSession::batchBuilder() {
+  thread_local BatchBuilder b;
+  return b;
+}
+
+void RecordSession::batchBegin(uint32_t loader, uint32_t iteration, uint64_t index, bool isTraining,
+                               const int64_t* indices, uint64_t n) {
+  batchBuilder().begin(loader, iteration, index, isTraining, indices, n);
+}
+
+void RecordSession::batchTensor(const char* dtype, uint32_t elemSize, int ndim, const int64_t* shape, const void* data,
+                                uint64_t nbytes, const char* device, bool requiresGrad) {
+  StreamWriter* w;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    w = disabled_.load() ? nullptr : writer();
+  }
+  BatchBuilder::PutBlob put = [w](const void* p, size_t n, unsigned es) {
+    return w ? w->putBlob(p, n, es) : BlobId{hash128(p, n), n};
+  };
+  batchBuilder().tensor(dtype, elemSize, ndim, shape, data, nbytes, device, requiresGrad, put);
+}
+
+void RecordSession::batchEnd() {
+  std::string err;
+  auto msg = batchBuilder().finish(err);
+  if (!msg) {
+    note(("batch not recorded: " + err).c_str());
+    return;
+  }
+  if (disabled_.load()) return;
+  auto e = msg->getRoot<schema::Event>();
+  e.setTNs(monoNs() - startNs_);
+  e.setStep(step_.load());
+  e.setThread(threadNumber());
+  StreamWriter* w;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    w = writer();
+  }
+  if (w) w->append(*msg);
+}
+
+void RecordSession::loaderEnd(uint32_t loader, uint32_t iteration, uint64_t batches) {
+  emit([&](schema::Event::Builder e, StreamWriter&) {
+    auto le = e.initLoaderEnd();
+    le.setLoader(loader);
+    le.setIteration(iteration);
+    le.setBatches(batches);
+  });
+}
+
+int RecordSession::digest(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype,
+                          int ndim, const int64_t* shape, const void* data, uint64_t nbytes, bool keep,
+                          DigestResult& out) {
+  std::string_view dt = dtype ? dtype : "";
+  out = computeDigest(dt, data, data ? nbytes : 0);
+  stepDigests_.fetch_add(1, std::memory_order_relaxed);
+  uint64_t bad = out.nanCount + out.infCount;
+  int64_t step = step_.load();
+  if (keep && cfg_.ringSteps > 0 && data) {
+    std::lock_guard<std::mutex> lk(ringMu_);
+    if (ringBytes_ + nbytes <= kRingCapBytes) {
+      Kept k{kind, path ? path : "", callIndex, output, std::string(dt), std::vector<int64_t>(shape, shape + ndim),
+             std::vector<uint8_t>(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + nbytes), step};
+      ringBytes_ += nbytes;
+      ring_[step].push_back(std::move(k));
+    }
+  }
+  emit([&](schema::Event::Builder e, StreamWriter&) {
+    auto d = e.initDigest();
+    d.setKind(static_cast<schema::TensorDigest::Kind>(kind));
+    d.setPath(path ? path : "");
+    d.setCallIndex(callIndex);
+    d.setOutput(output);
+    d.setDtype(std::string(dt));
+    auto s = d.initShape(static_cast<unsigned>(ndim > 0 ? ndim : 0));
+    for (int i = 0; i < ndim; ++i) s.set(static_cast<unsigned>(i), shape[i]);
+    d.setHash(out.hash);
+    d.setNanCount(out.nanCount);
+    d.setInfCount(out.infCount);
+    d.setMin(out.min);
+    d.setMax(out.max);
+  });
+  if (bad) {
+    stepNonFinite_.fetch_add(bad, std::memory_order_relaxed);
+    bool expected = false;
+    if (haveFailure_.compare_exchange_strong(expected, true)) {
+      failureStep_.store(step);
+      static const char* kKindNames[] = {"output of", "gradient of", "parameter", "loss", "batch", "tensor", "input of"};
+      const char* kn = kind >= 0 && kind <= 6 ? kKindNames[kind] : "tensor";
+      std::string p = path ? path : "";
+      std::string where = kind == 3 ? "loss" : (kind == 1 ? "grad:" + p : kind == 2 ? "param:" + p : p.empty() ? "<root>" : p);
+      std::ostringstream msg;
+      msg << out.nanCount << " NaN, " << out.infCount << " Inf in " << kn << (kind == 3 ? "" : " " + (p.empty() ? std::string("<root>") : p));
+      if (kind == 0 && callIndex) msg << " (call " << callIndex << ")";
+      emit([&](schema::Event::Builder e, StreamWriter& w) {
+        auto f = e.initFailure();
+        f.setKind(schema::Failure::Kind::NONFINITE);
+        f.setStep(step);
+        f.setWhere(where);
+        f.setMessage(msg.str());
+        f.setCallIndex(callIndex);
+        f.setDigestKind(static_cast<schema::TensorDigest::Kind>(kind));
+        flushRing(w);
+      });
+      StreamWriter* w;
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        w = writer_.get();
+      }
+      if (w) w->commit(true);
+    }
+  }
+  return 0;
+}
+
+void RecordSession::flushRing(StreamWriter& w) {
+  std::map<int64_t, std::vector<Kept>> ring;
+  {
+    std::lock_guard<std::mutex> lk(ringMu_);
+    if (ringFlushed_) return;
+    ringFlushed_ = true;
+    ring.swap(ring_);
+    ringBytes_ = 0;
+  }
+  for (auto& [step, kept] : ring) {
+    for (auto& k : kept) {
+      capnp::MallocMessageBuilder msg;
+      auto e = msg.initRoot<schema::Event>();
+      e.setTNs(monoNs() - startNs_);
+      e.setStep(k.step);
+      e.setThread(threadNumber());
+      auto ft = e.initTensor();
+      ft.setKind(static_cast<schema::TensorDigest::Kind>(k.kind));
+      ft.setPath(k.path);
+      ft.setCallIndex(k.callIndex);
+      ft.setOutput(k.output);
+      auto t = ft.initTensor();
+      t.setDtype(k.dtype);
+      auto s = t.initShape(static_cast<unsigned>(k.shape.size()));
+      for (size_t i = 0; i < k.shape.size(); ++i) s.set(static_cast<unsigned>(i), k.shape[i]);
+      t.setDevice("cpu");
+      setRef(t.initData(), w.putBlob(k.bytes.data(), k.bytes.size(), dtypeElemSize(k.dtype)));
+      w.append(msg);
+    }
+  }
+}
+
+bool RecordSession::firstFailureStep(int64_t& step) const {
+  if (!haveFailure_.load()) return false;
+  step = failureStep_.load();
+  return true;
+}
+
+void RecordSession::failureException(const char* type, const char* message, const char* where, int n,
+                                     const char* const* files, const int32_t* lines, const char* const* functions,
+                                     const char* const* code) {
+  int64_t step = step_.load();
+  emit([&](schema::Event::Builder e, StreamWriter&) {
+    auto f = e.initFailure();
+    f.setKind(schema::Failure::Kind::EXCEPTION);
+    f.setStep(step);
+    f.setExceptionType(type ? type : "");
+    f.setMessage(message ? message : "");
+    f.setWhere(where ? where : "");
+    auto tb = f.initTraceback(static_cast<unsigned>(n > 0 ? n : 0));
+    for (int i = 0; i < n; ++i) {
+      auto fr = tb[static_cast<unsigned>(i)];
+      fr.setFile(files && files[i] ? files[i] : "");
+      fr.setLine(lines ? lines[i] : 0);
+      fr.setFunction(functions && functions[i] ? functions[i] : "");
+      fr.setCode(code && code[i] ? code[i] : "");
+    }
+  });
+  haveFailure_.store(true);
+  StreamWriter* w;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    w = writer_.get();
+  }
+  if (w) w->commit(true);
+}
+
+void RecordSession::beforeFork() noexcept {
+  mu_.lock();
+  ringMu_.lock();
+  if (writer_) writer_->beforeFork();
+}
+
+void RecordSession::afterForkParent() noexcept {
+  if (writer_) writer_->afterForkParent();
+  ringMu_.unlock();
+  mu_.unlock();
+}
+
+void RecordSession::forked(int childPid) noexcept {
+  emit([&](schema::Event::Builder e, StreamWriter&) {
+    auto f = e.initFork();
+    f.setChildPid(childPid);
+  });
+}
+
+void RecordSession::afterForkChild() noexcept {
+  // A forked child without exec (e.g. a DataLoader worker) is not recorded: its work reaches
+  // the parent (batches), and replay serves the parent. After exec it records afresh.
+  if (writer_) writer_->afterForkChild();
+  (void)writer_.release();  // owned by the parent's copy of memory; never destroy it here
+  ring_.clear();
+  ringMu_.unlock();
+  mu_.unlock();
+  disabled_.store(true);
+  exited_.store(true);
+}
+
+void RecordSession::onFatalSignal(int sig, const siginfo_t* info, const uint64_t* ips, int nips) noexcept {
+  if (disabled_.load() || exited_.load()) return;
+  StreamWriter* w = writer_.get();  // no lock: may be held by the interrupted thread
+  if (!w) return;
+  try {
+    std::memset(signalArena_.data(), 0, signalArena_.size() * sizeof(capnp::word));
+    capnp::MallocMessageBuilder msg(kj::arrayPtr(signalArena_.data(), signalArena_.size()),
+                                    capnp::AllocationStrategy::FIXED_SIZE);
+    auto e = msg.initRoot<schema::Event>();
+    e.setTNs(monoNs() - startNs_);
+    int64_t step = step_.load();
+    e.setStep(step);
+    e.setThread(threadNumber());
+    auto f = e.initFailure();
+    f.setKind(schema::Failure::Kind::SIGNAL);
+    f.setStep(step);
+    f.setSignal(sig);
+    f.setSignalCode(info ? info->si_code : 0);
+    f.setFaultAddress(info ? reinterpret_cast<uint64_t>(info->si_addr) : 0);
+    const char* name = sig == SIGSEGV ? "SIGSEGV" : sig == SIGBUS ? "SIGBUS" : sig == SIGFPE ? "SIGFPE"
+                     : sig == SIGILL ? "SIGILL" : sig == SIGABRT ? "SIGABRT" : "signal";
+    f.setMessage(name);
+    auto st = f.initNativeStack(static_cast<unsigned>(nips));
+    for (int i = 0; i < nips; ++i) st.set(static_cast<unsigned>(i), ips[i]);
+    size_t mapsLen = readFileInto("/proc/self/maps", mapsText_.data(), mapsText_.size());
+    auto syms = f.initNativeSymbols(static_cast<unsigned>(nips));
+    for (int i = 0; i < nips; ++i) {
+      char buf[512];
+      size_t n = describeIp(ips[i], mapsText_.data(), mapsLen, buf, sizeof buf);
+      syms.set(static_cast<unsigned>(i), capnp::Text::Reader(buf, n));
+    }
+    size_t py = readFileInto(pystackPath_.c_str(), signalText_.data(), signalText_.size() - 1);
+    f.setPythonStack(capnp::Text::Reader(signalText_.data(), py));
+    // Where: the innermost native frame, or the innermost Python line when there is one.
+    if (nips > 0) f.setWhere(syms[0]);
+    auto segs = msg.getSegmentsForOutput();
+    if (segs.size() != 1) return;  // did not fit the arena: nothing safe to write
+    // Flat message = segment table (count-1, size, pad) + segment.
+    uint32_t table[2] = {0, static_cast<uint32_t>(segs[0].size())};
+    size_t bytes = 8 + segs[0].size() * 8;
+    auto* out = reinterpret_cast<uint8_t*>(mapsText_.data());  // reuse: maps text is no longer needed
+    if (bytes > mapsText_.size()) return;
+    std::memcpy(out, table, 8);
+    std::memcpy(out + 8, segs[0].begin(), segs[0].size() * 8);
+    w->writeFromSignal(out, bytes);
+  } catch (...) {
+    // The arena was too small or capnp refused: the crash still happens as it would have.
+  }
+}
+
+void RecordSession::onExit(bool exited, int code) noexcept {
+  if (exited_.exchange(true)) return;
+  try {
+    std::unique_ptr<StreamWriter> w;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!writer_) return;
+      capnp::MallocMessageBuilder msg;
+      auto e = msg.initRoot<schema::Event>();
+      e.setTNs(monoNs() - startNs_);
+      e.setStep(step_.load());
+      e.setThread(threadNumber());
+      auto pe = e.initProcessExit();
+      pe.setPid(::getpid());
+      pe.setExited(exited);
+      pe.setCode(code);
+      pe.setExitCode(exited ? code : 128 + code);
+      writer_->append(msg);
+      w = std::move(writer_);
+    }
+    w->close();
+    if (w->failed()) reportStatus("trace incomplete: " + w->error());
+  } catch (...) {
+  }
+}
+
+}  // namespace dlrr

@@ -1,0 +1,118 @@
+#pragma once
+// One per recorded process: owns the process's stream writer and everything recorded into
+// it. The interposer (libc hooks, signal handlers, the C API for the Python hook) forwards
+// here. Nothing in this class may throw into the job: public methods swallow and report.
+#include <signal.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "format/StreamWriter.h"
+#include "recorder/BatchBuilder.h"
+#include "recorder/Config.h"
+#include "recorder/TensorDigest.h"
+#include "schema/dlrr.capnp.h"
+
+namespace dlrr {
+
+class RecordSession {
+ public:
+  explicit RecordSession(Config cfg);
+  ~RecordSession();
+  RecordSession(const RecordSession&) = delete;
+  RecordSession& operator=(const RecordSession&) = delete;
+
+  const Config& config() const { return cfg_; }
+  bool active() const noexcept { return !disabled_.load(std::memory_order_relaxed); }
+  std::string status() const;
+  const std::string& pystackPath() const { return pystackPath_; }
+
+  void entropy(schema::Entropy::Source src, unsigned flags, const void* data, size_t n, size_t requested);
+  void runtimeInfo(const char* key, const char* value);
+  void note(const char* text);
+  void recorderStatus(bool ok, const char* message);
+
+  void stepBegin(int64_t step, uint32_t loader, uint64_t batchIndex, int64_t epoch, bool byOptimizer);
+  void stepEnd(int64_t step, double loss);
+  int64_t currentStep() const noexcept { return step_.load(std::memory_order_relaxed); }
+  void rngState(int kind, int device, const void* data, uint64_t n);
+
+  BatchBuilder& batchBuilder();  // per thread
+  void batchBegin(uint32_t loader, uint32_t iteration, uint64_t index, bool isTraining, const int64_t* indices,
+                  uint64_t n);
+  void batchTensor(const char* dtype, uint32_t elemSize, int ndim, const int64_t* shape, const void* data,
+                   uint64_t nbytes, const char* device, bool requiresGrad);
+  void batchEnd();
+  void loaderEnd(uint32_t loader, uint32_t iteration, uint64_t batches);
+
+  // Computes and records a digest; returns 0 (recorded) or -1.
+  int digest(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype, int ndim,
+             const int64_t* shape, const void* data, uint64_t nbytes, bool keep, DigestResult& out);
+  bool firstFailureStep(int64_t& step) const;
+  void failureException(const char* type, const char* message, const char* where, int n, const char* const* files,
+                        const int32_t* lines, const char* const* functions, const char* const* code);
+
+  void beforeFork() noexcept;
+  void afterForkParent() noexcept;
+  void forked(int childPid) noexcept;  // in the parent, after fork() returned
+  void afterForkChild() noexcept;
+
+  // Async-signal-safe: records a fatal signal with native and Python stacks.
+  void onFatalSignal(int sig, const siginfo_t* info, const uint64_t* ips, int nips) noexcept;
+  // Records the process's exit and closes the stream. Idempotent.
+  void onExit(bool exited, int code) noexcept;
+
+ private:
+  StreamWriter* writer();
+  template <typename Fill>
+  void emit(Fill&& fill, int64_t stepBegin = -1);
+  void reportStatus(const std::string& line) noexcept;
+  void recordFailureLocked();
+  void flushRing(StreamWriter& w);
+
+  Config cfg_;
+  mutable std::mutex mu_;
+  std::unique_ptr<StreamWriter> writer_;
+  bool openTried_ = false;
+  std::string status_;
+  std::string pystackPath_;
+  std::atomic<bool> disabled_{false};
+  std::atomic<bool> exited_{false};
+  std::atomic<int64_t> step_{-1};
+  int64_t startNs_ = 0;
+
+  // Per-step figures for StepEnd.
+  std::atomic<uint64_t> stepNonFinite_{0};
+  std::atomic<uint32_t> stepDigests_{0};
+  std::atomic<bool> haveFailure_{false};
+  std::atomic<int64_t> failureStep_{-1};
+
+  // Full tensors of the last ringSteps steps, written out only when a failure happens.
+  struct Kept {
+    int kind;
+    std::string path;
+    uint32_t callIndex;
+    uint32_t output;
+    std::string dtype;
+    std::vector<int64_t> shape;
+    std::vector<uint8_t> bytes;
+    int64_t step;
+  };
+  std::mutex ringMu_;
+  std::map<int64_t, std::vector<Kept>> ring_;
+  size_t ringBytes_ = 0;
+  bool ringFlushed_ = false;
+  static constexpr size_t kRingCapBytes = 512u << 20;
+
+  // Preallocated for the signal path (no allocation there).
+  std::vector<capnp::word> signalArena_;
+  std::vector<char> signalText_;
+  std::vector<char> mapsText_;
+};
+
+}  // namespace dlrr

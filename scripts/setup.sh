@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs everything dlrr needs on Debian 12 (idempotent: a second run changes nothing).
+set -euo pipefail
+PKGS=(build-essential cmake ninja-build pkg-config clang-14 llvm-14 libclang-rt-14-dev clang-format
+      capnproto libcapnp-dev libzstd-dev libxxhash-dev libunwind-dev libgtest-dev
+      python3 python3-torch python3-numpy libopenblas0 gdb)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+echo "setup: all packages present"

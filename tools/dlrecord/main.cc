@@ -1,0 +1,405 @@
+// dlrecord [options] [-o TRACE] -- CMD [ARGS...]
+//
+// Runs CMD under the interposer and writes the launcher stream (command, redacted
+// environment, exit status). The job is never harmed: if recording cannot start, CMD runs
+// plainly and dlrecord says why; CMD's exit status is passed through (signal N -> 128+N).
+#include <capnp/message.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "format/Redact.h"
+#include "format/StreamWriter.h"
+#include "format/Trace.h"
+#include "format/TraceDir.h"
+#include "format/TraceError.h"
+#include "format/Version.h"
+#include "tools/dlrecord/InstallPaths.h"
+
+extern char** environ;
+
+namespace dlrr {
+namespace {
+
+constexpr int kExitUsage = 2;
+constexpr int kExitCannotRun = 127;
+constexpr int kExitNotExecutable = 126;
+
+const char* kUsage =
+    "usage: dlrecord [options] [-o TRACE] -- CMD [ARGS...]\n"
+    "\n"
+    "Runs CMD unchanged and records it into TRACE (a directory) for dlreplay and dltrace.\n"
+    "\n"
+    "options:\n"
+    "  -o, --output TRACE   trace directory to create (default: ./dlrr-YYYYmmdd-HHMMSS.trace)\n"
+    "  --capture LEVEL      minimal | default | full  (default: default)\n"
+    "                         minimal: entropy, batches, RNG states, loss, failures\n"
+    "                         default: + digests of module outputs, gradients, parameters\n"
+    "                         full:    + every module output tensor of every step\n"
+    "  --ring-steps K       full tensors of the last K steps are kept in memory and written\n"
+    "                       only when a failure happens (default 2, 0 = off)\n"
+    "  --redact LIST        comma-separated name fragments of environment variables whose\n"
+    "                       values are never stored; '+LIST' adds to the defaults\n"
+    "                       (TOKEN,SECRET,PASSWORD,PASSWD,KEY,CREDENTIAL,AUTH,COOKIE,SESSION)\n"
+    "  -q, --quiet          no summary line at the end\n"
+    "  -h, --help           this help\n"
+    "  --version            print the version\n"
+    "\n"
+    "Exit status: CMD's own (128+N when it died of signal N); 127 when CMD cannot be found,\n"
+    "126 when it cannot be executed, 2 on a usage error. Recording problems never change it.\n";
+
+struct Options {
+  std::string output;
+  std::string capture = "default";
+  int ringSteps = 2;
+  std::vector<std::string> redact = defaultRedactPatterns();
+  bool quiet = false;
+  std::vector<std::string> command;
+};
+
+[[noreturn]] void usageError(const std::string& msg) {
+  std::fprintf(stderr, "dlrecord: %s\nTry 'dlrecord --help'.\n", msg.c_str());
+  std::exit(kExitUsage);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  int i = 1;
+  auto value = [&](const std::string& flag) -> std::string {
+    if (i + 1 >= argc) usageError("option " + flag + " needs a value");
+    return argv[++i];
+  };
+  bool sawDashDash = false;
+  for (; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--") {
+      sawDashDash = true;
+      ++i;
+      break;
+    }
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (a == "--version") {
+      std::printf("dlrecord %s (trace format %u.%u)\n", kDlrrVersion, kFormatMajor, kFormatMinor);
+      std::exit(0);
+    } else if (a == "-o" || a == "--output") {
+      o.output = value(a);
+    } else if (a.rfind("--output=", 0) == 0) {
+      o.output = a.substr(9);
+    } else if (a == "--capture" || a.rfind("--capture=", 0) == 0) {
+      o.capture = a == "--capture" ? value(a) : a.substr(10);
+      if (o.capture != "minimal" && o.capture != "default" && o.capture != "full")
+        usageError("--capture must be minimal, default or full (got '" + o.capture + "')");
+    } else if (a == "--ring-steps" || a.rfind("--ring-steps=", 0) == 0) {
+      std::string v = a == "--ring-steps" ? value(a) : a.substr(13);
+      char* end = nullptr;
+      long k = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end || k < 0 || k > 64) usageError("--ring-steps must be an integer from 0 to 64 (got '" + v + "')");
+      o.ringSteps = static_cast<int>(k);
+    } else if (a == "--redact" || a.rfind("--redact=", 0) == 0) {
+      o.redact = parseRedactPatterns(a == "--redact" ? value(a) : a.substr(9));
+    } else if (a == "-q" || a == "--quiet") {
+      o.quiet = true;
+    } else if (!a.empty() && a[0] == '-') {
+      usageError("unknown option '" + a + "'");
+    } else {
+      usageError("missing '--' before the command (write: dlrecord [options] -- " + a + " ...)");
+    }
+  }
+  if (!sawDashDash) usageError("missing '--' and the command to record");
+  for (; i < argc; ++i) o.command.emplace_back(argv[i]);
+  if (o.command.empty()) usageError("no command after '--'");
+  return o;
+}
+
+std::string defaultTraceName() {
+  time_t t = time(nullptr);
+  struct tm tm {};
+  localtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "dlrr-%Y%m%d-%H%M%S.trace", &tm);
+  return buf;
+}
+
+std::string absolutePath(const std::string& p) {
+  std::error_code ec;
+  auto abs = std::filesystem::absolute(p, ec);
+  return ec ? p : abs.lexically_normal().string();
+}
+
+std::string cpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto c = line.find(':');
+      return c == std::string::npos ? line : line.substr(c + 2);
+    }
+  return "";
+}
+
+int64_t realNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+// Creates the trace directory and the launcher stream. Throws TraceError.
+std::unique_ptr<StreamWriter> openLauncherStream(const Options& o, const std::string& trace) {
+  UniqueFd dir = createTraceDir(trace);
+  if (!listStreams(dir.get()).empty())
+    throw TraceError(ErrorKind::Usage, trace + " already holds a trace; remove it or choose another -o");
+  capnp::MallocMessageBuilder hm;
+  auto h = hm.initRoot<schema::StreamHeader>();
+  h.setStreamName(kLauncherStream);
+  h.setRole(schema::StreamHeader::Role::LAUNCHER);
+  h.setPid(::getpid());
+  h.setPpid(::getppid());
+  h.setStartNs(realNs());
+  h.setDlrrVersion(kDlrrVersion);
+  h.setFormatMinor(kFormatMinor);
+  auto ti = h.initTrace();
+  ti.setCreatedNs(realNs());
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  ti.setHost(host);
+  if (passwd* pw = ::getpwuid(::getuid())) ti.setUser(pw->pw_name);
+  ti.setUid(::getuid());
+  auto cmd = ti.initCommand(static_cast<unsigned>(o.command.size()));
+  for (size_t i = 0; i < o.command.size(); ++i) cmd.set(static_cast<unsigned>(i), o.command[i]);
+  std::error_code ec;
+  ti.setCwd(std::filesystem::current_path(ec).string());
+  std::vector<std::pair<std::string, std::string>> env;
+  std::vector<std::string> redacted;
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    auto eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    std::string k = kv.substr(0, eq);
+    if (isSecretName(k, o.redact)) {
+      env.emplace_back(k, kRedacted);
+      redacted.push_back(k);
+    } else {
+      env.emplace_back(k, kv.substr(eq + 1));
+    }
+  }
+  auto le = ti.initEnv(static_cast<unsigned>(env.size()));
+  for (size_t i = 0; i < env.size(); ++i) {
+    le[static_cast<unsigned>(i)].setKey(env[i].first);
+    le[static_cast<unsigned>(i)].setValue(env[i].second);
+  }
+  auto rn = ti.initRedactedNames(static_cast<unsigned>(redacted.size()));
+  for (size_t i = 0; i < redacted.size(); ++i) rn.set(static_cast<unsigned>(i), redacted[i]);
+  auto rp = ti.initRedactPatterns(static_cast<unsigned>(o.redact.size()));
+  for (size_t i = 0; i < o.redact.size(); ++i) rp.set(static_cast<unsigned>(i), o.redact[i]);
+  ti.setCpuModel(cpuModel());
+  ti.setCpuCount(static_cast<uint32_t>(::sysconf(_SC_NPROCESSORS_ONLN)));
+  utsname u{};
+  if (::uname(&u) == 0) ti.setKernel(std::string(u.sysname) + " " + u.release + " " + u.machine);
+  ti.setCaptureMode(o.capture);
+  auto opts = ti.initOptions(1);
+  opts[0].setKey("ring_steps");
+  opts[0].setValue(std::to_string(o.ringSteps));
+  std::string name;
+  return std::make_unique<StreamWriter>(createStreamFile(dir.get(), kLauncherStream, name), hm);
+}
+
+std::string prependPath(const char* var, const std::string& first) {
+  const char* old = std::getenv(var);
+  return old && *old ? first + ":" + old : first;
+}
+
+// The job's environment: ours plus what the interposer and the Python hook need.
+std::vector<std::string> childEnvironment(const Options& o, const std::string& trace, const InstallPaths& paths,
+                                          int statusFd) {
+  std::vector<std::string> env;
+  auto skip = [](const std::string& kv) {
+    for (const char* k : {"LD_PRELOAD=", "PYTHONPATH=", "DLRR_MODE=", "DLRR_TRACE=", "DLRR_CAPTURE=",
+                          "DLRR_RING_STEPS=", "DLRR_STATUS_FD=", "DLRR_LIBRARY="})
+      if (kv.rfind(k, 0) == 0) return true;
+    return false;
+  };
+  for (char** e = environ; *e; ++e)
+    if (!skip(*e)) env.emplace_back(*e);
+  env.push_back("LD_PRELOAD=" + prependPath("LD_PRELOAD", paths.library));
+  env.push_back("PYTHONPATH=" + prependPath("PYTHONPATH", paths.pythonHook));
+  env.push_back("DLRR_MODE=record");
+  env.push_back("DLRR_TRACE=" + trace);
+  env.push_back("DLRR_CAPTURE=" + o.capture);
+  env.push_back("DLRR_RING_STEPS=" + std::to_string(o.ringSteps));
+  env.push_back("DLRR_LIBRARY=" + paths.library);
+  if (statusFd >= 0) env.push_back("DLRR_STATUS_FD=" + std::to_string(statusFd));
+  return env;
+}
+
+pid_t gChild = -1;
+
+void forwardSignal(int sig, siginfo_t* info, void*) {
+  // Terminal-generated signals (Ctrl-C) reach the whole foreground group, the job included;
+  // forwarding those would deliver them twice.
+  if (info && info->si_code == SI_KERNEL && (sig == SIGINT || sig == SIGQUIT)) return;
+  if (gChild > 0) ::kill(gChild, sig);
+}
+
+std::string humanBytes(uint64_t b) {
+  char buf[32];
+  if (b >= (1u << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", b / 1048576.0);
+  else if (b >= 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+  else std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+  return buf;
+}
+
+std::string drain(int fd) {
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+int run(int argc, char** argv) {
+  Options o = parse(argc, argv);
+  std::string trace = absolutePath(o.output.empty() ? defaultTraceName() : o.output);
+  std::vector<std::string> problems;
+
+  std::unique_ptr<StreamWriter> launcher;
+  std::optional<InstallPaths> paths;
+  try {
+    paths = findInstallPaths();
+    launcher = openLauncherStream(o, trace);
+  } catch (const TraceError& e) {
+    if (e.kind() == ErrorKind::Usage && std::string(e.what()).find("already holds a trace") != std::string::npos) {
+      std::fprintf(stderr, "dlrecord: %s\n", e.what());
+      return kExitUsage;
+    }
+    problems.push_back(std::string("cannot record: ") + e.what() + "; running the job without recording");
+  }
+  bool recording = launcher != nullptr;
+
+  int statusPipe[2] = {-1, -1};
+  if (recording && ::pipe2(statusPipe, O_CLOEXEC | O_NONBLOCK) != 0) statusPipe[0] = statusPipe[1] = -1;
+  int execPipe[2];
+  if (::pipe2(execPipe, O_CLOEXEC) != 0) {
+    std::perror("dlrecord: pipe");
+    return 1;
+  }
+  std::vector<std::string> env;
+  if (recording) env = childEnvironment(o, trace, *paths, statusPipe[1]);
+  else
+    for (char** e = environ; *e; ++e) env.emplace_back(*e);
+  std::vector<char*> envp, args;
+  for (auto& s : env) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  for (auto& s : o.command) args.push_back(s.data());
+  args.push_back(nullptr);
+
+  // Handlers are installed before fork so no signal is lost; the child resets them.
+  struct sigaction sa {};
+  sa.sa_sigaction = forwardSignal;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+  for (int s : forwarded) ::sigaction(s, &sa, nullptr);
+
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    std::perror("dlrecord: fork");
+    return 1;
+  }
+  if (pid == 0) {
+    for (int s : forwarded) ::signal(s, SIG_DFL);
+    if (statusPipe[1] >= 0) ::fcntl(statusPipe[1], F_SETFD, 0);  // the job inherits the status fd
+    ::execvpe(args[0], args.data(), envp.data());
+    int err = errno;
+    ssize_t w = ::write(execPipe[1], &err, sizeof err);
+    (void)w;
+    ::_exit(err == ENOENT ? kExitCannotRun : kExitNotExecutable);
+  }
+  gChild = pid;
+  ::close(execPipe[1]);
+  if (statusPipe[1] >= 0) ::close(statusPipe[1]);
+  int execErr = 0;
+  if (::read(execPipe[0], &execErr, sizeof execErr) == static_cast<ssize_t>(sizeof execErr)) {
+    ::waitpid(pid, nullptr, 0);
+    std::fprintf(stderr, "dlrecord: cannot run '%s': %s\n", o.command[0].c_str(), std::strerror(execErr));
+    if (launcher) {
+      launcher->close();
+      launcher.reset();
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(trace, ec);  // nothing was recorded: leave nothing behind
+    return execErr == ENOENT ? kExitCannotRun : kExitNotExecutable;
+  }
+  ::close(execPipe[0]);
+
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  int exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+
+  std::string statusText = statusPipe[0] >= 0 ? drain(statusPipe[0]) : "";
+  if (statusPipe[0] >= 0) ::close(statusPipe[0]);
+  size_t start = 0;
+  while (start < statusText.size()) {
+    size_t nl = statusText.find('\n', start);
+    if (nl == std::string::npos) nl = statusText.size();
+    if (nl > start) problems.push_back(statusText.substr(start, nl - start));
+    start = nl + 1;
+  }
+
+  if (launcher) {
+    capnp::MallocMessageBuilder em;
+    auto e = em.initRoot<schema::Event>();
+    e.setStep(-1);
+    auto pe = e.initProcessExit();
+    pe.setPid(pid);
+    pe.setExited(WIFEXITED(status));
+    pe.setCode(WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    pe.setExitCode(exitCode);
+    launcher->append(em);
+    launcher->close();
+    if (launcher->failed()) problems.push_back("launcher stream incomplete: " + launcher->error());
+  }
+
+  for (const auto& p : problems) std::fprintf(stderr, "dlrecord: %s\n", p.c_str());
+  if (recording && !o.quiet) {
+    try {
+      auto t = Trace::open(trace);
+      TraceSummary s = t->summarize();
+      std::string line = "dlrecord: trace " + trace + ": " + std::to_string(s.steps) + " step" +
+                         (s.steps == 1 ? "" : "s") + ", " + humanBytes(s.bytes);
+      if (s.failure) line += "; " + formatFailure(*s.failure);
+      if (s.mainStream.empty()) line += "; no process recorded anything (not a Python/torch job?)";
+      std::fprintf(stderr, "%s\n", line.c_str());
+    } catch (const TraceError& e) {
+      std::fprintf(stderr, "dlrecord: trace %s is not readable: %s\n", trace.c_str(), e.what());
+    }
+  }
+  return exitCode;
+}
+
+}  // namespace
+}  // namespace dlrr
+
+int main(int argc, char** argv) { return dlrr::run(argc, argv); }
