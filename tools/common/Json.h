@@ -26,8 +26,7 @@ class JsonWriter {
   JsonWriter& value(bool b);
   JsonWriter& value(double d);
   template <std::integral T>
-    requires(!std::same_as<T, bool>)
-  JsonWriter& value(T v) {
+  requires(!std::same_as<T, bool>) JsonWriter& value(T v) {
     if constexpr (std::is_signed_v<T>)
       return number(std::to_string(static_cast<long long>(v)));
     else

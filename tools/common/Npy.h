@@ -12,7 +12,7 @@ namespace dlrr::tools {
 struct NpyDtype {
   std::string descr;  // e.g. "<f4"
   size_t itemSize = 0;
-  std::string note;   // set when the data is stored under a stand-in dtype (bfloat16 -> <u2)
+  std::string note;  // set when the data is stored under a stand-in dtype (bfloat16 -> <u2)
 };
 
 // Maps a torch dtype name (as recorded: "float32", "bfloat16", "int64", "bool", ...) to the

@@ -32,7 +32,7 @@ size_t utf8SequenceLength(std::string_view s, size_t i) {
     cp = (cp << 6) | (cc & 0x3F);
   }
   if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF))) return 0;  // overlong / too big
-  if (cp >= 0xD800 && cp <= 0xDFFF) return 0;                                                // surrogates
+  if (cp >= 0xD800 && cp <= 0xDFFF) return 0;                                               // surrogates
   return len;
 }
 
