@@ -72,5 +72,6 @@ def uninstall():
         _recorder = None
 
 
-def recorder():
+def current():
+    """The Recorder of this process, or None."""
     return _recorder
