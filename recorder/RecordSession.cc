@@ -116,10 +116,10 @@ size_t describeIp(uint64_t ip, const char* maps, size_t mapsLen, char* out, size
     if (q < eol && *q == '-') ++q;
     uint64_t hi = parseHex(q, eol);
     if (ip >= lo && ip < hi) {
-      // fields: range perms offset dev inode path
+      // fields after the range: perms offset dev inode, then the path
       int field = 0;
       uint64_t fileOff = 0;
-      while (q < eol && field < 5) {
+      while (q < eol && field < 4) {
         while (q < eol && *q == ' ') ++q;
         if (field == 1) fileOff = parseHex(q, eol);
         while (q < eol && *q != ' ') ++q;

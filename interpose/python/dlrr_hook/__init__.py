@@ -1,0 +1,77 @@
+"""dlrr's Python hook: glue between a PyTorch job and the preloaded libdlrr.so.
+
+sitecustomize.py calls install() at interpreter start.  The hook is active only when the
+native library is loaded and recording (dlrr_mode() == 1); it then stays dormant until the
+job imports torch.  Replay (mode 2) will install its own counterpart here, reusing the
+trackers the Recorder is built from (see recorder.py).
+
+Module map:
+  native    ctypes binding (C API prototypes, constants)
+  imports   post-import hook for torch
+  patching  reversible monkey-patching
+  steps     StepTracker: what a training step is
+  loaders   DataLoader numbering, batch indices, sample indices
+  values    batches as dlrr_val_* calls
+  tensors   tensors as (dtype, shape, bytes) arguments
+  modules   module paths, executing-module stack, forward hooks
+  training  backward() and optimizer.step() wrappers
+  rng       RNG state capture and (de)serialisation
+  failures  excepthooks, faulthandler
+  runtime   runtime facts (versions, threads, BLAS, determinism flags)
+  recorder  Recorder: record mode, wiring all of the above
+"""
+
+import sys
+
+from . import native
+
+_recorder = None  # the one Recorder of this process
+
+
+def _is_multiprocessing_helper():
+    """A spawn/forkserver child of multiprocessing (e.g. a spawned DataLoader worker)."""
+    argv = list(getattr(sys, "orig_argv", None) or getattr(sys, "argv", None) or [])
+    if "--multiprocessing-fork" in argv:
+        return True
+    for i, arg in enumerate(argv[:-1]):
+        if arg == "-c" and argv[i + 1].startswith("from multiprocessing."):
+            return True
+    return False
+
+
+def install(lib=None):
+    """Activates the hook for this process if libdlrr is recording it.  Returns the Recorder.
+
+    `lib` is for tests (a fake with the C API's function names); by default the preloaded
+    library is looked up, and without it nothing at all happens.
+    """
+    global _recorder
+    if _recorder is not None:
+        return _recorder
+    if _is_multiprocessing_helper():
+        return None  # workers record nothing; the main process captures their batches
+    if lib is None:
+        lib = native.load()
+        if lib is None:
+            return None
+    mode = lib.dlrr_mode()
+    if mode != native.MODE_RECORD:
+        return None  # off, or replay (not implemented by this hook yet)
+    from .recorder import Recorder
+    recorder = Recorder(lib)
+    _recorder = recorder
+    recorder.install()
+    return recorder
+
+
+def uninstall():
+    """Undoes install() (tests)."""
+    global _recorder
+    if _recorder is not None:
+        _recorder.uninstall()
+        _recorder = None
+
+
+def current():
+    """The Recorder of this process, or None."""
+    return _recorder

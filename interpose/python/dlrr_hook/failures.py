@@ -1,0 +1,125 @@
+"""Uncaught exceptions and fatal signals, recorded as failures.
+
+Patch points: sys.excepthook and threading.excepthook are wrapped; the wrapper reports to
+dlrr_failure_exception and then calls the hook it replaced, so what the job prints is
+byte-identical to a run without dlrr.  A job (or a later sitecustomize) that installs its
+own excepthook without chaining would hide exceptions from us, so at exit the recorder also
+reports sys.last_value (set by the interpreter for the uncaught exception that ended the
+main thread) when no hook reported it.
+
+Fatal signals are caught natively; faulthandler writes the Python stacks of all threads into
+the file dlrr_pystack_path() names, which the native handler embeds in the trace.  If the job
+already enabled faulthandler (PYTHONFAULTHANDLER, -X faulthandler) it is left alone.
+"""
+
+import ctypes
+import faulthandler
+import sys
+import threading
+import traceback
+
+from . import native
+
+
+def exception_type_name(exc_type):
+    module = getattr(exc_type, "__module__", None)
+    name = getattr(exc_type, "__qualname__", getattr(exc_type, "__name__", str(exc_type)))
+    if module in (None, "builtins", "__main__"):
+        return name
+    return "%s.%s" % (module, name)
+
+
+def _safe_str(exc):
+    try:
+        return str(exc)
+    except Exception:  # a broken __str__ must not hide the failure
+        return "<unprintable %s>" % type(exc).__name__
+
+
+class FailureHooks:
+    """Exception hooks and faulthandler for one recorder."""
+
+    def __init__(self, recorder, lib):
+        self._rec = recorder
+        self._lib = lib
+        self._reported = None
+        self._prev_excepthook = None
+        self._prev_threading_hook = None
+        self._our_excepthook = None
+        self._our_threading_hook = None
+        self._pystack_file = None
+
+    # -- reporting
+    def report(self, exc_type, exc, tb):
+        """dlrr_failure_exception for one exception (once per exception object)."""
+        if exc is not None and exc is self._reported:
+            return
+        self._reported = exc
+        frames = traceback.extract_tb(tb) if tb is not None else []
+        n = len(frames)
+        files = (ctypes.c_char_p * max(n, 1))(*[native.text(f.filename) for f in frames])
+        lines = (ctypes.c_int32 * max(n, 1))(*[f.lineno or 0 for f in frames])
+        functions = (ctypes.c_char_p * max(n, 1))(*[native.text(f.name) for f in frames])
+        code = (ctypes.c_char_p * max(n, 1))(*[native.text(f.line or "") for f in frames])
+        where = "%s:%d" % (frames[-1].filename, frames[-1].lineno or 0) if frames else ""
+        self._lib.dlrr_failure_exception(native.text(exception_type_name(exc_type)),
+                                         native.text(_safe_str(exc)), native.text(where), n,
+                                         files, lines, functions, code)
+
+    def report_unhooked_exit_exception(self):
+        """At exit: the exception that ended the main thread, if no hook reported it."""
+        exc = getattr(sys, "last_value", None)
+        if exc is not None and exc is not self._reported:
+            self.report(type(exc), exc, getattr(exc, "__traceback__", None))
+
+    # -- installation
+    def install(self):
+        rec = self._rec
+        hooks = self
+        previous = sys.excepthook
+
+        def excepthook(exc_type, exc, tb):
+            if rec.active and not issubclass(exc_type, SystemExit):
+                rec.guarded(hooks.report, exc_type, exc, tb)
+            return previous(exc_type, exc, tb)
+
+        self._prev_excepthook = previous
+        self._our_excepthook = excepthook
+        sys.excepthook = excepthook
+
+        previous_threading = threading.excepthook
+
+        def threading_excepthook(args):
+            if rec.active and args.exc_type is not None and not issubclass(args.exc_type, SystemExit):
+                rec.guarded(hooks.report, args.exc_type, args.exc_value, args.exc_traceback)
+            return previous_threading(args)
+
+        self._prev_threading_hook = previous_threading
+        self._our_threading_hook = threading_excepthook
+        threading.excepthook = threading_excepthook
+
+    def enable_faulthandler(self):
+        if faulthandler.is_enabled():
+            return  # the job's own choice
+        path = native.decode(self._lib.dlrr_pystack_path())
+        if not path:
+            return
+        self._pystack_file = open(path, "w", encoding="utf-8")
+        faulthandler.enable(file=self._pystack_file, all_threads=True)
+
+    def disable_faulthandler(self):
+        """Turn our faulthandler off (forked children, uninstall); theirs stays."""
+        if self._pystack_file is not None:
+            faulthandler.disable()
+            try:
+                self._pystack_file.close()
+            except OSError:
+                pass
+            self._pystack_file = None
+
+    def uninstall(self):
+        if sys.excepthook is self._our_excepthook:
+            sys.excepthook = self._prev_excepthook
+        if threading.excepthook is self._our_threading_hook:
+            threading.excepthook = self._prev_threading_hook
+        self.disable_faulthandler()

@@ -1,0 +1,230 @@
+"""DataLoader capture: which loader, which iteration, which batch, which samples.
+
+Patch points (torch.utils.data.dataloader; the same names exist from 1.x to 2.x):
+  DataLoader.__init__                      a loader exists (see StepTracker, step 0)
+  DataLoader.__iter__                      a new iteration (epoch) of that loader begins
+  _BaseDataLoaderIter.__next__             a batch reaches the loop (after collation,
+                                           workers and pinning) or the iteration ends
+  _BaseDataLoaderIter._next_index          the sampler's indices of the batch fetched next
+  _MultiProcessingDataLoaderIter._try_put_index
+                                           ...and the task number they were sent under
+
+With workers, indices are fetched ahead (prefetch) and batches may arrive out of order, so
+indices are kept per task number (_send_idx at the time they are sent) and matched to the
+task whose entry leaves _task_info when __next__ returns its batch.  Without workers the
+batch returned is the one whose indices were fetched last.
+
+Loader numbers are given in the order of first iteration; batch indices count a loader's
+batches across iterations.  Everything here is bookkeeping on the iterator object; what to
+do with a batch is the `deliver` callback's business (record now, serve in replay later).
+"""
+
+import ctypes
+import operator
+import weakref
+
+_NOTHING = object()
+
+
+class LoaderState:
+    """One DataLoader: its number, how many iterations it began, how many batches it gave."""
+
+    __slots__ = ("number", "iterations", "batches", "__weakref__")
+
+    def __init__(self, number):
+        self.number = number
+        self.iterations = 0
+        self.batches = 0
+
+
+class Iteration:
+    """One iteration (one iterator pass) of a loader."""
+
+    __slots__ = ("loader", "number", "count", "ended")
+
+    def __init__(self, loader, number):
+        self.loader = loader
+        self.number = number
+        self.count = 0
+        self.ended = False
+
+
+class BatchInfo:
+    __slots__ = ("loader", "iteration", "index", "indices")
+
+    def __init__(self, loader, iteration, index, indices):
+        self.loader = loader
+        self.iteration = iteration
+        self.index = index
+        self.indices = indices
+
+
+def indices_array(index):
+    """The sample indices of a batch as (c_int64 array or None, count).
+
+    A batch sampler yields a list of ints (or numpy ints, or a tensor); batch_size=None
+    yields one int; IterableDatasets yield None.  Anything that is not a flat sequence of
+    integers is not recorded (count 0).
+    """
+    if index is None or index is _NOTHING:
+        return None, 0
+    try:
+        if isinstance(index, int):
+            seq = [index]
+        else:
+            seq = list(index)
+        try:
+            return (ctypes.c_int64 * len(seq))(*seq), len(seq)
+        except TypeError:
+            seq = [operator.index(i) for i in seq]
+            return (ctypes.c_int64 * len(seq))(*seq), len(seq)
+    except (TypeError, ValueError, OverflowError):
+        return None, 0
+
+
+class LoaderTracker:
+    """Numbers loaders and their batches; calls deliver/end/created callbacks.
+
+    deliver(info: BatchInfo, data), end(loader: LoaderState, iteration: Iteration) and
+    created() are called from inside the patched methods; the caller guards them.
+    """
+
+    def __init__(self, recorder, deliver, end, created):
+        self._rec = recorder
+        self._deliver = deliver
+        self._end = end
+        self._created = created
+        self._loaders = weakref.WeakKeyDictionary()
+        self._next_number = 0
+
+    # -- state
+    def _loader_state(self, key):
+        state = self._loaders.get(key)
+        if state is None:
+            state = self._loaders[key] = LoaderState(self._next_number)
+            self._next_number += 1
+        return state
+
+    def begin_iteration(self, loader, iterator):
+        state = self._loader_state(loader)
+        iteration = Iteration(state, state.iterations)
+        state.iterations += 1
+        iterator._dlrr_iteration = iteration
+        return iteration
+
+    def _iteration_of(self, iterator):
+        iteration = getattr(iterator, "_dlrr_iteration", None)
+        if iteration is None:
+            # An iterator made without DataLoader.__iter__ (a subclass that builds its own):
+            # it counts as a loader of its own.
+            iteration = self.begin_iteration(iterator, iterator)
+        return iteration
+
+    # -- events (called by the patches)
+    def before_next(self, iterator):
+        """Task numbers in flight before __next__ runs (None without workers)."""
+        task_info = getattr(iterator, "_task_info", None)
+        if task_info is None:
+            return None
+        return list(task_info)
+
+    def after_next(self, iterator, data, in_flight):
+        iteration = self._iteration_of(iterator)
+        loader = iteration.loader
+        info = BatchInfo(loader.number, iteration.number, loader.batches,
+                         self._indices_of(iterator, in_flight))
+        loader.batches += 1
+        iteration.count += 1
+        self._deliver(info, data)
+
+    def stopped(self, iterator):
+        iteration = self._iteration_of(iterator)
+        if iteration.ended:
+            return
+        iteration.ended = True
+        self._end(iteration.loader, iteration)
+
+    def _indices_of(self, iterator, in_flight):
+        attrs = iterator.__dict__
+        task_info = attrs.get("_task_info")
+        if in_flight is None or task_info is None:
+            return attrs.get("_dlrr_index")
+        pending = attrs.get("_dlrr_pending")
+        if not pending:
+            return None
+        done = [task for task in in_flight if task not in task_info]
+        if not done:
+            return None
+        # In order, tasks skipped (exhausted IterableDataset workers) precede the one
+        # returned, so the returned one is the highest; out of order only one leaves.
+        index = pending.pop(max(done), None)
+        for task in done:
+            pending.pop(task, None)
+        return index
+
+    # -- patches
+    def install(self, patcher, dataloader_module):
+        rec = self._rec
+        tracker = self
+        DataLoader = dataloader_module.DataLoader
+        BaseIter = dataloader_module._BaseDataLoaderIter
+        MultiIter = getattr(dataloader_module, "_MultiProcessingDataLoaderIter", None)
+
+        def wrap_init(original):
+            def __init__(self, *args, **kwargs):
+                original(self, *args, **kwargs)
+                if rec.active:
+                    rec.guarded(tracker._created)
+            return __init__
+
+        def wrap_iter(original):
+            def __iter__(self):
+                iterator = original(self)
+                if rec.active:
+                    rec.guarded(tracker.begin_iteration, self, iterator)
+                return iterator
+            return __iter__
+
+        def wrap_next(original):
+            def __next__(self):
+                if not rec.active:
+                    return original(self)
+                in_flight = rec.guarded(tracker.before_next, self)
+                try:
+                    data = original(self)
+                except StopIteration:
+                    if rec.active:
+                        rec.guarded(tracker.stopped, self)
+                    raise
+                if rec.active:
+                    rec.guarded(tracker.after_next, self, data, in_flight)
+                return data
+            return __next__
+
+        def wrap_next_index(original):
+            def _next_index(self):
+                index = original(self)
+                self._dlrr_index = index
+                return index
+            return _next_index
+
+        def wrap_try_put_index(original):
+            def _try_put_index(self):
+                if not rec.active:
+                    return original(self)
+                task = getattr(self, "_send_idx", None)
+                self._dlrr_index = _NOTHING
+                original(self)
+                if task is not None and getattr(self, "_send_idx", None) != task:
+                    pending = self.__dict__.get("_dlrr_pending")
+                    if pending is None:
+                        pending = self._dlrr_pending = {}
+                    pending[task] = self._dlrr_index
+            return _try_put_index
+
+        patcher.wrap(DataLoader, "__init__", wrap_init)
+        patcher.wrap(DataLoader, "__iter__", wrap_iter)
+        patcher.wrap(BaseIter, "__next__", wrap_next)
+        patcher.wrap(BaseIter, "_next_index", wrap_next_index)
+        if MultiIter is not None and hasattr(MultiIter, "_try_put_index"):
+            patcher.wrap(MultiIter, "_try_put_index", wrap_try_put_index)

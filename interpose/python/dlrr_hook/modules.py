@@ -1,0 +1,167 @@
+"""Module paths, the stack of executing modules, and per-module output digests.
+
+Patch points: the global hooks torch.nn.modules.module.register_module_forward_pre_hook /
+register_module_forward_hook (public since 1.x; in 2.x registered with always_call=True so
+the stack is popped even when a forward raises).
+
+Paths: a module called while no module is executing is a root.  The first root of the
+process has the path prefix "", later roots are named after their class ("CrossEntropyLoss",
+"Net#2" when a name repeats).  A root's submodules get its named_modules() names under that
+prefix ("features.0"); a module reached in a forward but not registered under its root gets
+"<parent path>.<ClassName>".  Paths are cached per module (weakly) so the per-call cost is
+one dict lookup.
+"""
+
+import threading
+import weakref
+
+
+class ModulePaths:
+    """Module -> path bytes, with root naming as described in the module docstring."""
+
+    def __init__(self):
+        self._paths = {}        # id(module) -> (weakref, path bytes)
+        self._root_names = {}   # prefix -> weakref of the root that owns it
+
+    def lookup(self, module):
+        entry = self._paths.get(id(module))
+        if entry is not None and entry[0]() is module:
+            return entry[1]
+        return None
+
+    def _store(self, module, path):
+        key = id(module)
+        paths = self._paths
+
+        def forget(ref, key=key):
+            entry = paths.get(key)
+            if entry is not None and entry[0] is ref:
+                del paths[key]
+
+        path_bytes = path.encode("utf-8", "surrogatepass")
+        paths[key] = (weakref.ref(module, forget), path_bytes)
+        return path_bytes
+
+    def _index(self, root, prefix):
+        for name, module in root.named_modules():
+            if self.lookup(module) is None:
+                path = prefix + "." + name if prefix and name else (prefix or name)
+                self._store(module, path)
+
+    def _root_prefix(self, root):
+        if not self._root_names:
+            prefix = ""
+        else:
+            base = type(root).__name__
+            prefix, n = base, 1
+            while prefix in self._root_names and self._root_names[prefix]() is not None:
+                n += 1
+                prefix = "%s#%d" % (base, n)
+        self._root_names[prefix] = weakref.ref(root)
+        return prefix
+
+    def path_of(self, module, parent, root):
+        """Path bytes of `module`, called from `parent` (None for a root) under `root`."""
+        path = self.lookup(module)
+        if path is not None:
+            return path
+        if parent is None:
+            self._index(module, self._root_prefix(module))
+            return self.lookup(module)
+        self._index(root, self.path_of(root, None, root).decode("utf-8", "surrogatepass"))
+        path = self.lookup(module)
+        if path is not None:
+            return path
+        parent_path = self.path_of(parent, None if parent is root else root, root)
+        parent_text = parent_path.decode("utf-8", "surrogatepass")
+        name = "<%s>" % type(module).__name__
+        return self._store(module, parent_text + "." + name if parent_text else name)
+
+    def parameters(self, root):
+        """[(name bytes, parameter)] of a root, under its prefix."""
+        prefix = self.lookup(root)
+        prefix = prefix.decode("utf-8", "surrogatepass") if prefix else ""
+        return [((prefix + "." + name if prefix else name).encode("utf-8", "surrogatepass"), p)
+                for name, p in root.named_parameters()]
+
+
+class ModuleTracker:
+    """Maintains the per-thread stack of executing modules and reports outputs.
+
+    on_root(module, grad_enabled) runs before a root's forward; on_output(path, output)
+    after every module's forward.  Both are called inside the recorder's guard.
+    """
+
+    def __init__(self, recorder, torch, on_root, on_output, digest_outputs):
+        self._rec = recorder
+        self._torch = torch
+        self._on_root = on_root
+        self._on_output = on_output
+        self._digest_outputs = digest_outputs
+        self.paths = ModulePaths()
+        self._local = threading.local()
+        self._handles = []
+        compiler = getattr(torch, "compiler", None)
+        self._is_compiling = getattr(compiler, "is_compiling", None) or (lambda: False)
+
+    def reset_stack(self):
+        """Forget the calling thread's stack (called where no forward can be running)."""
+        self._local.__dict__.pop("stack", None)
+
+    def install(self, module_module):
+        rec = self._rec
+        local = self._local
+        paths = self.paths
+        is_grad_enabled = self._torch.is_grad_enabled
+        is_compiling = self._is_compiling
+        on_root = self._on_root
+        on_output = self._on_output
+        digest_outputs = self._digest_outputs
+
+        def pre_hook(module, args):
+            if not rec.active or is_compiling():
+                return None
+            try:
+                stack = local.__dict__.get("stack")
+                if stack is None:
+                    stack = local.stack = []
+                if not stack:
+                    on_root(module, is_grad_enabled())
+                stack.append(module)
+            except Exception as exc:  # never into the job
+                rec.internal_error(exc)
+            return None
+
+        def post_hook(module, args, output):
+            if not rec.active or is_compiling():
+                return None
+            try:
+                stack = local.__dict__.get("stack")
+                if not stack:
+                    return None
+                if stack[-1] is module:
+                    stack.pop()
+                else:
+                    # A forward raised below us (1.x has no always_call): unwind to module.
+                    while stack and stack.pop() is not module:
+                        pass
+                if digest_outputs and output is not None:
+                    parent = stack[-1] if stack else None
+                    root = stack[0] if stack else module
+                    on_output(paths.path_of(module, parent, root), output)
+            except Exception as exc:
+                rec.internal_error(exc)
+            return None
+
+        register_pre = module_module.register_module_forward_pre_hook
+        register_post = module_module.register_module_forward_hook
+        self._handles.append(register_pre(pre_hook))
+        try:
+            handle = register_post(post_hook, always_call=True)
+        except TypeError:  # torch < 2.1
+            handle = register_post(post_hook)
+        self._handles.append(handle)
+
+    def uninstall(self):
+        while self._handles:
+            self._handles.pop().remove()

@@ -1,0 +1,137 @@
+"""ctypes binding to the C API of the preloaded libdlrr.so (interpose/include/dlrr/dlrr.h).
+
+The library is already in the process (LD_PRELOAD by dlrecord), so nothing is loaded here:
+we only look its symbols up, either through the path in DLRR_LIBRARY opened with
+RTLD_NOLOAD (never a second, unpreloaded copy) or through the global namespace
+(dlopen(NULL)).  When the symbols are absent the hook is off and costs nothing.
+
+SIGNATURES is the one place that mirrors dlrr.h; the test double in tests/python builds
+ctypes callbacks from the same table, so a call that would not marshal against the real
+library does not marshal against the fake either.
+"""
+
+import ctypes
+import os
+from ctypes import (POINTER, c_char_p, c_double, c_int, c_int32, c_int64, c_uint32,
+                    c_uint64, c_void_p)
+
+MODE_OFF = 0
+MODE_RECORD = 1
+MODE_REPLAY = 2
+
+# enum dlrr_digest_kind_t (same numbering as schema TensorDigest.Kind)
+DIGEST_MODULE_OUTPUT = 0
+DIGEST_GRADIENT = 1
+DIGEST_PARAMETER = 2
+DIGEST_LOSS = 3
+DIGEST_BATCH = 4
+DIGEST_OTHER = 5
+DIGEST_MODULE_INPUT = 6
+
+# enum dlrr_rng_kind_t (same numbering as schema RngState.Kind)
+RNG_TORCH_CPU = 0
+RNG_TORCH_CUDA = 1
+RNG_NUMPY = 2
+RNG_PYTHON = 3
+
+# RngState.device for generators that are not tied to a device.
+NO_DEVICE = -1
+
+# StepBegin.loader when steps are counted by optimizer.step() (no DataLoader).
+NO_LOADER = 0xFFFFFFFF
+
+CAPTURE_MINIMAL = 0
+CAPTURE_DEFAULT = 1
+CAPTURE_FULL = 2
+
+
+class DigestT(ctypes.Structure):
+    """struct dlrr_digest."""
+
+    _fields_ = [("hash", c_uint64), ("nan_count", c_uint64), ("inf_count", c_uint64),
+                ("min", c_double), ("max", c_double)]
+
+
+_CHARPP = POINTER(c_char_p)
+
+# name -> (restype, argtypes), in the order of dlrr.h.
+SIGNATURES = {
+    "dlrr_mode": (c_int, []),
+    "dlrr_status": (c_char_p, []),
+    "dlrr_trace_dir": (c_char_p, []),
+    "dlrr_capture_level": (c_int, []),
+    "dlrr_pystack_path": (c_char_p, []),
+    "dlrr_runtime_info": (None, [c_char_p, c_char_p]),
+    "dlrr_note": (None, [c_char_p]),
+    "dlrr_recorder_status": (None, [c_int, c_char_p]),
+    "dlrr_step_begin": (None, [c_int64, c_uint32, c_uint64, c_int64, c_int]),
+    "dlrr_step_end": (None, [c_int64, c_double]),
+    "dlrr_current_step": (c_int64, []),
+    "dlrr_rng_state": (None, [c_int, c_int, c_void_p, c_uint64]),
+    "dlrr_batch_begin": (None, [c_uint32, c_uint32, c_uint64, c_int, POINTER(c_int64), c_uint64]),
+    "dlrr_val_list": (None, [c_uint32]),
+    "dlrr_val_tuple": (None, [c_uint32]),
+    "dlrr_val_dict": (None, [c_uint32]),
+    "dlrr_val_key": (None, [c_char_p]),
+    "dlrr_val_none": (None, []),
+    "dlrr_val_bool": (None, [c_int]),
+    "dlrr_val_int": (None, [c_int64]),
+    "dlrr_val_float": (None, [c_double]),
+    "dlrr_val_str": (None, [c_char_p, c_uint64]),
+    "dlrr_val_bytes": (None, [c_void_p, c_uint64]),
+    "dlrr_val_opaque": (None, [c_char_p]),
+    "dlrr_val_tensor": (None, [c_char_p, c_uint32, c_int, POINTER(c_int64), c_void_p, c_uint64,
+                               c_char_p, c_int]),
+    "dlrr_batch_end": (None, []),
+    "dlrr_loader_end": (None, [c_uint32, c_uint32, c_uint64]),
+    "dlrr_digest": (c_int, [c_int, c_char_p, c_uint32, c_uint32, c_char_p, c_int, POINTER(c_int64),
+                            c_void_p, c_uint64, c_int, POINTER(DigestT)]),
+    "dlrr_first_failure_step": (c_int, [POINTER(c_int64)]),
+    "dlrr_failure_exception": (None, [c_char_p, c_char_p, c_char_p, c_int, _CHARPP,
+                                      POINTER(c_int32), _CHARPP, _CHARPP]),
+}
+
+
+def bind(lib):
+    """Sets restype/argtypes of every C API function on `lib`; AttributeError if one is missing."""
+    for name, (restype, argtypes) in SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+    return lib
+
+
+def load(environ=None):
+    """Returns the bound library when libdlrr.so is loaded in this process, else None."""
+    environ = os.environ if environ is None else environ
+    candidates = []
+    path = environ.get("DLRR_LIBRARY")
+    if path:
+        candidates.append(path)
+    candidates.append(None)  # the global namespace: LD_PRELOAD puts the library there
+    for candidate in candidates:
+        try:
+            if candidate is None:
+                lib = ctypes.CDLL(None)
+            else:
+                # RTLD_NOLOAD: only a library that is already mapped; never start a recorder
+                # that the launcher did not preload.
+                lib = ctypes.CDLL(candidate, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+            return bind(lib)
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
+def text(value):
+    """UTF-8 bytes for a char* argument (lone surrogates from file names survive)."""
+    if isinstance(value, bytes):
+        return value
+    return str(value).encode("utf-8", "surrogatepass")
+
+
+def decode(value):
+    """str from a const char* result (None -> "")."""
+    if not value:
+        return ""
+    return value.decode("utf-8", "replace")

@@ -1,0 +1,341 @@
+"""Record mode: turns what the job does into C API calls.
+
+The Recorder owns every patch and the only mutable state of the hook.  The parts it wires
+together are reusable by replay: LoaderTracker (which batch is which), StepTracker (step
+boundaries), ModuleTracker/ModulePaths (module paths and call indices), ValueWriter and
+TensorMarshal (values as C API arguments), RngCapture (generator states).
+
+Never break the job: each hook body runs under guarded(); an internal error turns capture
+off for good (patches fall straight through to the originals), commits the open step, and
+is reported once through dlrr_recorder_status.
+"""
+
+import atexit
+import ctypes
+import importlib
+import math
+import os
+import sys
+import traceback
+import weakref
+
+from . import native, runtime
+from .failures import FailureHooks
+from .imports import ImportWatcher
+from .loaders import LoaderTracker, indices_array
+from .modules import ModuleTracker
+from .patching import Patcher
+from .rng import RngCapture
+from .steps import StepTracker
+from .tensors import TensorMarshal
+from .training import TrainingPatches
+from .values import ValueWriter
+
+
+def _disable_in_child(recorder_ref):
+    """os.register_at_fork(after_in_child=...): workers record nothing (see Recorder)."""
+    recorder = recorder_ref()
+    if recorder is not None:
+        recorder.disable_in_child()
+
+
+def _where(exc):
+    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ else []
+    if not frames:
+        return "?"
+    frame = frames[-1]
+    return "%s:%s" % (os.path.basename(frame.filename), frame.lineno)
+
+
+class Recorder:
+    """The hook in record mode (dlrr_mode() == 1).  One per process.
+
+    Forked children (DataLoader workers) record nothing: batches are captured in the main
+    process, after collation, which also makes replay independent of the worker count.
+    """
+
+    def __init__(self, lib):
+        self.lib = lib
+        self.active = True
+        self.torch = None
+        self.capture_level = lib.dlrr_capture_level()
+        self.steps = StepTracker(self)
+        self.failures = FailureHooks(self, lib)
+        self.marshal = None
+        self.values = None
+        self.rng = None
+        self.loaders = None
+        self.modules = None
+        self.training = None
+        self._patcher = Patcher()
+        self._watcher = None
+        self._runtime_sent = False
+        self._reported = False
+        self._digest_fn = lib.dlrr_digest
+        self._digest_out = native.DigestT()
+        self._digest_ref = ctypes.byref(self._digest_out)
+        self._keep_outputs = 1 if self.capture_level >= native.CAPTURE_DEFAULT else 0
+        self._tensor_type = None
+        # Per-step state (reset at step begin/end).
+        self._module_calls = {}
+        self._grad_calls = {}
+        self._param_calls = {}
+        self._backwards = 0
+        self._roots = {}
+        self._parameters = None
+        self._optimizer_numbers = weakref.WeakKeyDictionary()
+
+    # ------------------------------------------------------------------ lifecycle
+    def install(self):
+        """Process-wide hooks now; torch patches once torch is imported."""
+        self.failures.install()
+        self.guarded(self.failures.enable_faulthandler)
+        atexit.register(self._at_exit)
+        os.register_at_fork(after_in_child=lambda ref=weakref.ref(self): _disable_in_child(ref))
+        self._watcher = ImportWatcher("torch", lambda module: self.guarded(self._on_torch, module))
+        self._watcher.start()
+
+    def uninstall(self):
+        """Undo everything (tests; a real job keeps the recorder to the end)."""
+        self.active = False
+        if self._watcher is not None:
+            self._watcher.stop()
+        if self.modules is not None:
+            self.modules.uninstall()
+        self._patcher.restore()
+        self.failures.uninstall()
+        atexit.unregister(self._at_exit)
+
+    def disable_in_child(self):
+        self.active = False
+        if self.modules is not None:
+            try:
+                self.modules.uninstall()
+            except Exception:
+                pass
+        try:
+            self.failures.disable_faulthandler()
+        except Exception:
+            pass
+
+    def guarded(self, fn, *args):
+        """fn(*args); an exception disables capture (reported once) instead of reaching the job."""
+        try:
+            return fn(*args)
+        except Exception as exc:
+            self.internal_error(exc)
+            return None
+
+    def internal_error(self, exc):
+        if not self.active:
+            return
+        self.active = False
+        message = "python hook disabled after an internal error: %s: %s (at %s)" % (
+            type(exc).__name__, exc, _where(exc))
+        for cleanup in (self._uninstall_module_hooks, self.steps.on_exit):
+            try:
+                cleanup()
+            except Exception:
+                pass
+        self._report(0, message)
+
+    def _uninstall_module_hooks(self):
+        if self.modules is not None:
+            self.modules.uninstall()
+
+    def _report(self, ok, message):
+        try:
+            self.lib.dlrr_recorder_status(ok, native.text(message))
+        except Exception:
+            try:
+                sys.stderr.write("dlrr: %s\n" % message)
+            except Exception:
+                pass
+
+    def _on_torch(self, torch):
+        """torch finished importing: patch the DataLoader, modules, backward and optimizers."""
+        self.torch = torch
+        self._tensor_type = torch.Tensor
+        dataloader = importlib.import_module("torch.utils.data.dataloader")
+        module_module = importlib.import_module("torch.nn.modules.module")
+        importlib.import_module("torch.optim")
+        self.marshal = TensorMarshal(torch)
+        self.values = ValueWriter(self.lib, self.marshal, torch.Tensor)
+        self.rng = RngCapture(self.lib, torch)
+        self.loaders = LoaderTracker(self, self._on_batch, self._on_loader_end,
+                                     self.steps.note_loader_created)
+        self.loaders.install(self._patcher, dataloader)
+        self.modules = ModuleTracker(self, torch, self._on_root, self._on_output,
+                                     digest_outputs=self.capture_level >= native.CAPTURE_DEFAULT)
+        self.modules.install(module_module)
+        self.training = TrainingPatches(self, torch, self._before_backward, self._after_backward,
+                                        self._before_optimizer_step, self._after_optimizer_step)
+        self.training.install(self._patcher)
+
+    def _at_exit(self):
+        if not self.active:
+            return
+        self.guarded(self.failures.report_unhooked_exit_exception)
+        if self.torch is None:
+            self._report(1, "no steps captured: torch was never imported")
+        else:
+            self.guarded(self.steps.on_exit)
+            if self.active and self.steps.steps_begun == 0:
+                self.guarded(self._send_runtime_info)
+                self._report(1, "no steps captured: no DataLoader batch with gradients enabled "
+                                "and no optimizer.step()")
+        self.active = False  # nothing after the last commit
+
+    # ------------------------------------------------------------------ StepTracker sink
+    def snapshot_rng(self):
+        return self.rng.snapshot()
+
+    def begin_step(self, step, loader, batch_index, epoch, by_optimizer, rng):
+        self._send_runtime_info()
+        self.lib.dlrr_step_begin(step, loader, batch_index, epoch, 1 if by_optimizer else 0)
+        self._module_calls.clear()
+        self._grad_calls.clear()
+        self._param_calls.clear()
+        self._backwards = 0
+        self._parameters = None
+        if rng is not None:
+            self.rng.write(rng)
+
+    def end_step(self, step, loss):
+        self.lib.dlrr_step_end(step, loss)
+        self._roots.clear()
+        self._parameters = None
+
+    def _send_runtime_info(self):
+        if self._runtime_sent:
+            return
+        self._runtime_sent = True
+        info = self.lib.dlrr_runtime_info
+        for key, value in runtime.collect(self.torch):
+            info(native.text(key), native.text(value))
+
+    # ------------------------------------------------------------------ DataLoader
+    def _on_batch(self, info, data):
+        self.modules.reset_stack()
+        self._send_runtime_info()
+        training = self.steps.on_batch(info.loader, info.index, info.iteration,
+                                       self.torch.is_grad_enabled())
+        self.rng.write(self.rng.snapshot())
+        indices, count = indices_array(info.indices)
+        self.lib.dlrr_batch_begin(info.loader, info.iteration, info.index, 1 if training else 0,
+                                  indices, count)
+        try:
+            self.values.write(data)
+        finally:
+            self.lib.dlrr_batch_end()
+
+    def _on_loader_end(self, loader, iteration):
+        self.lib.dlrr_loader_end(loader.number, iteration.number, iteration.count)
+        self.steps.on_loader_end(loader.number)
+
+    # ------------------------------------------------------------------ digests
+    def _digest(self, kind, path, call_index, output, tensor, keep):
+        prepared = self.marshal.prepare(tensor)
+        if prepared is None:
+            return None
+        host, dtype, _, ndim, shape, ptr, nbytes = prepared
+        self._digest_fn(kind, path, call_index, output, dtype, ndim, shape, ptr, nbytes, keep,
+                        self._digest_ref)
+        return host
+
+    def _on_root(self, module, grad_enabled):
+        self._roots[id(module)] = module
+        self.steps.on_root_forward(grad_enabled)
+
+    def _on_output(self, path, output):
+        calls = self._module_calls
+        call_index = calls.get(path, 0)
+        calls[path] = call_index + 1
+        tensor_type = self._tensor_type
+        if isinstance(output, tensor_type):
+            self._digest(native.DIGEST_MODULE_OUTPUT, path, call_index, 0, output, self._keep_outputs)
+            return
+        for index, tensor in enumerate(_flat_tensors(output, tensor_type)):
+            self._digest(native.DIGEST_MODULE_OUTPUT, path, call_index, index, tensor,
+                         self._keep_outputs)
+
+    def _step_parameters(self):
+        """[(name bytes, parameter)] of every root seen in this step, each parameter once."""
+        if self._parameters is None:
+            seen = set()
+            params = []
+            for root in list(self._roots.values()):
+                for name, param in self.modules.paths.parameters(root):
+                    if id(param) not in seen:
+                        seen.add(id(param))
+                        params.append((name, param))
+            self._parameters = params
+        return self._parameters
+
+    # ------------------------------------------------------------------ backward / step
+    def _before_backward(self, tensors):
+        self.steps.on_backward()
+        call_index = self._backwards
+        self._backwards += 1
+        loss = math.nan
+        for index, tensor in enumerate(tensors):
+            host = self._digest(native.DIGEST_LOSS, b"loss", call_index, index, tensor,
+                                self._keep_outputs)
+            if index == 0 and host is not None and host.numel() == 1:
+                loss = float(host.item())
+        self.steps.on_loss(loss)
+
+    def _after_backward(self):
+        if self.capture_level < native.CAPTURE_DEFAULT:
+            return
+        calls = self._grad_calls
+        for name, param in self._step_parameters():
+            grad = param.grad
+            if grad is not None:
+                call_index = calls.get(name, 0)
+                calls[name] = call_index + 1
+                self._digest(native.DIGEST_GRADIENT, name, call_index, 0, grad, 0)
+
+    def _before_optimizer_step(self, optimizer):
+        self.steps.on_optimizer_step_begin()
+
+    def _after_optimizer_step(self, optimizer):
+        if self.capture_level >= native.CAPTURE_DEFAULT:
+            self._digest_parameters(optimizer)
+        self.steps.on_optimizer_step_end()
+
+    def _digest_parameters(self, optimizer):
+        names = {id(p): name for name, p in self._step_parameters()}
+        number = self._optimizer_numbers.get(optimizer)
+        if number is None:
+            number = self._optimizer_numbers[optimizer] = len(self._optimizer_numbers)
+        calls = self._param_calls
+        for g, group in enumerate(optimizer.param_groups):
+            for i, param in enumerate(group["params"]):
+                name = names.get(id(param))
+                if name is None:
+                    name = ("optimizer%d.group%d.%d" % (number, g, i)).encode()
+                call_index = calls.get(name, 0)
+                calls[name] = call_index + 1
+                self._digest(native.DIGEST_PARAMETER, name, call_index, 0, param, 0)
+
+
+def _flat_tensors(value, tensor_type, depth=0):
+    """Tensors of a module output in order: tuples/lists flattened, dict values in order."""
+    if isinstance(value, tensor_type):
+        return [value]
+    out = []
+    if depth > 16:
+        return out
+    if isinstance(value, (tuple, list)):
+        items = value
+    elif isinstance(value, dict):
+        items = value.values()
+    else:
+        return out
+    for item in items:
+        if isinstance(item, tensor_type):
+            out.append(item)
+        else:
+            out.extend(_flat_tensors(item, tensor_type, depth + 1))
+    return out

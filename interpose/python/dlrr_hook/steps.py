@@ -1,0 +1,169 @@
+"""What a training step is: the one place that decides step boundaries.
+
+StepTracker is pure logic (no torch, no ctypes): it is fed events by the patches and tells
+a sink when a step begins and ends.  Record mode's sink writes dlrr_step_begin/_end; replay
+will feed the same events and use the same boundaries.
+"""
+
+import math
+
+from . import native
+
+
+class _Step:
+    __slots__ = ("number", "loader", "by_optimizer")
+
+    def __init__(self, number, loader, by_optimizer):
+        self.number = number
+        self.loader = loader
+        self.by_optimizer = by_optimizer
+
+
+class StepTracker:
+    """Step boundaries of a training job.
+
+    Steps are numbered from 0 in the order training batches reach the loop, across epochs
+    (as one global counter over the training loader's batches would count them); loops
+    without a DataLoader count optimizer steps instead.
+
+    DataLoader-driven steps:
+      - A batch delivery (a DataLoader iterator's __next__ returning a batch) begins a step
+        when torch.is_grad_enabled() and its loader has not been classified as an eval loader.
+      - A loader becomes an eval loader once one of its batches was followed by the next
+        delivery (of any loader) with no backward() and no optimizer.step() in between.
+        Consequences: an eval loader iterated with grad enabled costs one spurious step, for
+        its first batch only; of two loaders zipped for training, the first is classified eval
+        and the second drives the steps (one step per loop iteration, as wanted).
+      - The step ends at the next batch delivery, at the StopIteration of the loader that
+        began it, or at process exit (atexit), whichever comes first.  The end is the commit
+        point (dlrr_step_end) and carries the last loss passed to backward() in the step
+        (NaN when there was none).
+
+    Optimizer-driven steps, while no DataLoader batch has begun a step:
+      - Step k ends when the k-th optimizer.step() returns (outermost calls only); step k+1
+        begins right then: its RNG states are taken at that instant.  It is announced
+        (dlrr_step_begin) at its first sign of training work - a grad-enabled forward of a
+        root module, backward() or optimizer.step() - so that the end of the loop leaves no
+        empty step behind.
+      - Step 0 begins at the first sign of training work.  Once a DataLoader exists, a
+        forward alone opens step 0 only tentatively (RNG taken, nothing announced) until
+        backward() or optimizer.step() confirms it: a dry-run forward before a DataLoader
+        loop must not steal step 0 from the first training batch.
+      - The first DataLoader batch that begins a step switches to DataLoader-driven steps for
+        good; an optimizer-driven step still open ends there and numbering continues.
+
+    The sink provides snapshot_rng(), begin_step(step, loader, batch_index, epoch,
+    by_optimizer, rng) and end_step(step, loss).  For DataLoader-driven steps rng is None:
+    the caller writes the RNG states of every delivery itself.
+    """
+
+    def __init__(self, sink):
+        self._sink = sink
+        self._next = 0
+        self._open = None
+        self._loss = math.nan
+        self._loader_driven = False
+        self._loader_exists = False
+        self._eval_loaders = set()
+        self._last_loader = None
+        self._activity = False
+        self._pending_rng = None
+        self._optimizer_steps = 0
+
+    # -- queries
+    @property
+    def current(self):
+        """Number of the open step, or None."""
+        return None if self._open is None else self._open.number
+
+    @property
+    def steps_begun(self):
+        return self._next
+
+    def is_eval_loader(self, loader):
+        return loader in self._eval_loaders
+
+    # -- events
+    def note_loader_created(self):
+        self._loader_exists = True
+
+    def on_batch(self, loader, batch_index, epoch, grad_enabled):
+        """A batch of `loader` reached the loop.  Returns True when it begins a step."""
+        previous = self._last_loader
+        if previous is not None and not self._activity:
+            self._eval_loaders.add(previous)
+        self._last_loader = loader
+        self._activity = False
+        training = grad_enabled and loader not in self._eval_loaders
+        if self._open is not None and (training or not self._open.by_optimizer):
+            self._end()
+        if training:
+            self._loader_driven = True
+            self._pending_rng = None
+            self._begin(loader, batch_index, epoch, False, None)
+        return training
+
+    def on_loader_end(self, loader):
+        """The iterator of `loader` raised StopIteration."""
+        if self._open is not None and not self._open.by_optimizer and self._open.loader == loader:
+            self._end()
+
+    def on_root_forward(self, grad_enabled):
+        """A module was called with no module executing (a root), before its forward."""
+        if not grad_enabled or self._loader_driven or self._open is not None:
+            return
+        if self._next == 0 and self._loader_exists:
+            if self._pending_rng is None:
+                self._pending_rng = self._sink.snapshot_rng()
+            return
+        self._begin_optimizer_step()
+
+    def on_backward(self):
+        """backward() is about to run."""
+        self._activity = True
+        if self._open is None and not self._loader_driven:
+            self._begin_optimizer_step()
+
+    def on_loss(self, value):
+        if self._open is not None:
+            self._loss = value
+
+    def on_optimizer_step_begin(self):
+        self._activity = True
+        if self._open is None and not self._loader_driven:
+            self._begin_optimizer_step()
+
+    def on_optimizer_step_end(self):
+        """An outermost optimizer.step() returned."""
+        self._activity = True
+        if self._open is not None and self._open.by_optimizer:
+            self._end()
+            self._pending_rng = self._sink.snapshot_rng()
+
+    def on_exit(self):
+        if self._open is not None:
+            self._end()
+        self._pending_rng = None
+
+    # -- internals
+    def _begin_optimizer_step(self):
+        rng = self._pending_rng
+        self._pending_rng = None
+        if rng is None:
+            rng = self._sink.snapshot_rng()
+        index = self._optimizer_steps
+        self._optimizer_steps += 1
+        self._begin(native.NO_LOADER, index, -1, True, rng)
+
+    def _begin(self, loader, batch_index, epoch, by_optimizer, rng):
+        step = _Step(self._next, loader, by_optimizer)
+        self._next += 1
+        self._open = step
+        self._loss = math.nan
+        self._sink.begin_step(step.number, loader, batch_index, epoch, by_optimizer, rng)
+
+    def _end(self):
+        step, loss = self._open, self._loss
+        self._open = None
+        self._loss = math.nan
+        self._sink.end_step(step.number, loss)

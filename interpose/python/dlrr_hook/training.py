@@ -1,0 +1,123 @@
+"""backward() and optimizer.step(): the loss, gradients, parameters and step activity.
+
+Patch points:
+  torch.Tensor.backward, torch.autograd.backward
+      Tensor.backward calls torch.autograd.backward, so a per-thread depth counter makes
+      only the outermost call count.  Arguments go through untouched (gradient,
+      retain_graph, create_graph, inputs, ...), and so do exceptions.
+  optimizer classes' step
+      Optimizer.__init__ is wrapped to wrap type(self)'s step the first time a class is
+      instantiated (where it is defined in the MRO), the way PyTorch itself hooks steps for
+      the profiler; works on 1.x and 2.x.  Nested calls (a subclass calling super().step(),
+      LBFGS closures) count once.
+"""
+
+import threading
+
+from .patching import is_wrapped
+
+
+def _loss_tensors(tensors, tensor_type):
+    if isinstance(tensors, tensor_type):
+        return (tensors,)
+    try:
+        return tuple(t for t in tensors if isinstance(t, tensor_type))
+    except TypeError:
+        return ()
+
+
+class TrainingPatches:
+    """Installs the backward/step wrappers; reports to the recorder's callbacks.
+
+    Callbacks (all called inside the recorder's guard):
+      before_backward(tensors)   just before the outermost backward runs
+      after_backward()           after it returned normally
+      before_step(optimizer)     just before an outermost optimizer.step()
+      after_step(optimizer)      after it returned normally
+    """
+
+    def __init__(self, recorder, torch, before_backward, after_backward, before_step, after_step):
+        self._rec = recorder
+        self._torch = torch
+        self._before_backward = before_backward
+        self._after_backward = after_backward
+        self._before_step = before_step
+        self._after_step = after_step
+        self._local = threading.local()
+        self._patcher = None
+
+    def install(self, patcher):
+        self._patcher = patcher
+        torch = self._torch
+        patcher.wrap(torch.Tensor, "backward", self._wrap_tensor_backward)
+        patcher.wrap(torch.autograd, "backward", self._wrap_autograd_backward)
+        patcher.wrap(torch.optim.Optimizer, "__init__", self._wrap_optimizer_init)
+
+    # -- backward
+    def _run_backward(self, original, tensors, args, kwargs):
+        rec = self._rec
+        local = self._local
+        if not rec.active or local.__dict__.get("backward", 0):
+            return original(*args, **kwargs)
+        rec.guarded(self._before_backward, tensors)
+        local.backward = 1
+        try:
+            result = original(*args, **kwargs)
+        finally:
+            local.backward = 0
+        if rec.active:
+            rec.guarded(self._after_backward)
+        return result
+
+    def _wrap_tensor_backward(self, original):
+        patches = self
+
+        def backward(self, *args, **kwargs):
+            return patches._run_backward(original, (self,), (self,) + args, kwargs)
+        return backward
+
+    def _wrap_autograd_backward(self, original):
+        patches = self
+        tensor_type = self._torch.Tensor
+
+        def backward(*args, **kwargs):
+            tensors = args[0] if args else kwargs.get("tensors", ())
+            return patches._run_backward(original, _loss_tensors(tensors, tensor_type), args, kwargs)
+        return backward
+
+    # -- optimizer.step
+    def _wrap_optimizer_init(self, original):
+        patches = self
+
+        def __init__(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            if patches._rec.active:
+                patches._rec.guarded(patches.wrap_step_of, type(self))
+        return __init__
+
+    def wrap_step_of(self, cls):
+        """Wraps the step method that instances of cls run, once, where it is defined."""
+        for owner in cls.__mro__:
+            if "step" in vars(owner):
+                if not is_wrapped(vars(owner)["step"]):
+                    self._patcher.wrap(owner, "step", self._wrap_step)
+                return
+
+    def _wrap_step(self, original):
+        patches = self
+        rec = self._rec
+        local = self._local
+
+        def step(self, *args, **kwargs):
+            if not rec.active or local.__dict__.get("step", 0):
+                return original(self, *args, **kwargs)
+            rec.guarded(patches._before_step, self)
+            local.step = 1
+            try:
+                result = original(self, *args, **kwargs)
+            finally:
+                local.step = 0
+            if rec.active:
+                rec.guarded(patches._after_step, self)
+            return result
+        return step

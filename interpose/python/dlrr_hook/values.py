@@ -1,0 +1,152 @@
+"""Walk a batch into the depth-first dlrr_val_* builder calls (no pickle, ever).
+
+Supported: None, bool, int (int64), float, str, bytes, tensors, and list / tuple / dict
+nesting of those (namedtuples are tuples, any Mapping is a dict; non-str dict keys are
+recorded as str(key)).  Anything else becomes an opaque value carrying its type name:
+replay cannot serve it, and the trace says so instead of guessing.
+
+Invariant that keeps the native builder consistent: writing one value emits exactly one
+value, whatever happens - a container announces len() children and then writes each child,
+and a child that cannot be written is written as opaque.
+"""
+
+import collections.abc
+
+from . import native
+
+_INT64_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
+MAX_DEPTH = 64
+
+
+def type_name(value):
+    cls = type(value)
+    module = getattr(cls, "__module__", None)
+    qualname = getattr(cls, "__qualname__", cls.__name__)
+    if module in (None, "builtins"):
+        return qualname
+    return "%s.%s" % (module, qualname)
+
+
+class ValueWriter:
+    """Emits the dlrr_val_* calls for one value.  Shared by record and (later) replay checks."""
+
+    def __init__(self, lib, marshal, tensor_type):
+        self._lib = lib
+        self._marshal = marshal
+        self._tensor_type = tensor_type
+        self._val_list = lib.dlrr_val_list
+        self._val_tuple = lib.dlrr_val_tuple
+        self._val_dict = lib.dlrr_val_dict
+        self._val_key = lib.dlrr_val_key
+        self._val_none = lib.dlrr_val_none
+        self._val_bool = lib.dlrr_val_bool
+        self._val_int = lib.dlrr_val_int
+        self._val_float = lib.dlrr_val_float
+        self._val_str = lib.dlrr_val_str
+        self._val_bytes = lib.dlrr_val_bytes
+        self._val_opaque = lib.dlrr_val_opaque
+        self._val_tensor = lib.dlrr_val_tensor
+        # Exact-type dispatch; subclasses are resolved once and cached here.
+        self._dispatch = {
+            type(None): self._none,
+            bool: self._bool,
+            int: self._int,
+            float: self._float,
+            str: self._str,
+            bytes: self._bytes,
+            list: self._list,
+            tuple: self._tuple,
+            dict: self._dict,
+            tensor_type: self._tensor,
+        }
+
+    def write(self, value, depth=0):
+        writer = self._dispatch.get(type(value))
+        if writer is None:
+            writer = self._resolve(type(value))
+        if depth > MAX_DEPTH:
+            writer = self._too_deep
+        writer(value, depth)
+
+    def _resolve(self, cls):
+        if issubclass(cls, self._tensor_type):
+            writer = self._tensor
+        elif issubclass(cls, bool):
+            writer = self._bool
+        elif issubclass(cls, int):
+            writer = self._int
+        elif issubclass(cls, float):
+            writer = self._float
+        elif issubclass(cls, str):
+            writer = self._str
+        elif issubclass(cls, bytes):
+            writer = self._bytes
+        elif issubclass(cls, tuple):
+            writer = self._tuple
+        elif issubclass(cls, list):
+            writer = self._list
+        elif issubclass(cls, collections.abc.Mapping):
+            writer = self._dict
+        else:
+            writer = self._opaque
+        self._dispatch[cls] = writer
+        return writer
+
+    def _opaque(self, value, depth):
+        self._val_opaque(native.text(type_name(value)))
+
+    def _too_deep(self, value, depth):
+        self._val_opaque(native.text(type_name(value) + " (nested too deep)"))
+
+    def _none(self, value, depth):
+        self._val_none()
+
+    def _bool(self, value, depth):
+        self._val_bool(1 if value else 0)
+
+    def _int(self, value, depth):
+        if _INT64_MIN <= value <= _INT64_MAX:
+            self._val_int(int(value))
+        else:
+            self._val_opaque(b"int (beyond int64)")
+
+    def _float(self, value, depth):
+        self._val_float(float(value))
+
+    def _str(self, value, depth):
+        data = native.text(value)
+        self._val_str(data, len(data))
+
+    def _bytes(self, value, depth):
+        data = bytes(value)
+        self._val_bytes(data, len(data))
+
+    def _list(self, value, depth):
+        items = list(value)
+        self._val_list(len(items))
+        for item in items:
+            self.write(item, depth + 1)
+
+    def _tuple(self, value, depth):
+        items = tuple(value)
+        self._val_tuple(len(items))
+        for item in items:
+            self.write(item, depth + 1)
+
+    def _dict(self, value, depth):
+        items = list(value.items())
+        self._val_dict(len(items))
+        for key, item in items:
+            self._val_key(native.text(key))
+            self.write(item, depth + 1)
+
+    def _tensor(self, value, depth):
+        prepared = self._marshal.prepare(value)
+        if prepared is None:
+            self._val_opaque(native.text("torch.Tensor[%s]" % (str(value.layout).replace("torch.", ""),)))
+            return
+        host, dtype, elem_size, ndim, shape, ptr, nbytes = prepared
+        self._val_tensor(dtype, elem_size, ndim, shape, ptr, nbytes,
+                         self._marshal.device_name(value.device), 1 if value.requires_grad else 0)
+        del host  # kept alive until the library has copied the bytes

@@ -1,0 +1,174 @@
+"""A test double of libdlrr's C API.
+
+Every function of dlrr_hook.native.SIGNATURES exists here as a ctypes callback with the
+same prototype, so the hook's calls go through real ctypes marshalling (a str where bytes
+are needed, a wrong pointer type, an int out of range fail here as they would against the
+library).  Calls are recorded as (name, decoded args...) tuples in .calls.
+"""
+
+import ctypes
+import math
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+HOOK_DIR = os.path.join(REPO, "interpose", "python")
+if HOOK_DIR not in sys.path:
+    sys.path.insert(0, HOOK_DIR)
+
+from dlrr_hook import native  # noqa: E402
+
+
+def _bytes_at(address, n):
+    return ctypes.string_at(address, n) if address and n else b""
+
+
+def _array(pointer, n):
+    return [pointer[i] for i in range(n)] if pointer and n else []
+
+
+class FakeLib:
+    def __init__(self, mode=native.MODE_RECORD, capture_level=native.CAPTURE_DEFAULT,
+                 pystack_path=""):
+        self.calls = []
+        self.mode = mode
+        self.capture_level = capture_level
+        self.pystack_path = pystack_path
+        self.step = -1
+        self._callbacks = []
+        for name, (restype, argtypes) in native.SIGNATURES.items():
+            impl = getattr(self, "_" + name)
+            if restype is ctypes.c_char_p:
+                setattr(self, name, impl)  # ctypes callbacks cannot return char* safely
+                continue
+            callback = ctypes.CFUNCTYPE(restype, *argtypes)(self._recording(name, impl))
+            self._callbacks.append(callback)
+            setattr(self, name, callback)
+
+    def _recording(self, name, impl):
+        def call(*args):
+            try:
+                return impl(*args)
+            except Exception as exc:  # visible in the calls list instead of swallowed
+                self.calls.append(("FAKE_ERROR", name, repr(exc)))
+                return 0
+        return call
+
+    # -- queries
+    def names(self):
+        return [c[0] for c in self.calls]
+
+    def of(self, name):
+        return [c for c in self.calls if c[0] == name]
+
+    def clear(self):
+        del self.calls[:]
+
+    # -- mode and status
+    def _dlrr_mode(self):
+        return self.mode
+
+    def _dlrr_status(self):
+        return b""
+
+    def _dlrr_trace_dir(self):
+        return b""
+
+    def _dlrr_capture_level(self):
+        return self.capture_level
+
+    def _dlrr_pystack_path(self):
+        return self.pystack_path.encode()
+
+    def _dlrr_runtime_info(self, key, value):
+        self.calls.append(("runtime_info", key.decode(), value.decode()))
+
+    def _dlrr_note(self, text):
+        self.calls.append(("note", text.decode()))
+
+    def _dlrr_recorder_status(self, ok, message):
+        self.calls.append(("recorder_status", ok, message.decode()))
+
+    # -- steps
+    def _dlrr_step_begin(self, step, loader, batch_index, epoch, by_optimizer):
+        self.step = step
+        self.calls.append(("step_begin", step, loader, batch_index, epoch, by_optimizer))
+
+    def _dlrr_step_end(self, step, loss):
+        self.calls.append(("step_end", step, loss))
+
+    def _dlrr_current_step(self):
+        return self.step
+
+    def _dlrr_rng_state(self, kind, device, data, n):
+        self.calls.append(("rng_state", kind, device, _bytes_at(data, n)))
+
+    # -- batches
+    def _dlrr_batch_begin(self, loader, iteration, index, is_training, indices, n):
+        self.calls.append(("batch_begin", loader, iteration, index, is_training, _array(indices, n)))
+
+    def _dlrr_val_list(self, n):
+        self.calls.append(("list", n))
+
+    def _dlrr_val_tuple(self, n):
+        self.calls.append(("tuple", n))
+
+    def _dlrr_val_dict(self, n):
+        self.calls.append(("dict", n))
+
+    def _dlrr_val_key(self, key):
+        self.calls.append(("key", key.decode()))
+
+    def _dlrr_val_none(self):
+        self.calls.append(("none",))
+
+    def _dlrr_val_bool(self, v):
+        self.calls.append(("bool", v))
+
+    def _dlrr_val_int(self, v):
+        self.calls.append(("int", v))
+
+    def _dlrr_val_float(self, v):
+        self.calls.append(("float", v))
+
+    def _dlrr_val_str(self, s, n):
+        self.calls.append(("str", s[:n].decode("utf-8", "surrogatepass")))
+
+    def _dlrr_val_bytes(self, p, n):
+        self.calls.append(("bytes", _bytes_at(p, n)))
+
+    def _dlrr_val_opaque(self, type_name):
+        self.calls.append(("opaque", type_name.decode()))
+
+    def _dlrr_val_tensor(self, dtype, elem_size, ndim, shape, data, nbytes, device, requires_grad):
+        self.calls.append(("tensor", dtype.decode(), elem_size, _array(shape, ndim),
+                           _bytes_at(data, nbytes), device.decode(), requires_grad))
+
+    def _dlrr_batch_end(self):
+        self.calls.append(("batch_end",))
+
+    def _dlrr_loader_end(self, loader, iteration, batches):
+        self.calls.append(("loader_end", loader, iteration, batches))
+
+    # -- digests
+    def _dlrr_digest(self, kind, path, call_index, output, dtype, ndim, shape, data, nbytes, keep, out):
+        payload = _bytes_at(data, nbytes)
+        self.calls.append(("digest", kind, path.decode(), call_index, output, dtype.decode(),
+                           _array(shape, ndim), payload, keep))
+        if out:
+            out[0].hash = hash(payload) & 0xFFFFFFFFFFFFFFFF
+            out[0].nan_count = 0
+            out[0].inf_count = 0
+            out[0].min = math.nan
+            out[0].max = math.nan
+        return 0
+
+    def _dlrr_first_failure_step(self, step):
+        return 0
+
+    def _dlrr_failure_exception(self, type_, message, where, n, files, lines, functions, code):
+        frames = [(files[i].decode(), lines[i], functions[i].decode(), code[i].decode())
+                  for i in range(n)]
+        self.calls.append(("failure_exception", type_.decode(), message.decode(), where.decode(),
+                           frames))

@@ -1,0 +1,234 @@
+"""DataLoader capture with the fake library: numbering, sample indices, steps, values."""
+
+import unittest
+
+import torch
+from torch.utils.data import DataLoader
+
+from support import (CountingIterable, IndexDataset, RecorderTestCase, small_model,
+                     tensor_values, train_step)  # first: puts the hook on sys.path
+from dlrr_hook import native
+
+
+class LoaderIndicesTest(RecorderTestCase):
+    def _train(self, loader, epochs, break_after=None):
+        model = small_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        losses, seen = [], []
+        for epoch in range(epochs):
+            for i, (x, y) in enumerate(loader):
+                seen.append(y.tolist())
+                if break_after is not None and epoch == 0 and i == break_after:
+                    break
+                losses.append(train_step(model, optimizer, x))
+        return losses, seen
+
+    def _check_indices_match_data(self, batches):
+        for begin, values in batches:
+            self.assertIn(values[0], (("list", 2), ("tuple", 2)))  # default_collate: list in 1.x
+            x_call, y_call = values[1], values[2]
+            self.assertEqual(x_call[0], "tensor")
+            self.assertEqual(y_call[0], "tensor")
+            labels = tensor_values(y_call).tolist()
+            self.assertEqual(begin[5], labels, "sample indices of batch %r" % (begin[1:4],))
+            self.assertEqual(tensor_values(x_call)[:, 0].tolist(), [float(i) for i in labels])
+
+    def _check_epochs(self, n, batch_size, epochs):
+        batches = self.batches()
+        per_epoch = (n + batch_size - 1) // batch_size
+        self.assertEqual(len(batches), per_epoch * epochs)
+        for k, (begin, _) in enumerate(batches):
+            self.assertEqual(begin[1:5], (0, k // per_epoch, k, 1))  # loader, iteration, index, training
+        for epoch in range(epochs):
+            indices = sum((b[0][5] for b in batches[epoch * per_epoch:(epoch + 1) * per_epoch]), [])
+            self.assertEqual(sorted(indices), list(range(n)))
+        self.assertEqual(self.lib.of("loader_end"), [("loader_end", 0, e, per_epoch) for e in range(epochs)])
+        self._check_indices_match_data(batches)
+
+    def test_single_process(self):
+        loader = DataLoader(IndexDataset(22), batch_size=4, shuffle=True)
+        losses, _ = self._train(loader, 2)
+        self._check_epochs(22, 4, 2)
+        self.assert_steps_well_formed(12)
+        ends = self.lib.of("step_end")
+        self.assertEqual([c[2] for c in ends], losses)
+
+    def test_two_workers(self):
+        loader = DataLoader(IndexDataset(40), batch_size=4, shuffle=True, num_workers=2)
+        losses, seen = self._train(loader, 2)
+        self._check_epochs(40, 4, 2)
+        self.assertEqual([b[0][5] for b in self.batches()], seen)
+        self.assert_steps_well_formed(20)
+        self.assertEqual([c[2] for c in self.lib.of("step_end")], losses)
+        self.assert_no_status_errors()
+
+    def test_two_workers_persistent(self):
+        loader = DataLoader(IndexDataset(24), batch_size=4, shuffle=True, num_workers=2,
+                            persistent_workers=True, prefetch_factor=3)
+        self._train(loader, 3)
+        self._check_epochs(24, 4, 3)
+
+    def test_two_workers_break_early(self):
+        loader = DataLoader(IndexDataset(40), batch_size=4, shuffle=True, num_workers=2)
+        _, seen = self._train(loader, 2, break_after=3)
+        batches = self.batches()
+        self.assertEqual(len(batches), 14)
+        self.assertEqual([b[0][5] for b in batches], seen)
+        self.assertEqual([b[0][2] for b in batches], [0] * 4 + [1] * 10)
+        self.assertEqual(self.lib.of("loader_end"), [("loader_end", 0, 1, 10)])
+        self._check_indices_match_data(batches)
+
+    def test_iterable_dataset_workers_has_no_indices(self):
+        loader = DataLoader(CountingIterable(12), batch_size=3, num_workers=2)
+        self._train(loader, 1)
+        batches = self.batches()
+        self.assertEqual(len(batches), 4)
+        self.assertTrue(all(b[0][5] == [] for b in batches))
+        self.assertEqual(len(self.lib.of("loader_end")), 1)
+
+    def test_batch_size_none(self):
+        loader = DataLoader(IndexDataset(5), batch_size=None, shuffle=True)
+        for _ in loader:
+            pass
+        for begin, values in self.batches():
+            self.assertEqual(begin[5], [tensor_values(values[2]).item()] if values[2][0] == "tensor"
+                             else [values[2][1]])
+
+
+class LoaderStepsTest(RecorderTestCase):
+    def test_eval_loader_under_no_grad(self):
+        train = DataLoader(IndexDataset(12), batch_size=4, shuffle=True)
+        evals = DataLoader(IndexDataset(8), batch_size=4)
+        model = small_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        for _ in range(2):
+            for x, _ in train:
+                train_step(model, optimizer, x)
+            with torch.no_grad():
+                for x, _ in evals:
+                    model(x)
+        self.assert_steps_well_formed(6)
+        kinds = [(c[0], c[1]) for c in self.lib.calls
+                 if c[0] in ("step_begin", "step_end", "batch_begin", "loader_end")]
+        epoch = [("step_begin", 0), ("batch_begin", 0), ("step_end", 0),
+                 ("step_begin", 1), ("batch_begin", 0), ("step_end", 1),
+                 ("step_begin", 2), ("batch_begin", 0),
+                 ("loader_end", 0), ("step_end", 2),
+                 ("batch_begin", 1), ("batch_begin", 1), ("loader_end", 1)]
+        self.assertEqual(kinds[:len(epoch)], epoch)
+        eval_batches = [b[0] for b in self.batches() if b[0][1] == 1]
+        self.assertEqual([b[4] for b in eval_batches], [0, 0, 0, 0])
+        # RNG states at every delivery, training or not.
+        self.assertEqual(len([c for c in self.lib.of("rng_state") if c[1] == native.RNG_TORCH_CPU]), 10)
+
+    def test_eval_loader_with_grad_costs_one_step(self):
+        train = DataLoader(IndexDataset(8), batch_size=4)
+        evals = DataLoader(IndexDataset(12), batch_size=4)
+        model = small_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        for _ in range(2):
+            for x, _ in train:
+                train_step(model, optimizer, x)
+            for x, _ in evals:  # forgot no_grad: classified eval after its first batch
+                model(x)
+        # epoch 0: 2 train + 1 spurious eval step; epoch 1: 2 train steps.
+        self.assert_steps_well_formed(5)
+        training_flags = [(b[0][1], b[0][4]) for b in self.batches()]
+        self.assertEqual(training_flags, [(0, 1), (0, 1), (1, 1), (1, 0), (1, 0),
+                                          (0, 1), (0, 1), (1, 0), (1, 0), (1, 0)])
+
+    def test_gradient_accumulation_loader(self):
+        loader = DataLoader(IndexDataset(16), batch_size=4)
+        model = small_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        for i, (x, _) in enumerate(loader):
+            model(x).sum().backward()
+            if i % 2 == 1:
+                optimizer.step()
+                optimizer.zero_grad()
+        self.assert_steps_well_formed(4)
+
+    def test_step_open_at_exit_is_committed(self):
+        loader = DataLoader(IndexDataset(16), batch_size=4)
+        model = small_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        for i, (x, _) in enumerate(loader):
+            train_step(model, optimizer, x)
+            if i == 1:
+                break
+        self.assertEqual(self.step_events()[-1][0], "step_begin")
+        self.rec._at_exit()
+        self.assert_steps_well_formed(2)
+        self.assertFalse(self.rec.active)
+
+    def test_loader_numbers_in_order_of_first_iteration(self):
+        first = DataLoader(IndexDataset(4), batch_size=2)
+        second = DataLoader(IndexDataset(4), batch_size=2)
+        with torch.no_grad():
+            for _ in second:
+                pass
+            for _ in first:
+                pass
+            for _ in second:
+                pass
+        loaders = [(b[0][1], b[0][2], b[0][3]) for b in self.batches()]
+        self.assertEqual(loaders, [(0, 0, 0), (0, 0, 1), (1, 0, 0), (1, 0, 1), (0, 1, 2), (0, 1, 3)])
+
+
+class BatchValuesTest(RecorderTestCase):
+    def test_nested_dict_tuple_batch(self):
+        def collate(samples):
+            xs = torch.stack([s[0] for s in samples])
+            return {"inputs": (xs, [xs[:, :1].contiguous(), None]),
+                    "meta": {"names": ["a", "b"], "ok": True, "scale": 0.5, "n": 7, "raw": b"\x00\x01"},
+                    3: "int key"}
+
+        loader = DataLoader(IndexDataset(2), batch_size=2, collate_fn=collate)
+        with torch.no_grad():
+            batch = next(iter(loader))
+        (begin, values), = self.batches()
+        self.assertEqual(begin[5], [0, 1])
+        shapes = [(c[0], c[3]) if c[0] == "tensor" else c for c in values]
+        self.assertEqual(shapes, [
+            ("dict", 3),
+            ("key", "inputs"), ("tuple", 2), ("tensor", [2, 3]), ("list", 2), ("tensor", [2, 1]), ("none",),
+            ("key", "meta"), ("dict", 5),
+            ("key", "names"), ("list", 2), ("str", "a"), ("str", "b"),
+            ("key", "ok"), ("bool", 1),
+            ("key", "scale"), ("float", 0.5),
+            ("key", "n"), ("int", 7),
+            ("key", "raw"), ("bytes", b"\x00\x01"),
+            ("key", "3"), ("str", "int key")])
+        self.assertEqual(tensor_values(values[3]).tolist(), batch["inputs"][0].tolist())
+
+    def test_unsupported_and_special_values(self):
+        import collections
+        import numpy as np
+        Pair = collections.namedtuple("Pair", "a b")
+        strided = torch.arange(12, dtype=torch.float32).reshape(3, 4)[:, ::2]
+        value = [Pair(1, 2), np.zeros(2), 1 << 70, strided, object.__new__(object),
+                 collections.OrderedDict(k=1.5), torch.zeros(2, requires_grad=True)]
+        self.rec.values.write(value)
+        calls = self.lib.calls
+        self.assertEqual(calls[0], ("list", 7))
+        self.assertEqual(calls[1:4], [("tuple", 2), ("int", 1), ("int", 2)])
+        self.assertEqual(calls[4], ("opaque", "numpy.ndarray"))
+        self.assertEqual(calls[5], ("opaque", "int (beyond int64)"))
+        self.assertEqual(calls[6][0], "tensor")
+        self.assertEqual(calls[6][3], [3, 2])
+        self.assertEqual(tensor_values(calls[6]).tolist(), strided.tolist())
+        self.assertEqual(calls[7], ("opaque", "object"))
+        self.assertEqual(calls[8:10], [("dict", 1), ("key", "k")])
+        self.assertEqual(calls[10], ("float", 1.5))
+        self.assertEqual(calls[11][6], 1)  # requires_grad
+        self.assertEqual(calls[11][5], "cpu")
+
+    def test_sparse_tensor_is_opaque(self):
+        sparse = torch.zeros(3, 3).to_sparse()
+        self.rec.values.write(sparse)
+        self.assertEqual(self.lib.calls[0][0], "opaque")
+        self.assertIn("sparse", self.lib.calls[0][1])
+
+
+if __name__ == "__main__":
+    unittest.main()

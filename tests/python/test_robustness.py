@@ -1,0 +1,161 @@
+"""The hook never breaks the job: internal errors, forked workers, modes, lazy torch."""
+
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+import torch
+from torch.utils.data import DataLoader
+
+from support import IndexDataset, RecorderTestCase, small_model, train_step  # first
+import fake_native
+import dlrr_hook
+from dlrr_hook import native
+from dlrr_hook.imports import ImportWatcher
+
+
+class InternalErrorTest(RecorderTestCase):
+    def test_error_in_batch_capture_disables_and_job_goes_on(self):
+        def broken(value, depth=0):
+            raise RuntimeError("walker bug")
+
+        self.rec.values.write = broken
+        loader = DataLoader(IndexDataset(12), batch_size=4)
+        model = small_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        seen = 0
+        for x, _ in loader:
+            train_step(model, optimizer, x)
+            seen += 1
+        self.assertEqual(seen, 3)
+        self.assertFalse(self.rec.active)
+        statuses = self.lib.of("recorder_status")
+        self.assertEqual(len(statuses), 1)
+        self.assertEqual(statuses[0][1], 0)
+        self.assertIn("walker bug", statuses[0][2])
+        self.assertIn("python hook disabled", statuses[0][2])
+        # the step that was open is committed; the batch builder was closed
+        self.assertEqual(self.step_events(), [("step_begin", 0, 0, 0, 0, 0), ("step_end", 0, self.step_events()[1][2])])
+        self.assertEqual(self.lib.names().count("batch_begin"), self.lib.names().count("batch_end"))
+        # patches fall through: no more calls at all
+        n = len(self.lib.calls)
+        train_step(model, optimizer, torch.randn(2, 3))
+        self.assertEqual(len(self.lib.calls), n)
+
+    def test_error_in_module_hook(self):
+        def broken(path, output):
+            raise ValueError("digest bug")
+
+        self.rec.modules._on_output = broken
+        self.rec.modules.uninstall()
+        self.rec.modules.install(__import__("torch.nn.modules.module", fromlist=["x"]))
+        out = small_model()(torch.randn(2, 3))
+        self.assertEqual(tuple(out.shape), (2, 1))
+        self.assertFalse(self.rec.active)
+        self.assertEqual(len(self.lib.of("recorder_status")), 1)
+
+
+class ForkTest(RecorderTestCase):
+    def test_forked_child_records_nothing(self):
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child
+            try:
+                before = len(self.lib.calls)
+                train_step(small_model(), torch.optim.SGD(small_model().parameters(), lr=0.1),
+                           torch.randn(2, 3))
+                ok = (not self.rec.active) and len(self.lib.calls) == before
+                os.write(write_end, b"1" if ok else b"0")
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        answer = os.read(read_end, 1)
+        os.close(read_end)
+        os.waitpid(pid, 0)
+        self.assertEqual(answer, b"1")
+        self.assertTrue(self.rec.active)
+
+
+class ModeTest(unittest.TestCase):
+    def test_off_and_replay_modes_install_nothing(self):
+        for mode in (native.MODE_OFF, native.MODE_REPLAY):
+            lib = fake_native.FakeLib(mode=mode)
+            hook = sys.excepthook
+            self.assertIsNone(dlrr_hook.install(lib=lib))
+            self.assertIs(sys.excepthook, hook)
+            self.assertEqual(lib.calls, [])
+
+    def test_spawned_worker_is_detected(self):
+        saved = sys.orig_argv
+        try:
+            sys.orig_argv = ["/usr/bin/python3", "-c", "from multiprocessing.spawn import spawn_main; "
+                             "spawn_main(tracker_fd=5, pipe_handle=7)", "--multiprocessing-fork"]
+            self.assertIsNone(dlrr_hook.install(lib=fake_native.FakeLib()))
+        finally:
+            sys.orig_argv = saved
+
+
+class ImportWatcherTest(unittest.TestCase):
+    def test_fires_after_module_executed_and_only_then(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "dlrr_watched_mod.py"), "w") as f:
+                f.write("import sys\nVALUE = 41\nsys.modules[__name__].VALUE += 1\n")
+            fired = []
+            watcher = ImportWatcher("dlrr_watched_mod", lambda m: fired.append(m.VALUE))
+            watcher.start()
+            sys.path.insert(0, tmp)
+            try:
+                self.assertEqual(fired, [])
+                import dlrr_watched_mod
+                self.assertEqual(fired, [42])
+                self.assertNotIn(watcher, sys.meta_path)
+                self.assertNotIn("exec_module", vars(dlrr_watched_mod.__spec__.loader))
+                self.assertIs(type(dlrr_watched_mod.__loader__).__name__, "SourceFileLoader")
+            finally:
+                sys.path.remove(tmp)
+                sys.modules.pop("dlrr_watched_mod", None)
+                watcher.stop()
+
+    def test_failed_import_passes_through(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "dlrr_broken_mod.py"), "w") as f:
+                f.write("raise ImportError('broken on purpose')\n")
+            fired = []
+            watcher = ImportWatcher("dlrr_broken_mod", fired.append)
+            watcher.start()
+            sys.path.insert(0, tmp)
+            try:
+                with self.assertRaisesRegex(ImportError, "broken on purpose"):
+                    import dlrr_broken_mod  # noqa: F401
+                self.assertEqual(fired, [])
+            finally:
+                sys.path.remove(tmp)
+                watcher.stop()
+
+    def test_torch_not_imported_until_the_job_does(self):
+        script = textwrap.dedent("""
+            import sys
+            sys.path.insert(0, %r)
+            import fake_native, dlrr_hook
+            lib = fake_native.FakeLib()
+            rec = dlrr_hook.install(lib=lib)
+            assert "torch" not in sys.modules, "the hook imported torch"
+            assert rec.torch is None
+            import torch
+            assert rec.torch is torch
+            assert torch.Tensor.backward.__name__ == "backward"
+            assert hasattr(torch.Tensor.backward, "__dlrr_original__")
+            rec._at_exit()
+            print(lib.of("recorder_status"))
+        """ % os.path.dirname(os.path.abspath(__file__)))
+        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                                timeout=120)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("no steps captured", result.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,131 @@
+"""StepTracker alone: the step rule, fed synthetic events."""
+
+import math
+import unittest
+
+import fake_native  # noqa: F401  (puts the hook on sys.path)
+from dlrr_hook import native
+from dlrr_hook.steps import StepTracker
+
+
+class Sink:
+    def __init__(self):
+        self.events = []
+        self.snapshots = 0
+
+    def snapshot_rng(self):
+        self.snapshots += 1
+        return "rng%d" % self.snapshots
+
+    def begin_step(self, step, loader, batch_index, epoch, by_optimizer, rng):
+        self.events.append(("begin", step, loader, batch_index, epoch, by_optimizer, rng))
+
+    def end_step(self, step, loss):
+        self.events.append(("end", step, "nan" if math.isnan(loss) else loss))
+
+
+class StepTrackerTest(unittest.TestCase):
+    def setUp(self):
+        self.sink = Sink()
+        self.steps = StepTracker(self.sink)
+
+    def train_batch(self, loader, index, epoch, loss):
+        training = self.steps.on_batch(loader, index, epoch, True)
+        self.steps.on_root_forward(True)
+        self.steps.on_backward()
+        self.steps.on_loss(loss)
+        self.steps.on_optimizer_step_begin()
+        self.steps.on_optimizer_step_end()
+        return training
+
+    def test_loader_steps_end_at_next_batch_and_stop_iteration(self):
+        self.assertTrue(self.train_batch(0, 0, 0, 1.0))
+        self.assertTrue(self.train_batch(0, 1, 0, 2.0))
+        self.steps.on_loader_end(0)
+        self.assertTrue(self.train_batch(0, 2, 1, 3.0))
+        self.steps.on_exit()
+        self.assertEqual(self.sink.events, [
+            ("begin", 0, 0, 0, 0, False, None), ("end", 0, 1.0),
+            ("begin", 1, 0, 1, 0, False, None), ("end", 1, 2.0),
+            ("begin", 2, 0, 2, 1, False, None), ("end", 2, 3.0)])
+
+    def test_no_grad_batches_are_not_steps_and_end_the_open_step(self):
+        self.train_batch(0, 0, 0, 1.0)
+        self.assertFalse(self.steps.on_batch(1, 0, 0, False))
+        self.assertEqual(self.sink.events[-1], ("end", 0, 1.0))
+        self.assertIsNone(self.steps.current)
+
+    def test_eval_classification(self):
+        self.train_batch(0, 0, 0, 1.0)
+        self.assertTrue(self.steps.on_batch(1, 0, 0, True))   # unknown yet: a step
+        self.assertFalse(self.steps.on_batch(1, 1, 0, True))  # no backward since: eval
+        self.assertTrue(self.steps.is_eval_loader(1))
+        self.assertFalse(self.steps.is_eval_loader(0))
+        self.assertTrue(self.train_batch(0, 1, 1, 2.0))
+        self.assertEqual([e[1] for e in self.sink.events if e[0] == "begin"], [0, 1, 2])
+
+    def test_loader_end_of_other_loader_keeps_step(self):
+        self.train_batch(0, 0, 0, 1.0)
+        self.steps.on_loader_end(1)
+        self.assertEqual(self.steps.current, 0)
+
+    def test_optimizer_steps(self):
+        for k in range(3):
+            self.steps.on_root_forward(True)
+            self.steps.on_backward()
+            self.steps.on_loss(float(k))
+            self.steps.on_optimizer_step_begin()
+            self.steps.on_optimizer_step_end()
+        self.steps.on_root_forward(False)  # eval forward after training: no new step
+        self.steps.on_exit()
+        self.assertEqual(self.sink.events, [
+            ("begin", 0, native.NO_LOADER, 0, -1, True, "rng1"), ("end", 0, 0.0),
+            ("begin", 1, native.NO_LOADER, 1, -1, True, "rng2"), ("end", 1, 1.0),
+            ("begin", 2, native.NO_LOADER, 2, -1, True, "rng3"), ("end", 2, 2.0)])
+
+    def test_optimizer_step_rng_is_taken_when_previous_step_returns(self):
+        self.steps.on_optimizer_step_begin()
+        self.steps.on_optimizer_step_end()
+        self.assertEqual(self.sink.snapshots, 2)  # step 0 at its begin, step 1 at step 0's end
+        self.assertEqual(len(self.sink.events), 2)  # step 1 not announced yet
+        self.steps.on_backward()
+        self.assertEqual(self.sink.events[-1][6], "rng2")
+
+    def test_dry_run_forward_does_not_steal_step_zero(self):
+        self.steps.note_loader_created()
+        self.steps.on_root_forward(True)  # dry run: tentative
+        self.assertEqual(self.sink.events, [])
+        self.assertTrue(self.train_batch(0, 0, 0, 1.0))
+        self.steps.on_exit()
+        self.assertEqual(self.sink.events, [("begin", 0, 0, 0, 0, False, None), ("end", 0, 1.0)])
+
+    def test_tentative_step_zero_confirmed_by_backward(self):
+        self.steps.note_loader_created()
+        self.steps.on_root_forward(True)
+        self.steps.on_backward()
+        self.assertEqual(self.sink.events, [("begin", 0, native.NO_LOADER, 0, -1, True, "rng1")])
+
+    def test_switch_from_optimizer_to_loader_steps(self):
+        self.steps.on_backward()
+        self.steps.on_optimizer_step_begin()
+        self.steps.on_optimizer_step_end()
+        self.steps.on_backward()  # step 1 (optimizer) open
+        self.assertTrue(self.train_batch(0, 0, 0, 5.0))
+        self.steps.on_exit()
+        begins = [(e[1], e[5]) for e in self.sink.events if e[0] == "begin"]
+        self.assertEqual(begins, [(0, True), (1, True), (2, False)])
+        self.assertEqual(self.sink.events[3], ("end", 1, "nan"))
+        # loader-driven for good: optimizer events no longer make steps
+        self.steps.on_backward()
+        self.steps.on_optimizer_step_end()
+        self.assertEqual(len(self.sink.events), 6)
+
+    def test_loss_outside_a_step_is_ignored(self):
+        self.steps.on_loss(3.0)
+        self.train_batch(0, 0, 0, 1.0)
+        self.steps.on_exit()
+        self.assertEqual(self.sink.events[-1], ("end", 0, 1.0))
+
+
+if __name__ == "__main__":
+    unittest.main()
