@@ -72,6 +72,7 @@ const char* dlrr_trace_dir(void) {
 }
 
 int dlrr_capture_level(void) {
+  if (ReplaySession* r = processReplayer()) return r->captureLevel();
   RecordSession* s = processRecorder();
   return s ? static_cast<int>(s->config().capture) : 0;
 }
@@ -288,6 +289,23 @@ int64_t dlrr_replay_recorded_steps(void) {
 double dlrr_replay_recorded_loss(int64_t step) {
   ReplaySession* r = processReplayer();
   return r ? r->recordedLoss(step) : std::nan("");
+}
+
+int dlrr_replay_recorded_tensors(int64_t step, const uint8_t** data, uint64_t* n) {
+  int rc = 0;
+  withReplayer([&](ReplaySession& r) { rc = exportBytes(&r.recordedTensors(step), data, n); });
+  return rc;
+}
+
+const char* dlrr_replay_recorded_digests(int64_t step) {
+  ReplaySession* r = processReplayer();
+  if (!r) return "";
+  try {
+    tStatus = r->recordedDigests(step);
+  } catch (...) {
+    tStatus.clear();
+  }
+  return tStatus.c_str();
 }
 
 const char* dlrr_replay_divergence(void) {

@@ -90,6 +90,10 @@ ReplaySession::ReplaySession(const Config& cfg, const std::string& until) : cfg_
   std::vector<std::string> recorded;
   for (auto a : stream_->header().getArgv()) recorded.emplace_back(a.cStr());
   active_ = sameCommand(recorded, readCmdline());
+  if (StreamReader* l = trace_->launcher()) {
+    std::string mode = l->header().getTrace().getCaptureMode().cStr();
+    captureLevel_ = mode == "minimal" ? 0 : mode == "full" ? 2 : 1;
+  }
   if (active_) load();
 }
 
@@ -101,6 +105,10 @@ void ReplaySession::load() {
   bool lastWasBatch = false;
   std::optional<schema::Failure::Kind> failureKind;
   bool inStep = false;  // digests between a StepBegin and its StepEnd are the step's own
+  // RNG states follow the StepBegin they belong to (optimizer-driven steps) and precede the
+  // Batch they were taken at (DataLoader deliveries): keep them for both.
+  int64_t openStep = -1;
+  bool stepWithoutBatch = false;
   stream_->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
     switch (e.which()) {
       case schema::Event::ENTROPY: {
@@ -113,8 +121,10 @@ void ReplaySession::load() {
       case schema::Event::RNG_STATE: {
         auto r = e.getRngState();
         auto ref = r.getState();
-        pendingRng.push_back({static_cast<int>(r.getKind()), r.getDevice(), Hash128{ref.getHashLo(), ref.getHashHi()},
-                              ref.getSize(), {}});
+        RngRecord rec{static_cast<int>(r.getKind()), r.getDevice(), Hash128{ref.getHashLo(), ref.getHashHi()},
+                      ref.getSize(), {}};
+        if (stepWithoutBatch) stepRng_[openStep].push_back(rec);
+        pendingRng.push_back(std::move(rec));
         break;
       }
       case schema::Event::BATCH: {
@@ -128,6 +138,7 @@ void ReplaySession::load() {
         pendingRng.clear();
         lastBatch = {b.getLoader(), b.getIndex()};
         lastWasBatch = true;
+        stepWithoutBatch = false;
         batches_[lastBatch] = std::move(rec);
         break;
       }
@@ -141,13 +152,12 @@ void ReplaySession::load() {
             it->second.training = true;
           }
         }
-        if (!pendingRng.empty()) stepRng_[step] = std::move(pendingRng);
-        else if (lastWasBatch && batches_.count(lastBatch)) {
-          for (const auto& r : batches_[lastBatch].rng) stepRng_[step].push_back({r.kind, r.device, r.hash, r.size, {}});
-        }
+        if (!pendingRng.empty()) stepRng_[step] = pendingRng;
         pendingRng.clear();
         lastWasBatch = false;
         inStep = true;
+        openStep = step;
+        stepWithoutBatch = true;
         break;
       }
       case schema::Event::STEP_END: {
@@ -174,6 +184,16 @@ void ReplaySession::load() {
         for (auto x : d.getShape()) rd.shape.push_back(x);
         DigestKey k{e.getStep(), static_cast<int>(d.getKind()), d.getPath().cStr(), d.getCallIndex(), d.getOutput()};
         if (digests_.emplace(k, std::move(rd)).second && inStep) ++digestsPerStep_[e.getStep()];
+        break;
+      }
+      case schema::Event::TENSOR: {
+        auto ft = e.getTensor();
+        KeptTensor k;
+        k.key = std::string(kindName(static_cast<int>(ft.getKind()))) + ":" + ft.getPath().cStr() + "#" +
+                std::to_string(ft.getCallIndex()) + "." + std::to_string(ft.getOutput());
+        k.msg = std::make_unique<capnp::MallocMessageBuilder>();
+        k.msg->setRoot(ft);
+        kept_[e.getStep()].push_back(std::move(k));
         break;
       }
       case schema::Event::RUNTIME_INFO:
@@ -356,6 +376,40 @@ int ReplaySession::endStep(int64_t step, double loss) {
   return ok ? 0 : 1;
 }
 
+const std::vector<uint8_t>& ReplaySession::recordedTensors(int64_t step) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto cached = keptEncoded_.find(step);
+  if (cached != keptEncoded_.end()) return cached->second;
+  std::vector<uint8_t>& out = keptEncoded_[step];
+  auto it = kept_.find(step);
+  size_t n = it == kept_.end() ? 0 : it->second.size();
+  out.push_back('D');
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(n >> (8 * i)));
+  for (size_t i = 0; i < n; ++i) {
+    const KeptTensor& k = it->second[i];
+    for (int b = 0; b < 4; ++b) out.push_back(static_cast<uint8_t>(k.key.size() >> (8 * b)));
+    out.insert(out.end(), k.key.begin(), k.key.end());
+    capnp::MallocMessageBuilder v;
+    v.initRoot<schema::Value>().setTensor(k.msg->getRoot<schema::FullTensor>().asReader().getTensor());
+    encodeValue(v.getRoot<schema::Value>().asReader(),
+                [&](const Hash128& h, uint64_t size) { return stream_->readBlob(h, size); }, out);
+  }
+  return out;
+}
+
+std::string ReplaySession::recordedDigests(int64_t step) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::ostringstream o;
+  for (const auto& [key, d] : digests_) {
+    if (std::get<0>(key) != step) continue;
+    const std::string& path = std::get<2>(key);
+    o << kindName(std::get<1>(key)) << "\t" << (path.empty() ? "<root>" : path) << "\t" << std::get<3>(key) << "\t"
+      << std::get<4>(key) << "\t" << hex(d.hash) << "\t" << d.nanCount << "\t" << d.infCount << "\t" << num(d.min)
+      << "\t" << num(d.max) << "\n";
+  }
+  return o.str();
+}
+
 void ReplaySession::fact(const std::string& key, const std::string& value) {
   std::lock_guard<std::mutex> lk(mu_);
   if (key == "warning") warnings_.push_back(value);
@@ -366,8 +420,11 @@ void ReplaySession::writeReport(const std::string& stopReason) {
   const char* path = std::getenv("DLRR_REPORT");
   if (!path || !*path) return;
   std::lock_guard<std::mutex> lk(mu_);
+  std::string reason = stopReason;
+  if (!finalStop_.empty()) reason = finalStop_;
+  else if (reason != "running" && reason != "exit") finalStop_ = reason;
   std::ostringstream o;
-  o << "stop\t" << escape(stopReason) << "\n";
+  o << "stop\t" << escape(reason) << "\n";
   o << "target\t" << target_.describe() << "\n";
   o << "target.step\t" << target_.step << "\n";
   o << "target.where\t" << escape(target_.where) << "\n";

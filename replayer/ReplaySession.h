@@ -75,6 +75,14 @@ class ReplaySession {
   int endStep(int64_t step, double loss);
   const std::optional<Divergence>& divergence() const { return divergence_; }
 
+  // The capture level of the recording (what digests exist to be checked).
+  int captureLevel() const { return captureLevel_; }
+  // Full tensors the recording kept for `step` (failure ring), encoded as a dict
+  // "kind:path#call.output" -> tensor (BatchEncoding); empty dict when none.
+  const std::vector<uint8_t>& recordedTensors(int64_t step);
+  // The recorded digests of `step`, one per line: kind path call output hash nan inf min max.
+  std::string recordedDigests(int64_t step) const;
+
   void fact(const std::string& key, const std::string& value);
   // Writes the report file now (at a stop, and again at exit with the final figures).
   void writeReport(const std::string& stopReason);
@@ -131,6 +139,14 @@ class ReplaySession {
   int64_t inStepNumber_ = INT64_MIN;
   std::atomic<int64_t> step_{-1};
   std::vector<std::pair<std::string, std::string>> facts_;
+  std::string finalStop_;  // the first real stop reason sticks (later "exit" does not undo it)
+  int captureLevel_ = 1;
+  struct KeptTensor {
+    std::string key;
+    std::unique_ptr<capnp::MallocMessageBuilder> msg;  // a copy of the FullTensor event
+  };
+  std::map<int64_t, std::vector<KeptTensor>> kept_;
+  std::map<int64_t, std::vector<uint8_t>> keptEncoded_;
   std::vector<std::string> warnings_;
 };
 

@@ -346,6 +346,8 @@ int run(int argc, char** argv) {
   env["DLRR_LIBRARY"] = paths.library;
   if (!o.debug.empty()) env["DLRR_DEBUG"] = o.debug;
   else env.erase("DLRR_DEBUG");
+  if (o.debug.empty() && !o.json && !o.quiet && ::isatty(2)) env["DLRR_PROGRESS"] = "1";
+  else env.erase("DLRR_PROGRESS");
   env.erase("DLRR_STATUS_FD");
 
   if (o.dryRun) {
@@ -427,6 +429,8 @@ int run(int argc, char** argv) {
   } else if (stop == "target") {
     exitCode = kOk;
     outcome = "reached " + target.describe();
+  } else if (stop == "end-of-recording") {
+    outcome = "ran past the end of the recording before reaching " + target.describe();
   } else if (target.kind == ReplayTarget::Kind::Crash && sum.failure &&
              ((sum.failure->kind == "signal" && died && sig == sum.failure->signal) ||
               (sum.failure->kind == "exception" && report.count("exception")))) {

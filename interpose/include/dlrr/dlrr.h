@@ -143,6 +143,12 @@ DLRR_API int dlrr_replay_rng_at_step(int64_t step, int kind, int device, const u
 DLRR_API const char* dlrr_replay_runtime_info(const char* key);
 DLRR_API int64_t dlrr_replay_recorded_steps(void);
 DLRR_API double dlrr_replay_recorded_loss(int64_t step);
+/* Full tensors the recording kept for `step` (the failure ring), as an encoded dict
+ * "kind:path#call.output" -> tensor. Always 1 in replay (possibly an empty dict). */
+DLRR_API int dlrr_replay_recorded_tensors(int64_t step, const uint8_t** data, uint64_t* n);
+/* The recorded digests of `step`, one per line, tab-separated:
+ * kind path call output hash nan inf min max. */
+DLRR_API const char* dlrr_replay_recorded_digests(int64_t step);
 /* The first divergence, "" when none so far. */
 DLRR_API const char* dlrr_replay_divergence(void);
 /* Adds a line to the replay report (key "warning" collects warnings). */
