@@ -147,7 +147,8 @@ class Replayer(Recorder):
                     return original(self)
                 return replayer.guarded(replayer.make_iterator, self) or original(self)
             return __iter__
-        # Ours first, so that the LoaderTracker's wrapper (numbering) wraps it.
+        # Ours takes the place of the LoaderTracker's __iter__ wrapper (the Patcher wraps a
+        # method once), so make_iterator numbers the iteration itself.
         self._patcher.wrap(dataloader.DataLoader, "__iter__", make_iter)
         super()._on_torch(torch)
         module_module = __import__("torch.nn.modules.module", fromlist=["Module"])
@@ -190,7 +191,9 @@ class Replayer(Recorder):
         # RandomSampler without a generator draws one at its first batch): do the same
         # draws so the generator stays where the recording had it.
         torch.empty((), dtype=torch.int64).random_(generator=loader.generator)
-        return ReplayIterator(self, loader)
+        iterator = ReplayIterator(self, loader)
+        self.loaders.begin_iteration(loader, iterator)
+        return iterator
 
     def next_batch(self, iterator):
         iteration = self.loaders._iteration_of(iterator)
