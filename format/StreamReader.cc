@@ -304,6 +304,7 @@ void StreamReader::scan() {
       haveSeq = true;
     }
     if (f.header.kind == FrameKind::Footer) {
+      if (!unusedFooter_) unusedFooter_ = f;
       off += kFrameHeaderSize + f.header.storedLen;
       continue;  // a footer we could not use; its trailer follows
     }
@@ -414,9 +415,20 @@ std::vector<uint8_t> StreamReader::readBlob(const Hash128& h, uint64_t size) {
 
 std::vector<std::string> StreamReader::verify() {
   std::vector<std::string> problems;
+  std::vector<uint8_t> bytes;
   scan();
   if (!status_.damage.empty()) problems.push_back(name_ + ": " + status_.damage);
-  std::vector<uint8_t> bytes;
+  if (!footerLoaded_ && unusedFooter_) {
+    // close() writes footer and trailer together: a footer open() could not use means damage.
+    std::string why = "footer frame at " + hex(unusedFooter_->offset) + " is not usable";
+    try {
+      readPayload(*unusedFooter_, bytes);
+      why += " (its trailer is missing or damaged, or its index is inconsistent)";
+    } catch (const TraceError& e) {
+      why += " (" + std::string(e.what()) + ")";
+    }
+    problems.push_back(name_ + ": " + why + "; the stream was read by scanning");
+  }
   for (const FrameInfo& f : frames_) {
     try {
       BlobPrefix p;
