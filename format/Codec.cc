@@ -14,7 +14,7 @@ void byteShuffle(const uint8_t* in, size_t n, size_t elem, uint8_t* out) noexcep
     uint8_t* dst = out + b * count;
     for (size_t i = 0; i < count; ++i) dst[i] = in[i * elem + b];
   }
-  std::memcpy(out + count * elem, in + count * elem, n - count * elem);
+  if (n > count * elem) std::memcpy(out + count * elem, in + count * elem, n - count * elem);  // null when n == 0
 }
 
 void byteUnshuffle(const uint8_t* in, size_t n, size_t elem, uint8_t* out) noexcept {
@@ -23,7 +23,7 @@ void byteUnshuffle(const uint8_t* in, size_t n, size_t elem, uint8_t* out) noexc
     const uint8_t* src = in + b * count;
     for (size_t i = 0; i < count; ++i) out[i * elem + b] = src[i];
   }
-  std::memcpy(out + count * elem, in + count * elem, n - count * elem);
+  if (n > count * elem) std::memcpy(out + count * elem, in + count * elem, n - count * elem);  // null when n == 0
 }
 
 void PayloadCodec::CDeleter::operator()(ZSTD_CCtx_s* c) const noexcept { ZSTD_freeCCtx(c); }

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -28,9 +29,14 @@ std::string blobName(const Hash128& h) {
   return b;
 }
 
-capnp::ReaderOptions readerOptions() {
+// The traversal limit is Cap'n Proto's guard against amplification (pointers that alias, lists
+// of zero-sized elements): it caps the words all reads of one message may visit. Tied to the
+// words actually present, a message costs readers time proportional to its bytes; a fixed
+// limit let a few hundred bytes expand into millions of list elements. The factor leaves room
+// for callers that read the same fields more than once.
+capnp::ReaderOptions readerOptions(size_t wordsPresent) {
   capnp::ReaderOptions o;
-  o.traversalLimitInWords = (kMaxRawLen / 8) * 2;
+  o.traversalLimitInWords = std::min<uint64_t>(uint64_t{wordsPresent} * 8 + 4096, (kMaxRawLen / 8) * 2);
   o.nestingLimit = 64;
   return o;
 }
@@ -41,7 +47,7 @@ void forEachMessage(const std::vector<uint8_t>& bytes, uint64_t frameOffset, Fn&
   if (bytes.size() % 8 != 0) throw TraceError(ErrorKind::Corrupt, "events frame at " + hex(frameOffset) + " is not word-aligned");
   kj::ArrayPtr<const capnp::word> words(reinterpret_cast<const capnp::word*>(bytes.data()), bytes.size() / 8);
   while (words.size() > 0) {
-    capnp::FlatArrayMessageReader reader(words, readerOptions());
+    capnp::FlatArrayMessageReader reader(words, readerOptions(words.size()));
     if (!fn(reader.getRoot<schema::Event>())) return;
     const capnp::word* end = reader.getEnd();
     words = kj::ArrayPtr<const capnp::word>(end, words.end());
@@ -134,7 +140,7 @@ void StreamReader::init(const std::string& file) {
     // A prefix of the magic (or nothing) is what a writer that died in its first write leaves.
     std::vector<uint8_t> head(static_cast<size_t>(status_.fileSize));
     readExact(0, head.data(), head.size());
-    if (std::memcmp(head.data(), kFileMagic, std::min(head.size(), sizeof kFileMagic)) == 0)
+    if (head.empty() || std::memcmp(head.data(), kFileMagic, std::min(head.size(), sizeof kFileMagic)) == 0)
       throw TraceError(ErrorKind::Corrupt, file + " is a torn stream (" + std::to_string(status_.fileSize) +
                                                " bytes): its writer died before writing the file header");
     throw TraceError(ErrorKind::NotATrace, file + " is too short to be a dlrr stream (" +
@@ -165,7 +171,9 @@ void StreamReader::init(const std::string& file) {
   try {
     kj::ArrayPtr<const capnp::word> words(reinterpret_cast<const capnp::word*>(headerWords_.data()),
                                           headerWords_.size() / 8);
-    headerMsg_ = std::make_unique<capnp::FlatArrayMessageReader>(words, readerOptions());
+    // The header reader lives as long as the stream and every header() call counts against
+    // its limit, so it gets the fixed cap rather than one proportional to its size.
+    headerMsg_ = std::make_unique<capnp::FlatArrayMessageReader>(words, readerOptions(kMaxRawLen / 8));
     validateHeader(headerMsg_->getRoot<schema::StreamHeader>());
   } catch (const kj::Exception& e) {
     throw TraceError(ErrorKind::Corrupt, file + ": header message does not parse: " + e.getDescription().cStr());
@@ -213,7 +221,7 @@ bool StreamReader::loadFooter() {
     readPayload(f, bytes);
     if (bytes.size() % 8 != 0) return false;
     kj::ArrayPtr<const capnp::word> words(reinterpret_cast<const capnp::word*>(bytes.data()), bytes.size() / 8);
-    capnp::FlatArrayMessageReader msg(words, readerOptions());
+    capnp::FlatArrayMessageReader msg(words, readerOptions(words.size()));
     auto footer = msg.getRoot<schema::Footer>();
     std::unordered_map<int64_t, uint64_t> steps;
     std::unordered_map<Hash128, uint64_t, Hash128Hasher> blobs;
@@ -304,6 +312,7 @@ void StreamReader::scan() {
       haveSeq = true;
     }
     if (f.header.kind == FrameKind::Footer) {
+      if (!unusedFooter_) unusedFooter_ = f;
       off += kFrameHeaderSize + f.header.storedLen;
       continue;  // a footer we could not use; its trailer follows
     }
@@ -414,9 +423,20 @@ std::vector<uint8_t> StreamReader::readBlob(const Hash128& h, uint64_t size) {
 
 std::vector<std::string> StreamReader::verify() {
   std::vector<std::string> problems;
+  std::vector<uint8_t> bytes;
   scan();
   if (!status_.damage.empty()) problems.push_back(name_ + ": " + status_.damage);
-  std::vector<uint8_t> bytes;
+  if (!footerLoaded_ && unusedFooter_) {
+    // close() writes footer and trailer together: a footer open() could not use means damage.
+    std::string why = "footer frame at " + hex(unusedFooter_->offset) + " is not usable";
+    try {
+      readPayload(*unusedFooter_, bytes);
+      why += " (its trailer is missing or damaged, or its index is inconsistent)";
+    } catch (const TraceError& e) {
+      why += " (" + std::string(e.what()) + ")";
+    }
+    problems.push_back(name_ + ": " + why + "; the stream was read by scanning");
+  }
   for (const FrameInfo& f : frames_) {
     try {
       BlobPrefix p;

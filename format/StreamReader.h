@@ -95,6 +95,7 @@ class StreamReader {
   bool scanned_ = false;
   bool footerLoaded_ = false;
   uint64_t footerOffset_ = 0;
+  std::optional<FrameInfo> unusedFooter_;  // a footer frame the scan met but open could not use
   std::unordered_map<int64_t, uint64_t> stepOffsets_;
   bool stepIndexReady_ = false;
   std::unordered_map<Hash128, uint64_t, Hash128Hasher> blobOffsets_;

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <new>
 
 #include "format/Crc32c.h"
 #include "format/TraceError.h"
@@ -350,6 +351,12 @@ void StreamWriter::afterForkChild() noexcept {
   inert_ = true;
   // The writer thread does not exist in the child: forget it without join or detach.
   (void)thread_.release();
+  // The parent's threads may be registered waiters on these condition variables; nothing in
+  // the child will ever wake them, and glibc's pthread_cond_destroy waits for waiters, so the
+  // child's ~StreamWriter would hang. Start the child with fresh ones (the old objects hold no
+  // resources, so not running their destructors is harmless).
+  new (&workCv_) std::condition_variable;
+  new (&doneCv_) std::condition_variable;
   fd_.reset();
 }
 

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang-14 (ASan + UBSan) into build-fuzz and fuzzes the
+# stream reader for SECONDS (default 60). New inputs go to build-fuzz/corpus; crashes to
+# build-fuzz/artifacts (and the script then fails). Seeds: tests/fuzz/corpus/stream_reader.
+#   scripts/fuzz.sh [SECONDS]
+set -euo pipefail
+SECONDS_TO_RUN=${1:-60}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=$ROOT/build-fuzz
+JOBS=$(nproc 2>/dev/null || echo 2)
+
+CC=${CC:-clang-14} CXX=${CXX:-clang++-14} cmake -S "$ROOT" -B "$BUILD" -G Ninja \
+  -DDLRR_FUZZ=ON -DDLRR_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$BUILD" --target fuzz_stream_reader -j"$JOBS"
+
+CORPUS=$BUILD/corpus/stream_reader
+mkdir -p "$CORPUS" "$BUILD/artifacts"
+# The first directory receives new inputs; the committed seeds are only read.
+"$BUILD/bin/fuzz_stream_reader" "$CORPUS" "$ROOT/tests/fuzz/corpus/stream_reader" \
+  -max_total_time="$SECONDS_TO_RUN" -max_len=65536 -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 \
+  -artifact_prefix="$BUILD/artifacts/" -print_final_stats=1

@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# CLI test for dltrace: runs it on sample traces written by dlrr_make_sample_trace and on
+# damaged copies, and checks exit codes (docs/cli.md), one-line errors and parseable JSON.
+#   dltrace_cli_test.sh DLTRACE MAKE_SAMPLE_TRACE
+set -u
+DLTRACE=$1
+MAKE=$2
+PY=/usr/bin/python3
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/dltrace-cli-XXXXXX")
+trap 'chmod -R u+rwx "$WORK" 2>/dev/null; rm -rf "$WORK"' EXIT
+failures=0
+OUT=$WORK/out
+ERR=$WORK/err
+
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+# expect RC ARGS...: runs dltrace, checks the exit code, that it did not hang or crash, and
+# that an error is one line ("dltrace: ...") plus, for usage errors, one usage line.
+expect() {
+  local want=$1
+  shift
+  timeout 30 "$DLTRACE" "$@" >"$OUT" 2>"$ERR"
+  local rc=$?
+  if [ "$rc" != "$want" ]; then
+    fail "dltrace $* exited $rc, expected $want; stderr: $(head -c 400 "$ERR")"
+    return
+  fi
+  if [ "$rc" -ge 2 ]; then
+    local lines errlines
+    errlines=$(grep -v '^dltrace: warning: ' "$ERR" | wc -l)
+    lines=$([ "$rc" = 2 ] && echo 2 || echo 1)
+    [ "$errlines" = "$lines" ] || fail "dltrace $* wrote $errlines error lines, expected $lines: $(cat "$ERR")"
+    grep -v '^dltrace: warning: ' "$ERR" | head -1 | grep -q '^dltrace: ' || fail "dltrace $*: error does not start with 'dltrace: '"
+  fi
+  if grep -qiE 'terminate called|Aborted|Segmentation|sanitizer' "$ERR"; then fail "dltrace $* crashed: $(cat "$ERR")"; fi
+}
+
+# json CHECK: parses $OUT as one JSON document and runs the Python expression CHECK on it (d).
+json() {
+  "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); assert $1, d" "$OUT" 2>"$WORK/pyerr" ||
+    fail "JSON check '$1' failed: $(tail -2 "$WORK/pyerr")"
+}
+
+# npy FILE DESCR SHAPE NBYTES: checks a .npy file's header and data size without NumPy.
+npy() {
+  "$PY" - "$@" <<'PYEOF' || fail "npy check $* failed"
+import ast, struct, sys
+path, descr, shape, nbytes = sys.argv[1], sys.argv[2], ast.literal_eval(sys.argv[3]), int(sys.argv[4])
+b = open(path, 'rb').read()
+assert b[:8] == b'\x93NUMPY\x01\x00', b[:8]
+n = struct.unpack('<H', b[8:10])[0]
+assert (10 + n) % 64 == 0
+h = ast.literal_eval(b[10:10 + n].decode('latin1'))
+assert h == {'descr': descr, 'fortran_order': False, 'shape': shape}, h
+assert len(b) - 10 - n == nbytes, (len(b) - 10 - n, nbytes)
+PYEOF
+}
+
+T=$WORK/good
+"$MAKE" "$T" --steps 6 --nan-at 4 --rich >/dev/null || { echo "cannot make a sample trace" >&2; exit 1; }
+
+# --- a good trace
+expect 0 info "$T"
+grep -q 'python3 train.py' "$OUT" || fail "info does not show the command"
+expect 0 info "$T" --json
+json 'd["format_version"] == "1.0" and d["command"] == ["python3", "train.py"] and d["exit_code"] == 0'
+json 'd["steps"] == 6 and d["failure"]["kind"] == "nonfinite" and d["failure"]["step"] == 4 and d["failure"]["where"] == "fc1"'
+json 'len(d["processes"]) == 2 and d["bytes"]["stored"] > 0 and d["processes"][1]["clean"] is True'
+expect 0 steps "$T"
+[ "$(wc -l <"$OUT")" = 7 ] || fail "steps printed $(wc -l <"$OUT") lines, expected a header and 6 steps"
+expect 0 steps "$T" --json
+json 'len(d["steps"]) == 6 and d["steps"][4]["loss"] == "nan" and d["steps"][4]["non_finite"] == 1 and d["error"] is None'
+expect 0 events "$T"
+grep -q 'batch: .*float32\[2,128\]' "$OUT" || fail "events does not show batch dtypes and shapes"
+grep -q 'entropy: getrandom 24 B' "$OUT" || fail "events does not show entropy"
+if grep -q $'\x1b' "$OUT"; then fail "events let a terminal escape through"; fi
+expect 0 events "$T" --json
+"$PY" -c 'import json,sys; [json.loads(l) for l in open(sys.argv[1])]' "$OUT" || fail "events --json is not JSON Lines"
+expect 0 events "$T" --step 4 --kind failure
+grep -q 'failure: nonfinite at step 4' "$OUT" || fail "events --step 4 --kind failure: $(cat "$OUT")"
+grep -q 'line 42, in forward' "$OUT" || fail "failure traceback not shown"
+[ "$(grep -c ' 3 ' "$OUT")" = 0 ] || fail "events --step 4 shows other steps"
+expect 0 events "$T" --stream p101 --step 2 --kind stepEnd
+[ "$(wc -l <"$OUT")" = 1 ] || fail "events --step 2 --kind stepEnd printed $(wc -l <"$OUT") lines"
+expect 0 dump "$T" --step 3 --batch inputs.0 -o "$WORK/x.npy"
+npy "$WORK/x.npy" '<f4' '(2, 128)' 1024
+expect 0 dump "$T" --step 3 --batch=inputs.1 -o "$WORK/h.npy"
+npy "$WORK/h.npy" '<u2' '(256,)' 512
+grep -q 'bfloat16' "$ERR" || fail "dump of bfloat16 does not say it wrote uint16"
+expect 0 dump "$T" --step 3 --batch label -o "$WORK/l.npy"
+npy "$WORK/l.npy" '<i8' '(2,)' 16
+expect 0 dump "$T" --step 3 --batch id -o "$WORK/i.npy"
+npy "$WORK/i.npy" '<i8' '()' 8
+expect 0 dump "$T" --step 3 --rng torchCpu -o "$WORK/r.npy"
+npy "$WORK/r.npy" '|u1' '(64,)' 64
+expect 0 dump "$T" --step 4 --tensor fc1 -o "$WORK/t.npy"
+npy "$WORK/t.npy" '<f4' '(2, 4)' 32
+expect 2 dump "$T" --step 3 --batch -o "$WORK/x.npy"
+grep -q 'inputs.0' "$ERR" || fail "dump without PATH does not list the paths"
+expect 7 dump "$T" --step 3 --batch nope -o "$WORK/x.npy"
+expect 7 dump "$T" --step 99 --batch inputs.0 -o "$WORK/x.npy"
+expect 7 dump "$T" --step 3 --tensor fc1 -o "$WORK/x.npy"
+expect 7 events "$T" --step 99
+expect 7 steps "$T" --stream nope
+expect 3 dump "$T" --step 3 --batch inputs.0 -o "$WORK/no/such/dir/x.npy"
+expect 0 verify "$T"
+
+# --- a trace whose writer was killed after a commit: no footer, still intact
+C=$WORK/crashed
+"$MAKE" "$C" --steps 4 --crash >/dev/null
+expect 0 info "$C" --json
+json 'd["steps"] == 4 and d["processes"][1]["clean"] is False and d["processes"][1]["damage"] is None'
+expect 0 events "$C" --step 2
+expect 0 verify "$C"
+
+# --- damaged copies
+P=p101.dls
+SIZE=$(stat -c %s "$T/$P")
+cp -r "$T" "$WORK/torn" && truncate -s $((SIZE / 2 + 7)) "$WORK/torn/$P"
+expect 1 verify "$WORK/torn"
+grep -q 'steps readable' "$OUT" || fail "verify does not say what is readable: $(cat "$OUT")"
+expect 0 info "$WORK/torn" --json
+json 'd["processes"][1]["damage"] is not None'
+expect 0 steps "$WORK/torn"
+grep -q 'warning' "$ERR" || fail "steps on a torn stream does not warn"
+
+cp -r "$T" "$WORK/flip" && printf '\xff' | dd of="$WORK/flip/$P" bs=1 seek=$((SIZE / 2)) conv=notrunc 2>/dev/null
+expect 1 verify "$WORK/flip"
+expect 0 info "$WORK/flip" --json
+json 'd["format_version"] == "1.0"'
+
+cp -r "$T" "$WORK/hdr" && printf '\xff' | dd of="$WORK/hdr/$P" bs=1 seek=40 conv=notrunc 2>/dev/null
+expect 1 verify "$WORK/hdr"
+grep -q 'p101: unreadable' "$OUT" || fail "verify does not name the unreadable stream"
+expect 0 info "$WORK/hdr" --json
+json 'd["unreadable_streams"][0]["stream"] == "p101"'
+
+cp -r "$T" "$WORK/cat" && cat "$T/$P" "$T/$P" >"$WORK/cat/$P"
+expect 1 verify "$WORK/cat"
+grep -q 'concatenated' "$OUT" || fail "verify does not detect concatenation: $(cat "$OUT")"
+
+cp -r "$T" "$WORK/future" && printf '\x09' | dd of="$WORK/future/$P" bs=1 seek=8 conv=notrunc 2>/dev/null
+for cmd in info steps events verify; do expect 5 $cmd "$WORK/future"; done
+expect 5 dump "$WORK/future" --step 1 --batch inputs.0 -o "$WORK/x.npy"
+grep -q '9.0' "$ERR" || fail "future version error does not name the version"
+
+# --- not traces
+mkdir -p "$WORK/empty"
+echo hello >"$WORK/plain"
+mkdir -p "$WORK/junk" && head -c 300 /dev/urandom >"$WORK/junk/x.dls"
+for cmd in info steps events verify; do
+  expect 3 $cmd "$WORK/missing"
+  expect 4 $cmd "$WORK/empty"
+  expect 4 $cmd "$WORK/plain"
+  expect 4 $cmd "$T/$P"
+  expect 4 $cmd "$WORK/junk"
+done
+grep -q 'pass the trace directory' "$ERR" || true
+
+# --- permissions: drop to nobody when running as root (root reads everything)
+if [ "$(id -u)" = 0 ]; then
+  if command -v setpriv >/dev/null; then
+    timeout 30 setpriv --reuid=65534 --regid=65534 --clear-groups "$DLTRACE" info "$T" >/dev/null 2>"$ERR"
+    rc=$?
+    [ "$rc" = 3 ] || fail "unreadable trace as nobody exited $rc, expected 3: $(cat "$ERR")"
+  fi
+else
+  cp -r "$T" "$WORK/perm" && chmod 000 "$WORK/perm/$P"
+  expect 3 info "$WORK/perm"
+  chmod 000 "$WORK/perm"
+  expect 3 info "$WORK/perm"
+fi
+
+# --- usage
+expect 2
+expect 2 frobnicate "$T"
+expect 2 info
+expect 2 info "$T" --bogus
+expect 2 info "$T" "$T"
+expect 2 events "$T" --step x
+expect 2 events "$T" --kind nonsense
+expect 2 dump "$T" --batch -o "$WORK/x.npy"
+expect 2 dump "$T" --step 1 -o "$WORK/x.npy"
+expect 2 dump "$T" --step 1 --batch
+expect 0 --help
+expect 0 info --help
+expect 0 help dump
+expect 0 --version
+grep -q 'trace format 1' "$OUT" || fail "--version does not name the trace format"
+
+if [ "$failures" != 0 ]; then
+  echo "$failures check(s) failed" >&2
+  exit 1
+fi
+echo "dltrace CLI: all checks passed"
