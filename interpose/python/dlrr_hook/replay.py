@@ -472,28 +472,30 @@ class Replayer(Recorder):
         pid = os.getpid()
         sys.stderr.write(
             "dlrr: replay stopped (%s): %s\n"
-            "dlrr: process %d is waiting for a debugger; attach with one of:\n"
-            "dlrr:   gdb -p %d            (native; 'detach' or 'quit' resumes the job)\n"
-            "dlrr:   python3 -m pdb -p %d  is not a thing: use gdb's 'py-bt', or send SIGUSR1 to resume\n"
-            "dlrr: resuming when the debugger detaches, or on SIGCONT / SIGUSR1 (kill -USR1 %d)\n"
-            % (reason, detail, pid, pid, pid, pid))
+            "dlrr: process %d is waiting for a debugger:\n"
+            "dlrr:   gdb -p %d        attach (the job resumes when gdb detaches or quits)\n"
+            "dlrr:   kill -USR1 %d    resume without attaching\n"
+            % (reason, detail, pid, pid, pid))
         sys.stderr.flush()
         resumed = []
-        previous = {}
-        for sig in (signal.SIGUSR1, signal.SIGCONT):
-            previous[sig] = signal.signal(sig, lambda *a: resumed.append(1))
-        attached = False
+        previous = {sig: signal.signal(sig, lambda *a: resumed.append(1)) for sig in (signal.SIGUSR1, signal.SIGCONT)}
+        # A debugger that attaches stops every thread of this process, so only another
+        # process can see the attach and the detach: a tiny watcher, which signals us when
+        # our TracerPid goes from set back to 0.
+        watcher = os.fork()
+        if watcher == 0:
+            _watch_tracer(pid)
         try:
             while not resumed:
-                tracer = _tracer_pid()
-                if tracer:
-                    attached = True
-                elif attached:
-                    break  # attached, then detached
                 time.sleep(0.05)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            try:
+                os.kill(watcher, signal.SIGKILL)
+                os.waitpid(watcher, 0)
+            except OSError:
+                pass
         sys.stderr.write("dlrr: resumed\n")
 
     # ------------------------------------------------------------------ report helpers
@@ -533,14 +535,32 @@ class Replayer(Recorder):
         return [tuple(line.split("\t")) for line in text.splitlines()]
 
 
-def _tracer_pid():
+def _watch_tracer(pid):
+    """In a forked child: signal `pid` once a debugger has attached to it and detached."""
+    attached = False
     try:
-        with open("/proc/self/status") as f:
+        while True:
+            tracer = _tracer_pid(pid)
+            if tracer < 0:
+                break  # the process is gone
+            if tracer:
+                attached = True
+            elif attached:
+                os.kill(pid, signal.SIGUSR1)
+                break
+            time.sleep(0.01)
+    finally:
+        os._exit(0)
+
+
+def _tracer_pid(pid="self"):
+    try:
+        with open("/proc/%s/status" % pid) as f:
             for line in f:
                 if line.startswith("TracerPid:"):
                     return int(line.split()[1])
     except OSError:
-        pass
+        return -1
     return 0
 
 
