@@ -396,7 +396,24 @@ int RecordSession::digest(int kind, const char* path, uint32_t callIndex, uint32
   stepDigests_.fetch_add(1, std::memory_order_relaxed);
   uint64_t bad = out.nanCount + out.infCount;
   int64_t step = step_.load();
-  if (keep && cfg_.ringSteps > 0 && data) {
+  if (keep && data && cfg_.capture == CaptureLevel::Full) {
+    // Full capture: every kept tensor of every step goes to the trace now (content-addressed,
+    // so repeats cost nothing); the failure ring is then redundant.
+    std::string dts(dt);
+    emit([&](schema::Event::Builder e, StreamWriter& w) {
+      auto ft = e.initTensor();
+      ft.setKind(static_cast<schema::TensorDigest::Kind>(kind));
+      ft.setPath(path ? path : "");
+      ft.setCallIndex(callIndex);
+      ft.setOutput(output);
+      auto t = ft.initTensor();
+      t.setDtype(dts);
+      auto s = t.initShape(static_cast<unsigned>(ndim > 0 ? ndim : 0));
+      for (int i = 0; i < ndim; ++i) s.set(static_cast<unsigned>(i), shape[i]);
+      t.setDevice("cpu");
+      setRef(t.initData(), w.putBlob(data, nbytes, dtypeElemSize(dts)));
+    });
+  } else if (keep && cfg_.ringSteps > 0 && data) {
     std::lock_guard<std::mutex> lk(ringMu_);
     if (ringBytes_ + nbytes <= kRingCapBytes) {
       Kept k{kind, path ? path : "", callIndex, output, std::string(dt), std::vector<int64_t>(shape, shape + ndim),
