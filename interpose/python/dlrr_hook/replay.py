@@ -132,7 +132,14 @@ class Replayer(Recorder):
             if self.active and not issubclass(exc_type, SystemExit):
                 self.guarded(self.on_exception, exc_type, exc, tb)
             return result
+        self._prev_excepthook = previous
+        self._our_excepthook = excepthook
         sys.excepthook = excepthook
+
+    def uninstall(self):
+        if sys.excepthook is getattr(self, "_our_excepthook", None):
+            sys.excepthook = self._prev_excepthook
+        super().uninstall()
 
     def _on_torch(self, torch):
         self._restore_threads(torch)
