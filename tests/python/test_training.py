@@ -92,6 +92,19 @@ class DigestTest(RecorderTestCase):
         losses = self.digests(native.DIGEST_LOSS)
         self.assertEqual([(c[2], c[3], c[4], c[6]) for c in losses], [("loss", 0, 0, [])] * 2)
 
+    def test_replaced_submodule_gets_its_names(self):
+        model = small_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        train_step(model, optimizer, torch.randn(2, 3))
+        model[2] = nn.Linear(4, 1, bias=False)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        self.lib.clear()
+        train_step(model, optimizer, torch.randn(2, 3))
+        grads = [c[2] for c in self.digests(native.DIGEST_GRADIENT)]
+        self.assertEqual(grads, ["0.weight", "0.bias", "2.weight"])
+        new_weight = [c for c in self.digests(native.DIGEST_PARAMETER) if c[2] == "2.weight"][0]
+        self.assertEqual(new_weight[7], model[2].weight.detach().numpy().tobytes())
+
     def test_flattened_outputs(self):
         model = TwoOutputs()
         with torch.no_grad():
