@@ -88,15 +88,6 @@ class ModeTest(unittest.TestCase):
             self.assertIs(sys.excepthook, hook)
             self.assertEqual(lib.calls, [])
 
-    def test_spawned_worker_is_detected(self):
-        saved = sys.orig_argv
-        try:
-            sys.orig_argv = ["/usr/bin/python3", "-c", "from multiprocessing.spawn import spawn_main; "
-                             "spawn_main(tracker_fd=5, pipe_handle=7)", "--multiprocessing-fork"]
-            self.assertIsNone(dlrr_hook.install(lib=fake_native.FakeLib()))
-        finally:
-            sys.orig_argv = saved
-
 
 class ImportWatcherTest(unittest.TestCase):
     def test_fires_after_module_executed_and_only_then(self):

@@ -125,6 +125,44 @@ class RealLibraryTest(unittest.TestCase):
                          (plain.returncode, plain.stdout, plain.stderr))
         self.assertTrue(os.listdir(trace))
 
+    def test_spawned_workers_record_nothing(self):
+        report = os.path.join(self.tmp.name, "workers.txt")
+        job = self.script("""
+            import os, sys, torch
+            from torch.utils.data import DataLoader, Dataset
+
+            class Probe(Dataset):
+                def __len__(self):
+                    return 8
+
+                def __getitem__(self, i):
+                    hook = sys.modules.get("dlrr_hook")
+                    rec = hook.current() if hook else None
+                    with open(%r, "a") as f:
+                        f.write("%%s %%s\\n" %% (rec is not None, rec is not None and rec.active))
+                    return torch.tensor([float(i)])
+
+            if __name__ == "__main__":
+                loader = DataLoader(Probe(), batch_size=4, num_workers=2,
+                                    multiprocessing_context="spawn")
+                model = torch.nn.Linear(1, 1)
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x in loader:
+                    opt.zero_grad()
+                    model(x).sum().backward()
+                    opt.step()
+                import dlrr_hook
+                rec = dlrr_hook.current()
+                print(rec.active, rec.steps.steps_begun)
+        """ % report)
+        trace, env = self.recorded_env()
+        result = _run([job], [HOOK_DIR], env)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout.split(), ["True", "2"])
+        with open(report) as f:
+            lines = f.read().split("\n")
+        self.assertEqual(set(filter(None, lines)), {"True False"})  # installed, then turned off
+
     def test_training_job_records_and_output_is_unchanged(self):
         job = self.script("""
             import torch

@@ -50,8 +50,11 @@ def _where(exc):
 class Recorder:
     """The hook in record mode (dlrr_mode() == 1).  One per process.
 
-    Forked children (DataLoader workers) record nothing: batches are captured in the main
-    process, after collation, which also makes replay independent of the worker count.
+    DataLoader workers record nothing: batches are captured in the main process, after
+    collation, which also makes replay independent of the worker count.  Forked children
+    are turned off by os.register_at_fork (as the native side does); spawned workers by the
+    _worker_loop patch (see loaders.py).  Processes started by torch.multiprocessing.spawn
+    (DDP ranks) are recorded like any other process.
     """
 
     def __init__(self, lib):
@@ -159,6 +162,7 @@ class Recorder:
         self.torch = torch
         self._tensor_type = torch.Tensor
         dataloader = importlib.import_module("torch.utils.data.dataloader")
+        worker = importlib.import_module("torch.utils.data._utils.worker")
         module_module = importlib.import_module("torch.nn.modules.module")
         importlib.import_module("torch.optim")
         self.marshal = TensorMarshal(torch)
@@ -167,7 +171,7 @@ class Recorder:
         self.rng = RngCapture(self.lib, torch)
         self.loaders = LoaderTracker(self, self._on_batch, self._on_loader_end,
                                      self.steps.note_loader_created)
-        self.loaders.install(self._patcher, dataloader)
+        self.loaders.install(self._patcher, dataloader, worker)
         self.modules = ModuleTracker(self, torch, self._on_root, self._on_output,
                                      digest_outputs=self.capture_level >= native.CAPTURE_DEFAULT)
         self.modules.install(module_module)
