@@ -60,16 +60,16 @@ Codec PayloadCodec::encode(const uint8_t* raw, size_t n, Codec wanted, std::vect
 
 void PayloadCodec::decode(Codec codec, const uint8_t* stored, size_t storedLen, size_t rawLen,
                           std::vector<uint8_t>& out) {
-  out.resize(rawLen);
+  // Check the lengths before allocating: a lie here is corruption, not a reason to allocate.
   if (codec.compression == Compression::None) {
     if (storedLen != rawLen) throw TraceError(ErrorKind::Corrupt, "stored and raw lengths differ in an uncompressed frame");
+    out.resize(rawLen);
     if (rawLen) std::memcpy(out.data(), stored, rawLen);
     return;
   }
-  // Check the declared content size before decoding: a lie here is corruption, not a reason
-  // to allocate.
   unsigned long long declared = ZSTD_getFrameContentSize(stored, storedLen);
   if (declared != rawLen) throw TraceError(ErrorKind::Corrupt, "compressed payload size does not match its frame header");
+  out.resize(rawLen);
   uint8_t* dst = out.data();
   if (codec.shuffle > 1) {
     scratch_.resize(rawLen);

@@ -22,6 +22,12 @@ std::string hex(uint64_t v) {
   return b;
 }
 
+std::string blobName(const Hash128& h) {
+  char b[40];
+  std::snprintf(b, sizeof b, "%016llx%016llx", static_cast<unsigned long long>(h.hi), static_cast<unsigned long long>(h.lo));
+  return b;
+}
+
 capnp::ReaderOptions readerOptions() {
   capnp::ReaderOptions o;
   o.traversalLimitInWords = (kMaxRawLen / 8) * 2;
@@ -29,14 +35,14 @@ capnp::ReaderOptions readerOptions() {
   return o;
 }
 
-// Walks back-to-back flat messages in `bytes`; calls fn on each root.
+// Walks back-to-back flat messages in `bytes`; calls fn on each root until it returns false.
 template <typename Fn>
 void forEachMessage(const std::vector<uint8_t>& bytes, uint64_t frameOffset, Fn&& fn) {
   if (bytes.size() % 8 != 0) throw TraceError(ErrorKind::Corrupt, "events frame at " + hex(frameOffset) + " is not word-aligned");
   kj::ArrayPtr<const capnp::word> words(reinterpret_cast<const capnp::word*>(bytes.data()), bytes.size() / 8);
   while (words.size() > 0) {
     capnp::FlatArrayMessageReader reader(words, readerOptions());
-    fn(reader.getRoot<schema::Event>());
+    if (!fn(reader.getRoot<schema::Event>())) return;
     const capnp::word* end = reader.getEnd();
     words = kj::ArrayPtr<const capnp::word>(end, words.end());
   }
@@ -48,6 +54,12 @@ StreamReader::~StreamReader() = default;
 
 void StreamReader::readExact(uint64_t off, void* buf, size_t n) const {
   auto* p = static_cast<uint8_t*>(buf);
+  if (inMemory_) {
+    if (off > mem_.size() || n > mem_.size() - off)
+      throw TraceError(ErrorKind::Corrupt, name_ + ": unexpected end of file at " + hex(off));
+    if (n) std::memcpy(p, mem_.data() + off, n);
+    return;
+  }
   while (n > 0) {
     ssize_t r = ::pread(fd_.get(), p, n, static_cast<off_t>(off));
     if (r < 0) {
@@ -64,7 +76,8 @@ void StreamReader::readExact(uint64_t off, void* buf, size_t n) const {
 std::unique_ptr<StreamReader> StreamReader::open(int dirFd, const std::string& file, const std::string& displayName) {
   std::unique_ptr<StreamReader> r(new StreamReader());
   r->name_ = displayName;
-  r->fd_.reset(::openat(dirFd, file.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  // O_NONBLOCK: a FIFO planted under a stream's name must not hang the reader in open().
+  r->fd_.reset(::openat(dirFd, file.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
   if (!r->fd_.valid()) {
     int err = errno;
     if (err == ELOOP) throw TraceError(ErrorKind::NotATrace, file + " is a symbolic link; refusing to follow it");
@@ -75,10 +88,60 @@ std::unique_ptr<StreamReader> StreamReader::open(int dirFd, const std::string& f
   if (S_ISDIR(st.st_mode)) throw TraceError(ErrorKind::NotATrace, file + " is a directory, expected a stream file");
   if (!S_ISREG(st.st_mode)) throw TraceError(ErrorKind::NotATrace, file + " is not a regular file");
   r->status_.fileSize = static_cast<uint64_t>(st.st_size);
-  if (r->status_.fileSize < kFileHeaderSize)
-    throw TraceError(ErrorKind::NotATrace, file + " is too short to be a dlrr stream (" + std::to_string(st.st_size) + " bytes)");
+  r->init(file);
+  return r;
+}
+
+std::unique_ptr<StreamReader> StreamReader::openBytes(std::vector<uint8_t> bytes, const std::string& displayName) {
+  std::unique_ptr<StreamReader> r(new StreamReader());
+  r->name_ = displayName;
+  r->mem_ = std::move(bytes);
+  r->inMemory_ = true;
+  r->status_.fileSize = r->mem_.size();
+  r->init(displayName);
+  return r;
+}
+
+namespace {
+
+// Reads every pointer field of the header once, so that a malformed one is reported at open
+// and later header() readers cannot throw kj::Exception.
+void validateHeader(schema::StreamHeader::Reader h) {
+  (void)h.getStreamName();
+  (void)h.getParentStream();
+  for (auto a : h.getArgv()) (void)a;
+  (void)h.getCwd();
+  (void)h.getExe();
+  (void)h.getDlrrVersion();
+  auto t = h.getTrace();
+  (void)t.getHost();
+  (void)t.getUser();
+  for (auto a : t.getCommand()) (void)a;
+  (void)t.getCwd();
+  for (auto kv : t.getEnv()) (void)kv.getKey(), (void)kv.getValue();
+  for (auto a : t.getRedactedNames()) (void)a;
+  for (auto a : t.getRedactPatterns()) (void)a;
+  (void)t.getCpuModel();
+  (void)t.getKernel();
+  (void)t.getCaptureMode();
+  for (auto kv : t.getOptions()) (void)kv.getKey(), (void)kv.getValue();
+}
+
+}  // namespace
+
+void StreamReader::init(const std::string& file) {
+  if (status_.fileSize < kFileHeaderSize) {
+    // A prefix of the magic (or nothing) is what a writer that died in its first write leaves.
+    std::vector<uint8_t> head(static_cast<size_t>(status_.fileSize));
+    readExact(0, head.data(), head.size());
+    if (std::memcmp(head.data(), kFileMagic, std::min(head.size(), sizeof kFileMagic)) == 0)
+      throw TraceError(ErrorKind::Corrupt, file + " is a torn stream (" + std::to_string(status_.fileSize) +
+                                               " bytes): its writer died before writing the file header");
+    throw TraceError(ErrorKind::NotATrace, file + " is too short to be a dlrr stream (" +
+                                               std::to_string(status_.fileSize) + " bytes)");
+  }
   uint8_t fh[kFileHeaderSize];
-  r->readExact(0, fh, sizeof fh);
+  readExact(0, fh, sizeof fh);
   auto info = decodeFileHeader(fh);
   if (!info) throw TraceError(ErrorKind::NotATrace, file + " is not a dlrr stream (bad magic)");
   if (info->major > kFormatMajor)
@@ -86,31 +149,29 @@ std::unique_ptr<StreamReader> StreamReader::open(int dirFd, const std::string& f
                                                    std::to_string(info->minor) + "; this dlrr reads format " +
                                                    std::to_string(kFormatMajor) + ".x: upgrade dlrr");
   if (info->major == 0) throw TraceError(ErrorKind::NotATrace, file + " has an invalid format version 0");
-  r->status_.formatMinor = info->minor;
+  status_.formatMinor = info->minor;
 
   // The header frame must be intact: without it we do not know what the stream is.
-  if (r->status_.fileSize < kFileHeaderSize + kFrameHeaderSize)
+  if (status_.fileSize < kFileHeaderSize + kFrameHeaderSize)
     throw TraceError(ErrorKind::Corrupt, file + " ends before its header frame");
   uint8_t hb[kFrameHeaderSize];
-  r->readExact(kFileHeaderSize, hb, sizeof hb);
+  readExact(kFileHeaderSize, hb, sizeof hb);
   FrameInfo hf{kFileHeaderSize, {}};
   if (decodeFrameHeader(hb, hf.header) != HeaderStatus::Ok || hf.header.kind != FrameKind::Header ||
-      kFileHeaderSize + kFrameHeaderSize + hf.header.storedLen > r->status_.fileSize)
+      kFileHeaderSize + kFrameHeaderSize + hf.header.storedLen > status_.fileSize)
     throw TraceError(ErrorKind::Corrupt, file + ": header frame is damaged");
-  r->readPayload(hf, r->headerWords_);
-  if (r->headerWords_.size() % 8 != 0) throw TraceError(ErrorKind::Corrupt, file + ": header frame is damaged");
+  readPayload(hf, headerWords_);
+  if (headerWords_.size() % 8 != 0) throw TraceError(ErrorKind::Corrupt, file + ": header frame is damaged");
   try {
-    kj::ArrayPtr<const capnp::word> words(reinterpret_cast<const capnp::word*>(r->headerWords_.data()),
-                                          r->headerWords_.size() / 8);
-    r->headerMsg_ = std::make_unique<capnp::FlatArrayMessageReader>(words, readerOptions());
-    auto h = r->headerMsg_->getRoot<schema::StreamHeader>();
-    (void)h.getStreamName();
+    kj::ArrayPtr<const capnp::word> words(reinterpret_cast<const capnp::word*>(headerWords_.data()),
+                                          headerWords_.size() / 8);
+    headerMsg_ = std::make_unique<capnp::FlatArrayMessageReader>(words, readerOptions());
+    validateHeader(headerMsg_->getRoot<schema::StreamHeader>());
   } catch (const kj::Exception& e) {
     throw TraceError(ErrorKind::Corrupt, file + ": header message does not parse: " + e.getDescription().cStr());
   }
 
-  if (!r->loadFooter()) r->scan();
-  return r;
+  if (!loadFooter()) scan();
 }
 
 schema::StreamHeader::Reader StreamReader::header() const { return headerMsg_->getRoot<schema::StreamHeader>(); }
@@ -128,10 +189,8 @@ void StreamReader::readPayload(const FrameInfo& f, std::vector<uint8_t>& out, Bl
     skip = kBlobPrefixSize;
   }
   auto codec = Codec::decode(f.header.codec);
-  PayloadCodec pc;
-  std::vector<uint8_t> stored(scratch_.begin() + static_cast<long>(skip), scratch_.end());
   try {
-    pc.decode(*codec, stored.data(), stored.size(), f.header.rawLen, out);
+    codec_.decode(*codec, scratch_.data() + skip, scratch_.size() - skip, f.header.rawLen, out);
   } catch (const TraceError& e) {
     throw TraceError(ErrorKind::Corrupt, name_ + ": " + e.what() + " (frame at " + hex(f.offset) + ")");
   }
@@ -168,12 +227,15 @@ bool StreamReader::loadFooter() {
     }
     stepOffsets_ = std::move(steps);
     blobOffsets_ = std::move(blobs);
+    status_.footerSteps = footer.getSteps().size();
+    status_.footerEvents = footer.getEvents();
   } catch (const TraceError&) {
     return false;  // a damaged footer is not fatal: fall back to scanning
   } catch (const kj::Exception&) {
     return false;
   }
   footerLoaded_ = true;
+  stepIndexReady_ = true;
   blobIndexReady_ = true;
   footerOffset_ = *off;
   status_.cleanClose = true;
@@ -204,6 +266,14 @@ void StreamReader::scan() {
     readExact(off, hb, sizeof hb);
     FrameInfo f{off, {}};
     HeaderStatus st = decodeFrameHeader(hb, f.header);
+    if (st == HeaderStatus::BadMagic && std::memcmp(hb, kFileMagic, sizeof kFileMagic) == 0) {
+      status_.damage = "second file header at " + hex(off) + " (concatenated streams?)";
+      break;
+    }
+    if (st == HeaderStatus::BadMagic && std::memcmp(hb, kTrailerMagic, sizeof kTrailerMagic) == 0) {
+      status_.damage = "trailer followed by more data at " + hex(off) + " (concatenated streams?)";
+      break;
+    }
     if (st != HeaderStatus::Ok) {
       status_.damage = std::string(st == HeaderStatus::BadMagic ? "no frame" : st == HeaderStatus::BadCrc ? "damaged frame header" : "invalid frame header") +
                        " at " + hex(off);
@@ -249,24 +319,39 @@ const std::vector<FrameInfo>& StreamReader::frames() {
 }
 
 void StreamReader::forEachEvent(const EventFn& fn, uint64_t fromOffset) {
+  forEachEventUntil(
+      [&](schema::Event::Reader e, const FrameInfo& f) {
+        fn(e, f);
+        return true;
+      },
+      fromOffset);
+}
+
+void StreamReader::forEachEventUntil(const EventUntilFn& fn, uint64_t fromOffset) {
   scan();
   std::vector<uint8_t> bytes;
   for (const FrameInfo& f : frames_) {
     if (f.offset < fromOffset || f.header.kind != FrameKind::Events) continue;
     readPayload(f, bytes);
+    bool more = true;
     try {
-      forEachMessage(bytes, f.offset, [&](schema::Event::Reader e) { fn(e, f); });
+      forEachMessage(bytes, f.offset, [&](schema::Event::Reader e) { return more = fn(e, f); });
     } catch (const kj::Exception& e) {
       throw TraceError(ErrorKind::Corrupt, name_ + ": event in frame at " + hex(f.offset) + " does not parse: " + e.getDescription().cStr());
     }
+    if (!more) return;
   }
 }
 
 std::optional<uint64_t> StreamReader::stepFrameOffset(int64_t step) {
-  if (!footerLoaded_ && stepOffsets_.empty()) {
-    forEachEvent([&](schema::Event::Reader e, const FrameInfo& f) {
-      if (e.isStepBegin()) stepOffsets_.emplace(e.getStepBegin().getStep(), f.offset);
-    });
+  if (!stepIndexReady_) {
+    stepIndexReady_ = true;
+    try {
+      forEachEvent([&](schema::Event::Reader e, const FrameInfo& f) {
+        if (e.isStepBegin()) stepOffsets_.emplace(e.getStepBegin().getStep(), f.offset);
+      });
+    } catch (const TraceError&) {  // damage: the steps before it stay indexed
+    }
   }
   auto it = stepOffsets_.find(step);
   if (it == stepOffsets_.end()) return std::nullopt;
@@ -295,7 +380,7 @@ std::vector<uint8_t> StreamReader::readBlob(const Hash128& h, uint64_t size) {
   ensureBlobIndex();
   auto it = blobOffsets_.find(h);
   if (it == blobOffsets_.end())
-    throw TraceError(ErrorKind::NotFound, name_ + ": blob " + hex(h.hi) + hex(h.lo).substr(2) + " is not in the stream (lost in a crash?)");
+    throw TraceError(ErrorKind::NotFound, name_ + ": blob " + blobName(h) + " is not in the stream (lost in a crash?)");
   std::vector<uint8_t> out;
   std::vector<uint8_t> chunk;
   uint64_t off = it->second;
@@ -342,6 +427,7 @@ std::vector<std::string> StreamReader::verify() {
           (void)e.which();
           capnp::MessageSize ms = e.totalSize();
           (void)ms;
+          return true;
         });
       } else if (f.header.kind == FrameKind::Blob && p.chunkOffset == 0) {
         auto data = readBlob(Hash128{p.hashLo, p.hashHi}, p.totalSize);

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "format/Codec.h"
 #include "format/Frame.h"
 #include "format/Hash.h"
 #include "format/UniqueFd.h"
@@ -32,12 +33,17 @@ struct StreamStatus {
   uint64_t validEnd = 0;      // bytes up to the end of the last intact frame
   std::string damage;         // why reading stopped before the end of file ("" = it did not)
   uint16_t formatMinor = 0;
+  // From the footer (valid when cleanClose): what the writer says it wrote.
+  uint64_t footerSteps = 0;
+  uint64_t footerEvents = 0;
 };
 
 class StreamReader {
  public:
   // Throws TraceError: Io, NotATrace (no magic), FutureVersion, Corrupt (header frame bad).
   static std::unique_ptr<StreamReader> open(int dirFd, const std::string& file, const std::string& displayName);
+  // Same checks over bytes in memory (fuzzing, tests, tools reading from a pipe).
+  static std::unique_ptr<StreamReader> openBytes(std::vector<uint8_t> bytes, const std::string& displayName);
   ~StreamReader();
 
   const std::string& name() const { return name_; }
@@ -52,8 +58,12 @@ class StreamReader {
   // TraceError(Corrupt) naming the offset.
   using EventFn = std::function<void(schema::Event::Reader, const FrameInfo&)>;
   void forEachEvent(const EventFn& fn, uint64_t fromOffset = 0);
+  // As forEachEvent, but stops as soon as fn returns false.
+  using EventUntilFn = std::function<bool(schema::Event::Reader, const FrameInfo&)>;
+  void forEachEventUntil(const EventUntilFn& fn, uint64_t fromOffset = 0);
 
-  // Offset of the EVENTS frame that holds step N's StepBegin, from the footer when present.
+  // Offset of the EVENTS frame that holds step N's StepBegin, from the footer when present;
+  // otherwise from one scan of the events, which keeps the steps before any damage.
   std::optional<uint64_t> stepFrameOffset(int64_t step);
 
   bool hasBlob(const Hash128& h);
@@ -66,6 +76,7 @@ class StreamReader {
 
  private:
   StreamReader() = default;
+  void init(const std::string& file);
   void scan();
   bool loadFooter();
   void readExact(uint64_t off, void* buf, size_t n) const;
@@ -74,6 +85,8 @@ class StreamReader {
   void ensureBlobIndex();
 
   UniqueFd fd_;
+  std::vector<uint8_t> mem_;  // the whole stream when opened with openBytes
+  bool inMemory_ = false;
   std::string name_;
   StreamStatus status_;
   std::vector<uint8_t> headerWords_;
@@ -83,9 +96,11 @@ class StreamReader {
   bool footerLoaded_ = false;
   uint64_t footerOffset_ = 0;
   std::unordered_map<int64_t, uint64_t> stepOffsets_;
+  bool stepIndexReady_ = false;
   std::unordered_map<Hash128, uint64_t, Hash128Hasher> blobOffsets_;
   bool blobIndexReady_ = false;
   std::vector<uint8_t> scratch_;
+  PayloadCodec codec_;
 };
 
 }  // namespace dlrr

@@ -1,7 +1,10 @@
 #include "format/Trace.h"
 
 #include <cmath>
+#include <iterator>
 #include <map>
+
+#include "format/Hash.h"
 
 #include "format/TraceDir.h"
 #include "format/TraceError.h"
@@ -17,6 +20,8 @@ const char* failureKindName(schema::Failure::Kind k) {
   }
   return "?";
 }
+
+}  // namespace
 
 uint64_t valueBytes(schema::Value::Reader v) {
   switch (v.which()) {
@@ -42,15 +47,31 @@ uint64_t valueBytes(schema::Value::Reader v) {
   }
 }
 
-}  // namespace
-
-std::unique_ptr<Trace> Trace::open(const std::string& path) {
+std::unique_ptr<Trace> Trace::open(const std::string& path, OpenMode mode) {
   std::unique_ptr<Trace> t(new Trace());
   t->path_ = path;
   t->dir_ = openTraceDir(path);
   auto names = listStreams(t->dir_.get());
   if (names.empty()) throw TraceError(ErrorKind::NotATrace, path + " holds no dlrr streams (*.dls): not a trace, or recording never started");
-  for (const auto& n : names) t->streams_.push_back(StreamReader::open(t->dir_.get(), n + kStreamExt, n));
+  std::optional<TraceError> first;
+  for (const auto& n : names) {
+    try {
+      t->streams_.push_back(StreamReader::open(t->dir_.get(), n + kStreamExt, n));
+    } catch (const TraceError& e) {
+      if (mode == OpenMode::Strict || e.kind() == ErrorKind::FutureVersion) throw;
+      t->broken_.push_back({n, e.kind(), e.what()});
+      if (!first) first = e;
+    }
+  }
+  if (t->streams_.empty()) throw *first;
+  return t;
+}
+
+std::unique_ptr<Trace> Trace::fromStreams(const std::string& displayPath,
+                                          std::vector<std::unique_ptr<StreamReader>> streams) {
+  std::unique_ptr<Trace> t(new Trace());
+  t->path_ = displayPath;
+  t->streams_ = std::move(streams);
   return t;
 }
 
@@ -83,10 +104,27 @@ StreamReader* Trace::mainStream() {
 
 std::vector<StepInfo> Trace::steps(StreamReader& s) {
   std::vector<StepInfo> out;
-  std::map<int64_t, uint64_t> batchBytes;
+  forEachStep(s, [&](const StepInfo& si) { out.push_back(si); });
+  return out;
+}
+
+void Trace::forEachStep(StreamReader& s, const std::function<void(const StepInfo&)>& fn) {
+  struct Pending {
+    uint64_t batchBytes = 0;
+    std::vector<uint64_t> digestWords;  // what the fingerprint hashes
+    uint64_t digestEvents = 0;
+  };
+  std::map<int64_t, Pending> pending;  // steps begun and not yet ended
   s.forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
     if (e.isBatch()) {
-      batchBytes[e.getStep()] += valueBytes(e.getBatch().getValue());
+      pending[e.getStep()].batchBytes += valueBytes(e.getBatch().getValue());
+    } else if (e.isDigest()) {
+      auto d = e.getDigest();
+      auto path = d.getPath();
+      Pending& p = pending[e.getStep()];
+      p.digestWords.insert(p.digestWords.end(), {static_cast<uint64_t>(d.getKind()), hash64(path.begin(), path.size()),
+                                                 d.getCallIndex(), d.getOutput(), d.getHash()});
+      ++p.digestEvents;
     } else if (e.isStepEnd()) {
       auto se = e.getStepEnd();
       StepInfo si;
@@ -94,12 +132,17 @@ std::vector<StepInfo> Trace::steps(StreamReader& s) {
       si.loss = se.getLoss();
       si.nonFinite = se.getNonFinite();
       si.digests = se.getDigests();
-      auto it = batchBytes.find(si.step);
-      if (it != batchBytes.end()) si.batchBytes = it->second;
-      out.push_back(si);
+      auto it = pending.find(si.step);
+      if (it != pending.end()) {
+        si.batchBytes = it->second.batchBytes;
+        si.digestEvents = it->second.digestEvents;
+        if (!it->second.digestWords.empty())
+          si.digestFingerprint = hash64(it->second.digestWords.data(), it->second.digestWords.size() * sizeof(uint64_t));
+        pending.erase(pending.begin(), std::next(it));  // earlier steps can no longer end
+      }
+      fn(si);
     }
   });
-  return out;
 }
 
 TraceSummary Trace::summarize() {
@@ -128,6 +171,7 @@ TraceSummary Trace::summarize() {
     for (auto a : h.getArgv()) ss.argv.emplace_back(a.cStr());
     ss.cleanClose = s->status().cleanClose;
     ss.damage = s->status().damage;
+    ss.fileBytes = s->status().fileSize;
     for (const auto& f : s->frames()) {
       ss.bytes += kFrameHeaderSize + f.header.storedLen;
       ss.rawBytes += f.header.rawLen + kFrameHeaderSize;
@@ -162,9 +206,11 @@ TraceSummary Trace::summarize() {
     if (ss.role == "launcher") sum.exitCode = ss.exitCode;
     sum.bytes += ss.bytes + kFileHeaderSize;
     sum.rawBytes += ss.rawBytes + kFileHeaderSize;
+    sum.fileBytes += ss.fileBytes;
     sum.processes.push_back(std::move(ss));
   }
   if (!sum.failure) sum.failure = anyFailure;
+  sum.broken = broken_;
   return sum;
 }
 

@@ -1,12 +1,14 @@
 #pragma once
 // A whole trace (directory of streams) opened for reading, and the summary every tool shows.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "format/StreamReader.h"
+#include "format/TraceError.h"
 
 namespace dlrr {
 
@@ -26,6 +28,10 @@ struct StepInfo {
   uint64_t nonFinite = 0;
   uint64_t batchBytes = 0;
   uint32_t digests = 0;
+  // XXH3-64 over (kind, path, callIndex, output, hash) of the step's digest events, in order:
+  // equal fingerprints mean bit-identical recorded tensors. 0 when the step has no digests.
+  uint64_t digestFingerprint = 0;
+  uint64_t digestEvents = 0;
 };
 
 struct StreamSummary {
@@ -41,6 +47,14 @@ struct StreamSummary {
   std::optional<int> exitCode;
   uint64_t bytes = 0;
   uint64_t rawBytes = 0;
+  uint64_t fileBytes = 0;  // size on disk, footer and trailer included
+};
+
+// A stream that could not be opened at all (Trace::open with OpenMode::Tolerant).
+struct BrokenStream {
+  std::string name;
+  ErrorKind kind = ErrorKind::Corrupt;
+  std::string message;
 };
 
 struct TraceSummary {
@@ -57,12 +71,23 @@ struct TraceSummary {
   uint64_t bytes = 0;
   uint64_t rawBytes = 0;
   std::vector<std::string> notes;  // recorder status messages (what was not recorded)
+  std::vector<BrokenStream> broken;  // streams that could not be opened (tolerant open only)
+  uint64_t fileBytes = 0;            // all stream files on disk
+};
+
+enum class OpenMode {
+  Strict,    // any stream that cannot be opened fails the whole open
+  Tolerant,  // such streams are listed in broken(); fails only when no stream opens, or
+             // when any stream needs a newer dlrr (FutureVersion)
 };
 
 class Trace {
  public:
   // Throws TraceError with a one-line message for anything that is not a readable trace.
-  static std::unique_ptr<Trace> open(const std::string& path);
+  static std::unique_ptr<Trace> open(const std::string& path, OpenMode mode = OpenMode::Strict);
+  // A trace made of already opened streams (in-memory readers, fuzzing).
+  static std::unique_ptr<Trace> fromStreams(const std::string& displayPath,
+                                            std::vector<std::unique_ptr<StreamReader>> streams);
 
   const std::string& path() const { return path_; }
   std::vector<std::unique_ptr<StreamReader>>& streams() { return streams_; }
@@ -71,9 +96,14 @@ class Trace {
   // The stream whose process trained (has steps); the first process stream when none has.
   StreamReader* mainStream();
 
+  const std::vector<BrokenStream>& broken() const { return broken_; }
+
   TraceSummary summarize();
   // One entry per completed step of `s`, in order.
   std::vector<StepInfo> steps(StreamReader& s);
+  // Same, streamed: fn sees each step as its StepEnd is read, so a caller keeps the steps
+  // before a damaged frame even when the read then throws TraceError(Corrupt).
+  void forEachStep(StreamReader& s, const std::function<void(const StepInfo&)>& fn);
 
   static constexpr const char* kLauncherName = "launcher";
 
@@ -81,9 +111,12 @@ class Trace {
   std::string path_;
   UniqueFd dir_;
   std::vector<std::unique_ptr<StreamReader>> streams_;
+  std::vector<BrokenStream> broken_;
   std::optional<std::string> main_;
 };
 
 std::string formatFailure(const FailureInfo& f);
+// Raw bytes referenced by a structured value (tensor data, bytes, text; 8 per scalar).
+uint64_t valueBytes(schema::Value::Reader v);
 
 }  // namespace dlrr

@@ -2,6 +2,7 @@
 #include "dlrr/dlrr.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "interpose/ProcessRecorder.h"
@@ -24,11 +25,32 @@ void withRecorder(Fn&& fn) noexcept {
 
 thread_local std::string tStatus;
 
+// Runs fn against the replayer when this process is being replayed.
+template <typename Fn>
+bool withReplayer(Fn&& fn) noexcept {
+  ReplaySession* r = processReplayer();
+  if (!r) return false;
+  ReentryGuard g;
+  try {
+    fn(*r);
+  } catch (...) {
+  }
+  return true;
+}
+
+int exportBytes(const std::vector<uint8_t>* v, const uint8_t** data, uint64_t* n) {
+  if (!v) return 0;
+  if (data) *data = v->data();
+  if (n) *n = v->size();
+  return 1;
+}
+
 }  // namespace
 
 extern "C" {
 
 int dlrr_mode(void) {
+  if (processReplayer()) return DLRR_MODE_REPLAY;
   RecordSession* s = processRecorder();
   return s && s->active() ? DLRR_MODE_RECORD : DLRR_MODE_OFF;
 }
@@ -50,6 +72,7 @@ const char* dlrr_trace_dir(void) {
 }
 
 int dlrr_capture_level(void) {
+  if (ReplaySession* r = processReplayer()) return r->captureLevel();
   RecordSession* s = processRecorder();
   return s ? static_cast<int>(s->config().capture) : 0;
 }
@@ -72,14 +95,21 @@ void dlrr_recorder_status(int ok, const char* message) {
 }
 
 void dlrr_step_begin(int64_t step, uint32_t loader, uint64_t batch_index, int64_t epoch, int by_optimizer) {
+  if (withReplayer([&](ReplaySession& r) { r.beginStep(step); })) return;
   withRecorder([&](RecordSession& s) { s.stepBegin(step, loader, batch_index, epoch, by_optimizer != 0); });
 }
 
 void dlrr_step_end(int64_t step, double loss) {
+  if (withReplayer([&](ReplaySession& r) {
+        r.endStep(step, loss);
+        r.writeReport("running");  // a crash later still leaves the figures so far
+      }))
+    return;
   withRecorder([&](RecordSession& s) { s.stepEnd(step, loss); });
 }
 
 int64_t dlrr_current_step(void) {
+  if (ReplaySession* r = processReplayer()) return r->currentStep();
   RecordSession* s = processRecorder();
   return s ? s->currentStep() : -1;
 }
@@ -145,16 +175,24 @@ int dlrr_digest(int kind, const char* path, uint32_t call_index, uint32_t output
                 const int64_t* shape, const void* data, uint64_t nbytes, int keep, dlrr_digest_t* out) {
   if (kind < 0 || kind > 6 || ndim < 0 || ndim > 64) return -1;
   int rc = -1;
+  auto fill = [&](const DigestResult& r) {
+    if (!out) return;
+    out->hash = r.hash;
+    out->nan_count = r.nanCount;
+    out->inf_count = r.infCount;
+    out->min = r.min;
+    out->max = r.max;
+  };
+  if (withReplayer([&](ReplaySession& rs) {
+        DigestResult r = computeDigest(dtype ? dtype : "", data, data ? nbytes : 0);
+        fill(r);
+        rc = rs.checkDigest(rs.currentStep(), kind, path ? path : "", call_index, output, r);
+      }))
+    return rc;
   withRecorder([&](RecordSession& s) {
     DigestResult r;
     rc = s.digest(kind, path, call_index, output, dtype, ndim, shape, data, nbytes, keep != 0, r);
-    if (out) {
-      out->hash = r.hash;
-      out->nan_count = r.nanCount;
-      out->inf_count = r.infCount;
-      out->min = r.min;
-      out->max = r.max;
-    }
+    fill(r);
   });
   return rc;
 }
@@ -171,7 +209,124 @@ void dlrr_failure_exception(const char* type, const char* message, const char* w
                             const char* const* files, const int32_t* lines, const char* const* functions,
                             const char* const* code) {
   if (n_frames < 0 || n_frames > 10000) n_frames = 0;
+  if (withReplayer([&](ReplaySession& r) {
+        r.fact("exception", std::string(type ? type : "") + ": " + (message ? message : ""));
+        r.fact("exception.where", where ? where : "");
+      }))
+    return;
   withRecorder([&](RecordSession& s) { s.failureException(type, message, where, n_frames, files, lines, functions, code); });
+}
+
+int dlrr_replay_target(dlrr_target_t* out) {
+  ReplaySession* r = processReplayer();
+  if (!r || !out) return 0;
+  const ReplayTarget& t = r->target();
+  out->kind = static_cast<int>(t.kind);
+  out->step = t.step;
+  out->digest_kind = t.digestKind;
+  out->call_index = t.callIndex;
+  std::snprintf(out->where, sizeof out->where, "%s", t.where.c_str());
+  return 1;
+}
+
+int dlrr_replay_batch(uint32_t loader, uint64_t index, const uint8_t** data, uint64_t* n) {
+  int rc = 0;
+  withReplayer([&](ReplaySession& r) { rc = exportBytes(r.batch(loader, index), data, n); });
+  return rc;
+}
+
+int dlrr_replay_batch_meta(uint32_t loader, uint64_t index, int64_t* step, int* is_training,
+                           const int64_t** sample_indices, uint64_t* n_indices) {
+  int rc = 0;
+  withReplayer([&](ReplaySession& r) {
+    int64_t st = -1;
+    bool training = false;
+    const std::vector<int64_t>* idx = nullptr;
+    if (!r.batchMeta(loader, index, st, training, idx)) return;
+    if (step) *step = st;
+    if (is_training) *is_training = training ? 1 : 0;
+    if (sample_indices) *sample_indices = idx->data();
+    if (n_indices) *n_indices = idx->size();
+    rc = 1;
+  });
+  return rc;
+}
+
+int64_t dlrr_replay_iterator_length(uint32_t loader, uint32_t iteration) {
+  int64_t n = -1;
+  withReplayer([&](ReplaySession& r) { n = r.iteratorLength(loader, iteration); });
+  return n;
+}
+
+int dlrr_replay_rng_at_batch(uint32_t loader, uint64_t index, int kind, int device, const uint8_t** data,
+                             uint64_t* n) {
+  int rc = 0;
+  withReplayer([&](ReplaySession& r) { rc = exportBytes(r.rngAtBatch(loader, index, kind, device), data, n); });
+  return rc;
+}
+
+int dlrr_replay_rng_at_step(int64_t step, int kind, int device, const uint8_t** data, uint64_t* n) {
+  int rc = 0;
+  withReplayer([&](ReplaySession& r) { rc = exportBytes(r.rngAtStep(step, kind, device), data, n); });
+  return rc;
+}
+
+const char* dlrr_replay_runtime_info(const char* key) {
+  ReplaySession* r = processReplayer();
+  if (!r || !key) return nullptr;
+  try {
+    return r->runtimeInfo(key);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+int64_t dlrr_replay_recorded_steps(void) {
+  ReplaySession* r = processReplayer();
+  return r ? r->recordedSteps() : -1;
+}
+
+double dlrr_replay_recorded_loss(int64_t step) {
+  ReplaySession* r = processReplayer();
+  return r ? r->recordedLoss(step) : std::nan("");
+}
+
+int dlrr_replay_recorded_tensors(int64_t step, const uint8_t** data, uint64_t* n) {
+  int rc = 0;
+  withReplayer([&](ReplaySession& r) { rc = exportBytes(&r.recordedTensors(step), data, n); });
+  return rc;
+}
+
+const char* dlrr_replay_recorded_digests(int64_t step) {
+  ReplaySession* r = processReplayer();
+  if (!r) return "";
+  try {
+    tStatus = r->recordedDigests(step);
+  } catch (...) {
+    tStatus.clear();
+  }
+  return tStatus.c_str();
+}
+
+const char* dlrr_replay_divergence(void) {
+  ReplaySession* r = processReplayer();
+  if (!r) return "";
+  try {
+    tStatus = r->divergence() ? r->divergence()->detail : "";
+  } catch (...) {
+    tStatus.clear();
+  }
+  return tStatus.c_str();
+}
+
+void dlrr_replay_fact(const char* key, const char* value) {
+  withReplayer([&](ReplaySession& r) { r.fact(key ? key : "", value ? value : ""); });
+}
+
+// Kept out of line and visible so debuggers can break on it by name.
+__attribute__((noinline)) void dlrr_replay_stop(const char* reason) {
+  withReplayer([&](ReplaySession& r) { r.writeReport(reason ? reason : "stop"); });
+  asm volatile("" ::: "memory");
 }
 
 }  // extern "C"

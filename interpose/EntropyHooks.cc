@@ -71,6 +71,22 @@ void recordEntropy(schema::Entropy::Source src, unsigned flags, const void* buf,
   }
 }
 
+// Replay: the recorded bytes instead of the OS's, while the requests match the recording.
+bool serve(schema::Entropy::Source src, void* buf, size_t n, ssize_t& result) noexcept {
+  ReplaySession* r = processReplayer();
+  if (!r) return false;
+  ReentryGuard g;
+  if (!g) return false;
+  try {
+    size_t got = 0;
+    if (!r->serveEntropy(src, buf, n, got)) return false;
+    result = static_cast<ssize_t>(got);
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
 void afterRead(int fd, const void* buf, ssize_t got, size_t asked) noexcept {
   int k = fdKind(fd);
   if (k < 0 || got <= 0) return;
@@ -91,6 +107,8 @@ extern "C" {
 
 __attribute__((visibility("default"))) ssize_t getrandom(void* buf, size_t n, unsigned flags) {
   static auto real = realFn<ssize_t (*)(void*, size_t, unsigned)>("getrandom");
+  ssize_t served;
+  if (serve(schema::Entropy::Source::GETRANDOM, buf, n, served)) return served;
   ssize_t r = real(buf, n, flags);
   recordEntropy(schema::Entropy::Source::GETRANDOM, flags, buf, r, n);
   return r;
@@ -98,6 +116,8 @@ __attribute__((visibility("default"))) ssize_t getrandom(void* buf, size_t n, un
 
 __attribute__((visibility("default"))) int getentropy(void* buf, size_t n) {
   static auto real = realFn<int (*)(void*, size_t)>("getentropy");
+  ssize_t served;
+  if (serve(schema::Entropy::Source::GETENTROPY, buf, n, served) && served == static_cast<ssize_t>(n)) return 0;
   int r = real(buf, n);
   if (r == 0) recordEntropy(schema::Entropy::Source::GETENTROPY, 0, buf, static_cast<ssize_t>(n), n);
   return r;
@@ -149,6 +169,10 @@ __attribute__((visibility("default"))) int openat64(int dirfd, const char* path,
 
 __attribute__((visibility("default"))) ssize_t read(int fd, void* buf, size_t n) {
   static auto real = realFn<ssize_t (*)(int, void*, size_t)>("read");
+  ssize_t served;
+  if (int k = fdKind(fd); k >= 0 &&
+      serve(k == 0 ? schema::Entropy::Source::DEV_URANDOM : schema::Entropy::Source::DEV_RANDOM, buf, n, served))
+    return served;
   ssize_t r = real(fd, buf, n);
   if (fdKind(fd) >= 0) afterRead(fd, buf, r, n);
   return r;
@@ -156,6 +180,10 @@ __attribute__((visibility("default"))) ssize_t read(int fd, void* buf, size_t n)
 
 __attribute__((visibility("default"))) ssize_t __read_chk(int fd, void* buf, size_t n, size_t buflen) {
   static auto real = realFn<ssize_t (*)(int, void*, size_t, size_t)>("__read_chk");
+  ssize_t served;
+  if (int k = fdKind(fd); k >= 0 && n <= buflen &&
+      serve(k == 0 ? schema::Entropy::Source::DEV_URANDOM : schema::Entropy::Source::DEV_RANDOM, buf, n, served))
+    return served;
   ssize_t r = real(fd, buf, n, buflen);
   if (fdKind(fd) >= 0) afterRead(fd, buf, r, n);
   return r;

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <string>
+
 #include "interpose/ProcessRecorder.h"
 #include "interpose/SignalHandlers.h"
 
@@ -31,8 +33,36 @@ void atExit() {
   if (RecordSession* s = processRecorder()) s->onExit(true, -1);  // code unknown on this path
 }
 
+void replayAtExit() {
+  if (ReplaySession* r = processReplayer()) r->writeReport("exit");
+}
+
+void atforkReplayChild() {
+  // DataLoader workers (if any start in replay) must not consume the served entropy.
+  if (ReplaySession* r = processReplayer()) r->deactivate();
+}
+
 __attribute__((constructor)) void dlrrInit() {
   Config cfg = Config::fromEnvironment();
+  if (cfg.mode == Mode::Replay) {
+    try {
+      const char* until = std::getenv("DLRR_UNTIL");
+      startProcessReplayer(cfg, until ? until : "");
+    } catch (const std::exception& e) {
+      // The replayed job still runs; dlreplay reports that nothing was served.
+      if (cfg.statusFd >= 0) {
+        std::string msg = std::string("replay unavailable: ") + e.what() + "\n";
+        ssize_t w = ::write(cfg.statusFd, msg.data(), msg.size());
+        (void)w;
+      }
+      return;
+    } catch (...) {
+      return;
+    }
+    pthread_atfork(nullptr, nullptr, atforkReplayChild);
+    ::atexit(replayAtExit);
+    return;
+  }
   if (cfg.mode != Mode::Record) return;
   try {
     startProcessRecorder(cfg);

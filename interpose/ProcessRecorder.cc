@@ -9,6 +9,8 @@ namespace {
 // Storage that is constructed once and never destructed (see header for why).
 alignas(RecordSession) unsigned char gStorage[sizeof(RecordSession)];
 std::atomic<RecordSession*> gRecorder{nullptr};
+alignas(ReplaySession) unsigned char gReplayStorage[sizeof(ReplaySession)];
+std::atomic<ReplaySession*> gReplayer{nullptr};
 
 }  // namespace
 
@@ -18,6 +20,17 @@ void startProcessRecorder(const Config& cfg) {
   if (gRecorder.load()) return;
   auto* s = ::new (static_cast<void*>(gStorage)) RecordSession(cfg);
   gRecorder.store(s, std::memory_order_release);
+}
+
+ReplaySession* processReplayer() noexcept {
+  ReplaySession* r = gReplayer.load(std::memory_order_acquire);
+  return r && r->active() ? r : nullptr;
+}
+
+void startProcessReplayer(const Config& cfg, const std::string& until) {
+  if (gReplayer.load()) return;
+  auto* r = ::new (static_cast<void*>(gReplayStorage)) ReplaySession(cfg, until);
+  gReplayer.store(r, std::memory_order_release);
 }
 
 }  // namespace dlrr

@@ -3,6 +3,7 @@
 // other way to reach it). Created by the library constructor, never destroyed: threads of the
 // job may still call hooked libc functions while the process exits.
 #include "recorder/RecordSession.h"
+#include "replayer/ReplaySession.h"
 
 namespace dlrr {
 
@@ -10,6 +11,11 @@ namespace dlrr {
 RecordSession* processRecorder() noexcept;
 // Only the library constructor calls this.
 void startProcessRecorder(const Config& cfg);
+
+// Replay mode: nullptr unless this process is the one being replayed.
+ReplaySession* processReplayer() noexcept;
+// Throws TraceError when the trace cannot be loaded.
+void startProcessReplayer(const Config& cfg, const std::string& until);
 
 // Per-thread guard against recording our own libc calls (the writer's reads, etc.).
 class ReentryGuard {

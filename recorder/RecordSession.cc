@@ -3,6 +3,7 @@
 #include <capnp/message.h>
 #include <capnp/serialize.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <limits.h>
 #include <time.h>
 #include <unistd.h>
@@ -116,10 +117,10 @@ size_t describeIp(uint64_t ip, const char* maps, size_t mapsLen, char* out, size
     if (q < eol && *q == '-') ++q;
     uint64_t hi = parseHex(q, eol);
     if (ip >= lo && ip < hi) {
-      // fields: range perms offset dev inode path
+      // fields after the range: perms offset dev inode, then the path
       int field = 0;
       uint64_t fileOff = 0;
-      while (q < eol && field < 5) {
+      while (q < eol && field < 4) {
         while (q < eol && *q == ' ') ++q;
         if (field == 1) fileOff = parseHex(q, eol);
         while (q < eol && *q != ' ') ++q;
@@ -161,6 +162,21 @@ RecordSession::RecordSession(Config cfg) : cfg_(std::move(cfg)) {
 }
 
 RecordSession::~RecordSession() { onExit(true, 0); }
+
+const std::string& RecordSession::pystackPath() {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!pystackReady_) {
+    pystackReady_ = true;
+    int fd = ::open(pystackPath_.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      ::fchmod(fd, 0600);
+      ::close(fd);
+    } else {
+      pystackPath_.clear();  // no file we control: faulthandler stays off
+    }
+  }
+  return pystackPath_;
+}
 
 std::string RecordSession::status() const {
   std::lock_guard<std::mutex> lk(mu_);
@@ -607,6 +623,9 @@ void RecordSession::onExit(bool exited, int code) noexcept {
     }
     w->close();
     if (w->failed()) reportStatus("trace incomplete: " + w->error());
+    struct stat st {};
+    if (pystackReady_ && !pystackPath_.empty() && ::stat(pystackPath_.c_str(), &st) == 0 && st.st_size == 0)
+      ::unlink(pystackPath_.c_str());  // nothing crashed: leave no empty file behind
   } catch (...) {
   }
 }

@@ -30,7 +30,8 @@ class RecordSession {
   const Config& config() const { return cfg_; }
   bool active() const noexcept { return !disabled_.load(std::memory_order_relaxed); }
   std::string status() const;
-  const std::string& pystackPath() const { return pystackPath_; }
+  // Path for faulthandler's dump; created private (0600) on first use.
+  const std::string& pystackPath();
 
   void entropy(schema::Entropy::Source src, unsigned flags, const void* data, size_t n, size_t requested);
   void runtimeInfo(const char* key, const char* value);
@@ -81,6 +82,7 @@ class RecordSession {
   bool openTried_ = false;
   std::string status_;
   std::string pystackPath_;
+  bool pystackReady_ = false;
   std::atomic<bool> disabled_{false};
   std::atomic<bool> exited_{false};
   std::atomic<int64_t> step_{-1};

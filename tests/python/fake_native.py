@@ -172,3 +172,47 @@ class FakeLib:
                   for i in range(n)]
         self.calls.append(("failure_exception", type_.decode(), message.decode(), where.decode(),
                            frames))
+
+    # -- replay (mode 2): this double serves nothing; replay logic is tested on real traces
+    def _dlrr_replay_target(self, out):
+        return 0
+
+    def _dlrr_replay_batch(self, loader, index, data, n):
+        return 0
+
+    def _dlrr_replay_batch_meta(self, loader, index, step, is_training, indices, n):
+        return 0
+
+    def _dlrr_replay_iterator_length(self, loader, iteration):
+        return -1
+
+    def _dlrr_replay_rng_at_batch(self, loader, index, kind, device, data, n):
+        return 0
+
+    def _dlrr_replay_rng_at_step(self, step, kind, device, data, n):
+        return 0
+
+    def _dlrr_replay_runtime_info(self, key):
+        return None
+
+    def _dlrr_replay_recorded_steps(self):
+        return -1
+
+    def _dlrr_replay_recorded_loss(self, step):
+        return math.nan
+
+    def _dlrr_replay_recorded_tensors(self, step, data, n):
+        return 0
+
+    def _dlrr_replay_recorded_digests(self, step):
+        return b""
+
+    def _dlrr_replay_divergence(self):
+        return b""
+
+    def _dlrr_replay_fact(self, key, value):
+        self.calls.append(("dlrr_replay_fact", key, value))
+
+    def _dlrr_replay_stop(self, reason):
+        self.calls.append(("dlrr_replay_stop", reason))
+

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -155,16 +156,92 @@ SampleResult writeSampleTrace(const std::string& dir, const SampleOptions& opts)
       auto idx = b.initSampleIndices(2);
       idx.set(0, s * 2);
       idx.set(1, s * 2 + 1);
-      auto tup = b.initValue().initTuple(2);
-      auto t = tup[0].initTensor();
-      t.setDtype("float32");
-      auto shape = t.initShape(2);
-      shape.set(0, 2);
-      shape.set(1, static_cast<int64_t>(opts.batchFloats / 2));
-      t.setDevice("cpu");
-      setRef(t.initData(), bid);
-      tup[1].setInt(s % 10);
+      auto fillTensor = [&](schema::TensorRef::Builder t) {
+        t.setDtype("float32");
+        auto shape = t.initShape(2);
+        shape.set(0, 2);
+        shape.set(1, static_cast<int64_t>(opts.batchFloats / 2));
+        t.setDevice("cpu");
+        setRef(t.initData(), bid);
+      };
+      if (!opts.rich) {
+        auto tup = b.initValue().initTuple(2);
+        fillTensor(tup[0].initTensor());
+        tup[1].setInt(s % 10);
+      } else {
+        // {"inputs": [x, x_bf16], "label": int64[2], "id": s, "meta": {"w": 0.5, "ok": True, "tag": "train"}}
+        std::vector<int64_t> labels = {s, s + 1};
+        BlobId lid = w.putBlob(labels.data(), labels.size() * sizeof(int64_t), 8);
+        std::vector<uint16_t> bf16(batch.size());
+        for (size_t i = 0; i < batch.size(); ++i) {
+          uint32_t bits;
+          std::memcpy(&bits, &batch[i], 4);
+          bf16[i] = static_cast<uint16_t>(bits >> 16);
+        }
+        BlobId hid = w.putBlob(bf16.data(), bf16.size() * 2, 2);
+        auto d = b.initValue().initDict(4);
+        d[0].setKey("inputs");
+        auto inputs = d[0].initValue().initList(2);
+        fillTensor(inputs[0].initTensor());
+        auto h = inputs[1].initTensor();
+        h.setDtype("bfloat16");
+        h.initShape(1).set(0, static_cast<int64_t>(bf16.size()));
+        h.setDevice("cpu");
+        setRef(h.initData(), hid);
+        d[1].setKey("label");
+        auto lt = d[1].initValue().initTensor();
+        lt.setDtype("int64");
+        lt.initShape(1).set(0, 2);
+        setRef(lt.initData(), lid);
+        d[2].setKey("id");
+        d[2].initValue().setInt(s);
+        d[3].setKey("meta");
+        auto meta = d[3].initValue().initDict(3);
+        meta[0].setKey("w");
+        meta[0].initValue().setFloat(0.5);
+        meta[1].setKey("ok");
+        meta[1].initValue().setBool(true);
+        meta[2].setKey("tag");
+        meta[2].initValue().setText("train");
+      }
       w.append(em);
+    }
+    if (opts.rich && s == 0) {
+      auto emit = [&](auto&& fill) {
+        capnp::MallocMessageBuilder em;
+        auto e = em.initRoot<schema::Event>();
+        e.setStep(s);
+        fill(e);
+        w.append(em);
+      };
+      emit([](schema::Event::Builder e) {
+        auto items = e.initRuntimeInfo().initItems(2);
+        items[0].setKey("torch");
+        items[0].setValue("1.13.1");
+        items[1].setKey("threads");
+        items[1].setValue("2");
+      });
+      emit([](schema::Event::Builder e) { e.setNote("a note\nwith a newline and \x1b[31mescape"); });
+      emit([](schema::Event::Builder e) {
+        auto r = e.initRecorderStatus();
+        r.setOk(false);
+        r.setMessage("CUDA capture off: cuptiSubscribe returned 999");
+      });
+      emit([](schema::Event::Builder e) {
+        auto i = e.initInternedString();
+        i.setId(7);
+        i.setText("void gemm_kernel<float>(...)");
+      });
+      emit([](schema::Event::Builder e) {
+        auto c = e.initCudaLaunch();
+        c.setNameId(7);
+        c.setGridX(128);
+        c.setGridY(1);
+        c.setGridZ(1);
+        c.setBlockX(256);
+        c.setBlockY(1);
+        c.setBlockZ(1);
+      });
     }
     bool nan = s == opts.nanAtStep;
     {
@@ -183,6 +260,29 @@ SampleResult writeSampleTrace(const std::string& dir, const SampleOptions& opts)
       w.append(em);
     }
     double loss = nan ? std::nan("") : 2.0 / (s + 1);
+    if (nan && opts.rich) {
+      // The full tensors kept for the failure: fc1's output (float32) and a bf16 parameter.
+      std::vector<float> out(8, 1.5f);
+      out[3] = std::nanf("");
+      BlobId oid = w.putBlob(out.data(), out.size() * sizeof(float), 4);
+      std::vector<uint16_t> wbits(6, 0x3f80);  // bfloat16 1.0
+      BlobId wid = w.putBlob(wbits.data(), wbits.size() * 2, 2);
+      for (int k = 0; k < 2; ++k) {
+        capnp::MallocMessageBuilder em;
+        auto e = em.initRoot<schema::Event>();
+        e.setStep(s);
+        auto ft = e.initTensor();
+        ft.setKind(k == 0 ? schema::TensorDigest::Kind::MODULE_OUTPUT : schema::TensorDigest::Kind::PARAMETER);
+        ft.setPath(k == 0 ? "fc1" : "fc1.weight");
+        auto t = ft.initTensor();
+        t.setDtype(k == 0 ? "float32" : "bfloat16");
+        auto shape = t.initShape(2);
+        shape.set(0, 2);
+        shape.set(1, k == 0 ? 4 : 3);
+        setRef(t.initData(), k == 0 ? oid : wid);
+        w.append(em);
+      }
+    }
     if (nan) {
       capnp::MallocMessageBuilder em;
       auto e = em.initRoot<schema::Event>();
@@ -192,6 +292,13 @@ SampleResult writeSampleTrace(const std::string& dir, const SampleOptions& opts)
       f.setStep(s);
       f.setWhere("fc1");
       f.setMessage("1 NaN in output of fc1");
+      if (opts.rich) {
+        auto tb = f.initTraceback(1);
+        tb[0].setFile("train.py");
+        tb[0].setLine(42);
+        tb[0].setFunction("forward");
+        tb[0].setCode("x = self.fc1(x)");
+      }
       w.append(em);
     }
     {

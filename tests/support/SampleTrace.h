@@ -14,6 +14,9 @@ struct SampleOptions {
   int nanAtStep = -1;        // record a non-finite failure at this step
   bool closeCleanly = true;  // write footer + trailer
   size_t batchFloats = 256;
+  // Adds the other event kinds (runtime info, notes, recorder status, CUDA launches, full
+  // tensors at the failure, a failure traceback) and a nested dict batch, for the tools.
+  bool rich = false;
   std::vector<std::string> env = {"HOME=/root", "API_TOKEN=hunter2-secret-value", "PATH=/usr/bin"};
   WriterOptions writer;
 };

@@ -113,4 +113,47 @@ DLRR_API void dlrr_failure_exception(const char* type, const char* message, cons
                                      const char* const* files, const int32_t* lines, const char* const* functions,
                                      const char* const* code);
 
+/* ---- replay (mode 2). The recording is served; the "record" calls above become checks:
+ * dlrr_step_begin/dlrr_step_end track the step, dlrr_digest compares against the recording. */
+enum dlrr_target_kind_t { DLRR_TARGET_END = 0, DLRR_TARGET_STEP = 1, DLRR_TARGET_NAN = 2, DLRR_TARGET_CRASH = 3 };
+
+typedef struct dlrr_target {
+  int kind;             /* dlrr_target_kind_t */
+  int64_t step;         /* step to stop at (-1: unknown / none recorded) */
+  int digest_kind;      /* nan: what went non-finite first (dlrr_digest_kind_t), -1 if unknown */
+  uint32_t call_index;  /* nan: n-th call of `where` within the step */
+  char where[512];      /* nan: module path, "loss", "grad:NAME", "param:NAME"; crash: location */
+} dlrr_target_t;
+
+DLRR_API int dlrr_replay_target(dlrr_target_t* out);
+/* The recorded batch `index` (across iterations) of DataLoader `loader`, in the encoding of
+ * replayer/BatchEncoding.h. *data stays valid for the life of the process. 1 ok, 0 none. */
+DLRR_API int dlrr_replay_batch(uint32_t loader, uint64_t index, const uint8_t** data, uint64_t* n);
+/* Which step the batch began (-1: not a training batch) and its dataset sample indices. */
+DLRR_API int dlrr_replay_batch_meta(uint32_t loader, uint64_t index, int64_t* step, int* is_training,
+                                    const int64_t** sample_indices, uint64_t* n_indices);
+/* Batches the recorded iterator `iteration` of `loader` yielded; -1 when it never ended. */
+DLRR_API int64_t dlrr_replay_iterator_length(uint32_t loader, uint32_t iteration);
+/* RNG state recorded when batch `index` of `loader` was delivered (1 ok, 0 none). */
+DLRR_API int dlrr_replay_rng_at_batch(uint32_t loader, uint64_t index, int kind, int device, const uint8_t** data,
+                                      uint64_t* n);
+/* RNG state recorded at the beginning of `step` (optimizer-counted loops). */
+DLRR_API int dlrr_replay_rng_at_step(int64_t step, int kind, int device, const uint8_t** data, uint64_t* n);
+/* A runtime fact of the recording ("torch.num_threads", ...), or NULL. */
+DLRR_API const char* dlrr_replay_runtime_info(const char* key);
+DLRR_API int64_t dlrr_replay_recorded_steps(void);
+DLRR_API double dlrr_replay_recorded_loss(int64_t step);
+/* Full tensors the recording kept for `step` (the failure ring), as an encoded dict
+ * "kind:path#call.output" -> tensor. Always 1 in replay (possibly an empty dict). */
+DLRR_API int dlrr_replay_recorded_tensors(int64_t step, const uint8_t** data, uint64_t* n);
+/* The recorded digests of `step`, one per line, tab-separated:
+ * kind path call output hash nan inf min max. */
+DLRR_API const char* dlrr_replay_recorded_digests(int64_t step);
+/* The first divergence, "" when none so far. */
+DLRR_API const char* dlrr_replay_divergence(void);
+/* Adds a line to the replay report (key "warning" collects warnings). */
+DLRR_API void dlrr_replay_fact(const char* key, const char* value);
+/* Called at the stop: writes the report. `dlreplay --debug gdb` breaks here. */
+DLRR_API void dlrr_replay_stop(const char* reason);
+
 #endif /* DLRR_DLRR_H */

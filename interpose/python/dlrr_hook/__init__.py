@@ -19,6 +19,8 @@ Module map:
   failures  excepthooks, faulthandler
   runtime   runtime facts (versions, threads, BLAS, determinism flags)
   recorder  Recorder: record mode, wiring all of the above
+  batches   decoding of batches served by the replayer
+  replay    Replayer: replay mode
 """
 
 from . import native
@@ -40,10 +42,14 @@ def install(lib=None):
         if lib is None:
             return None
     mode = lib.dlrr_mode()
-    if mode != native.MODE_RECORD:
-        return None  # off, or replay (not implemented by this hook yet)
-    from .recorder import Recorder
-    recorder = Recorder(lib)
+    if mode == native.MODE_RECORD:
+        from .recorder import Recorder
+        recorder = Recorder(lib)
+    elif mode == native.MODE_REPLAY:
+        from .replay import Replayer
+        recorder = Replayer(lib)
+    else:
+        return None
     _recorder = recorder
     recorder.install()
     return recorder

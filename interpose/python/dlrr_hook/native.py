@@ -89,7 +89,40 @@ SIGNATURES = {
     "dlrr_first_failure_step": (c_int, [POINTER(c_int64)]),
     "dlrr_failure_exception": (None, [c_char_p, c_char_p, c_char_p, c_int, _CHARPP,
                                       POINTER(c_int32), _CHARPP, _CHARPP]),
+    # replay (mode 2)
+    "dlrr_replay_target": (c_int, ["TargetT*"]),
+    "dlrr_replay_batch": (c_int, [c_uint32, c_uint64, POINTER(c_void_p), POINTER(c_uint64)]),
+    "dlrr_replay_batch_meta": (c_int, [c_uint32, c_uint64, POINTER(c_int64), POINTER(c_int),
+                                       POINTER(POINTER(c_int64)), POINTER(c_uint64)]),
+    "dlrr_replay_iterator_length": (c_int64, [c_uint32, c_uint32]),
+    "dlrr_replay_rng_at_batch": (c_int, [c_uint32, c_uint64, c_int, c_int, POINTER(c_void_p),
+                                         POINTER(c_uint64)]),
+    "dlrr_replay_rng_at_step": (c_int, [c_int64, c_int, c_int, POINTER(c_void_p), POINTER(c_uint64)]),
+    "dlrr_replay_runtime_info": (c_char_p, [c_char_p]),
+    "dlrr_replay_recorded_steps": (c_int64, []),
+    "dlrr_replay_recorded_loss": (c_double, [c_int64]),
+    "dlrr_replay_recorded_tensors": (c_int, [c_int64, POINTER(c_void_p), POINTER(c_uint64)]),
+    "dlrr_replay_recorded_digests": (c_char_p, [c_int64]),
+    "dlrr_replay_divergence": (c_char_p, []),
+    "dlrr_replay_fact": (None, [c_char_p, c_char_p]),
+    "dlrr_replay_stop": (None, [c_char_p]),
 }
+
+# enum dlrr_target_kind_t
+TARGET_END = 0
+TARGET_STEP = 1
+TARGET_NAN = 2
+TARGET_CRASH = 3
+
+
+class TargetT(ctypes.Structure):
+    """struct dlrr_target."""
+
+    _fields_ = [("kind", c_int), ("step", c_int64), ("digest_kind", c_int), ("call_index", c_uint32),
+                ("where", ctypes.c_char * 512)]
+
+
+SIGNATURES["dlrr_replay_target"] = (c_int, [POINTER(TargetT)])
 
 
 def bind(lib):

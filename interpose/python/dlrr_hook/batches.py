@@ -1,0 +1,121 @@
+"""Decodes a recorded batch served by the replayer (replayer/BatchEncoding.h) into Python.
+
+The encoding is data only (tags, lengths, bytes) and is parsed with `struct`: loading a
+trace never runs code.  Tensors come back as fresh tensors that own their memory.
+"""
+
+import struct
+
+_U32 = struct.Struct("<I")
+_I64 = struct.Struct("<q")
+_U64 = struct.Struct("<Q")
+_F64 = struct.Struct("<d")
+_MAX_DEPTH = 64
+
+
+class BatchFormatError(ValueError):
+    pass
+
+
+class BatchDecoder:
+    def __init__(self, torch):
+        self._torch = torch
+        self._dtypes = {}
+
+    def _dtype(self, name):
+        dtype = self._dtypes.get(name)
+        if dtype is None:
+            dtype = getattr(self._torch, name, None)
+            if not isinstance(dtype, self._torch.dtype):
+                raise BatchFormatError("unknown tensor dtype %r in the trace" % name)
+            self._dtypes[name] = dtype
+        return dtype
+
+    def decode(self, data):
+        view = memoryview(data)
+        value, pos = self._value(view, 0, 0)
+        if pos != len(view):
+            raise BatchFormatError("%d trailing bytes after the batch" % (len(view) - pos))
+        return value
+
+    def _str(self, view, pos):
+        (n,) = _U32.unpack_from(view, pos)
+        pos += 4
+        if pos + n > len(view):
+            raise BatchFormatError("truncated string")
+        return bytes(view[pos:pos + n]).decode("utf-8", "surrogatepass"), pos + n
+
+    def _value(self, view, pos, depth):
+        if depth > _MAX_DEPTH:
+            raise BatchFormatError("batch nested too deeply")
+        if pos >= len(view):
+            raise BatchFormatError("truncated batch")
+        tag = view[pos]
+        pos += 1
+        if tag == ord("N"):
+            return None, pos
+        if tag == ord("B"):
+            return bool(view[pos]), pos + 1
+        if tag == ord("I"):
+            return _I64.unpack_from(view, pos)[0], pos + 8
+        if tag == ord("F"):
+            return _F64.unpack_from(view, pos)[0], pos + 8
+        if tag == ord("S"):
+            return self._str(view, pos)
+        if tag == ord("Y"):
+            (n,) = _U32.unpack_from(view, pos)
+            pos += 4
+            return bytes(view[pos:pos + n]), pos + n
+        if tag == ord("O"):
+            name, pos = self._str(view, pos)
+            raise BatchFormatError("the recorded batch holds an object of type %s that dlrr could not "
+                                   "record; it cannot be served" % name)
+        if tag in (ord("L"), ord("T")):
+            (n,) = _U32.unpack_from(view, pos)
+            pos += 4
+            items = []
+            for _ in range(n):
+                item, pos = self._value(view, pos, depth + 1)
+                items.append(item)
+            return (items if tag == ord("L") else tuple(items)), pos
+        if tag == ord("D"):
+            (n,) = _U32.unpack_from(view, pos)
+            pos += 4
+            out = {}
+            for _ in range(n):
+                key, pos = self._str(view, pos)
+                out[key], pos = self._value(view, pos, depth + 1)
+            return out, pos
+        if tag == ord("X"):
+            return self._tensor(view, pos)
+        raise BatchFormatError("unknown tag %r in the batch encoding" % chr(tag))
+
+    def _tensor(self, view, pos):
+        torch = self._torch
+        dtype_name, pos = self._str(view, pos)
+        (ndim,) = _U32.unpack_from(view, pos)
+        pos += 4
+        shape = [_I64.unpack_from(view, pos + 8 * i)[0] for i in range(ndim)]
+        pos += 8 * ndim
+        requires_grad = bool(view[pos])
+        pos += 1
+        device, pos = self._str(view, pos)
+        (nbytes,) = _U64.unpack_from(view, pos)
+        pos += 8
+        if pos + nbytes > len(view):
+            raise BatchFormatError("truncated tensor data")
+        dtype = self._dtype(dtype_name)
+        buf = bytearray(view[pos:pos + nbytes])
+        if nbytes:
+            tensor = torch.frombuffer(buf, dtype=dtype).reshape(shape)
+        else:
+            tensor = torch.empty(shape, dtype=dtype)
+        tensor = tensor.clone()  # owns its memory (frombuffer shares the bytearray's)
+        if device and device != "cpu":
+            try:
+                tensor = tensor.to(device)
+            except Exception:
+                pass  # replaying a GPU trace on CPU: the report says so (runtime warnings)
+        if requires_grad:
+            tensor.requires_grad_(True)
+        return tensor, pos + nbytes

@@ -1,0 +1,537 @@
+"""Replay mode: the recorded job runs again, fed from the trace, checked step by step.
+
+The Replayer is the Recorder with its sources swapped and its sink turned into checks, so
+step boundaries, loader numbering, module paths and call indices are computed by exactly
+the same code as at record time:
+
+  DataLoader.__iter__   returns a ReplayIterator: recorded batches, no workers, no dataset
+  each delivery         RNG states (torch, NumPy, random) restored to the recorded ones;
+                        a state that differed before the restore is reported as a warning
+  digests               dlrr_digest compares with the recording (native side decides)
+  step end              dlrr_step_end checks the loss and that every recorded digest of
+                        the step was recomputed
+  stop                  at the target (--until), at the first divergence, or when the job
+                        runs past the recording; then the debugger (--debug) or exit
+
+Targets for `nan`: the recording names what went non-finite first.  A module output: stop
+in a forward pre-hook right before that module's call.  The loss: stop before backward().
+A gradient: the step's backward runs with autograd anomaly detection, which names the
+backward function and the forward line that created it.  A parameter: stop after the
+optimizer update that produced it.  The report also scans the step's batch for samples
+holding non-finite or extreme values.
+"""
+
+import ctypes
+import math
+import os
+import signal
+import sys
+import time
+import warnings
+
+from . import native, rng as rngmod
+from .batches import BatchDecoder
+from .recorder import Recorder
+
+_HOOK_DIR = os.path.dirname(os.path.abspath(__file__))
+_EXTREME = 1e6  # |x| above this in an input batch is named as extreme
+
+
+class ReplayIterator:
+    """Stands in for a DataLoader's iterator during replay."""
+
+    def __init__(self, replayer, loader):
+        self._replayer = replayer
+        self._loader = loader
+        self._first = True
+
+    def __iter__(self):
+        return self
+
+    def __len__(self):
+        return len(self._loader)
+
+    def __next__(self):
+        return self._replayer.next_batch(self)
+
+
+class ReplayHelpers:
+    """`dlrr` in the debugger at a stop: what the replay knows about this point."""
+
+    def __init__(self, replayer, reason, where):
+        self._rep = replayer
+        self.reason = reason
+        self.where = where
+        self.step = replayer.steps.current
+
+    @property
+    def module(self):
+        """Path of the module the replay stopped before (nan target), else None."""
+        return self.where if self._rep.target.kind == native.TARGET_NAN else None
+
+    def batch(self):
+        """The batch of this step, as served to the job."""
+        return self._rep.current_batch
+
+    def recorded_tensors(self):
+        """Full tensors the recording kept for this step: {"kind:path#call.output": tensor}."""
+        return self._rep.recorded_tensors(self.step)
+
+    def digests(self):
+        """Recorded digests of this step: [(kind, path, call, output, hash, nan, inf, min, max)]."""
+        return self._rep.recorded_digests(self.step)
+
+    def __repr__(self):
+        return ("<dlrr replay stop: %s at step %s%s; try dlrr.batch(), dlrr.recorded_tensors(), "
+                "dlrr.digests()>" % (self.reason, self.step, (" before " + self.where) if self.where else ""))
+
+
+def _user_frame(start):
+    """The innermost frame outside this package, torch and the standard library's runpy."""
+    import torch
+    torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
+    frame = start
+    while frame is not None:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if not (filename.startswith(_HOOK_DIR) or filename.startswith(torch_dir)):
+            return frame
+        frame = frame.f_back
+    return start
+
+
+class Replayer(Recorder):
+    """The hook in replay mode (dlrr_mode() == 2)."""
+
+    def __init__(self, lib):
+        super().__init__(lib)
+        self.target = native.TargetT()
+        lib.dlrr_replay_target(ctypes.byref(self.target))
+        self.target_where = native.decode(self.target.where)
+        self.debug = os.environ.get("DLRR_DEBUG", "")
+        self.progress = os.environ.get("DLRR_PROGRESS") == "1"
+        self.recorded_steps = lib.dlrr_replay_recorded_steps()
+        self.decoder = None
+        self.current_batch = None
+        self._batch_meta = None
+        self._stopped = False
+        self._armed = False
+        self._nan_calls = {}
+        self._rng_warned = False
+        self._anomaly = None
+        self._anomaly_warnings = []
+        self._last_progress = 0.0
+        self._start = time.monotonic()
+
+    # ------------------------------------------------------------------ set-up
+    def install(self):
+        super().install()
+        previous = sys.excepthook
+
+        def excepthook(exc_type, exc, tb):
+            result = previous(exc_type, exc, tb)  # the job's traceback first, as it would print
+            if self.active and not issubclass(exc_type, SystemExit):
+                self.guarded(self.on_exception, exc_type, exc, tb)
+            return result
+        sys.excepthook = excepthook
+
+    def _on_torch(self, torch):
+        self._restore_threads(torch)
+        self._compare_runtime(torch)
+        self.decoder = BatchDecoder(torch)
+        dataloader = __import__("torch.utils.data.dataloader", fromlist=["DataLoader"])
+        replayer = self
+
+        def make_iter(original):
+            def __iter__(self):
+                if not replayer.active:
+                    return original(self)
+                return replayer.guarded(replayer.make_iterator, self) or original(self)
+            return __iter__
+        # Ours takes the place of the LoaderTracker's __iter__ wrapper (the Patcher wraps a
+        # method once), so make_iterator numbers the iteration itself.
+        self._patcher.wrap(dataloader.DataLoader, "__iter__", make_iter)
+        super()._on_torch(torch)
+        module_module = __import__("torch.nn.modules.module", fromlist=["Module"])
+        self._pre_handle = module_module.register_module_forward_pre_hook(self._pre_forward)
+
+    def _restore_threads(self, torch):
+        want = native.decode(self.lib.dlrr_replay_runtime_info(b"torch.num_threads"))
+        if want.isdigit() and int(want) != torch.get_num_threads():
+            self._fact("env.threads", "torch intra-op threads set to the recorded %s (this machine's default: %d)"
+                       % (want, torch.get_num_threads()))
+            torch.set_num_threads(int(want))
+        want = native.decode(self.lib.dlrr_replay_runtime_info(b"torch.num_interop_threads"))
+        if want.isdigit() and int(want) != torch.get_num_interop_threads():
+            try:
+                torch.set_num_interop_threads(int(want))
+            except RuntimeError:
+                self._fact("warning", "could not restore %s inter-op threads" % want)
+
+    def _compare_runtime(self, torch):
+        from . import runtime
+        for key, value in runtime.collect(torch):
+            if key.startswith("env.") or key in ("torch.num_threads", "torch.num_interop_threads"):
+                continue
+            recorded = self.lib.dlrr_replay_runtime_info(native.text(key))
+            if recorded is None:
+                continue
+            recorded = native.decode(recorded)
+            if recorded != value and key in ("python", "torch", "numpy", "blas", "cuda.compiled",
+                                             "cuda.device_name", "torch.deterministic_algorithms"):
+                self._fact("warning", "%s differs: recorded %s, here %s; bit-exact replay may not hold"
+                           % (key, recorded, value))
+
+    def _fact(self, key, value):
+        self.lib.dlrr_replay_fact(native.text(key), native.text(value))
+
+    # ------------------------------------------------------------------ batches
+    def make_iterator(self, loader):
+        torch = self.torch
+        # The real iterator draws its base seed from the global generator (and a
+        # RandomSampler without a generator draws one at its first batch): do the same
+        # draws so the generator stays where the recording had it.
+        torch.empty((), dtype=torch.int64).random_(generator=loader.generator)
+        iterator = ReplayIterator(self, loader)
+        self.loaders.begin_iteration(loader, iterator)
+        return iterator
+
+    def next_batch(self, iterator):
+        iteration = self.loaders._iteration_of(iterator)
+        loader = iteration.loader
+        torch = self.torch
+        if iterator._first:
+            iterator._first = False
+            sampler = getattr(iterator._loader, "sampler", None)
+            if isinstance(sampler, torch.utils.data.RandomSampler) and sampler.generator is None:
+                torch.empty((), dtype=torch.int64).random_()
+        length = self.lib.dlrr_replay_iterator_length(loader.number, iteration.number)
+        if 0 <= length <= iteration.count:
+            self.loaders.stopped(iterator)
+            raise StopIteration
+        ptr, n = ctypes.c_void_p(), ctypes.c_uint64()
+        if not self.lib.dlrr_replay_batch(loader.number, loader.batches, ctypes.byref(ptr), ctypes.byref(n)):
+            where = "batch %d of loader %d" % (loader.batches, loader.number)
+            if self.target.kind == native.TARGET_CRASH:
+                # The recorded job failed while loading this batch: replay serves recorded
+                # batches and does not re-run the loading code, so this is the crash point.
+                self.stop("target", "the recorded exception was raised while loading %s (replay serves "
+                          "recorded batches, so the loading code is not re-run; `dltrace events --kind "
+                          "failure` shows its traceback)" % where, sys._getframe(1))
+            else:
+                self.stop("end-of-recording", "%s is not in the recording: the recorded job ended here"
+                          % where, sys._getframe(1))
+            raise StopIteration
+        data = self.decoder.decode(ctypes.string_at(ptr.value, n.value) if n.value else b"")
+        step, training = ctypes.c_int64(-1), ctypes.c_int(0)
+        idx, nidx = ctypes.POINTER(ctypes.c_int64)(), ctypes.c_uint64()
+        self.lib.dlrr_replay_batch_meta(loader.number, loader.batches, ctypes.byref(step), ctypes.byref(training),
+                                        ctypes.byref(idx), ctypes.byref(nidx))
+        iterator._dlrr_index = [idx[i] for i in range(nidx.value)]
+        self._batch_meta = (loader.number, loader.batches, iterator._dlrr_index)
+        self.current_batch = data
+        self.loaders.after_next(iterator, data, None)
+        return data
+
+    def _on_batch(self, info, data):
+        self.modules.reset_stack()
+        training = self.steps.on_batch(info.loader, info.index, info.iteration, self.torch.is_grad_enabled())
+        self._restore_rng(lambda kind, device, p, n: self.lib.dlrr_replay_rng_at_batch(
+            info.loader, info.index, kind, device, p, n), "batch %d of loader %d" % (info.index, info.loader))
+        step = self.steps.current
+        if training and step is not None:
+            self._at_step_start(step)
+
+    def _restore_rng(self, fetch, what):
+        torch = self.torch
+        differed = []
+        for kind, device in self._rng_slots():
+            ptr, n = ctypes.c_void_p(), ctypes.c_uint64()
+            if not fetch(kind, device, ctypes.byref(ptr), ctypes.byref(n)):
+                continue
+            data = ctypes.string_at(ptr.value, n.value)
+            if kind == native.RNG_TORCH_CPU:
+                current = torch.get_rng_state()
+                if bytes(current.numpy().tobytes()) != data:
+                    differed.append("torch")
+                torch.set_rng_state(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+            elif kind == native.RNG_TORCH_CUDA:
+                torch.cuda.set_rng_state(torch.frombuffer(bytearray(data), dtype=torch.uint8), device)
+            elif kind == native.RNG_NUMPY:
+                np = sys.modules.get("numpy")
+                if np is not None:
+                    state = rngmod.numpy_state_from_bytes(data)
+                    if rngmod.numpy_state_to_bytes(np.random.get_state()) != data:
+                        differed.append("numpy")
+                    np.random.set_state(state)
+            elif kind == native.RNG_PYTHON:
+                rnd = sys.modules.get("random")
+                if rnd is not None:
+                    if rngmod.python_state_to_bytes(rnd.getstate()) != data:
+                        differed.append("random")
+                    rnd.setstate(rngmod.python_state_from_bytes(data))
+        if differed and not self._rng_warned:
+            self._rng_warned = True
+            self._fact("warning", "RNG state (%s) at %s differed from the recording before it was restored; "
+                       "the job drew random numbers differently between steps" % (", ".join(differed), what))
+
+    def _rng_slots(self):
+        slots = [(native.RNG_TORCH_CPU, native.NO_DEVICE), (native.RNG_NUMPY, native.NO_DEVICE),
+                 (native.RNG_PYTHON, native.NO_DEVICE)]
+        cuda = getattr(self.torch, "cuda", None)
+        if cuda is not None and cuda.is_available():
+            slots += [(native.RNG_TORCH_CUDA, d) for d in range(cuda.device_count())]
+        return slots
+
+    # ------------------------------------------------------------------ steps
+    def begin_step(self, step, loader, batch_index, epoch, by_optimizer, rng):
+        super().begin_step(step, loader, batch_index, epoch, by_optimizer, None)
+        self._nan_calls.clear()
+        if by_optimizer:
+            self._restore_rng(lambda kind, device, p, n: self.lib.dlrr_replay_rng_at_step(step, kind, device, p, n),
+                              "step %d" % step)
+            self._at_step_start(step)
+
+    def _at_step_start(self, step):
+        t = self.target
+        if self._stopped:
+            return
+        if t.kind == native.TARGET_STEP and step == t.step:
+            self.stop("target", "start of step %d, its batch in hand, before the forward pass" % step,
+                      sys._getframe(1))
+        elif t.kind == native.TARGET_NAN and step == t.step:
+            self._armed = True
+            if t.digest_kind == native.DIGEST_GRADIENT:
+                self._arm_anomaly()
+
+    def end_step(self, step, loss):
+        super().end_step(step, loss)
+        if self._stopped:
+            return
+        divergence = native.decode(self.lib.dlrr_replay_divergence())
+        if divergence:
+            self.stop("divergence", divergence, sys._getframe(1))
+        if self.progress:
+            self._show_progress(step)
+
+    def _show_progress(self, step):
+        now = time.monotonic()
+        if now - self._last_progress < 0.5:
+            return
+        self._last_progress = now
+        rate = (step + 1) / max(now - self._start, 1e-9)
+        os.write(2, ("\rdlreplay: step %d of %d (%.1f steps/s)\x1b[K" % (step + 1, self.recorded_steps, rate)).encode())
+
+    # ------------------------------------------------------------------ checks
+    def _digest(self, kind, path, call_index, output, tensor, keep):
+        prepared = self.marshal.prepare(tensor)
+        if prepared is None:
+            return None
+        host, dtype, _, ndim, shape, ptr, nbytes = prepared
+        rc = self._digest_fn(kind, path, call_index, output, dtype, ndim, shape, ptr, nbytes, 0, self._digest_ref)
+        if rc == 1 and not self._stopped:
+            self.stop("divergence", native.decode(self.lib.dlrr_replay_divergence()), sys._getframe(1))
+        return host
+
+    def _pre_forward(self, module, args):
+        if not self._armed or self._stopped or self.target.digest_kind != native.DIGEST_MODULE_OUTPUT:
+            return None
+        try:
+            stack = self.modules._local.__dict__.get("stack") or [module]
+            parent = stack[-2] if len(stack) > 1 else None
+            path = self.modules.paths.path_of(module, parent, stack[0]).decode("utf-8", "surrogatepass")
+            shown = path or "<root>"
+            n = self._nan_calls.get(shown, 0)
+            self._nan_calls[shown] = n + 1
+            if shown == self.target_where and n == self.target.call_index:
+                self._armed = False
+                self.stop("target", "before module %s (call %d) of step %d: the recording's first non-finite "
+                          "value is this module's output" % (shown, n, self.steps.current), sys._getframe(1),
+                          scan_batch=True)
+        except Exception as exc:
+            self.internal_error(exc)
+        return None
+
+    def _before_backward(self, tensors):
+        super()._before_backward(tensors)
+        if self._armed and not self._stopped and self.target.digest_kind == native.DIGEST_LOSS:
+            self._armed = False
+            self.stop("target", "before backward() of step %d: every module output was finite, the loss was "
+                      "not" % self.steps.current, sys._getframe(1), scan_batch=True)
+
+    def _after_backward(self):
+        super()._after_backward()
+        if self._anomaly is not None:
+            self._anomaly.__exit__(None, None, None)
+            self._anomaly = None
+
+    def _after_optimizer_step(self, optimizer):
+        super()._after_optimizer_step(optimizer)
+        if self._armed and not self._stopped and self.target.digest_kind == native.DIGEST_PARAMETER:
+            self._armed = False
+            self.stop("target", "after %s.step() of step %d: gradients were finite, the update made %s "
+                      "non-finite" % (type(optimizer).__name__, self.steps.current, self.target_where),
+                      sys._getframe(1), scan_batch=True)
+
+    def _arm_anomaly(self):
+        torch = self.torch
+        self._anomaly = torch.autograd.detect_anomaly()
+        self._anomaly.__enter__()
+        original = warnings.showwarning
+
+        def showwarning(message, category, filename, lineno, file=None, line=None):
+            self._anomaly_warnings.append(str(message))
+            return original(message, category, filename, lineno, file, line)
+        warnings.showwarning = showwarning
+
+    # ------------------------------------------------------------------ failures
+    def on_exception(self, exc_type, exc, tb):
+        """Called from the excepthook wrapper before the job's own hook prints it."""
+        if self._stopped:
+            return
+        t = self.target
+        text = "%s: %s" % (exc_type.__name__, exc)
+        if t.kind == native.TARGET_NAN and t.digest_kind == native.DIGEST_GRADIENT and "returned nan" in str(exc):
+            fn = str(exc).split("'")[1] if "'" in str(exc) else "?"
+            self._fact("backward.function", fn)
+            forward = [w for w in self._anomaly_warnings if "Traceback of forward call" in w]
+            if forward:
+                lines = [l.strip() for l in forward[-1].splitlines() if l.strip().startswith("File ")]
+                user = [l for l in lines if _HOOK_DIR not in l and "/torch/" not in l]
+                if user:
+                    self._fact("backward.forward_line", user[-1])
+            self.stop("target", "backward of step %d: %s" % (self.steps.current, text), None, tb=tb,
+                      scan_batch=True)
+        elif t.kind == native.TARGET_CRASH:
+            self.stop("target", "the recorded exception: %s" % text, None, tb=tb)
+
+    # ------------------------------------------------------------------ stopping
+    def stop(self, reason, detail, frame, tb=None, scan_batch=False):
+        if self._stopped:
+            return
+        self._stopped = True
+        if self.progress:
+            os.write(2, b"\r\x1b[K")
+        step = self.steps.current
+        self._fact("stop.step", "-" if step is None else str(step))
+        self._fact("stop.where", detail)
+        if scan_batch:
+            for line in self._scan_batch():
+                self._fact("batch.samples", line)
+        self.lib.dlrr_replay_stop(native.text(reason))  # writes the report; gdb breaks here
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        if self.debug == "pdb":
+            self._pdb(reason, detail, frame, tb)
+        elif self.debug == "wait":
+            self._wait_for_debugger(reason, detail)
+        elif self.debug == "gdb":
+            pass  # gdb stopped in dlrr_replay_stop; the job goes on when gdb continues
+        else:
+            os._exit(0)
+
+    def _pdb(self, reason, detail, frame, tb):
+        import pdb
+        helpers = ReplayHelpers(self, reason, self.target_where if self.target.kind == native.TARGET_NAN else None)
+        sys.stderr.write("dlrr: replay stopped (%s): %s\ndlrr: `dlrr` holds the replay helpers: %r\n"
+                         % (reason, detail, helpers))
+        debugger = pdb.Pdb()
+        if tb is not None:
+            debugger.reset()
+            top = tb
+            while top.tb_next is not None:
+                top = top.tb_next
+            top.tb_frame.f_globals.setdefault("dlrr", helpers)
+            debugger.interaction(None, tb)
+            return
+        frame = _user_frame(frame or sys._getframe(1))
+        frame.f_globals["dlrr"] = helpers
+        debugger.set_trace(frame)
+
+    def _wait_for_debugger(self, reason, detail):
+        pid = os.getpid()
+        sys.stderr.write(
+            "dlrr: replay stopped (%s): %s\n"
+            "dlrr: process %d is waiting for a debugger; attach with one of:\n"
+            "dlrr:   gdb -p %d            (native; 'detach' or 'quit' resumes the job)\n"
+            "dlrr:   python3 -m pdb -p %d  is not a thing: use gdb's 'py-bt', or send SIGUSR1 to resume\n"
+            "dlrr: resuming when the debugger detaches, or on SIGCONT / SIGUSR1 (kill -USR1 %d)\n"
+            % (reason, detail, pid, pid, pid, pid))
+        sys.stderr.flush()
+        resumed = []
+        previous = {}
+        for sig in (signal.SIGUSR1, signal.SIGCONT):
+            previous[sig] = signal.signal(sig, lambda *a: resumed.append(1))
+        attached = False
+        try:
+            while not resumed:
+                tracer = _tracer_pid()
+                if tracer:
+                    attached = True
+                elif attached:
+                    break  # attached, then detached
+                time.sleep(0.05)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        sys.stderr.write("dlrr: resumed\n")
+
+    # ------------------------------------------------------------------ report helpers
+    def _scan_batch(self):
+        """Lines naming the samples of this step's batch with non-finite or extreme values."""
+        torch = self.torch
+        if self.current_batch is None:
+            return []
+        indices = self._batch_meta[2] if self._batch_meta else []
+        out = []
+        for path, tensor in _tensors_with_paths(self.current_batch, torch.Tensor):
+            if not tensor.is_floating_point() or tensor.dim() == 0:
+                continue
+            t = tensor.detach().reshape(tensor.shape[0], -1).double()
+            finite = torch.isfinite(t)
+            bad = (~finite).sum(dim=1)
+            mag = torch.where(finite, t.abs(), torch.zeros_like(t)).max(dim=1).values
+            for i in range(t.shape[0]):
+                nbad, m = int(bad[i]), float(mag[i])
+                if nbad or m > _EXTREME:
+                    where = "dataset index %d" % indices[i] if i < len(indices) else "dataset index unknown"
+                    field = " of field %s" % path if path else ""
+                    out.append("sample %d%s (%s): %d non-finite values, largest finite |x| %.3g"
+                               % (i, field, where, nbad, m))
+        return out[:20]
+
+    def recorded_tensors(self, step):
+        ptr, n = ctypes.c_void_p(), ctypes.c_uint64()
+        if step is None or not self.lib.dlrr_replay_recorded_tensors(step, ctypes.byref(ptr), ctypes.byref(n)):
+            return {}
+        return self.decoder.decode(ctypes.string_at(ptr.value, n.value))
+
+    def recorded_digests(self, step):
+        if step is None:
+            return []
+        text = native.decode(self.lib.dlrr_replay_recorded_digests(step))
+        return [tuple(line.split("\t")) for line in text.splitlines()]
+
+
+def _tracer_pid():
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("TracerPid:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _tensors_with_paths(value, tensor_type, prefix=""):
+    if isinstance(value, tensor_type):
+        yield prefix, value
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _tensors_with_paths(item, tensor_type, "%s.%d" % (prefix, i) if prefix else str(i))
+    elif isinstance(value, dict):
+        for k, item in value.items():
+            yield from _tensors_with_paths(item, tensor_type, "%s.%s" % (prefix, k) if prefix else str(k))

@@ -1,0 +1,450 @@
+#include "replayer/ReplaySession.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "format/TraceError.h"
+#include "replayer/BatchEncoding.h"
+
+namespace dlrr {
+namespace {
+
+std::vector<std::string> readCmdline() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(in)), {});
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start < all.size()) {
+    size_t end = all.find('\0', start);
+    if (end == std::string::npos) end = all.size();
+    out.push_back(all.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+std::string baseName(const std::string& p) {
+  auto s = p.rfind('/');
+  return s == std::string::npos ? p : p.substr(s + 1);
+}
+
+// Same program and arguments; the interpreter may be named by another path.
+bool sameCommand(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  if (a.size() != b.size() || a.empty()) return false;
+  if (baseName(a[0]) != baseName(b[0])) return false;
+  for (size_t i = 1; i < a.size(); ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
+std::string hex(uint64_t v) {
+  char b[24];
+  std::snprintf(b, sizeof b, "0x%016llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+std::string num(double d) {
+  if (std::isnan(d)) return "nan";
+  std::ostringstream o;
+  o.precision(9);
+  o << d;
+  return o.str();
+}
+
+bool sameBits(double a, double b) {
+  if (std::isnan(a) && std::isnan(b)) return true;
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
+
+std::string escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '\n') o += "\\n";
+    else if (c == '\t') o += "\\t";
+    else if (c == '\\') o += "\\\\";
+    else o += c;
+  }
+  return o;
+}
+
+const char* kindName(int k) {
+  static const char* names[] = {"module output", "gradient", "parameter", "loss", "batch", "tensor", "module input"};
+  return k >= 0 && k <= 6 ? names[k] : "tensor";
+}
+
+}  // namespace
+
+ReplaySession::ReplaySession(const Config& cfg, const std::string& until) : cfg_(cfg) {
+  std::string err;
+  auto t = parseReplayTarget(until.empty() ? "end" : until, err);
+  if (!t) throw TraceError(ErrorKind::Usage, err);
+  target_ = *t;
+  trace_ = Trace::open(cfg_.traceDir);
+  stream_ = cfg_.replayStream.empty() ? trace_->mainStream() : trace_->find(cfg_.replayStream);
+  if (!stream_) throw TraceError(ErrorKind::NotFound, "stream " + cfg_.replayStream + " is not in the trace");
+  std::vector<std::string> recorded;
+  for (auto a : stream_->header().getArgv()) recorded.emplace_back(a.cStr());
+  active_ = sameCommand(recorded, readCmdline());
+  if (StreamReader* l = trace_->launcher()) {
+    std::string mode = l->header().getTrace().getCaptureMode().cStr();
+    captureLevel_ = mode == "minimal" ? 0 : mode == "full" ? 2 : 1;
+  }
+  if (active_) load();
+}
+
+ReplaySession::~ReplaySession() = default;
+
+void ReplaySession::load() {
+  std::vector<RngRecord> pendingRng;
+  BatchKey lastBatch{UINT32_MAX, 0};
+  bool lastWasBatch = false;
+  std::optional<schema::Failure::Kind> failureKind;
+  bool inStep = false;  // digests between a StepBegin and its StepEnd are the step's own
+  // RNG states follow the StepBegin they belong to (optimizer-driven steps) and precede the
+  // Batch they were taken at (DataLoader deliveries): keep them for both.
+  int64_t openStep = -1;
+  bool stepWithoutBatch = false;
+  stream_->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
+    switch (e.which()) {
+      case schema::Event::ENTROPY: {
+        auto en = e.getEntropy();
+        auto d = en.getData();
+        entropy_.push_back({static_cast<int>(en.getSource()), static_cast<size_t>(en.getRequested()),
+                            std::vector<uint8_t>(d.begin(), d.end())});
+        break;
+      }
+      case schema::Event::RNG_STATE: {
+        auto r = e.getRngState();
+        auto ref = r.getState();
+        RngRecord rec{static_cast<int>(r.getKind()), r.getDevice(), Hash128{ref.getHashLo(), ref.getHashHi()},
+                      ref.getSize(), {}};
+        if (stepWithoutBatch) stepRng_[openStep].push_back(rec);
+        pendingRng.push_back(std::move(rec));
+        break;
+      }
+      case schema::Event::BATCH: {
+        auto b = e.getBatch();
+        BatchRecord rec;
+        rec.event = std::make_unique<capnp::MallocMessageBuilder>();
+        rec.event->setRoot(e);
+        rec.training = b.getIsTraining();
+        for (auto i : b.getSampleIndices()) rec.sampleIndices.push_back(i);
+        rec.rng = std::move(pendingRng);
+        pendingRng.clear();
+        lastBatch = {b.getLoader(), b.getIndex()};
+        lastWasBatch = true;
+        stepWithoutBatch = false;
+        batches_[lastBatch] = std::move(rec);
+        break;
+      }
+      case schema::Event::STEP_BEGIN: {
+        auto sb = e.getStepBegin();
+        int64_t step = sb.getStep();
+        if (!sb.getByOptimizer()) {
+          auto it = batches_.find({sb.getLoader(), sb.getBatchIndex()});
+          if (it != batches_.end()) {
+            it->second.step = step;
+            it->second.training = true;
+          }
+        }
+        if (!pendingRng.empty()) stepRng_[step] = pendingRng;
+        pendingRng.clear();
+        lastWasBatch = false;
+        inStep = true;
+        openStep = step;
+        stepWithoutBatch = true;
+        break;
+      }
+      case schema::Event::STEP_END: {
+        inStep = false;
+        auto se = e.getStepEnd();
+        losses_[se.getStep()] = se.getLoss();
+        recordedSteps_ = std::max<int64_t>(recordedSteps_, se.getStep() + 1);
+        break;
+      }
+      case schema::Event::LOADER_END: {
+        auto le = e.getLoaderEnd();
+        iteratorLengths_[{le.getLoader(), le.getIteration()}] = static_cast<int64_t>(le.getBatches());
+        break;
+      }
+      case schema::Event::DIGEST: {
+        auto d = e.getDigest();
+        RecordedDigest rd;
+        rd.hash = d.getHash();
+        rd.nanCount = d.getNanCount();
+        rd.infCount = d.getInfCount();
+        rd.min = d.getMin();
+        rd.max = d.getMax();
+        rd.dtype = d.getDtype().cStr();
+        for (auto x : d.getShape()) rd.shape.push_back(x);
+        DigestKey k{e.getStep(), static_cast<int>(d.getKind()), d.getPath().cStr(), d.getCallIndex(), d.getOutput()};
+        if (digests_.emplace(k, std::move(rd)).second && inStep) ++digestsPerStep_[e.getStep()];
+        break;
+      }
+      case schema::Event::TENSOR: {
+        auto ft = e.getTensor();
+        KeptTensor k;
+        k.key = std::string(kindName(static_cast<int>(ft.getKind()))) + ":" + ft.getPath().cStr() + "#" +
+                std::to_string(ft.getCallIndex()) + "." + std::to_string(ft.getOutput());
+        k.msg = std::make_unique<capnp::MallocMessageBuilder>();
+        k.msg->setRoot(ft);
+        kept_[e.getStep()].push_back(std::move(k));
+        break;
+      }
+      case schema::Event::RUNTIME_INFO:
+        for (auto kv : e.getRuntimeInfo().getItems()) runtime_[kv.getKey().cStr()] = kv.getValue().cStr();
+        break;
+      case schema::Event::FAILURE: {
+        auto f = e.getFailure();
+        if (failureKind) break;  // the first failure is the target
+        failureKind = f.getKind();
+        if (target_.kind == ReplayTarget::Kind::Nan && f.getKind() == schema::Failure::Kind::NONFINITE) {
+          target_.step = f.getStep();
+          target_.where = f.getWhere().cStr();
+          target_.digestKind = static_cast<int>(f.getDigestKind());
+          target_.callIndex = f.getCallIndex();
+        } else if (target_.kind == ReplayTarget::Kind::Crash && f.getKind() != schema::Failure::Kind::NONFINITE) {
+          target_.step = f.getStep();
+          target_.where = f.getWhere().cStr();
+        }
+        break;
+      }
+      default: break;
+    }
+  });
+  // A non-finite target found later than another failure kind is still the nan target.
+  if (target_.kind == ReplayTarget::Kind::Nan && target_.step < 0) {
+    stream_->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
+      if (target_.step >= 0 || !e.isFailure()) return;
+      auto f = e.getFailure();
+      if (f.getKind() != schema::Failure::Kind::NONFINITE) return;
+      target_.step = f.getStep();
+      target_.where = f.getWhere().cStr();
+      target_.digestKind = static_cast<int>(f.getDigestKind());
+      target_.callIndex = f.getCallIndex();
+    });
+  }
+}
+
+bool ReplaySession::serveEntropy(schema::Entropy::Source src, void* buf, size_t n, size_t& got) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!active_ || entropyNext_ >= entropy_.size()) return false;
+  const EntropyRecord& r = entropy_[entropyNext_];
+  // /dev/urandom and /dev/random reads are interchangeable sources of the same kind of bytes.
+  bool srcOk = r.source == static_cast<int>(src) ||
+               (r.source >= 2 && static_cast<int>(src) >= 2);
+  if (!srcOk || r.requested != n || r.data.size() > n) {
+    if (warnings_.size() < 20)
+      warnings_.push_back("entropy request " + std::to_string(entropyNext_) + " differs from the recording (" +
+                          std::to_string(n) + " bytes asked, " + std::to_string(r.requested) +
+                          " recorded); served fresh bytes from then on");
+    entropyNext_ = entropy_.size();  // out of step: stop serving rather than serve the wrong bytes
+    return false;
+  }
+  std::memcpy(buf, r.data.data(), r.data.size());
+  got = r.data.size();
+  ++entropyNext_;
+  return true;
+}
+
+const std::vector<uint8_t>* ReplaySession::batch(uint32_t loader, uint64_t index) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = batches_.find({loader, index});
+  if (it == batches_.end()) return nullptr;
+  BatchRecord& rec = it->second;
+  if (rec.encoded.empty()) {
+    auto ev = rec.event->getRoot<schema::Event>().asReader();
+    encodeValue(ev.getBatch().getValue(),
+                [&](const Hash128& h, uint64_t size) { return stream_->readBlob(h, size); }, rec.encoded);
+  }
+  return &rec.encoded;
+}
+
+bool ReplaySession::batchMeta(uint32_t loader, uint64_t index, int64_t& step, bool& training,
+                              const std::vector<int64_t>*& indices) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = batches_.find({loader, index});
+  if (it == batches_.end()) return false;
+  step = it->second.step;
+  training = it->second.training;
+  indices = &it->second.sampleIndices;
+  return true;
+}
+
+int64_t ReplaySession::iteratorLength(uint32_t loader, uint32_t iteration) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = iteratorLengths_.find({loader, iteration});
+  return it == iteratorLengths_.end() ? -1 : it->second;
+}
+
+const std::vector<uint8_t>* ReplaySession::rngBytes(std::vector<RngRecord>& list, int kind, int device) {
+  for (auto& r : list) {
+    if (r.kind != kind || r.device != device) continue;
+    if (r.bytes.empty() && r.size) r.bytes = stream_->readBlob(r.hash, r.size);
+    return &r.bytes;
+  }
+  return nullptr;
+}
+
+const std::vector<uint8_t>* ReplaySession::rngAtBatch(uint32_t loader, uint64_t index, int kind, int device) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = batches_.find({loader, index});
+  return it == batches_.end() ? nullptr : rngBytes(it->second.rng, kind, device);
+}
+
+const std::vector<uint8_t>* ReplaySession::rngAtStep(int64_t step, int kind, int device) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = stepRng_.find(step);
+  return it == stepRng_.end() ? nullptr : rngBytes(it->second, kind, device);
+}
+
+const char* ReplaySession::runtimeInfo(const std::string& key) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = runtime_.find(key);
+  return it == runtime_.end() ? nullptr : it->second.c_str();
+}
+
+double ReplaySession::recordedLoss(int64_t step) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = losses_.find(step);
+  return it == losses_.end() ? std::nan("") : it->second;
+}
+
+int ReplaySession::checkDigest(int64_t step, int kind, const std::string& path, uint32_t callIndex, uint32_t output,
+                               const DigestResult& got) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = digests_.find(DigestKey{step, kind, path, callIndex, output});
+  if (it == digests_.end()) return 2;
+  if (step == inStepNumber_) ++seenPerStep_[step];
+  const RecordedDigest& want = it->second;
+  if (want.hash == got.hash) return 0;
+  if (!divergence_) {
+    Divergence d;
+    d.step = step;
+    d.kind = kind;
+    d.path = path;
+    d.callIndex = callIndex;
+    d.output = output;
+    std::ostringstream o;
+    o << kindName(kind) << " " << (path.empty() ? "<root>" : path) << " (call " << callIndex << ", output " << output
+      << "): recorded hash " << hex(want.hash) << " NaN " << want.nanCount << " Inf " << want.infCount << " min "
+      << num(want.min) << " max " << num(want.max) << "; replayed hash " << hex(got.hash) << " NaN " << got.nanCount
+      << " Inf " << got.infCount << " min " << num(got.min) << " max " << num(got.max);
+    d.detail = o.str();
+    divergence_ = d;
+  }
+  return 1;
+}
+
+void ReplaySession::beginStep(int64_t step) {
+  std::lock_guard<std::mutex> lk(mu_);
+  step_.store(step);
+  inStepNumber_ = step;
+}
+
+int ReplaySession::endStep(int64_t step, double loss) {
+  std::lock_guard<std::mutex> lk(mu_);
+  lastStepEnded_ = step;
+  inStepNumber_ = INT64_MIN;
+  bool ok = !divergence_;
+  auto lit = losses_.find(step);
+  if (ok && lit != losses_.end() && !sameBits(lit->second, loss)) {
+    Divergence d;
+    d.step = step;
+    d.kind = 3;
+    d.path = "loss";
+    d.detail = "loss: recorded " + num(lit->second) + ", replayed " + num(loss);
+    divergence_ = d;
+    ok = false;
+  }
+  uint32_t want = digestsPerStep_.count(step) ? digestsPerStep_[step] : 0;
+  uint32_t seen = seenPerStep_.count(step) ? seenPerStep_[step] : 0;
+  if (ok && seen < want) {
+    Divergence d;
+    d.step = step;
+    d.detail = "step " + std::to_string(step) + " recomputed " + std::to_string(seen) + " of its " +
+               std::to_string(want) + " recorded digests (the replayed code took another path)";
+    divergence_ = d;
+    ok = false;
+  }
+  if (ok) ++verifiedSteps_;
+  return ok ? 0 : 1;
+}
+
+const std::vector<uint8_t>& ReplaySession::recordedTensors(int64_t step) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto cached = keptEncoded_.find(step);
+  if (cached != keptEncoded_.end()) return cached->second;
+  std::vector<uint8_t>& out = keptEncoded_[step];
+  auto it = kept_.find(step);
+  size_t n = it == kept_.end() ? 0 : it->second.size();
+  out.push_back('D');
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(n >> (8 * i)));
+  for (size_t i = 0; i < n; ++i) {
+    const KeptTensor& k = it->second[i];
+    for (int b = 0; b < 4; ++b) out.push_back(static_cast<uint8_t>(k.key.size() >> (8 * b)));
+    out.insert(out.end(), k.key.begin(), k.key.end());
+    capnp::MallocMessageBuilder v;
+    v.initRoot<schema::Value>().setTensor(k.msg->getRoot<schema::FullTensor>().asReader().getTensor());
+    encodeValue(v.getRoot<schema::Value>().asReader(),
+                [&](const Hash128& h, uint64_t size) { return stream_->readBlob(h, size); }, out);
+  }
+  return out;
+}
+
+std::string ReplaySession::recordedDigests(int64_t step) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::ostringstream o;
+  for (const auto& [key, d] : digests_) {
+    if (std::get<0>(key) != step) continue;
+    const std::string& path = std::get<2>(key);
+    o << kindName(std::get<1>(key)) << "\t" << (path.empty() ? "<root>" : path) << "\t" << std::get<3>(key) << "\t"
+      << std::get<4>(key) << "\t" << hex(d.hash) << "\t" << d.nanCount << "\t" << d.infCount << "\t" << num(d.min)
+      << "\t" << num(d.max) << "\n";
+  }
+  return o.str();
+}
+
+void ReplaySession::fact(const std::string& key, const std::string& value) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (key == "warning") warnings_.push_back(value);
+  else facts_.emplace_back(key, value);
+}
+
+void ReplaySession::writeReport(const std::string& stopReason) {
+  const char* path = std::getenv("DLRR_REPORT");
+  if (!path || !*path) return;
+  std::lock_guard<std::mutex> lk(mu_);
+  std::string reason = stopReason;
+  if (!finalStop_.empty()) reason = finalStop_;
+  else if (reason != "running" && reason != "exit") finalStop_ = reason;
+  std::ostringstream o;
+  o << "stop\t" << escape(reason) << "\n";
+  o << "target\t" << target_.describe() << "\n";
+  o << "target.step\t" << target_.step << "\n";
+  o << "target.where\t" << escape(target_.where) << "\n";
+  o << "verified_steps\t" << verifiedSteps_ << "\n";
+  o << "recorded_steps\t" << recordedSteps_ << "\n";
+  o << "last_step\t" << lastStepEnded_ << "\n";
+  if (divergence_) {
+    o << "divergence.step\t" << divergence_->step << "\n";
+    o << "divergence.kind\t" << kindName(divergence_->kind) << "\n";
+    o << "divergence.path\t" << escape(divergence_->path) << "\n";
+    o << "divergence.detail\t" << escape(divergence_->detail) << "\n";
+  }
+  for (const auto& [k, v] : facts_) o << escape(k) << "\t" << escape(v) << "\n";
+  for (const auto& w : warnings_) o << "warning\t" << escape(w) << "\n";
+  std::string text = o.str();
+  int fd = ::open(path, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return;
+  ssize_t w = ::write(fd, text.data(), text.size());
+  (void)w;
+  ::close(fd);
+}
+
+}  // namespace dlrr

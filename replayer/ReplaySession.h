@@ -1,0 +1,153 @@
+#pragma once
+// One per replayed process: serves what the recording saw (entropy, batches, RNG states),
+// checks what the process recomputes against the recorded digests, and writes the report
+// that dlreplay shows. The Python hook drives it through the replay half of dlrr.h.
+#include <capnp/message.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "format/Trace.h"
+#include "recorder/Config.h"
+#include "recorder/TensorDigest.h"
+#include "replayer/ReplayTarget.h"
+#include "schema/dlrr.capnp.h"
+
+namespace dlrr {
+
+struct RecordedDigest {
+  uint64_t hash = 0;
+  uint64_t nanCount = 0;
+  uint64_t infCount = 0;
+  double min = 0;
+  double max = 0;
+  std::string dtype;
+  std::vector<int64_t> shape;
+};
+
+struct Divergence {
+  int64_t step = -1;
+  int kind = 0;
+  std::string path;
+  uint32_t callIndex = 0;
+  uint32_t output = 0;
+  std::string detail;  // "hash 0x.. != 0x..; NaN 0 vs 3; min/max ..."
+};
+
+class ReplaySession {
+ public:
+  // Opens the trace and loads the named stream. Throws TraceError.
+  ReplaySession(const Config& cfg, const std::string& until);
+  ~ReplaySession();
+
+  // True when this process is the one the stream recorded (argv matches). Other processes of
+  // the replayed command (a launcher shell, a helper tool) run untouched.
+  bool active() const noexcept { return active_; }
+  void deactivate() noexcept { active_ = false; }
+  const ReplayTarget& target() const { return target_; }
+
+  // Entropy: the next recorded bytes when the request matches the recording.
+  bool serveEntropy(schema::Entropy::Source src, void* buf, size_t n, size_t& got);
+
+  // Batches, encoded for the hook (docs/replay.md, "batch encoding"). Null when not recorded.
+  const std::vector<uint8_t>* batch(uint32_t loader, uint64_t index);
+  bool batchMeta(uint32_t loader, uint64_t index, int64_t& step, bool& training, const std::vector<int64_t>*& indices);
+  int64_t iteratorLength(uint32_t loader, uint32_t iteration) const;
+  const std::vector<uint8_t>* rngAtBatch(uint32_t loader, uint64_t index, int kind, int device);
+  const std::vector<uint8_t>* rngAtStep(int64_t step, int kind, int device);
+  const char* runtimeInfo(const std::string& key) const;
+  int64_t recordedSteps() const { return recordedSteps_; }
+  double recordedLoss(int64_t step) const;
+
+  // Verification. Returns 0 match, 1 differs (first divergence kept), 2 not in the recording.
+  int checkDigest(int64_t step, int kind, const std::string& path, uint32_t callIndex, uint32_t output,
+                  const DigestResult& got);
+  void beginStep(int64_t step);
+  int64_t currentStep() const noexcept { return step_.load(); }
+  // Returns 0 when the step matched everywhere, 1 otherwise.
+  int endStep(int64_t step, double loss);
+  const std::optional<Divergence>& divergence() const { return divergence_; }
+
+  // The capture level of the recording (what digests exist to be checked).
+  int captureLevel() const { return captureLevel_; }
+  // Full tensors the recording kept for `step` (failure ring), encoded as a dict
+  // "kind:path#call.output" -> tensor (BatchEncoding); empty dict when none.
+  const std::vector<uint8_t>& recordedTensors(int64_t step);
+  // The recorded digests of `step`, one per line: kind path call output hash nan inf min max.
+  std::string recordedDigests(int64_t step) const;
+
+  void fact(const std::string& key, const std::string& value);
+  // Writes the report file now (at a stop, and again at exit with the final figures).
+  void writeReport(const std::string& stopReason);
+
+ private:
+  using DigestKey = std::tuple<int64_t, int, std::string, uint32_t, uint32_t>;
+  using BatchKey = std::pair<uint32_t, uint64_t>;
+  struct RngRecord {
+    int kind;
+    int device;
+    Hash128 hash;
+    uint64_t size;
+    std::vector<uint8_t> bytes;  // loaded on first use
+  };
+  struct BatchRecord {
+    std::unique_ptr<capnp::MallocMessageBuilder> event;  // deep copy of the Batch event
+    int64_t step = -1;
+    bool training = false;
+    std::vector<int64_t> sampleIndices;
+    std::vector<uint8_t> encoded;  // filled on first use
+    std::vector<RngRecord> rng;
+  };
+  struct EntropyRecord {
+    int source;
+    size_t requested;
+    std::vector<uint8_t> data;
+  };
+
+  void load();
+  const std::vector<uint8_t>* rngBytes(std::vector<RngRecord>& list, int kind, int device);
+
+  Config cfg_;
+  ReplayTarget target_;
+  std::unique_ptr<Trace> trace_;
+  StreamReader* stream_ = nullptr;
+  bool active_ = false;
+  mutable std::mutex mu_;
+
+  std::vector<EntropyRecord> entropy_;
+  size_t entropyNext_ = 0;
+  std::map<BatchKey, BatchRecord> batches_;
+  std::map<std::pair<uint32_t, uint32_t>, int64_t> iteratorLengths_;
+  std::map<int64_t, std::vector<RngRecord>> stepRng_;
+  std::map<DigestKey, RecordedDigest> digests_;
+  std::map<int64_t, uint32_t> digestsPerStep_;
+  std::map<int64_t, uint32_t> seenPerStep_;
+  std::map<int64_t, double> losses_;
+  std::map<std::string, std::string> runtime_;
+  int64_t recordedSteps_ = 0;
+
+  std::optional<Divergence> divergence_;
+  int64_t verifiedSteps_ = 0;
+  int64_t lastStepEnded_ = -1;
+  int64_t inStepNumber_ = INT64_MIN;
+  std::atomic<int64_t> step_{-1};
+  std::vector<std::pair<std::string, std::string>> facts_;
+  std::string finalStop_;  // the first real stop reason sticks (later "exit" does not undo it)
+  int captureLevel_ = 1;
+  struct KeptTensor {
+    std::string key;
+    std::unique_ptr<capnp::MallocMessageBuilder> msg;  // a copy of the FullTensor event
+  };
+  std::map<int64_t, std::vector<KeptTensor>> kept_;
+  std::map<int64_t, std::vector<uint8_t>> keptEncoded_;
+  std::vector<std::string> warnings_;
+};
+
+}  // namespace dlrr

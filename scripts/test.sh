@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian 12 machine, builds dlrr and runs every test: unit (GoogleTest),
+# Python hook unit tests, integration (real torch jobs recorded and replayed), a sanitizer
+# (ASan+UBSan) build of the unit tests, and a short fuzzing run of the trace reader.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+bash scripts/build.sh
+
+echo "== unit, python and integration tests (ctest)"
+ctest --test-dir build --output-on-failure -j2 --timeout 900
+
+echo "== ASan+UBSan build of the unit tests"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDLRR_SANITIZE=ON -DDLRR_WERROR=ON >/dev/null
+cmake --build build-asan -j"$(nproc)" --target dlrr_unit_tests
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure -j2 -L unit
+
+if [ -x scripts/fuzz.sh ]; then
+  echo "== fuzzing the trace reader (short run; scripts/fuzz.sh SECONDS for a long one)"
+  bash scripts/fuzz.sh "${DLRR_FUZZ_SECONDS:-60}"
+fi
+echo "== all tests passed"

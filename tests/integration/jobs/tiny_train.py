@@ -1,0 +1,70 @@
+"""A small unseeded training job for the integration tests.
+
+--steps N             training steps (DataLoader over an in-memory dataset, 2 workers)
+--segv-at N           dereference NULL through ctypes at step N (a native crash)
+--raise-at N          raise KeyError at step N (an ordinary Python failure)
+--no-loader           count steps by optimizer.step() with tensors made in the loop
+The learning rate comes from DLRR_TEST_LR (default 0.05), so a test can make a replay
+diverge by changing it.
+"""
+import argparse
+import ctypes
+import os
+import random
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+
+class Noisy(Dataset):
+    def __len__(self):
+        return 512
+
+    def __getitem__(self, i):
+        x = torch.full((8,), float(i % 7)) + torch.from_numpy(np.random.normal(size=8).astype("float32"))
+        return x * (1.0 if random.random() < 0.5 else -1.0), i % 3
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=24)
+    ap.add_argument("--segv-at", type=int, default=-1)
+    ap.add_argument("--raise-at", type=int, default=-1)
+    ap.add_argument("--no-loader", action="store_true")
+    args = ap.parse_args()
+    lr = float(os.environ.get("DLRR_TEST_LR", "0.05"))
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def batches():
+        if args.no_loader:
+            for _ in range(args.steps):
+                yield torch.randn(16, 8), torch.randint(0, 3, (16,))
+        else:
+            loader = DataLoader(Noisy(), batch_size=16, shuffle=True, num_workers=2)
+            step = 0
+            while step < args.steps:
+                for batch in loader:
+                    yield batch
+                    step += 1
+                    if step >= args.steps:
+                        return
+
+    for step, (x, y) in enumerate(batches()):
+        if step == args.segv_at:
+            ctypes.string_at(0)
+        if step == args.raise_at:
+            raise KeyError("missing-key-%d" % step)
+        loss = loss_fn(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        print("step %d loss %.6f" % (step, loss.item()), flush=True)
+    print("done", flush=True)
+
+
+if __name__ == "__main__":
+    main()

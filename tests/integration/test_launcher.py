@@ -1,0 +1,140 @@
+"""dlrecord as a launcher: transparency to the job, exit codes, signals, failure to record,
+entropy capture and replay, native crashes, and C++ exceptions through the interposer."""
+import os
+import signal
+import subprocess
+import time
+import unittest
+
+from harness import PY, TraceTestCase, events, info, run, tool
+
+RANDOMS = "import random, numpy as np; print(random.random(), np.random.rand(), hash('abc'), flush=True)"
+
+
+class LauncherTest(TraceTestCase):
+    def test_output_and_exit_code_pass_through(self):
+        code = "import sys; print('out'); print('err', file=sys.stderr); sys.exit(7)"
+        plain = run([PY, "-c", code])
+        rec = run([tool("dlrecord"), "-q", "-o", self.trace_path(), "--", PY, "-c", code])
+        self.assertEqual(plain.returncode, 7)
+        self.assertEqual(rec.returncode, 7)
+        self.assertEqual(rec.stdout, plain.stdout)
+        self.assertEqual(rec.stderr, plain.stderr)  # -q: dlrecord adds nothing
+        self.assertEqual(info(self.trace_path())["exit_code"], 7)
+
+    def test_death_by_signal_is_128_plus_n(self):
+        p = run([tool("dlrecord"), "-o", self.trace_path(), "--", "sh", "-c", "kill -TERM $$"])
+        self.assertEqual(p.returncode, 128 + signal.SIGTERM)
+        self.assertEqual(info(self.trace_path())["exit_code"], 128 + signal.SIGTERM)
+
+    def test_missing_command_is_127_and_leaves_no_trace(self):
+        p = run([tool("dlrecord"), "-o", self.trace_path(), "--", "no-such-command-dlrr"])
+        self.assertEqual(p.returncode, 127)
+        self.assertIn("cannot run 'no-such-command-dlrr'", p.stderr)
+        self.assertFalse(os.path.exists(self.trace_path()))
+
+    def test_usage_errors(self):
+        for argv, needle in [([], "missing '--'"), (["python3"], "missing '--' before the command"),
+                             (["--capture", "huge", "--", "true"], "--capture must be"),
+                             (["--ring-steps", "-3", "--", "true"], "--ring-steps must be"),
+                             (["--bogus", "--", "true"], "unknown option"), (["--"], "no command")]:
+            p = run([tool("dlrecord")] + argv)
+            self.assertEqual(p.returncode, 2, argv)
+            self.assertIn(needle, p.stderr, argv)
+
+    def test_unwritable_trace_path_still_runs_the_job(self):
+        bad = "/proc/dlrr-cannot-create-here"
+        p = run([tool("dlrecord"), "-o", bad, "--", PY, "-c", "print('job ran')"])
+        self.assertEqual(p.returncode, 0)
+        self.assertEqual(p.stdout, "job ran\n")
+        self.assertIn("cannot record", p.stderr)
+
+    def test_existing_trace_is_not_overwritten(self):
+        run([tool("dlrecord"), "-o", self.trace_path(), "--", "true"], check=True)
+        p = run([tool("dlrecord"), "-o", self.trace_path(), "--", "true"])
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("already holds a trace", p.stderr)
+
+    def test_sigterm_to_dlrecord_reaches_the_job(self):
+        code = ("import signal, sys, time\n"
+                "signal.signal(signal.SIGTERM, lambda *a: (print('job got SIGTERM', flush=True), sys.exit(3)))\n"
+                "print('ready', flush=True)\n"
+                "time.sleep(60)\n")
+        p = subprocess.Popen([tool("dlrecord"), "-o", self.trace_path(), "--", PY, "-c", code],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.assertEqual(p.stdout.readline(), "ready\n")
+        p.send_signal(signal.SIGTERM)
+        out, _ = p.communicate(timeout=60)
+        self.assertIn("job got SIGTERM", out)
+        self.assertEqual(p.returncode, 3)
+
+    def test_entropy_is_recorded_and_replayed(self):
+        rec = run([tool("dlrecord"), "-o", self.trace_path(), "--", PY, "-c", RANDOMS], check=True)
+        ent = events(self.trace_path(), kind="entropy")
+        self.assertGreaterEqual(len(ent), 2)  # hash seed, random, numpy at least
+        rep = run([tool("dlreplay"), self.trace_path(), "--until", "end"])
+        self.assertEqual(rep.returncode, 0, rep.stderr)
+        self.assertEqual(rep.stdout, rec.stdout)
+        fresh = run([PY, "-c", RANDOMS])
+        self.assertNotEqual(fresh.stdout, rec.stdout)  # the values really are random
+
+    def test_native_segfault_leaves_native_and_python_stacks(self):
+        code = ("import ctypes, faulthandler\n"
+                "def crash_here():\n"
+                "    ctypes.string_at(0)\n"
+                "crash_here()\n")
+        p = run([tool("dlrecord"), "-o", self.trace_path(), "--", PY, "-c", code])
+        self.assertEqual(p.returncode, 128 + signal.SIGSEGV)
+        doc = info(self.trace_path())
+        self.assertEqual(doc["failure"]["kind"], "signal")
+        self.assertEqual(doc["failure"]["signal"], signal.SIGSEGV)
+        fails = [e for e in events(self.trace_path(), kind="failure")]
+        self.assertEqual(len(fails), 1)
+        f = fails[0]["event"]["failure"]
+        self.assertGreater(len(f["nativeStack"]), 3)
+        self.assertTrue(any("libc" in s or "python" in s for s in f["nativeSymbols"]), f["nativeSymbols"])
+        self.assertIn("crash_here", f["pythonStack"])
+        run([tool("dltrace"), "verify", self.trace_path()], check=True)
+
+    def test_cpp_exception_through_the_interposer(self):
+        code = ("import torch\n"
+                "try:\n"
+                "    torch.zeros(2, 3) @ torch.zeros(4, 5)\n"
+                "except RuntimeError as e:\n"
+                "    print('caught:', 'cannot be multiplied' in str(e))\n")
+        p = run([tool("dlrecord"), "-o", self.trace_path(), "--", PY, "-c", code])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout, "caught: True\n")
+
+    def test_secrets_never_reach_trace_bytes(self):
+        secret = "s3cr3t-value-that-must-not-leak"
+        run([tool("dlrecord"), "-o", self.trace_path(), "--", PY, "-c", "print(1)"],
+            env={"MY_API_TOKEN": secret, "DB_PASSWORD": secret, "AWS_SECRET_ACCESS_KEY": secret}, check=True)
+        for name in os.listdir(self.trace_path()):
+            with open(os.path.join(self.trace_path(), name), "rb") as f:
+                self.assertNotIn(secret.encode(), f.read(), name)
+        st = os.stat(self.trace_path())
+        self.assertEqual(st.st_mode & 0o777, 0o700)
+        for name in os.listdir(self.trace_path()):
+            self.assertEqual(os.stat(os.path.join(self.trace_path(), name)).st_mode & 0o777, 0o600, name)
+
+    def test_fork_without_exec_and_subprocess(self):
+        code = ("import os, random, subprocess, sys\n"
+                "pid = os.fork()\n"
+                "if pid == 0:\n"
+                "    random.random(); os._exit(5)\n"
+                "_, st = os.waitpid(pid, 0)\n"
+                "print('child', os.waitstatus_to_exitcode(st), flush=True)\n"
+                "subprocess.run([sys.executable, '-c', 'import random; print(random.random() < 2)'], check=True)\n")
+        p = run([tool("dlrecord"), "-o", self.trace_path(), "--", PY, "-c", code])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout, "child 5\nTrue\n")
+        doc = info(self.trace_path())
+        roles = [s["role"] for s in doc["processes"]]
+        self.assertEqual(roles.count("process"), 2)  # the job and its exec'd subprocess, not the fork
+        forks = events(self.trace_path(), kind="fork")
+        self.assertGreaterEqual(len(forks), 1)  # os.fork; subprocess may use vfork
+
+
+if __name__ == "__main__":
+    unittest.main()

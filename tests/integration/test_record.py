@@ -1,0 +1,117 @@
+"""Recording real PyTorch jobs: the example job (workers, NaN mid-run, exception variant),
+a shell launcher, a loop without DataLoader, and kill -9 of the job mid-run."""
+import os
+import re
+import signal
+import subprocess
+import time
+import unittest
+
+from harness import EXAMPLES, PY, TraceTestCase, dataset, events, info, run, steps, tool
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TINY = os.path.join(HERE, "jobs", "tiny_train.py")
+SEED_NAN_STEP = 30  # examples/README.md: --seed 8 puts the first NaN at step 30
+
+
+def printed_losses(stdout):
+    return {int(m.group(1)): m.group(2) for m in re.finditer(r"^step (\d+) loss (\S+)$", stdout, re.M)}
+
+
+class RecordExampleTest(TraceTestCase):
+    def test_example_job_trace_and_transparency(self):
+        data = dataset()
+        argv = [PY, os.path.join(EXAMPLES, "train.py"), "--data", data, "--seed", "8"]
+        plain = run(argv)
+        rec = run([tool("dlrecord"), "-o", self.trace_path(), "--"] + argv)
+        self.assertEqual(plain.returncode, 0, plain.stderr)
+        self.assertEqual(rec.returncode, 0, rec.stderr)
+        self.assertEqual(rec.stdout, plain.stdout)  # same output, byte for byte
+        self.assertIn("first non-finite value at step %d: conv1" % SEED_NAN_STEP, rec.stderr)
+
+        doc = info(self.trace_path())
+        self.assertEqual(doc["exit_code"], 0)
+        self.assertEqual(doc["steps"], 128)
+        self.assertEqual(doc["failure"]["kind"], "nonfinite")
+        self.assertEqual(doc["failure"]["step"], SEED_NAN_STEP)
+        self.assertEqual(doc["failure"]["where"], "conv1")
+        losses = printed_losses(rec.stdout)
+        first_nan = min(s for s, l in losses.items() if l == "nan")
+        self.assertEqual(first_nan, SEED_NAN_STEP)
+
+        st = steps(self.trace_path())
+        self.assertEqual([s["step"] for s in st], list(range(128)))
+        for s in st[:SEED_NAN_STEP]:
+            self.assertEqual("%.6f" % s["loss"], losses[s["step"]])
+            self.assertEqual(s["non_finite"], 0)
+        self.assertGreater(st[SEED_NAN_STEP]["non_finite"], 0)
+        self.assertEqual(st[0]["batch_bytes"], 32 * 3 * 16 * 16 * 4 + 32 * 8)
+
+        batches = events(self.trace_path(), kind="batch")
+        self.assertEqual(len(batches), 128 + 2 * 4)  # training + two evaluations of 4 batches
+        first = batches[0]["event"]["batch"]
+        self.assertEqual(len(first["sampleIndices"]), 32)  # indices captured through workers
+        rng = events(self.trace_path(), kind="rngState", step=3)
+        self.assertGreaterEqual(len({e["event"]["rngState"]["kind"] for e in rng}), 3)  # torch, numpy, random
+        kinds = {e["event"]["digest"]["kind"] for e in events(self.trace_path(), kind="digest", step=3)}
+        self.assertTrue({"moduleOutput", "gradient", "parameter", "loss"} <= kinds, kinds)
+        # The failure ring: full tensors of the failing step (and the one before) were kept.
+        kept = events(self.trace_path(), kind="tensor")
+        self.assertTrue(any(e["event"]["tensor"]["path"] == "conv1" for e in kept))
+        run([tool("dltrace"), "verify", self.trace_path()], check=True)
+
+    def test_exception_variant(self):
+        data = dataset("bad", malformed_index=1000)
+        argv = [PY, os.path.join(EXAMPLES, "train.py"), "--data", data, "--seed", "8"]
+        plain = run(argv)
+        rec = run([tool("dlrecord"), "-o", self.trace_path(), "--"] + argv)
+        self.assertEqual(plain.returncode, 1)
+        self.assertEqual(rec.returncode, 1)
+        self.assertEqual(rec.stdout, plain.stdout)
+        doc = info(self.trace_path())
+        self.assertEqual(doc["failure"]["kind"], "exception")
+        self.assertEqual(doc["failure"]["exception_type"], "RuntimeError")
+        self.assertEqual(doc["exit_code"], 1)
+        self.assertIn("exception at step", rec.stderr)
+
+    def test_shell_launcher_script(self):
+        data = dataset()
+        p = run([tool("dlrecord"), "-o", self.trace_path(), "--", os.path.join(EXAMPLES, "run_train.sh"),
+                 "--data", data, "--seed", "8", "--epochs", "1"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        doc = info(self.trace_path())
+        self.assertEqual(doc["steps"], 64)
+        self.assertEqual(doc["failure"]["step"], SEED_NAN_STEP)
+
+    def test_loop_without_dataloader_counts_optimizer_steps(self):
+        p = run([tool("dlrecord"), "-o", self.trace_path(), "--", PY, TINY, "--no-loader", "--steps", "12"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(info(self.trace_path())["steps"], 12)
+        begins = events(self.trace_path(), kind="stepBegin")
+        self.assertTrue(all(e["event"]["stepBegin"]["byOptimizer"] for e in begins))
+
+    def test_kill_9_mid_run_keeps_completed_steps(self):
+        data = dataset()
+        p = subprocess.Popen([tool("dlrecord"), "-o", self.trace_path(), "--", PY,
+                              os.path.join(EXAMPLES, "train.py"), "--data", data, "--seed", "8"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        last = -1
+        for line in p.stdout:
+            m = re.match(r"step (\d+) ", line)
+            if m:
+                last = int(m.group(1))
+                if last == 40:
+                    break
+        job = int(subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()[0])
+        os.kill(job, signal.SIGKILL)
+        p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 128 + signal.SIGKILL)
+        doc = info(self.trace_path())
+        # Steps 0..last-1 were completed before the print of step `last`; `last` may be in flight.
+        self.assertGreaterEqual(doc["steps"], last)
+        v = run([tool("dltrace"), "verify", self.trace_path()])
+        self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,178 @@
+"""Replaying real recordings: to the NaN with the dataset deleted, to step N, to a crash
+(exception and native signal), across a thread-setting change, to a divergence, and with
+each debugger (pdb through stdin, gdb in batch mode, a gdb attach in wait mode)."""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import unittest
+
+from harness import EXAMPLES, PY, TraceTestCase, dataset, info, run, tool
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TINY = os.path.join(HERE, "jobs", "tiny_train.py")
+SEED_NAN_STEP = 30
+CORRUPT_INDEX = 1365  # examples/prepare_data.py: default --corrupt-index for N=2048
+
+
+def replay(trace, *args, **kw):
+    p = run([tool("dlreplay"), trace, "--json"] + list(args), **kw)
+    doc = json.loads(p.stdout) if p.stdout.strip().startswith("{") else None
+    return p, doc
+
+
+class ReplayExampleTest(TraceTestCase):
+    """One recording of the example job (a private copy of its dataset), many replays."""
+
+    @classmethod
+    def setUpClass(cls):
+        import tempfile
+        cls.dir = tempfile.mkdtemp(prefix="dlrr-replay-")
+        cls.data = os.path.join(cls.dir, "data")
+        shutil.copytree(dataset(), cls.data)
+        cls.trace = os.path.join(cls.dir, "run.trace")
+        cls.rec = run([tool("dlrecord"), "-o", cls.trace, "--", PY, os.path.join(EXAMPLES, "train.py"),
+                       "--data", cls.data, "--seed", "8"], env={"OMP_NUM_THREADS": "1"})
+        assert cls.rec.returncode == 0, cls.rec.stderr
+        shutil.rmtree(cls.data)  # replay must not need the dataset
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def test_until_nan_stops_before_the_module_with_the_sample_named(self):
+        p, doc = replay(self.trace, "--until", "nan")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(doc["outcome"], "reached")
+        self.assertEqual(doc["verified_steps"], SEED_NAN_STEP)
+        rep = doc["report"]
+        self.assertEqual(rep["stop.step"], str(SEED_NAN_STEP))
+        self.assertIn("before module conv1 (call 0)", rep["stop.where"])
+        self.assertIn("dataset index %d" % CORRUPT_INDEX, rep["batch.samples"])
+        # The job's own output up to the stop is the recording's.
+        self.assertTrue(self.rec.stdout.startswith(p.stdout.split("{", 1)[0]))
+
+    def test_default_target_is_nan_and_other_thread_settings_do_not_matter(self):
+        p = run([tool("dlreplay"), self.trace], env={"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("reached nan; %d of 128 recorded steps verified bit-exact" % SEED_NAN_STEP, p.stderr)
+
+    def test_until_step(self):
+        for n in (0, 5, 70):
+            p, doc = replay(self.trace, "--until", "step=%d" % n)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(doc["report"]["stop.step"], str(n))
+            self.assertEqual(doc["verified_steps"], n)
+            self.assertIn("before the forward pass", doc["report"]["stop.where"])
+
+    def test_until_end_reproduces_the_whole_output(self):
+        p = run([tool("dlreplay"), self.trace, "--until", "end"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout, self.rec.stdout)
+        self.assertIn("128 of 128 recorded steps verified", p.stderr)
+
+    def test_bad_targets(self):
+        p = run([tool("dlreplay"), self.trace, "--until", "step=-3"])
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("N >= 0", p.stderr)
+        p = run([tool("dlreplay"), self.trace, "--until", "step=5000"])
+        self.assertEqual(p.returncode, 7)
+        self.assertIn("beyond the trace", p.stderr)
+        p = run([tool("dlreplay"), self.trace, "--until", "crash"])
+        self.assertEqual(p.returncode, 7)
+        self.assertIn("no exception or fatal signal", p.stderr)
+
+    def test_pdb_through_stdin(self):
+        p = run([tool("dlreplay"), self.trace, "--until", "nan", "--debug", "pdb"],
+                input="p dlrr.step\np dlrr.module\np sorted(dlrr.recorded_tensors())[:1]\nc\n")
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        self.assertRegex(p.stdout, r"-> .*self\.conv1\(")  # the frame that calls the module
+        self.assertIn("\n%d\n" % SEED_NAN_STEP, p.stdout)
+        self.assertIn("'conv1'", p.stdout)
+        self.assertIn("module output:conv1#0.0", p.stdout)
+
+    def test_gdb_batch_reaches_dlrr_replay_stop(self):
+        if not shutil.which("gdb"):
+            self.skipTest("gdb is not installed")
+        p = run([tool("dlreplay"), self.trace, "--until", "step=3", "--debug", "gdb"], timeout=600)
+        self.assertIn("dlrr_replay_stop", p.stdout + p.stderr)
+        self.assertRegex(p.stdout + p.stderr, r"#0 .*dlrr_replay_stop")
+
+    def test_wait_accepts_a_gdb_attach(self):
+        if not shutil.which("gdb"):
+            self.skipTest("gdb is not installed")
+        proc = subprocess.Popen([tool("dlreplay"), self.trace, "--until", "step=2", "--debug", "wait"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                stdin=subprocess.DEVNULL)
+        pid = None
+        err = []
+        for line in proc.stderr:
+            err.append(line)
+            m = re.search(r"process (\d+) is waiting for a debugger", line)
+            if m:
+                pid = int(m.group(1))
+                break
+        self.assertIsNotNone(pid, "".join(err))
+        g = run(["gdb", "-p", str(pid), "-batch", "-ex", "bt 5"], timeout=120)
+        self.assertIn("Attaching to process %d" % pid, g.stdout + g.stderr)
+        out, rest = proc.communicate(timeout=300)
+        self.assertIn("dlrr: resumed", rest)
+        self.assertEqual(proc.returncode, 0, rest)
+
+
+class ReplayTinyJobTest(TraceTestCase):
+    def record(self, *args, env=None):
+        p = run([tool("dlrecord"), "-o", self.trace_path(), "--", PY, TINY] + list(args), env=env)
+        return p
+
+    def test_divergence_is_reported_at_the_first_step_and_module(self):
+        self.assertEqual(self.record("--steps", "10").returncode, 0)
+        p = run([tool("dlreplay"), self.trace_path(), "--json", "--", "env", "DLRR_TEST_LR=0.5", PY, TINY,
+                 "--steps", "10"])
+        self.assertEqual(p.returncode, 11, p.stderr)
+        doc = json.loads(p.stdout[p.stdout.index("{"):])
+        rep = doc["report"]
+        self.assertEqual(rep["divergence.step"], "0")
+        self.assertEqual(rep["divergence.kind"], "parameter")
+        self.assertIn("recorded hash", rep["divergence.detail"])
+        self.assertEqual(doc["verified_steps"], 0)
+
+    def test_until_crash_python_exception(self):
+        p = self.record("--raise-at", "6")
+        self.assertEqual(p.returncode, 1)
+        self.assertEqual(info(self.trace_path())["failure"]["kind"], "exception")
+        r = run([tool("dlreplay"), self.trace_path(), "--until", "crash"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("KeyError: 'missing-key-6'", r.stderr)
+        self.assertIn("6 of 6 recorded steps verified", r.stderr)
+
+    def test_until_crash_native_signal(self):
+        p = self.record("--segv-at", "5")
+        self.assertEqual(p.returncode, 128 + signal.SIGSEGV)
+        self.assertEqual(info(self.trace_path())["failure"]["kind"], "signal")
+        r = run([tool("dlreplay"), self.trace_path(), "--until", "crash"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("reproduced the crash: Segmentation fault", r.stderr)
+
+    def test_optimizer_counted_steps_replay(self):
+        self.assertEqual(self.record("--no-loader", "--steps", "15").returncode, 0)
+        r = run([tool("dlreplay"), self.trace_path(), "--until", "end"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("15 of 15 recorded steps verified", r.stderr)
+
+    def test_foreign_trace_needs_consent(self):
+        # A trace whose launcher recorded another host: rewrite nothing, just fake the host
+        # through the environment dlreplay compares with (HOSTNAME is not used: the header is).
+        self.assertEqual(self.record("--steps", "2").returncode, 0)
+        p = run(["unshare", "--uts", "sh", "-c", "hostname other-host && %s %s" % (tool("dlreplay"), self.trace_path())])
+        if p.returncode != 0 and "unshare" in p.stderr and "Operation not permitted" in p.stderr:
+            self.skipTest("no UTS namespace here")
+        self.assertEqual(p.returncode, 9, p.stderr)
+        self.assertIn("--yes", p.stderr)
+        self.assertIn("running " if False else "dlreplay: running", p.stderr.replace("would run", "running"))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,74 @@
+#include "recorder/RecordSession.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "format/Trace.h"
+#include "support/SampleTrace.h"
+
+namespace dlrr {
+namespace {
+
+Config recordConfig(const std::string& dir, int ring = 2) {
+  Config c;
+  c.mode = Mode::Record;
+  c.traceDir = dir;
+  c.ringSteps = ring;
+  return c;
+}
+
+TEST(RecordSession, StepsDigestsFailureAndRing) {
+  std::string dir = testing::makeTempDir("rs") + "/t";
+  {
+    RecordSession s(recordConfig(dir));
+    uint8_t seed[16] = {1, 2, 3};
+    s.entropy(schema::Entropy::Source::GETRANDOM, 0, seed, sizeof seed, sizeof seed);
+    int64_t shape[1] = {3};
+    for (int step = 0; step < 4; ++step) {
+      s.stepBegin(step, 0, static_cast<uint64_t>(step), 0, false);
+      std::vector<float> out = {1.f, 2.f, static_cast<float>(step)};
+      if (step == 2) out[1] = std::nanf("");
+      DigestResult r;
+      s.digest(0, "fc1", 0, 0, "float32", 1, shape, out.data(), out.size() * 4, true, r);
+      if (step == 2) {
+        EXPECT_EQ(r.nanCount, 1u);
+      }
+      s.stepEnd(step, step == 2 ? std::nan("") : 1.0 / (step + 1));
+    }
+    int64_t failStep = -1;
+    ASSERT_TRUE(s.firstFailureStep(failStep));
+    EXPECT_EQ(failStep, 2);
+    s.onExit(true, 0);
+  }
+  auto t = Trace::open(dir);
+  TraceSummary sum = t->summarize();
+  EXPECT_EQ(sum.steps, 4u);
+  ASSERT_TRUE(sum.failure);
+  EXPECT_EQ(sum.failure->kind, "nonfinite");
+  EXPECT_EQ(sum.failure->step, 2);
+  EXPECT_EQ(sum.failure->where, "fc1");
+  // The ring held steps 1 and 2 when the failure happened: both are written, step 3 is not.
+  std::vector<int64_t> ringSteps;
+  uint64_t nonFiniteAtStep2 = 0;
+  t->mainStream()->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
+    if (e.isTensor()) ringSteps.push_back(e.getStep());
+    if (e.isStepEnd() && e.getStepEnd().getStep() == 2) nonFiniteAtStep2 = e.getStepEnd().getNonFinite();
+  });
+  EXPECT_EQ(ringSteps, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(nonFiniteAtStep2, 1u);
+  for (auto& st : t->streams()) EXPECT_TRUE(st->verify().empty());
+  testing::removeTree(dir);
+}
+
+TEST(RecordSession, UnwritableTraceDisablesQuietly) {
+  RecordSession s(recordConfig("/proc/dlrr-not-writable/t"));
+  s.stepBegin(0, 0, 0, 0, false);  // must not throw
+  s.stepEnd(0, 1.0);
+  EXPECT_FALSE(s.active());
+  EXPECT_NE(s.status().find("not recording"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dlrr

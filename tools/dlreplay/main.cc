@@ -1,0 +1,489 @@
+// dlreplay [options] TRACE [--until TARGET] [--debug pdb|gdb|wait] [-- CMD ...]
+//
+// Re-runs the recorded job in replay mode: the recorded environment and thread settings,
+// entropy, batches and RNG states served from the trace, every step checked against the
+// recording, and a stop at the target. It shows the command before running it, and never
+// runs the command of a trace from another host or user without consent.
+#include <fcntl.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "format/Trace.h"
+#include "format/TraceError.h"
+#include "format/Version.h"
+#include "replayer/ReplayTarget.h"
+#include "tools/common/Json.h"
+#include "tools/dlrecord/InstallPaths.h"
+
+extern char** environ;
+
+namespace dlrr {
+namespace {
+
+// Exit codes (docs/cli.md): 0-8 as dltrace for trace problems, then replay outcomes.
+enum : int {
+  kOk = 0,
+  kUsage = 2,
+  kIo = 3,
+  kNotATrace = 4,
+  kFuture = 5,
+  kCorrupt = 6,
+  kNotFound = 7,
+  kConsent = 9,      // the trace is from another host/user: --yes or an explicit command needed
+  kNotReached = 10,  // the job ended (or failed otherwise) before the target
+  kDivergence = 11,  // a step recomputed differently from the recording
+  kNoReplay = 12,    // the replayed process never attached to the trace (e.g. not the same program)
+};
+
+int exitFor(ErrorKind k) {
+  switch (k) {
+    case ErrorKind::Io: return kIo;
+    case ErrorKind::NotATrace: return kNotATrace;
+    case ErrorKind::FutureVersion: return kFuture;
+    case ErrorKind::Corrupt: return kCorrupt;
+    case ErrorKind::Usage: return kUsage;
+    case ErrorKind::NotFound: return kNotFound;
+  }
+  return kCorrupt;
+}
+
+const char* kUsageText =
+    "usage: dlreplay [options] TRACE [--until TARGET] [--debug pdb|gdb|wait] [-- CMD ...]\n"
+    "\n"
+    "Replays a dlrecord trace bit for bit: entropy, DataLoader batches and RNG states come from\n"
+    "the trace (the dataset need not exist), every step is checked against the recording, and\n"
+    "the job stops at TARGET.\n"
+    "\n"
+    "options:\n"
+    "  --until TARGET   nan      right before the module whose output was the first non-finite\n"
+    "                            value (the default when the trace has one)\n"
+    "                   step=N   at the start of step N, its batch in hand, before the forward\n"
+    "                   crash    at the recorded exception or fatal signal (default when one)\n"
+    "                   end      run to the end, verifying every step (default otherwise)\n"
+    "  --debug MODE     pdb: an interactive pdb in your frame at the stop\n"
+    "                   gdb: run under gdb, stopping in dlrr_replay_stop (batch mode when\n"
+    "                        stdin is not a terminal: prints the stack and ends)\n"
+    "                   wait: pause at the stop, print the PID and attach commands; resumes\n"
+    "                        when the debugger detaches or on SIGCONT/SIGUSR1\n"
+    "  --stream NAME    the recorded process to replay (default: the one that trained)\n"
+    "  --yes            consent to run the recorded command of a trace from another host/user\n"
+    "  --dry-run        show the command and environment changes, run nothing\n"
+    "  --json           print the report as JSON on stdout\n"
+    "  -q, --quiet      no progress line\n"
+    "  -h, --help       this help;  --version  the version\n"
+    "\n"
+    "exit status: 0 target reached, every step verified; 10 target not reached; 11 divergence;\n"
+    "12 the replayed process never attached; 9 consent needed; 2 usage; 3 I/O error;\n"
+    "4 not a trace; 5 newer trace format; 6 corrupt trace; 7 no such step/stream/failure.\n";
+
+struct Options {
+  std::string trace;
+  std::string until;
+  std::string debug;
+  std::string stream;
+  bool yes = false;
+  bool dryRun = false;
+  bool json = false;
+  bool quiet = false;
+  std::vector<std::string> command;
+};
+
+[[noreturn]] void usageError(const std::string& msg) {
+  std::fprintf(stderr, "dlreplay: %s\nTry 'dlreplay --help'.\n", msg.c_str());
+  std::exit(kUsage);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](const std::string& flag) -> std::string {
+      auto eq = a.find('=');
+      if (a.rfind("--", 0) == 0 && eq != std::string::npos) return a.substr(eq + 1);
+      if (i + 1 >= argc) usageError("option " + flag + " needs a value");
+      return argv[++i];
+    };
+    auto is = [&](const char* flag) { return a == flag || a.rfind(std::string(flag) + "=", 0) == 0; };
+    if (a == "--") {
+      for (++i; i < argc; ++i) o.command.emplace_back(argv[i]);
+      if (o.command.empty()) usageError("no command after '--'");
+      break;
+    } else if (a == "-h" || a == "--help") {
+      std::fputs(kUsageText, stdout);
+      std::exit(0);
+    } else if (a == "--version") {
+      std::printf("dlreplay %s\n", kDlrrVersion);
+      std::exit(0);
+    } else if (is("--until")) {
+      o.until = value("--until");
+    } else if (is("--debug")) {
+      o.debug = value("--debug");
+      if (o.debug != "pdb" && o.debug != "gdb" && o.debug != "wait")
+        usageError("--debug must be pdb, gdb or wait (got '" + o.debug + "')");
+    } else if (is("--stream")) {
+      o.stream = value("--stream");
+    } else if (a == "--yes") {
+      o.yes = true;
+    } else if (a == "--dry-run") {
+      o.dryRun = true;
+    } else if (a == "--json") {
+      o.json = true;
+    } else if (a == "-q" || a == "--quiet") {
+      o.quiet = true;
+    } else if (!a.empty() && a[0] == '-') {
+      usageError("unknown option '" + a + "'");
+    } else if (o.trace.empty()) {
+      o.trace = a;
+    } else {
+      usageError("unexpected argument '" + a + "' (a command to run goes after '--')");
+    }
+  }
+  if (o.trace.empty()) usageError("missing TRACE");
+  if (!o.until.empty()) {
+    std::string err;
+    if (!parseReplayTarget(o.until, err)) usageError(err);
+  }
+  return o;
+}
+
+std::string shellQuote(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@%") ==
+                        std::string::npos)
+    return s;
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string joinCommand(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const auto& a : argv) out += (out.empty() ? "" : " ") + shellQuote(a);
+  return out;
+}
+
+std::map<std::string, std::string> readReport(const std::string& path) {
+  std::map<std::string, std::string> r;
+  std::ifstream in(path);
+  std::string line;
+  auto unescape = [](const std::string& s) {
+    std::string o;
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (s[i] == '\\' && i + 1 < s.size()) {
+        char c = s[++i];
+        o += c == 'n' ? '\n' : c == 't' ? '\t' : c;
+      } else {
+        o += s[i];
+      }
+    }
+    return o;
+  };
+  while (std::getline(in, line)) {
+    auto tab = line.find('\t');
+    if (tab == std::string::npos) continue;
+    std::string k = line.substr(0, tab), v = unescape(line.substr(tab + 1));
+    if (r.count(k)) r[k] += "\n" + v;  // repeated keys (warnings) accumulate
+    else r[k] = v;
+  }
+  return r;
+}
+
+pid_t gChild = -1;
+void forward(int sig, siginfo_t* info, void*) {
+  if (info && info->si_code == SI_KERNEL && (sig == SIGINT || sig == SIGQUIT)) return;
+  if (gChild > 0) ::kill(gChild, sig);
+}
+
+std::string currentHost() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return host;
+}
+
+int run(int argc, char** argv) {
+  Options o = parse(argc, argv);
+  std::unique_ptr<Trace> trace;
+  TraceSummary sum;
+  StreamReader* launcher = nullptr;
+  try {
+    trace = Trace::open(o.trace);
+    sum = trace->summarize();
+    launcher = trace->launcher();
+  } catch (const TraceError& e) {
+    std::fprintf(stderr, "dlreplay: %s\n", e.what());
+    return exitFor(e.kind());
+  }
+  StreamReader* stream = o.stream.empty() ? trace->mainStream() : trace->find(o.stream);
+  if (!stream) {
+    std::fprintf(stderr, "dlreplay: %s\n",
+                 o.stream.empty() ? "the trace holds no recorded process to replay"
+                                  : ("no stream named '" + o.stream + "' in the trace (see dltrace info)").c_str());
+    return kNotFound;
+  }
+  if (!launcher) {
+    std::fprintf(stderr, "dlreplay: the trace has no launcher stream (recorded command unknown)\n");
+    return kCorrupt;
+  }
+
+  // The target, checked against what the trace holds before anything runs.
+  std::string until = o.until;
+  if (until.empty()) {
+    if (sum.failure && sum.failure->kind == "nonfinite") until = "nan";
+    else if (sum.failure) until = "crash";
+    else until = "end";
+  }
+  std::string err;
+  ReplayTarget target = *parseReplayTarget(until, err);
+  if (target.kind == ReplayTarget::Kind::Nan && !(sum.failure && sum.failure->kind == "nonfinite")) {
+    bool any = false;
+    for (auto& s : trace->streams())
+      s->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
+        any = any || (e.isFailure() && e.getFailure().getKind() == schema::Failure::Kind::NONFINITE);
+      });
+    if (!any) {
+      std::fprintf(stderr, "dlreplay: the trace records no non-finite value; use --until step=N, crash or end\n");
+      return kNotFound;
+    }
+  }
+  if (target.kind == ReplayTarget::Kind::Crash && !(sum.failure && sum.failure->kind != "nonfinite")) {
+    std::fprintf(stderr, "dlreplay: the trace records no exception or fatal signal; use --until nan, step=N or end\n");
+    return kNotFound;
+  }
+  if (target.kind == ReplayTarget::Kind::Step && target.step >= static_cast<int64_t>(sum.steps)) {
+    if (sum.steps == 0)
+      std::fprintf(stderr, "dlreplay: step %lld is beyond the trace, which holds no completed step\n",
+                   static_cast<long long>(target.step));
+    else
+      std::fprintf(stderr, "dlreplay: step %lld is beyond the trace, which holds steps 0 to %lld\n",
+                   static_cast<long long>(target.step), static_cast<long long>(sum.steps) - 1);
+    return kNotFound;
+  }
+
+  auto ti = launcher->header().getTrace();
+  std::vector<std::string> command = o.command;
+  bool explicitCommand = !command.empty();
+  if (!explicitCommand)
+    for (auto a : ti.getCommand()) command.emplace_back(a.cStr());
+  if (command.empty()) {
+    std::fprintf(stderr, "dlreplay: the trace records no command; give one after '--'\n");
+    return kCorrupt;
+  }
+  std::string cwd = ti.getCwd().cStr();
+  std::string host = ti.getHost().cStr();
+  bool foreign = host != currentHost() || ti.getUid() != ::getuid();
+  std::fprintf(stderr, "dlreplay: %s %s\n", o.dryRun ? "would run" : "running", joinCommand(command).c_str());
+  std::fprintf(stderr, "dlreplay:   in %s, replaying stream %s to %s\n", cwd.c_str(), stream->name().c_str(),
+               target.describe().c_str());
+  if (foreign && !explicitCommand && !o.yes && !o.dryRun) {
+    std::fprintf(stderr,
+                 "dlreplay: this trace was recorded by %s on %s, not by you on this host; check the command above,\n"
+                 "dlreplay: then rerun with --yes to run it, or give your own command after '--'\n",
+                 ti.getUser().cStr(), host.c_str());
+    return kConsent;
+  }
+  std::error_code ec;
+  if (!std::filesystem::is_directory(cwd, ec)) {
+    std::fprintf(stderr, "dlreplay: the recorded working directory %s does not exist here\n", cwd.c_str());
+    return kIo;
+  }
+
+  InstallPaths paths;
+  try {
+    paths = findInstallPaths();
+  } catch (const TraceError& e) {
+    std::fprintf(stderr, "dlreplay: %s\n", e.what());
+    return kIo;
+  }
+  std::string traceAbs = std::filesystem::absolute(o.trace, ec).lexically_normal().string();
+
+  // Environment: the recording's, with redacted values taken from ours when we have them.
+  std::map<std::string, std::string> env;
+  std::set<std::string> redacted;
+  for (auto n : ti.getRedactedNames()) redacted.insert(n.cStr());
+  for (auto kv : ti.getEnv()) {
+    std::string k = kv.getKey().cStr();
+    if (redacted.count(k)) {
+      if (const char* mine = std::getenv(k.c_str())) env[k] = mine;
+      continue;
+    }
+    env[k] = kv.getValue().cStr();
+  }
+  for (const char* k : {"TERM", "DISPLAY", "COLUMNS", "LINES"})  // the terminal is ours now
+    if (const char* v = std::getenv(k)) env[k] = v;
+  auto prepend = [&](const std::string& var, const std::string& first) {
+    auto it = env.find(var);
+    env[var] = it != env.end() && !it->second.empty() ? first + ":" + it->second : first;
+  };
+  prepend("LD_PRELOAD", paths.library);
+  prepend("PYTHONPATH", paths.pythonHook);
+  char reportPath[] = "/tmp/dlreplay-report-XXXXXX";
+  int reportFd = ::mkstemp(reportPath);
+  if (reportFd < 0) {
+    std::perror("dlreplay: mkstemp");
+    return kIo;
+  }
+  ::close(reportFd);
+  env["DLRR_MODE"] = "replay";
+  env["DLRR_TRACE"] = traceAbs;
+  env["DLRR_REPLAY_STREAM"] = stream->name();
+  env["DLRR_UNTIL"] = until;
+  env["DLRR_REPORT"] = reportPath;
+  env["DLRR_LIBRARY"] = paths.library;
+  if (!o.debug.empty()) env["DLRR_DEBUG"] = o.debug;
+  else env.erase("DLRR_DEBUG");
+  if (o.debug.empty() && !o.json && !o.quiet && ::isatty(2)) env["DLRR_PROGRESS"] = "1";
+  else env.erase("DLRR_PROGRESS");
+  env.erase("DLRR_STATUS_FD");
+
+  if (o.dryRun) {
+    for (const char* k : {"LD_PRELOAD", "PYTHONPATH", "DLRR_MODE", "DLRR_TRACE", "DLRR_REPLAY_STREAM", "DLRR_UNTIL"})
+      std::fprintf(stderr, "dlreplay:   %s=%s\n", k, env[k].c_str());
+    ::unlink(reportPath);
+    return kOk;
+  }
+
+  std::vector<std::string> full = command;
+  if (o.debug == "gdb") {
+    full = {"gdb", "-q"};
+    bool interactive = ::isatty(0);
+    if (!interactive) full.push_back("-batch");
+    for (const char* c : {"set breakpoint pending on", "set confirm off", "break dlrr_replay_stop",
+                          "handle SIGSEGV stop print", "run"})
+      full.insert(full.end(), {"-ex", c});
+    if (!interactive) full.insert(full.end(), {"-ex", "bt 30", "-ex", "kill"});
+    full.push_back("--args");
+    full.insert(full.end(), command.begin(), command.end());
+  }
+  std::vector<std::string> envStrings;
+  for (auto& [k, v] : env) envStrings.push_back(k + "=" + v);
+  std::vector<char*> envp, args;
+  for (auto& s : envStrings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  for (auto& s : full) args.push_back(s.data());
+  args.push_back(nullptr);
+
+  struct sigaction sa {};
+  sa.sa_sigaction = forward;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+  if (o.debug != "pdb" && o.debug != "gdb")  // an interactive debugger owns Ctrl-C
+    for (int s : forwarded) ::sigaction(s, &sa, nullptr);
+  else
+    ::signal(SIGINT, SIG_IGN);
+  int execPipe[2];
+  if (::pipe2(execPipe, O_CLOEXEC) != 0) return kIo;
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    for (int s : forwarded) ::signal(s, SIG_DFL);
+    if (::chdir(cwd.c_str()) != 0) ::_exit(127);
+    ::execvpe(args[0], args.data(), envp.data());
+    int e = errno;
+    ssize_t w = ::write(execPipe[1], &e, sizeof e);
+    (void)w;
+    ::_exit(127);
+  }
+  gChild = pid;
+  ::close(execPipe[1]);
+  int execErr = 0;
+  if (::read(execPipe[0], &execErr, sizeof execErr) == static_cast<ssize_t>(sizeof execErr)) {
+    ::waitpid(pid, nullptr, 0);
+    std::fprintf(stderr, "dlreplay: cannot run '%s': %s\n", args[0], std::strerror(execErr));
+    ::unlink(reportPath);
+    return execErr == ENOENT ? 127 : 126;
+  }
+  ::close(execPipe[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  auto report = readReport(reportPath);
+  ::unlink(reportPath);
+
+  // Outcome.
+  int exitCode = kNotReached;
+  std::string outcome;
+  std::string stop = report.count("stop") ? report["stop"] : "";
+  bool died = WIFSIGNALED(status);
+  int sig = died ? WTERMSIG(status) : 0;
+  if (report.empty()) {
+    exitCode = kNoReplay;
+    outcome = "the replayed process never attached to the trace (is it the recorded program? did it import torch?)";
+  } else if (report.count("divergence.step")) {
+    exitCode = kDivergence;
+    outcome = "diverged at step " + report["divergence.step"] + ": " + report["divergence.detail"];
+  } else if (stop == "target") {
+    exitCode = kOk;
+    outcome = "reached " + target.describe();
+  } else if (stop == "end-of-recording") {
+    outcome = "ran past the end of the recording before reaching " + target.describe();
+  } else if (target.kind == ReplayTarget::Kind::Crash && sum.failure &&
+             ((sum.failure->kind == "signal" && died && sig == sum.failure->signal) ||
+              (sum.failure->kind == "exception" && report.count("exception")))) {
+    exitCode = kOk;
+    outcome = sum.failure->kind == "signal" ? "reproduced the crash: " + std::string(strsignal(sig))
+                                            : "reproduced the exception: " + report["exception"];
+  } else if (target.kind == ReplayTarget::Kind::End && stop == "exit" && !report.count("divergence.step")) {
+    exitCode = kOk;
+    outcome = "replayed to the end";
+  } else {
+    outcome = "ended before reaching " + target.describe() +
+              (died ? std::string(" (killed by ") + strsignal(sig) + ")"
+                    : " (exit status " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")");
+  }
+  std::string verified = report.count("verified_steps") ? report["verified_steps"] : "0";
+  if (o.json) {
+    std::string out;
+    tools::JsonWriter j(out, 2);
+    j.beginObject();
+    j.field("outcome", exitCode == kOk ? "reached" : exitCode == kDivergence ? "divergence" : exitCode == kNoReplay ? "not-attached" : "not-reached");
+    j.field("exit_code", exitCode);
+    j.field("target", target.describe());
+    j.field("message", outcome);
+    j.field("verified_steps", std::strtoll(verified.c_str(), nullptr, 10));
+    j.field("recorded_steps", static_cast<long long>(sum.steps));
+    j.key("report").beginObject();
+    for (auto& [k, v] : report) j.field(k, v);
+    j.endObject();
+    j.endObject();
+    std::printf("%s\n", out.c_str());
+  } else {
+    std::fprintf(stderr, "dlreplay: %s; %s of %llu recorded steps verified bit-exact\n", outcome.c_str(),
+                 verified.c_str(), static_cast<unsigned long long>(sum.steps));
+    for (auto& [k, v] : report) {
+      if (k.rfind("stop.", 0) == 0 || k.rfind("batch.", 0) == 0 || k.rfind("backward.", 0) == 0 ||
+          k.rfind("env.", 0) == 0)
+        std::fprintf(stderr, "dlreplay:   %s: %s\n", k.substr(k.find('.') + 1).c_str(), v.c_str());
+    }
+    if (report.count("warning")) {
+      size_t start = 0;
+      const std::string& w = report["warning"];
+      while (start < w.size()) {
+        size_t nl = w.find('\n', start);
+        if (nl == std::string::npos) nl = w.size();
+        std::fprintf(stderr, "dlreplay: warning: %s\n", w.substr(start, nl - start).c_str());
+        start = nl + 1;
+      }
+    }
+  }
+  return exitCode;
+}
+
+}  // namespace
+}  // namespace dlrr
+
+int main(int argc, char** argv) { return dlrr::run(argc, argv); }

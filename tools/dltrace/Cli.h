@@ -1,0 +1,82 @@
+#pragma once
+// Argument parsing, exit codes and error reporting for dltrace. The exit-code table lives
+// here and in docs/cli.md; exitCodeFor() is the one place TraceError kinds become exit codes.
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "format/TraceError.h"
+
+namespace dlrr::tools {
+
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitNegative = 1,       // verify found damage; a command-specific negative result
+  kExitUsage = 2,          // bad flags, missing arguments, unknown command
+  kExitIo = 3,             // missing path, permission denied, cannot write output
+  kExitNotATrace = 4,      // the path is not a dlrr trace
+  kExitFutureVersion = 5,  // written by a newer dlrr (trace format major version)
+  kExitCorrupt = 6,        // damaged beyond what recovery can read
+  kExitNotFound = 7,       // no such step, stream, tensor, field
+  kExitInternal = 8,       // a bug in dltrace
+};
+
+int exitCodeFor(ErrorKind kind) noexcept;
+
+// A usage mistake: main prints the message, the command's usage line and a --help hint.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct OptSpec {
+  enum class Type { Flag, Value, OptionalValue };
+  std::string name;  // "--json", "-o"
+  Type type = Type::Flag;
+};
+
+// Parsed arguments of one subcommand. Accepts "--opt value", "--opt=value"; an optional value
+// is taken from the next argument unless that starts with '-'. "--" ends the options.
+class Args {
+ public:
+  Args(const std::vector<std::string>& argv, const std::vector<OptSpec>& specs);
+
+  bool has(const std::string& name) const;
+  std::optional<std::string> value(const std::string& name) const;  // nullopt: absent or no value
+  std::optional<int64_t> intValue(const std::string& name) const;   // UsageError when not an integer
+  const std::vector<std::string>& positional() const { return positional_; }
+  // The single TRACE argument: UsageError when missing or when there are more.
+  const std::string& trace() const;
+
+ private:
+  struct Seen {
+    std::string name;
+    std::optional<std::string> value;
+  };
+  std::vector<Seen> seen_;
+  std::vector<std::string> positional_;
+};
+
+// Buffered stdout; write errors (EPIPE, ENOSPC) surface as TraceError(Io) at flush().
+class Output {
+ public:
+  explicit Output(std::FILE* f = stdout) : f_(f) {}
+  void write(const std::string& s);
+  void line(const std::string& s) {
+    write(s);
+    write("\n");
+  }
+  void flush();
+
+ private:
+  std::FILE* f_;
+};
+
+// "dltrace: warning: ..." on stderr (one line; newlines in msg are escaped).
+void warn(const std::string& msg);
+std::string oneLine(const std::string& msg);
+
+}  // namespace dlrr::tools

@@ -1,0 +1,180 @@
+// dltrace info: what a trace is (command, host, processes, steps, size, failure) at a glance.
+#include <cstdio>
+
+#include "format/Trace.h"
+#include "tools/common/Json.h"
+#include "tools/common/Text.h"
+#include "tools/dltrace/Commands.h"
+
+namespace dlrr::tools {
+namespace {
+
+std::string joinArgv(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const auto& a : argv) {
+    if (!out.empty()) out += ' ';
+    bool quote = a.empty() || a.find_first_of(" \t'\"\\$") != std::string::npos;
+    out += quote ? "'" + printable(a) + "'" : printable(a);
+  }
+  return out;
+}
+
+std::string ratio(uint64_t raw, uint64_t stored) {
+  if (stored == 0) return "-";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2fx", static_cast<double>(raw) / static_cast<double>(stored));
+  return b;
+}
+
+std::string pad(const std::string& s, size_t w) { return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' '); }
+
+void writeJson(Output& out, Trace& trace, const TraceSummary& s, const std::string& dlrrVersion) {
+  std::string buf;
+  JsonWriter j(buf, 2);
+  j.beginObject();
+  j.field("trace", trace.path());
+  j.field("format_version", s.formatVersion);
+  j.field("dlrr_version", dlrrVersion);
+  j.key("command").beginArray();
+  for (const auto& a : s.command) j.value(a);
+  j.endArray();
+  j.field("host", s.host);
+  j.field("user", s.user);
+  j.field("created_ns", s.createdNs);
+  j.field("created", formatTime(s.createdNs));
+  j.key("exit_code");
+  if (s.exitCode)
+    j.value(*s.exitCode);
+  else
+    j.null();
+  j.field("steps", s.steps);
+  j.field("main_stream", s.mainStream);
+  j.key("failure");
+  if (s.failure) {
+    j.beginObject();
+    j.field("kind", s.failure->kind);
+    j.field("step", s.failure->step);
+    j.field("where", s.failure->where);
+    j.field("message", s.failure->message);
+    j.field("exception_type", s.failure->exceptionType);
+    j.field("signal", s.failure->signal);
+    j.field("stream", s.failure->stream);
+    j.field("summary", formatFailure(*s.failure));
+    j.endObject();
+  } else {
+    j.null();
+  }
+  j.key("processes").beginArray();
+  for (const auto& p : s.processes) {
+    j.beginObject();
+    j.field("stream", p.name);
+    j.field("role", p.role);
+    j.field("pid", p.pid);
+    j.field("ppid", p.ppid);
+    j.key("argv").beginArray();
+    for (const auto& a : p.argv) j.value(a);
+    j.endArray();
+    j.field("clean", p.cleanClose);
+    j.key("damage");
+    if (p.damage.empty())
+      j.null();
+    else
+      j.value(p.damage);
+    j.field("events", p.events);
+    j.field("steps", p.steps);
+    j.key("exit_code");
+    if (p.exitCode)
+      j.value(*p.exitCode);
+    else
+      j.null();
+    j.field("stored_bytes", p.bytes);
+    j.field("raw_bytes", p.rawBytes);
+    j.field("file_bytes", p.fileBytes);
+    j.endObject();
+  }
+  j.endArray();
+  j.key("unreadable_streams").beginArray();
+  for (const auto& b : s.broken) {
+    j.beginObject();
+    j.field("stream", b.name);
+    j.field("error", std::string(errorKindName(b.kind)));
+    j.field("message", b.message);
+    j.endObject();
+  }
+  j.endArray();
+  j.key("bytes").beginObject();
+  j.field("stored", s.bytes);
+  j.field("raw", s.rawBytes);
+  j.field("files", s.fileBytes);
+  j.field("ratio", s.bytes ? static_cast<double>(s.rawBytes) / static_cast<double>(s.bytes) : 0.0);
+  j.endObject();
+  j.key("notes").beginArray();
+  for (const auto& n : s.notes) j.value(n);
+  j.endArray();
+  j.endObject();
+  buf += '\n';
+  out.write(buf);
+}
+
+void writeText(Output& out, Trace& trace, const TraceSummary& s, const std::string& dlrrVersion) {
+  out.line("trace       " + printable(trace.path()));
+  out.line("format      " + s.formatVersion +
+           (dlrrVersion.empty() ? "" : " (written by dlrr " + printable(dlrrVersion) + ")"));
+  out.line("command     " + (s.command.empty() ? std::string("(unknown: no launcher stream)") : joinArgv(s.command)));
+  if (!s.host.empty() || !s.user.empty())
+    out.line("host        " + printable(s.host) + " (user " + printable(s.user) + ")");
+  out.line("created     " + formatTime(s.createdNs));
+  out.line("exit code   " + (s.exitCode ? std::to_string(*s.exitCode)
+                                        : std::string("unknown (still running, or the launcher was killed)")));
+  out.line("steps       " + std::to_string(s.steps) + (s.mainStream.empty() ? "" : " (stream " + s.mainStream + ")"));
+  out.line("failure     " +
+           (s.failure ? printable(formatFailure(*s.failure)) + " [" + s.failure->stream + "]" : std::string("none")));
+  out.line("size        " + humanBytes(s.fileBytes) + " on disk; " + humanBytes(s.rawBytes) + " raw in " +
+           humanBytes(s.bytes) + " stored (" + ratio(s.rawBytes, s.bytes) + ")");
+  out.line("processes");
+  out.line("  " + pad("STREAM", 12) + pad("ROLE", 9) + pad("PID", 8) + pad("EVENTS", 9) + pad("STEPS", 7) +
+           pad("EXIT", 6) + pad("STATE", 9) + "ARGV");
+  for (const auto& p : s.processes) {
+    std::string state = !p.damage.empty() ? "damaged" : p.cleanClose ? "clean" : "unclosed";
+    out.line("  " + pad(p.name, 12) + pad(p.role, 9) + pad(std::to_string(p.pid), 8) +
+             pad(std::to_string(p.events), 9) + pad(std::to_string(p.steps), 7) +
+             pad(p.exitCode ? std::to_string(*p.exitCode) : "-", 6) + pad(state, 9) + joinArgv(p.argv));
+    if (!p.damage.empty()) out.line("      damage: " + printable(p.damage));
+  }
+  for (const auto& b : s.broken) out.line("  " + pad(b.name, 12) + "unreadable: " + printable(b.message));
+  if (!s.notes.empty()) {
+    out.line("recorder notes");
+    for (const auto& n : s.notes) out.line("  " + printable(n));
+  }
+}
+
+int run(const Args& args, Output& out) {
+  auto trace = openTraceForTool(args.trace(), false);
+  TraceSummary s = trace->summarize();
+  std::string dlrrVersion;
+  if (StreamReader* l = trace->launcher()) dlrrVersion = l->header().getDlrrVersion().cStr();
+  if (args.has("--json"))
+    writeJson(out, *trace, s, dlrrVersion);
+  else
+    writeText(out, *trace, s, dlrrVersion);
+  return kExitOk;
+}
+
+}  // namespace
+
+CommandDef infoCommand() {
+  return {"info",
+          "what a trace holds: command, processes, steps, size, failure",
+          "dltrace info TRACE [--json]",
+          "Summarises a trace: the recorded command, host and user, when it was made, the trace\n"
+          "format version, each process (stream, role, pid, argv, clean/unclosed/damaged, events,\n"
+          "steps, exit code), completed steps, sizes and compression ratio, recorder notes and the\n"
+          "first failure. Damaged or unreadable streams are reported, not fatal.\n"
+          "\n"
+          "  --json   one JSON object (keys: format_version, command, exit_code, steps, failure,\n"
+          "           processes, bytes, notes, ...; see docs/cli.md)\n",
+          {{"--json", OptSpec::Type::Flag}},
+          run};
+}
+
+}  // namespace dlrr::tools
