@@ -80,13 +80,21 @@ class ForkTest(RecorderTestCase):
 
 
 class ModeTest(unittest.TestCase):
-    def test_off_and_replay_modes_install_nothing(self):
-        for mode in (native.MODE_OFF, native.MODE_REPLAY):
-            lib = fake_native.FakeLib(mode=mode)
-            hook = sys.excepthook
-            self.assertIsNone(dlrr_hook.install(lib=lib))
-            self.assertIs(sys.excepthook, hook)
-            self.assertEqual(lib.calls, [])
+    def test_off_mode_installs_nothing(self):
+        lib = fake_native.FakeLib(mode=native.MODE_OFF)
+        hook = sys.excepthook
+        self.assertIsNone(dlrr_hook.install(lib=lib))
+        self.assertIsNone(dlrr_hook.current())
+        self.assertIs(sys.excepthook, hook)
+        self.assertEqual(lib.calls, [])
+
+    def test_replay_mode_installs_the_replayer(self):
+        from dlrr_hook.replay import Replayer
+        try:
+            self.assertIsInstance(dlrr_hook.install(lib=fake_native.FakeLib(mode=native.MODE_REPLAY)),
+                                  Replayer)
+        finally:
+            dlrr_hook.uninstall()
 
 
 class ImportWatcherTest(unittest.TestCase):

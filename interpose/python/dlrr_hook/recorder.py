@@ -194,7 +194,8 @@ class Recorder:
         self.active = False  # nothing after the last commit
 
     # ------------------------------------------------------------------ StepTracker sink
-    def snapshot_rng(self):
+    def snapshot_rng(self, step=None):
+        """RNG states that will belong to optimizer-driven step `step` (see StepTracker)."""
         return self.rng.snapshot()
 
     def begin_step(self, step, loader, batch_index, epoch, by_optimizer, rng):

@@ -283,12 +283,19 @@ class Replayer(Recorder):
         return slots
 
     # ------------------------------------------------------------------ steps
+    def snapshot_rng(self, step=None):
+        # Where record takes an optimizer-driven step's RNG states (StepTracker), replay
+        # puts the recorded ones back: the job may draw (e.g. make its batch) between that
+        # point and the step's announcement at its first forward.
+        if step is not None:
+            self._restore_rng(lambda kind, device, p, n: self.lib.dlrr_replay_rng_at_step(step, kind, device, p, n),
+                              "step %d" % step)
+        return None
+
     def begin_step(self, step, loader, batch_index, epoch, by_optimizer, rng):
         super().begin_step(step, loader, batch_index, epoch, by_optimizer, None)
         self._nan_calls.clear()
         if by_optimizer:
-            self._restore_rng(lambda kind, device, p, n: self.lib.dlrr_replay_rng_at_step(step, kind, device, p, n),
-                              "step %d" % step)
             self._at_step_start(step)
 
     def _at_step_start(self, step):
