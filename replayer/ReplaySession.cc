@@ -162,6 +162,10 @@ void ReplaySession::load() {
       }
       case schema::Event::STEP_END: {
         inStep = false;
+        // States taken after this step's begin belong to it (or to its batch): none of them
+        // may leak into the next step's (an optimizer-driven step has no batch to take them).
+        pendingRng.clear();
+        stepWithoutBatch = false;
         auto se = e.getStepEnd();
         losses_[se.getStep()] = se.getLoss();
         recordedSteps_ = std::max<int64_t>(recordedSteps_, se.getStep() + 1);
