@@ -21,7 +21,6 @@ import argparse
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -189,8 +188,8 @@ def main():
                 print("%-5s (not available)" % which)
                 continue
             plain, hooked = run(which, args, tmp, library)
-            print("%-5s %15.3f %16.3f %10.3f %8.3f" % (which, plain * 1e3, hooked * 1e3,
-                                                      (hooked - plain) * 1e3, hooked / plain))
+            print("%-5s %15.3f %16.3f %10.3f %8.3f"
+                  % (which, plain * 1e3, hooked * 1e3, (hooked - plain) * 1e3, hooked / plain))
 
 
 if __name__ == "__main__":
