@@ -188,6 +188,32 @@ class BackwardPassThroughTest(RecorderTestCase):
         self.assertEqual(got, expected)
         self.assertEqual(len(self.digests(native.DIGEST_LOSS)), 4)  # each call once, no double count
 
+    def test_checkpointed_backward_counts_once(self):
+        from torch.utils.checkpoint import checkpoint
+        model = small_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.randn(4, 3, requires_grad=True)
+        losses = []
+        for _ in range(2):
+            optimizer.zero_grad()
+            loss = checkpoint(model, x).pow(2).mean()  # reentrant: backward inside backward
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        self.assertEqual([(c[2], c[3]) for c in self.digests(native.DIGEST_LOSS)], [("loss", 0)] * 2)
+        self.assertEqual([c[2] for c in self.lib.of("step_end")], losses)
+
+    def test_non_scalar_backward_keeps_the_loss(self):
+        model = small_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        loss = model(torch.randn(4, 3)).pow(2).mean()
+        loss.backward()
+        extra = model(torch.randn(2, 3))
+        extra.backward(torch.ones_like(extra))  # non-scalar root: no loss value
+        optimizer.step()
+        (end,) = self.lib.of("step_end")
+        self.assertEqual(end[2], loss.item())
+
     def test_exceptions_pass_through(self):
         t = torch.ones(2)
         with self.assertRaises(RuntimeError) as hooked:

@@ -13,7 +13,6 @@ is reported once through dlrr_recorder_status.
 import atexit
 import ctypes
 import importlib
-import math
 import os
 import sys
 import traceback
@@ -288,13 +287,11 @@ class Recorder:
         self.steps.on_backward()
         call_index = self._backwards
         self._backwards += 1
-        loss = math.nan
         for index, tensor in enumerate(tensors):
             host = self._digest(native.DIGEST_LOSS, b"loss", call_index, index, tensor,
                                 self._keep_outputs)
             if index == 0 and host is not None and host.numel() == 1:
-                loss = float(host.item())
-        self.steps.on_loss(loss)
+                self.steps.on_loss(float(host.item()))  # a non-scalar root leaves it alone
 
     def _after_backward(self):
         if self.capture_level < native.CAPTURE_DEFAULT:
