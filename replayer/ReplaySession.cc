@@ -102,7 +102,6 @@ ReplaySession::~ReplaySession() = default;
 void ReplaySession::load() {
   std::vector<RngRecord> pendingRng;
   BatchKey lastBatch{UINT32_MAX, 0};
-  bool lastWasBatch = false;
   std::optional<schema::Failure::Kind> failureKind;
   bool inStep = false;  // digests between a StepBegin and its StepEnd are the step's own
   // RNG states follow the StepBegin they belong to (optimizer-driven steps) and precede the
@@ -137,7 +136,6 @@ void ReplaySession::load() {
         rec.rng = std::move(pendingRng);
         pendingRng.clear();
         lastBatch = {b.getLoader(), b.getIndex()};
-        lastWasBatch = true;
         stepWithoutBatch = false;
         batches_[lastBatch] = std::move(rec);
         break;
@@ -152,9 +150,7 @@ void ReplaySession::load() {
             it->second.training = true;
           }
         }
-        if (!pendingRng.empty()) stepRng_[step] = pendingRng;
-        pendingRng.clear();
-        lastWasBatch = false;
+        pendingRng.clear();  // a step's RNG states follow its StepBegin
         inStep = true;
         openStep = step;
         stepWithoutBatch = true;
@@ -162,10 +158,6 @@ void ReplaySession::load() {
       }
       case schema::Event::STEP_END: {
         inStep = false;
-        // States taken after this step's begin belong to it (or to its batch): none of them
-        // may leak into the next step's (an optimizer-driven step has no batch to take them).
-        pendingRng.clear();
-        stepWithoutBatch = false;
         auto se = e.getStepEnd();
         losses_[se.getStep()] = se.getLoss();
         recordedSteps_ = std::max<int64_t>(recordedSteps_, se.getStep() + 1);

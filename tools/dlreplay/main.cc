@@ -84,7 +84,7 @@ const char* kUsageText =
     "  --stream NAME    the recorded process to replay (default: the one that trained)\n"
     "  --yes            consent to run the recorded command of a trace from another host/user\n"
     "  --dry-run        show the command and environment changes, run nothing\n"
-    "  --json           print the report as JSON on stdout\n"
+    "  --json           print the report as one JSON line on stdout, after the job's output\n"
     "  -q, --quiet      no progress line\n"
     "  -h, --help       this help;  --version  the version\n"
     "\n"
@@ -448,7 +448,7 @@ int run(int argc, char** argv) {
   std::string verified = report.count("verified_steps") ? report["verified_steps"] : "0";
   if (o.json) {
     std::string out;
-    tools::JsonWriter j(out, 2);
+    tools::JsonWriter j(out, 0);  // one line, after whatever the job printed
     j.beginObject();
     j.field("outcome", exitCode == kOk ? "reached" : exitCode == kDivergence ? "divergence" : exitCode == kNoReplay ? "not-attached" : "not-reached");
     j.field("exit_code", exitCode);

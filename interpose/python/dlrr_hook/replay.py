@@ -176,6 +176,8 @@ class Replayer(Recorder):
             if recorded is None:
                 continue
             recorded = native.decode(recorded)
+            if key == "blas":  # the same libraries, possibly mapped in another order
+                recorded, value = sorted(recorded.split(":")), sorted(value.split(":"))
             if recorded != value and key in ("python", "torch", "numpy", "blas", "cuda.compiled",
                                              "cuda.device_name", "torch.deterministic_algorithms"):
                 self._fact("warning", "%s differs: recorded %s, here %s; bit-exact replay may not hold"
@@ -284,13 +286,13 @@ class Replayer(Recorder):
 
     # ------------------------------------------------------------------ steps
     def snapshot_rng(self, step=None):
-        # Where record takes an optimizer-driven step's RNG states (StepTracker), replay
-        # puts the recorded ones back: the job may draw (e.g. make its batch) between that
-        # point and the step's announcement at its first forward.
-        if step is not None:
-            self._restore_rng(lambda kind, device, p, n: self.lib.dlrr_replay_rng_at_step(step, kind, device, p, n),
-                              "step %d" % step)
-        return None
+        # The recording took the RNG states of the next optimizer-counted step here, at this
+        # very instant (StepTracker): restore them here too, not when the step is announced.
+        if step is None:
+            step = self.steps.steps_begun
+        self._restore_rng(lambda kind, device, p, n: self.lib.dlrr_replay_rng_at_step(step, kind, device, p, n),
+                          "step %d" % step)
+        return ()  # "taken": the tracker must not ask again when the step is announced
 
     def begin_step(self, step, loader, batch_index, epoch, by_optimizer, rng):
         super().begin_step(step, loader, batch_index, epoch, by_optimizer, None)
@@ -455,7 +457,17 @@ class Replayer(Recorder):
             return
         frame = _user_frame(frame or sys._getframe(1))
         frame.f_globals["dlrr"] = helpers
-        debugger.set_trace(frame)
+        # Prompt in the user's frame now (pdb.set_trace would first stop at the next event,
+        # inside torch); then, if the user stepped rather than continued, trace from here.
+        debugger.reset()
+        debugger.interaction(frame, None)
+        if debugger.stoplineno != -1:  # step / next / until / return
+            f = frame
+            while f is not None:
+                f.f_trace = debugger.trace_dispatch
+                debugger.botframe = f
+                f = f.f_back
+            sys.settrace(debugger.trace_dispatch)
 
     def _wait_for_debugger(self, reason, detail):
         pid = os.getpid()
