@@ -123,12 +123,15 @@ def build_null_library(tmp):
     bodies = []
     for ret, name, args in re.findall(r"DLRR_API\s+([\w\s\*]+?)\s*(dlrr_\w+)\s*\(([^)]*)\)\s*;", text):
         ret = ret.strip()
-        value = {"void": "", "int": "return name_is_mode;", "int64_t": "return -1;"}.get(ret, 'return "";')
         if name == "dlrr_mode":
             value = "return 1;"
         elif name == "dlrr_capture_level":
             value = "return capture_level;"
-        elif ret == "int":
+        elif ret == "void":
+            value = ""
+        elif ret.replace(" ", "") == "constchar*":
+            value = 'return "";'
+        else:
             value = "return 0;"
         bodies.append("%s %s(%s) { %s }" % (ret, name, args, value))
     source = os.path.join(tmp, "null.c")
