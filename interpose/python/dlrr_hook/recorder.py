@@ -254,7 +254,9 @@ class Recorder:
         return p[0]
 
     def _on_root(self, module, grad_enabled):
-        self._roots[id(module)] = module
+        ref = self._roots.get(id(module))
+        if ref is None or ref() is not module:
+            self._roots[id(module)] = weakref.ref(module)  # never keeps a model alive
         self.steps.on_root_forward(grad_enabled)
 
     def _on_output(self, path, output):
@@ -274,7 +276,10 @@ class Recorder:
         if self._parameters is None:
             names = {}
             params = []
-            for root in list(self._roots.values()):
+            for ref in list(self._roots.values()):
+                root = ref()
+                if root is None:
+                    continue
                 for name, param in self.modules.paths.parameters(root):
                     if id(param) not in names:
                         names[id(param)] = name
