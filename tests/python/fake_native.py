@@ -215,4 +215,3 @@ class FakeLib:
 
     def _dlrr_replay_stop(self, reason):
         self.calls.append(("dlrr_replay_stop", reason))
-

@@ -11,6 +11,7 @@ import unittest
 from support import RecorderTestCase  # first: puts the hook on sys.path
 import fake_native
 import dlrr_hook
+from dlrr_hook import failures
 
 
 def _raise_here():
@@ -81,6 +82,35 @@ class ExceptHookTest(unittest.TestCase):
         (call,) = self.lib.of("failure_exception")
         self.assertTrue(call[1].endswith("Custom"))
         self.assertEqual(call[2], "<unprintable Custom>")
+
+
+class StrippedTracebackTest(RecorderTestCase):
+    def test_reported_frames_exclude_the_hook(self):
+        import torch
+        from torch.utils.data import DataLoader
+        from support import IndexDataset
+
+        class Broken(IndexDataset):
+            def __getitem__(self, i):
+                raise IndexError("broken %d" % i)
+
+        try:
+            next(iter(DataLoader(Broken(4), batch_size=2)))
+        except IndexError:
+            exc_type, exc, tb = sys.exc_info()
+        names = []
+        entry = tb
+        while entry is not None:
+            names.append(entry.tb_frame.f_code.co_filename)
+            entry = entry.tb_next
+        self.assertTrue(any("dlrr_hook" in n for n in names))  # our __next__ wrapper was there
+        self.rec.failures.report(exc_type, exc, failures.strip_exception(exc, tb))
+        (call,) = self.lib.of("failure_exception")
+        files = [f[0] for f in call[4]]
+        self.assertFalse(any("dlrr_hook" in f for f in files), files)
+        self.assertEqual(call[4][-1][2], "__getitem__")
+        self.assertTrue(any(f.endswith("dataloader.py") for f in files))
+        del torch
 
 
 class FaulthandlerTest(RecorderTestCase):

@@ -70,6 +70,26 @@ class SerialisationTest(unittest.TestCase):
             rng.python_state_from_bytes(b"x")
 
 
+class NumpyShortcutTest(unittest.TestCase):
+    def test_reuse_only_while_nothing_moved(self):
+        fast = rng.NumpyGlobalRng(np)
+        self.assertIsNotNone(fast._address, "shortcut unavailable on this numpy")
+        np.random.seed(11)
+        cases = [lambda: None, lambda: np.random.rand(), lambda: None,
+                 lambda: np.random.standard_normal(),   # generates a pair: caches one
+                 lambda: np.random.standard_normal(),   # served from the cache: bitgen unmoved
+                 lambda: None, lambda: np.random.seed(11), lambda: np.random.normal(size=3),
+                 lambda: np.random.set_state(np.random.get_state())]
+        for draw in cases:
+            draw()
+            self.assertEqual(fast.snapshot(), rng.numpy_state_to_bytes(np.random.get_state()))
+
+    def test_other_bit_generator_layouts_fall_back(self):
+        fast = rng.NumpyGlobalRng(np)
+        fast._raw = b"stale"
+        self.assertEqual(fast.snapshot(), rng.numpy_state_to_bytes(np.random.get_state()))
+
+
 class CaptureTest(RecorderTestCase):
     def test_snapshot_has_every_imported_generator(self):
         torch.manual_seed(3)

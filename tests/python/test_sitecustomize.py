@@ -125,6 +125,89 @@ class RealLibraryTest(unittest.TestCase):
                          (plain.returncode, plain.stdout, plain.stderr))
         self.assertTrue(os.listdir(trace))
 
+    def test_exceptions_through_the_hooks_wrappers_print_the_same(self):
+        job = self.script("""
+            import sys, threading, torch
+            from torch.utils.data import DataLoader, Dataset
+
+            class Broken(Dataset):
+                def __len__(self):
+                    return 4
+
+                def __getitem__(self, i):
+                    raise IndexError("sample %d is broken" % i)
+
+            class Explodes(torch.autograd.Function):
+                @staticmethod
+                def forward(ctx, x):
+                    return x * 2
+
+                @staticmethod
+                def backward(ctx, grad):
+                    raise ValueError("backward exploded")
+
+            def bad_backward():
+                x = torch.ones(2, requires_grad=True)
+                Explodes.apply(x).sum().backward()
+
+            t = threading.Thread(target=bad_backward)
+            t.start()
+            t.join()
+            model = torch.nn.Linear(2, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            model(torch.ones(1, 2)).sum().backward()
+            opt.step()
+            try:
+                next(iter(DataLoader(Broken(), batch_size=2)))
+            except IndexError as exc:
+                raise RuntimeError("loading failed") from exc
+        """)
+        plain = _run([job], [])
+        trace, env = self.recorded_env()
+        hooked = _run([job], [HOOK_DIR], env)
+        self.assertIn("backward exploded", plain.stderr)
+        self.assertIn("The above exception was the direct cause", plain.stderr)
+        self.assertEqual((hooked.returncode, hooked.stdout, hooked.stderr),
+                         (plain.returncode, plain.stdout, plain.stderr))
+
+    def test_spawned_workers_record_nothing(self):
+        report = os.path.join(self.tmp.name, "workers.txt")
+        job = self.script("""
+            import os, sys, torch
+            from torch.utils.data import DataLoader, Dataset
+
+            class Probe(Dataset):
+                def __len__(self):
+                    return 8
+
+                def __getitem__(self, i):
+                    hook = sys.modules.get("dlrr_hook")
+                    rec = hook.current() if hook else None
+                    with open(%r, "a") as f:
+                        f.write("%%s %%s\\n" %% (rec is not None, rec is not None and rec.active))
+                    return torch.tensor([float(i)])
+
+            if __name__ == "__main__":
+                loader = DataLoader(Probe(), batch_size=4, num_workers=2,
+                                    multiprocessing_context="spawn")
+                model = torch.nn.Linear(1, 1)
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x in loader:
+                    opt.zero_grad()
+                    model(x).sum().backward()
+                    opt.step()
+                import dlrr_hook
+                rec = dlrr_hook.current()
+                print(rec.active, rec.steps.steps_begun)
+        """ % report)
+        trace, env = self.recorded_env()
+        result = _run([job], [HOOK_DIR], env)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout.split(), ["True", "2"])
+        with open(report) as f:
+            lines = f.read().split("\n")
+        self.assertEqual(set(filter(None, lines)), {"True False"})  # installed, then turned off
+
     def test_training_job_records_and_output_is_unchanged(self):
         job = self.script("""
             import torch

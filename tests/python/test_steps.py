@@ -12,9 +12,11 @@ class Sink:
     def __init__(self):
         self.events = []
         self.snapshots = 0
+        self.snapshot_steps = []
 
-    def snapshot_rng(self):
+    def snapshot_rng(self, step):
         self.snapshots += 1
+        self.snapshot_steps.append(step)
         return "rng%d" % self.snapshots
 
     def begin_step(self, step, loader, batch_index, epoch, by_optimizer, rng):
@@ -90,6 +92,16 @@ class StepTrackerTest(unittest.TestCase):
         self.assertEqual(len(self.sink.events), 2)  # step 1 not announced yet
         self.steps.on_backward()
         self.assertEqual(self.sink.events[-1][6], "rng2")
+        self.assertEqual(self.sink.snapshot_steps, [0, 1])
+
+    def test_snapshot_taken_once_per_step_even_when_it_is_none(self):
+        self.sink.snapshot_rng = lambda step: self.sink.snapshot_steps.append(step)  # replay's
+        for _ in range(2):
+            self.steps.on_root_forward(True)
+            self.steps.on_optimizer_step_begin()
+            self.steps.on_optimizer_step_end()
+        self.assertEqual(self.sink.snapshot_steps, [0, 1, 2])
+        self.assertEqual([e[6] for e in self.sink.events if e[0] == "begin"], [None, None])
 
     def test_dry_run_forward_does_not_steal_step_zero(self):
         self.steps.note_loader_created()

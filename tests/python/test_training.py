@@ -92,6 +92,19 @@ class DigestTest(RecorderTestCase):
         losses = self.digests(native.DIGEST_LOSS)
         self.assertEqual([(c[2], c[3], c[4], c[6]) for c in losses], [("loss", 0, 0, [])] * 2)
 
+    def test_replaced_submodule_gets_its_names(self):
+        model = small_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        train_step(model, optimizer, torch.randn(2, 3))
+        model[2] = nn.Linear(4, 1, bias=False)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        self.lib.clear()
+        train_step(model, optimizer, torch.randn(2, 3))
+        grads = [c[2] for c in self.digests(native.DIGEST_GRADIENT)]
+        self.assertEqual(grads, ["0.weight", "0.bias", "2.weight"])
+        new_weight = [c for c in self.digests(native.DIGEST_PARAMETER) if c[2] == "2.weight"][0]
+        self.assertEqual(new_weight[7], model[2].weight.detach().numpy().tobytes())
+
     def test_flattened_outputs(self):
         model = TwoOutputs()
         with torch.no_grad():
@@ -174,6 +187,32 @@ class BackwardPassThroughTest(RecorderTestCase):
         got = self._grads(torch.Tensor.backward, torch.autograd.backward)
         self.assertEqual(got, expected)
         self.assertEqual(len(self.digests(native.DIGEST_LOSS)), 4)  # each call once, no double count
+
+    def test_checkpointed_backward_counts_once(self):
+        from torch.utils.checkpoint import checkpoint
+        model = small_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.randn(4, 3, requires_grad=True)
+        losses = []
+        for _ in range(2):
+            optimizer.zero_grad()
+            loss = checkpoint(model, x).pow(2).mean()  # reentrant: backward inside backward
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        self.assertEqual([(c[2], c[3]) for c in self.digests(native.DIGEST_LOSS)], [("loss", 0)] * 2)
+        self.assertEqual([c[2] for c in self.lib.of("step_end")], losses)
+
+    def test_non_scalar_backward_keeps_the_loss(self):
+        model = small_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        loss = model(torch.randn(4, 3)).pow(2).mean()
+        loss.backward()
+        extra = model(torch.randn(2, 3))
+        extra.backward(torch.ones_like(extra))  # non-scalar root: no loss value
+        optimizer.step()
+        (end,) = self.lib.of("step_end")
+        self.assertEqual(end[2], loss.item())
 
     def test_exceptions_pass_through(self):
         t = torch.ones(2)

@@ -23,22 +23,9 @@ Module map:
   replay    Replayer: replay mode
 """
 
-import sys
-
 from . import native
 
 _recorder = None  # the one Recorder of this process
-
-
-def _is_multiprocessing_helper():
-    """A spawn/forkserver child of multiprocessing (e.g. a spawned DataLoader worker)."""
-    argv = list(getattr(sys, "orig_argv", None) or getattr(sys, "argv", None) or [])
-    if "--multiprocessing-fork" in argv:
-        return True
-    for i, arg in enumerate(argv[:-1]):
-        if arg == "-c" and argv[i + 1].startswith("from multiprocessing."):
-            return True
-    return False
 
 
 def install(lib=None):
@@ -50,8 +37,6 @@ def install(lib=None):
     global _recorder
     if _recorder is not None:
         return _recorder
-    if _is_multiprocessing_helper():
-        return None  # workers record nothing; the main process captures their batches
     if lib is None:
         lib = native.load()
         if lib is None:

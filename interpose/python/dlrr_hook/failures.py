@@ -7,6 +7,12 @@ own excepthook without chaining would hide exceptions from us, so at exit the re
 reports sys.last_value (set by the interpreter for the uncaught exception that ended the
 main thread) when no hook reported it.
 
+The hook's own wrappers (DataLoader.__next__, backward, optimizer.step) sit in the call
+chain of the job, so an exception that passes through them carries their frames.  Before
+reporting or handing an uncaught exception to the previous hook, those frames are unlinked
+from its traceback (and from the tracebacks of its __cause__/__context__ chain): the job
+prints exactly the traceback it prints without dlrr.
+
 Fatal signals are caught natively; faulthandler writes the Python stacks of all threads into
 the file dlrr_pystack_path() names, which the native handler embeds in the trace.  If the job
 already enabled faulthandler (PYTHONFAULTHANDLER, -X faulthandler) it is left alone.
@@ -14,11 +20,65 @@ already enabled faulthandler (PYTHONFAULTHANDLER, -X faulthandler) it is left al
 
 import ctypes
 import faulthandler
+import os
 import sys
 import threading
 import traceback
 
 from . import native
+
+
+_HOOK_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _is_hook_frame(tb):
+    return tb.tb_frame.f_code.co_filename.startswith(_HOOK_DIR)
+
+
+def strip_hook_frames(tb):
+    """The traceback `tb` with the hook's frames unlinked (in place); tb if all are ours."""
+    kept = []
+    entry = tb
+    while entry is not None:
+        if not _is_hook_frame(entry):
+            kept.append(entry)
+        entry = entry.tb_next
+    if not kept or len(kept) == _length(tb):
+        return tb
+    for current, following in zip(kept, kept[1:] + [None]):
+        current.tb_next = following
+    return kept[0]
+
+
+def _length(tb):
+    n = 0
+    while tb is not None:
+        n += 1
+        tb = tb.tb_next
+    return n
+
+
+def strip_exception(exc, tb):
+    """strip_hook_frames for an exception, its traceback and its cause/context chain."""
+    tb = strip_hook_frames(tb) if tb is not None else tb
+    seen = set()
+    linked = exc
+    while linked is not None and id(linked) not in seen:
+        seen.add(id(linked))
+        for chained in (linked.__cause__, linked.__context__):
+            if chained is not None and chained.__traceback__ is not None:
+                chained.__traceback__ = strip_hook_frames(chained.__traceback__)
+        linked = linked.__cause__ or linked.__context__
+    if exc is not None and tb is not None:
+        exc.__traceback__ = tb
+    return tb
+
+
+def _stripped(exc, tb):
+    try:
+        return strip_exception(exc, tb)
+    except Exception:  # never let the tidying hide the job's exception
+        return tb
 
 
 def exception_type_name(exc_type):
@@ -70,7 +130,7 @@ class FailureHooks:
         """At exit: the exception that ended the main thread, if no hook reported it."""
         exc = getattr(sys, "last_value", None)
         if exc is not None and exc is not self._reported:
-            self.report(type(exc), exc, getattr(exc, "__traceback__", None))
+            self.report(type(exc), exc, _stripped(exc, getattr(exc, "__traceback__", None)))
 
     # -- installation
     def install(self):
@@ -79,6 +139,7 @@ class FailureHooks:
         previous = sys.excepthook
 
         def excepthook(exc_type, exc, tb):
+            tb = _stripped(exc, tb)
             if rec.active and not issubclass(exc_type, SystemExit):
                 rec.guarded(hooks.report, exc_type, exc, tb)
             return previous(exc_type, exc, tb)
@@ -90,6 +151,9 @@ class FailureHooks:
         previous_threading = threading.excepthook
 
         def threading_excepthook(args):
+            tb = _stripped(args.exc_value, args.exc_traceback)
+            if tb is not args.exc_traceback:
+                args = threading.ExceptHookArgs([args.exc_type, args.exc_value, tb, args.thread])
             if rec.active and args.exc_type is not None and not issubclass(args.exc_type, SystemExit):
                 rec.guarded(hooks.report, args.exc_type, args.exc_value, args.exc_traceback)
             return previous_threading(args)

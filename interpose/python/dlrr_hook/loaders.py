@@ -8,6 +8,11 @@ Patch points (torch.utils.data.dataloader; the same names exist from 1.x to 2.x)
   _BaseDataLoaderIter._next_index          the sampler's indices of the batch fetched next
   _MultiProcessingDataLoaderIter._try_put_index
                                            ...and the task number they were sent under
+  torch.utils.data._utils.worker._worker_loop
+                                           a worker starts: the hook turns itself off there
+                                           (forked workers are also off by os.register_at_fork;
+                                           this catches spawn/forkserver workers, which run
+                                           sitecustomize afresh)
 
 With workers, indices are fetched ahead (prefetch) and batches may arrive out of order, so
 indices are kept per task number (_send_idx at the time they are sent) and matched to the
@@ -163,7 +168,7 @@ class LoaderTracker:
         return index
 
     # -- patches
-    def install(self, patcher, dataloader_module):
+    def install(self, patcher, dataloader_module, worker_module=None):
         rec = self._rec
         tracker = self
         DataLoader = dataloader_module.DataLoader
@@ -222,6 +227,14 @@ class LoaderTracker:
                     pending[task] = self._dlrr_index
             return _try_put_index
 
+        def wrap_worker_loop(original):
+            def _worker_loop(*args, **kwargs):
+                rec.disable_in_child()
+                return original(*args, **kwargs)
+            return _worker_loop
+
+        if worker_module is not None and hasattr(worker_module, "_worker_loop"):
+            patcher.wrap(worker_module, "_worker_loop", wrap_worker_loop)
         patcher.wrap(DataLoader, "__init__", wrap_init)
         patcher.wrap(DataLoader, "__iter__", wrap_iter)
         patcher.wrap(BaseIter, "__next__", wrap_next)

@@ -17,11 +17,19 @@ import weakref
 
 
 class ModulePaths:
-    """Module -> path bytes, with root naming as described in the module docstring."""
+    """Module -> path bytes, with root naming as described in the module docstring.
+
+    Also caches each root's named parameters.  On torch 2.x the global module/parameter
+    registration hooks tell us when any module tree changes, and the cache lives until then;
+    without them (1.x) it is rebuilt for every step (named_parameters() per root and step).
+    """
 
     def __init__(self):
         self._paths = {}        # id(module) -> (weakref, path bytes)
         self._root_names = {}   # prefix -> weakref of the root that owns it
+        self._params = {}       # id(root) -> (weakref, generation, [(name bytes, param)])
+        self.generation = 0
+        self.tracks_registrations = False
 
     def lookup(self, module):
         entry = self._paths.get(id(module))
@@ -77,12 +85,21 @@ class ModulePaths:
         name = "<%s>" % type(module).__name__
         return self._store(module, parent_text + "." + name if parent_text else name)
 
+    def invalidate(self, *args):
+        """A module tree changed somewhere (a registration hook fired, or a new step on 1.x)."""
+        self.generation += 1
+
     def parameters(self, root):
         """[(name bytes, parameter)] of a root, under its prefix."""
+        entry = self._params.get(id(root))
+        if entry is not None and entry[1] == self.generation and entry[0]() is root:
+            return entry[2]
         prefix = self.lookup(root)
         prefix = prefix.decode("utf-8", "surrogatepass") if prefix else ""
-        return [((prefix + "." + name if prefix else name).encode("utf-8", "surrogatepass"), p)
-                for name, p in root.named_parameters()]
+        params = [((prefix + "." + name if prefix else name).encode("utf-8", "surrogatepass"), p)
+                  for name, p in root.named_parameters()]
+        self._params[id(root)] = (weakref.ref(root), self.generation, params)
+        return params
 
 
 class ModuleTracker:
@@ -101,8 +118,8 @@ class ModuleTracker:
         self.paths = ModulePaths()
         self._local = threading.local()
         self._handles = []
-        compiler = getattr(torch, "compiler", None)
-        self._is_compiling = getattr(compiler, "is_compiling", None) or (lambda: False)
+        # torch.compile traces module calls: stay out of the graph (2.3+; None before).
+        self._is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
 
     def reset_stack(self):
         """Forget the calling thread's stack (called where no forward can be running)."""
@@ -119,7 +136,7 @@ class ModuleTracker:
         digest_outputs = self._digest_outputs
 
         def pre_hook(module, args):
-            if not rec.active or is_compiling():
+            if not rec.active or (is_compiling is not None and is_compiling()):
                 return None
             try:
                 stack = local.__dict__.get("stack")
@@ -133,7 +150,7 @@ class ModuleTracker:
             return None
 
         def post_hook(module, args, output):
-            if not rec.active or is_compiling():
+            if not rec.active or (is_compiling is not None and is_compiling()):
                 return None
             try:
                 stack = local.__dict__.get("stack")
@@ -152,6 +169,14 @@ class ModuleTracker:
             except Exception as exc:
                 rec.internal_error(exc)
             return None
+
+        invalidate = paths.invalidate
+        for name in ("register_module_parameter_registration_hook",
+                     "register_module_module_registration_hook"):
+            register = getattr(module_module, name, None)  # torch >= 2.0
+            if register is not None:
+                self._handles.append(register(lambda *args: invalidate()))
+        paths.tracks_registrations = len(self._handles) == 2
 
         register_pre = module_module.register_module_forward_pre_hook
         register_post = module_module.register_module_forward_hook

@@ -13,7 +13,6 @@ is reported once through dlrr_recorder_status.
 import atexit
 import ctypes
 import importlib
-import math
 import os
 import sys
 import traceback
@@ -50,8 +49,11 @@ def _where(exc):
 class Recorder:
     """The hook in record mode (dlrr_mode() == 1).  One per process.
 
-    Forked children (DataLoader workers) record nothing: batches are captured in the main
-    process, after collation, which also makes replay independent of the worker count.
+    DataLoader workers record nothing: batches are captured in the main process, after
+    collation, which also makes replay independent of the worker count.  Forked children
+    are turned off by os.register_at_fork (as the native side does); spawned workers by the
+    _worker_loop patch (see loaders.py).  Processes started by torch.multiprocessing.spawn
+    (DDP ranks) are recorded like any other process.
     """
 
     def __init__(self, lib):
@@ -70,12 +72,13 @@ class Recorder:
         self._patcher = Patcher()
         self._watcher = None
         self._runtime_sent = False
-        self._reported = False
+        self.error = None  # the internal error that disabled capture, if any
         self._digest_fn = lib.dlrr_digest
         self._digest_out = native.DigestT()
         self._digest_ref = ctypes.byref(self._digest_out)
         self._keep_outputs = 1 if self.capture_level >= native.CAPTURE_DEFAULT else 0
         self._tensor_type = None
+        self._prepare = None
         # Per-step state (reset at step begin/end).
         self._module_calls = {}
         self._grad_calls = {}
@@ -130,6 +133,7 @@ class Recorder:
         if not self.active:
             return
         self.active = False
+        self.error = exc
         message = "python hook disabled after an internal error: %s: %s (at %s)" % (
             type(exc).__name__, exc, _where(exc))
         for cleanup in (self._uninstall_module_hooks, self.steps.on_exit):
@@ -157,14 +161,16 @@ class Recorder:
         self.torch = torch
         self._tensor_type = torch.Tensor
         dataloader = importlib.import_module("torch.utils.data.dataloader")
+        worker = importlib.import_module("torch.utils.data._utils.worker")
         module_module = importlib.import_module("torch.nn.modules.module")
         importlib.import_module("torch.optim")
         self.marshal = TensorMarshal(torch)
+        self._prepare = self.marshal.prepare
         self.values = ValueWriter(self.lib, self.marshal, torch.Tensor)
         self.rng = RngCapture(self.lib, torch)
         self.loaders = LoaderTracker(self, self._on_batch, self._on_loader_end,
                                      self.steps.note_loader_created)
-        self.loaders.install(self._patcher, dataloader)
+        self.loaders.install(self._patcher, dataloader, worker)
         self.modules = ModuleTracker(self, torch, self._on_root, self._on_output,
                                      digest_outputs=self.capture_level >= native.CAPTURE_DEFAULT)
         self.modules.install(module_module)
@@ -187,7 +193,8 @@ class Recorder:
         self.active = False  # nothing after the last commit
 
     # ------------------------------------------------------------------ StepTracker sink
-    def snapshot_rng(self):
+    def snapshot_rng(self, step=None):
+        """RNG states that will belong to optimizer-driven step `step` (see StepTracker)."""
         return self.rng.snapshot()
 
     def begin_step(self, step, loader, batch_index, epoch, by_optimizer, rng):
@@ -205,6 +212,9 @@ class Recorder:
         self.lib.dlrr_step_end(step, loss)
         self._roots.clear()
         self._parameters = None
+        paths = self.modules.paths
+        if not paths.tracks_registrations:
+            paths.invalidate()  # no registration hooks (torch 1.x): names per step
 
     def _send_runtime_info(self):
         if self._runtime_sent:
@@ -235,16 +245,18 @@ class Recorder:
 
     # ------------------------------------------------------------------ digests
     def _digest(self, kind, path, call_index, output, tensor, keep):
-        prepared = self.marshal.prepare(tensor)
-        if prepared is None:
+        """dlrr_digest of one tensor; returns the host tensor digested (None: skipped)."""
+        p = self._prepare(tensor)
+        if p is None:
             return None
-        host, dtype, _, ndim, shape, ptr, nbytes = prepared
-        self._digest_fn(kind, path, call_index, output, dtype, ndim, shape, ptr, nbytes, keep,
+        self._digest_fn(kind, path, call_index, output, p[1], p[3], p[4], p[5], p[6], keep,
                         self._digest_ref)
-        return host
+        return p[0]
 
     def _on_root(self, module, grad_enabled):
-        self._roots[id(module)] = module
+        ref = self._roots.get(id(module))
+        if ref is None or ref() is not module:
+            self._roots[id(module)] = weakref.ref(module)  # never keeps a model alive
         self.steps.on_root_forward(grad_enabled)
 
     def _on_output(self, path, output):
@@ -260,16 +272,19 @@ class Recorder:
                          self._keep_outputs)
 
     def _step_parameters(self):
-        """[(name bytes, parameter)] of every root seen in this step, each parameter once."""
+        """([(name bytes, parameter)], {id(parameter): name}) of the roots seen in this step."""
         if self._parameters is None:
-            seen = set()
+            names = {}
             params = []
-            for root in list(self._roots.values()):
+            for ref in list(self._roots.values()):
+                root = ref()
+                if root is None:
+                    continue
                 for name, param in self.modules.paths.parameters(root):
-                    if id(param) not in seen:
-                        seen.add(id(param))
+                    if id(param) not in names:
+                        names[id(param)] = name
                         params.append((name, param))
-            self._parameters = params
+            self._parameters = (params, names)
         return self._parameters
 
     # ------------------------------------------------------------------ backward / step
@@ -277,19 +292,17 @@ class Recorder:
         self.steps.on_backward()
         call_index = self._backwards
         self._backwards += 1
-        loss = math.nan
         for index, tensor in enumerate(tensors):
             host = self._digest(native.DIGEST_LOSS, b"loss", call_index, index, tensor,
                                 self._keep_outputs)
             if index == 0 and host is not None and host.numel() == 1:
-                loss = float(host.item())
-        self.steps.on_loss(loss)
+                self.steps.on_loss(float(host.item()))  # a non-scalar root leaves it alone
 
     def _after_backward(self):
         if self.capture_level < native.CAPTURE_DEFAULT:
             return
         calls = self._grad_calls
-        for name, param in self._step_parameters():
+        for name, param in self._step_parameters()[0]:
             grad = param.grad
             if grad is not None:
                 call_index = calls.get(name, 0)
@@ -305,7 +318,7 @@ class Recorder:
         self.steps.on_optimizer_step_end()
 
     def _digest_parameters(self, optimizer):
-        names = {id(p): name for name, p in self._step_parameters()}
+        names = self._step_parameters()[1]
         number = self._optimizer_numbers.get(optimizer)
         if number is None:
             number = self._optimizer_numbers[optimizer] = len(self._optimizer_numbers)

@@ -292,10 +292,11 @@ class Replayer(Recorder):
         return slots
 
     # ------------------------------------------------------------------ steps
-    def snapshot_rng(self):
+    def snapshot_rng(self, step=None):
         # The recording took the RNG states of the next optimizer-counted step here, at this
         # very instant (StepTracker): restore them here too, not when the step is announced.
-        step = self.steps.steps_begun
+        if step is None:
+            step = self.steps.steps_begun
         self._restore_rng(lambda kind, device, p, n: self.lib.dlrr_replay_rng_at_step(step, kind, device, p, n),
                           "step %d" % step)
         return ()  # "taken": the tracker must not ask again when the step is announced

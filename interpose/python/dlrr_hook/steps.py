@@ -10,6 +10,9 @@ import math
 from . import native
 
 
+_NONE = object()  # no RNG snapshot pending (a snapshot itself may be None: replay)
+
+
 class _Step:
     __slots__ = ("number", "loader", "by_optimizer")
 
@@ -52,9 +55,11 @@ class StepTracker:
       - The first DataLoader batch that begins a step switches to DataLoader-driven steps for
         good; an optimizer-driven step still open ends there and numbering continues.
 
-    The sink provides snapshot_rng(), begin_step(step, loader, batch_index, epoch,
-    by_optimizer, rng) and end_step(step, loss).  For DataLoader-driven steps rng is None:
-    the caller writes the RNG states of every delivery itself.
+    The sink provides snapshot_rng(step), begin_step(step, loader, batch_index, epoch,
+    by_optimizer, rng) and end_step(step, loss).  snapshot_rng(step) is called at the exact
+    program point that defines the RNG states of optimizer-driven step `step` (record takes
+    them there, replay restores them there); its result comes back as begin_step's rng.  For
+    DataLoader-driven steps rng is None: the caller handles the RNG states of every delivery.
     """
 
     def __init__(self, sink):
@@ -67,7 +72,7 @@ class StepTracker:
         self._eval_loaders = set()
         self._last_loader = None
         self._activity = False
-        self._pending_rng = None
+        self._pending_rng = _NONE
         self._optimizer_steps = 0
 
     # -- queries
@@ -99,7 +104,7 @@ class StepTracker:
             self._end()
         if training:
             self._loader_driven = True
-            self._pending_rng = None
+            self._pending_rng = _NONE
             self._begin(loader, batch_index, epoch, False, None)
         return training
 
@@ -113,8 +118,8 @@ class StepTracker:
         if not grad_enabled or self._loader_driven or self._open is not None:
             return
         if self._next == 0 and self._loader_exists:
-            if self._pending_rng is None:
-                self._pending_rng = self._sink.snapshot_rng()
+            if self._pending_rng is _NONE:
+                self._pending_rng = self._sink.snapshot_rng(0)
             return
         self._begin_optimizer_step()
 
@@ -138,19 +143,19 @@ class StepTracker:
         self._activity = True
         if self._open is not None and self._open.by_optimizer:
             self._end()
-            self._pending_rng = self._sink.snapshot_rng()
+            self._pending_rng = self._sink.snapshot_rng(self._next)
 
     def on_exit(self):
         if self._open is not None:
             self._end()
-        self._pending_rng = None
+        self._pending_rng = _NONE
 
     # -- internals
     def _begin_optimizer_step(self):
         rng = self._pending_rng
-        self._pending_rng = None
-        if rng is None:
-            rng = self._sink.snapshot_rng()
+        self._pending_rng = _NONE
+        if rng is _NONE:
+            rng = self._sink.snapshot_rng(self._next)
         index = self._optimizer_steps
         self._optimizer_steps += 1
         self._begin(native.NO_LOADER, index, -1, True, rng)

@@ -21,13 +21,14 @@ class TensorMarshal:
         self._devices = {}
 
     def dtype_info(self, dtype):
-        """(name bytes without 'torch.', element size) for a torch.dtype."""
+        """(name bytes without 'torch.', element size, needs the slow path) for a dtype."""
         info = self._dtypes.get(dtype)
         if info is None:
             import torch  # already imported: we only run after torch's import
             name = str(dtype).replace("torch.", "").encode()
-            size = torch.empty((), dtype=dtype).element_size()
-            info = self._dtypes[dtype] = (name, size)
+            probe = torch.empty((), dtype=dtype)
+            special = probe.is_complex() or probe.is_quantized
+            info = self._dtypes[dtype] = (name, probe.element_size(), special)
         return info
 
     def shape_array(self, shape):
@@ -45,38 +46,45 @@ class TensorMarshal:
             name = self._devices[device] = str(device).encode()
         return name
 
-    def host(self, tensor):
-        """A detached, contiguous CPU tensor with the same bytes; None when it has none.
-
-        None for layouts without one dense buffer (sparse, mkldnn), quantized tensors,
-        meta/fake tensors and anything else whose bytes cannot be read: those are skipped
-        (digests) or recorded as opaque (batches), never an error.
-        """
-        if tensor.layout is not self._strided or tensor.is_quantized:
-            return None
-        t = tensor.detach()
-        try:
-            if t.device.type != "cpu":
-                t = t.cpu()
-            if t.is_complex():
-                t = t.resolve_conj().resolve_neg() if hasattr(t, "resolve_conj") else t
-            if not t.is_contiguous():
-                t = t.contiguous()
-            t.data_ptr()
-        except (RuntimeError, TypeError, NotImplementedError, AttributeError):
-            return None
-        return t
-
     def prepare(self, tensor):
         """(host tensor, dtype bytes, elem size, ndim, shape array, data ptr, nbytes) or None.
 
-        The caller keeps the returned host tensor referenced during the C call: the library
-        reads the bytes during the call only.
+        The host tensor is a contiguous CPU tensor with the same bytes (the tensor itself
+        when it already is one); the caller keeps it referenced during the C call, since
+        the library reads the bytes during the call only.  None for tensors without one
+        dense buffer (sparse, mkldnn), quantized ones, meta/fake tensors and anything else
+        whose bytes cannot be read: those are skipped (digests) or recorded as opaque
+        (batches), never an error.  This is the hot path: one dtype lookup, three cheap
+        attribute checks, no detach() unless a copy is needed.
         """
-        t = self.host(tensor)
-        if t is None:
+        info = self._dtypes.get(tensor.dtype)
+        if info is None:
+            info = self.dtype_info(tensor.dtype)
+        try:
+            if tensor.layout is not self._strided or info[2]:
+                return self._prepare_special(tensor, info)
+            t = tensor
+            if not t.is_cpu:
+                t = t.detach().cpu()
+            if not t.is_contiguous():
+                t = t.detach().contiguous()
+            shape = t.shape
+            arr = self._shapes.get(shape)
+            if arr is None:
+                arr = self.shape_array(shape)
+            size = info[1]
+            return t, info[0], size, len(shape), arr, t.data_ptr(), t.numel() * size
+        except (RuntimeError, TypeError, NotImplementedError, AttributeError, ValueError):
             return None
-        name, size = self.dtype_info(t.dtype)
+
+    def _prepare_special(self, tensor, info):
+        if tensor.layout is not self._strided or tensor.is_quantized:
+            return None
+        t = tensor.detach()
+        if not t.is_cpu:
+            t = t.cpu()
+        t = t.resolve_conj().resolve_neg() if hasattr(t, "resolve_conj") else t
+        t = t.contiguous()
         shape = t.shape
-        return (t, name, size, len(shape), self.shape_array(shape), t.data_ptr(),
-                t.numel() * size)
+        return (t, info[0], info[1], len(shape), self.shape_array(shape), t.data_ptr(),
+                t.numel() * info[1])

@@ -2,9 +2,11 @@
 
 Patch points:
   torch.Tensor.backward, torch.autograd.backward
-      Tensor.backward calls torch.autograd.backward, so a per-thread depth counter makes
-      only the outermost call count.  Arguments go through untouched (gradient,
-      retain_graph, create_graph, inputs, ...), and so do exceptions.
+      Tensor.backward calls torch.autograd.backward, and reentrant checkpointing calls it
+      again from inside the running backward (on the autograd engine's device thread for
+      CUDA), so a process-wide depth counter makes only the outermost call count.
+      Arguments go through untouched (gradient, retain_graph, create_graph, inputs, ...),
+      and so do exceptions.
   optimizer classes' step
       Optimizer.__init__ is wrapped to wrap type(self)'s step the first time a class is
       instantiated (where it is defined in the MRO), the way PyTorch itself hooks steps for
@@ -43,7 +45,9 @@ class TrainingPatches:
         self._after_backward = after_backward
         self._before_step = before_step
         self._after_step = after_step
-        self._local = threading.local()
+        self._local = threading.local()  # optimizer.step nesting, per thread
+        self._backward_lock = threading.Lock()
+        self._backward_depth = 0  # process-wide: see the module docstring
         self._patcher = None
 
     def install(self, patcher):
@@ -56,16 +60,19 @@ class TrainingPatches:
     # -- backward
     def _run_backward(self, original, tensors, args, kwargs):
         rec = self._rec
-        local = self._local
-        if not rec.active or local.__dict__.get("backward", 0):
+        if not rec.active:
             return original(*args, **kwargs)
-        rec.guarded(self._before_backward, tensors)
-        local.backward = 1
+        with self._backward_lock:
+            outermost = self._backward_depth == 0
+            self._backward_depth += 1
         try:
+            if outermost:
+                rec.guarded(self._before_backward, tensors)
             result = original(*args, **kwargs)
         finally:
-            local.backward = 0
-        if rec.active:
+            with self._backward_lock:
+                self._backward_depth -= 1
+        if outermost and rec.active:
             rec.guarded(self._after_backward)
         return result
 

@@ -143,8 +143,9 @@ class ValueWriter:
 
     def _tensor(self, value, depth):
         prepared = self._marshal.prepare(value)
-        if prepared is None:
-            self._val_opaque(native.text("torch.Tensor[%s]" % (str(value.layout).replace("torch.", ""),)))
+        if prepared is None:  # no dense bytes to give (sparse, quantized, meta, ...)
+            description = "%s, %s, %s" % (value.layout, value.dtype, value.device)
+            self._val_opaque(native.text("torch.Tensor[%s]" % description.replace("torch.", "")))
             return
         host, dtype, elem_size, ndim, shape, ptr, nbytes = prepared
         self._val_tensor(dtype, elem_size, ndim, shape, ptr, nbytes,
