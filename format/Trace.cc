@@ -182,7 +182,7 @@ TraceSummary Trace::summarize() {
         ++ss.events;
         if (e.isStepEnd()) ++ss.steps;
         if (e.isProcessExit()) ss.exitCode = e.getProcessExit().getExitCode();
-        if (e.isRecorderStatus() && !e.getRecorderStatus().getOk())
+        if (e.isRecorderStatus())  // what was not recorded, and informational notes
           sum.notes.push_back(ss.name + ": " + e.getRecorderStatus().getMessage().cStr());
         if (e.isFailure() && !first) {
           auto f = e.getFailure();

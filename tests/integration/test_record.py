@@ -90,6 +90,25 @@ class RecordExampleTest(TraceTestCase):
         begins = events(self.trace_path(), kind="stepBegin")
         self.assertTrue(all(e["event"]["stepBegin"]["byOptimizer"] for e in begins))
 
+    def test_python_dash_m_module(self):
+        pkg = os.path.join(self.tmp, "pkg")
+        os.makedirs(os.path.join(pkg, "mypkg"))
+        open(os.path.join(pkg, "mypkg", "__init__.py"), "w").close()
+        with open(TINY) as src, open(os.path.join(pkg, "mypkg", "train.py"), "w") as dst:
+            dst.write(src.read())
+        p = run([tool("dlrecord"), "-o", self.trace_path(), "--", PY, "-m", "mypkg.train", "--steps", "6"], cwd=pkg)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(info(self.trace_path())["steps"], 6)
+        r = run([tool("dlreplay"), self.trace_path(), "--until", "end"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("6 of 6 recorded steps verified", r.stderr)
+
+    def test_job_without_torch_says_so(self):
+        p = run([tool("dlrecord"), "-o", self.trace_path(), "--", PY, "-c", "print('hello')"])
+        self.assertEqual(p.returncode, 0)
+        self.assertEqual(p.stdout, "hello\n")
+        self.assertIn("no steps captured: torch was never imported", p.stderr)
+
     def test_kill_9_mid_run_keeps_completed_steps(self):
         data = dataset()
         p = subprocess.Popen([tool("dlrecord"), "-o", self.trace_path(), "--", PY,

@@ -391,6 +391,12 @@ int run(int argc, char** argv) {
                          (s.steps == 1 ? "" : "s") + ", " + humanBytes(s.bytes);
       if (s.failure) line += "; " + formatFailure(*s.failure);
       if (s.mainStream.empty()) line += "; no process recorded anything (not a Python/torch job?)";
+      // Notes the status pipe did not already deliver (e.g. "no steps captured: ...").
+      for (const auto& n : s.notes) {
+        bool shown = false;
+        for (const auto& p : problems) shown = shown || n.find(p.substr(p.find(": ") + 2)) != std::string::npos;
+        if (!shown) std::fprintf(stderr, "dlrecord: note: %s\n", n.c_str());
+      }
       std::fprintf(stderr, "%s\n", line.c_str());
     } catch (const TraceError& e) {
       std::fprintf(stderr, "dlrecord: trace %s is not readable: %s\n", trace.c_str(), e.what());
