@@ -158,6 +158,20 @@ class ReplayTinyJobTest(TraceTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("reproduced the crash: Segmentation fault", r.stderr)
 
+    def test_nan_in_backward_names_the_function_and_forward_line(self):
+        job = os.path.join(HERE, "jobs", "grad_nan.py")
+        p = run([tool("dlrecord"), "-o", self.trace_path(), "--", PY, job, "--zero-at", "4"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        failure = info(self.trace_path())["failure"]
+        self.assertEqual((failure["kind"], failure["step"]), ("nonfinite", 4))
+        self.assertTrue(failure["where"].startswith("grad:"), failure)  # forward outputs stayed finite
+        r = run([tool("dlreplay"), self.trace_path(), "--json"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rep = json.loads(r.stdout.rstrip("\n").rsplit("\n", 1)[-1])["report"]
+        self.assertEqual(rep["stop.step"], "4")
+        self.assertEqual(rep["backward.function"], "PowBackward0")
+        self.assertIn("grad_nan.py\", line 22", rep["backward.forward_line"])
+
     def test_optimizer_counted_steps_replay(self):
         self.assertEqual(self.record("--no-loader", "--steps", "15").returncode, 0)
         r = run([tool("dlreplay"), self.trace_path(), "--until", "end"])
