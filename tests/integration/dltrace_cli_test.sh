@@ -119,13 +119,28 @@ expect 0 verify "$C"
 # --- damaged copies
 P=p101.dls
 SIZE=$(stat -c %s "$T/$P")
+# Cut mid-frame: what a writer killed mid-write (or on a full disk) leaves; recovered, not damage.
 cp -r "$T" "$WORK/torn" && truncate -s $((SIZE / 2 + 7)) "$WORK/torn/$P"
-expect 1 verify "$WORK/torn"
-grep -q 'steps readable' "$OUT" || fail "verify does not say what is readable: $(cat "$OUT")"
+expect 0 verify "$WORK/torn"
+grep -q 'p101: ok (.*recovered' "$OUT" || fail "verify does not call a torn stream recovered: $(cat "$OUT")"
 expect 0 info "$WORK/torn" --json
-json 'd["processes"][1]["damage"] is not None'
+json 'd["processes"][1]["damage"] is not None and d["processes"][1]["torn"] is True'
+expect 0 info "$WORK/torn"
+grep -q 'torn' "$OUT" || fail "info does not show the torn state: $(cat "$OUT")"
 expect 0 steps "$WORK/torn"
 grep -q 'warning' "$ERR" || fail "steps on a torn stream does not warn"
+# ... but bytes after the last frame that are not the start of a frame are damage.
+cp -r "$C" "$WORK/tornjunk" && printf 'this is not a frame header at all!' >>"$WORK/tornjunk/$P"
+expect 1 verify "$WORK/tornjunk"
+grep -q 'steps readable' "$OUT" || fail "verify does not say what is readable: $(cat "$OUT")"
+# Killed between the footer and the trailer, and killed while creating the stream.
+cp -r "$T" "$WORK/notrailer" && truncate -s $((SIZE - 24)) "$WORK/notrailer/$P"
+expect 0 verify "$WORK/notrailer"
+cp -r "$T" "$WORK/birth" && head -c 10 "$T/$P" >"$WORK/birth/$P"
+expect 0 verify "$WORK/birth"
+grep -q 'p101: ok (0 steps, recovered' "$OUT" || fail "verify on a stream torn at birth: $(cat "$OUT")"
+expect 0 info "$WORK/birth" --json
+json 'd["unreadable_streams"][0]["torn"] is True'
 
 cp -r "$T" "$WORK/flip" && printf '\xff' | dd of="$WORK/flip/$P" bs=1 seek=$((SIZE / 2)) conv=notrunc 2>/dev/null
 expect 1 verify "$WORK/flip"

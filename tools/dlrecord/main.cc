@@ -385,7 +385,7 @@ int run(int argc, char** argv) {
   for (const auto& p : problems) std::fprintf(stderr, "dlrecord: %s\n", p.c_str());
   if (recording && !o.quiet) {
     try {
-      auto t = Trace::open(trace);
+      auto t = Trace::open(trace, OpenMode::Tolerant);
       TraceSummary s = t->summarize();
       std::string line = "dlrecord: trace " + trace + ": " + std::to_string(s.steps) + " step" +
                          (s.steps == 1 ? "" : "s") + ", " + humanBytes(s.bytes);

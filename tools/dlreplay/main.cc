@@ -221,7 +221,9 @@ int run(int argc, char** argv) {
   TraceSummary sum;
   StreamReader* launcher = nullptr;
   try {
-    trace = Trace::open(o.trace);
+    trace = Trace::open(o.trace, OpenMode::Tolerant);
+    for (const auto& b : trace->broken())
+      std::fprintf(stderr, "dlreplay: warning: stream %s skipped: %s\n", b.name.c_str(), b.message.c_str());
     sum = trace->summarize();
     launcher = trace->launcher();
   } catch (const TraceError& e) {
