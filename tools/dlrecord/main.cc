@@ -360,6 +360,7 @@ int run(int argc, char** argv) {
 
   std::string statusText = statusPipe[0] >= 0 ? drain(statusPipe[0]) : "";
   if (statusPipe[0] >= 0) ::close(statusPipe[0]);
+  size_t firstStatusProblem = problems.size();
   size_t start = 0;
   while (start < statusText.size()) {
     size_t nl = statusText.find('\n', start);
@@ -369,6 +370,17 @@ int run(int argc, char** argv) {
   }
 
   if (launcher) {
+    // What the job's library reported (e.g. a full disk stopped its stream) is kept in the
+    // launcher stream too, so `dltrace info` shows the trace is incomplete and why.
+    for (size_t i = firstStatusProblem; i < problems.size(); ++i) {
+      capnp::MallocMessageBuilder sm;
+      auto e = sm.initRoot<schema::Event>();
+      e.setStep(-1);
+      auto rs = e.initRecorderStatus();
+      rs.setOk(false);
+      rs.setMessage(problems[i]);
+      launcher->append(sm);
+    }
     capnp::MallocMessageBuilder em;
     auto e = em.initRoot<schema::Event>();
     e.setStep(-1);
