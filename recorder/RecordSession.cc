@@ -181,9 +181,16 @@ size_t describeIp(uint64_t ip, const char* maps, size_t mapsLen, char* out, size
 RecordSession::RecordSession(Config cfg) : cfg_(std::move(cfg)) {
   startNs_ = monoNs();
   if (cfg_.statusFd >= 0) {
+    // The number travels in the environment to exec'd children, where it may be closed or be
+    // one of the job's own files (a shell's `exec 5>log`): use it only while it is still
+    // dlrecord's pipe, so we never write into, or change the flags of, a file of the job.
+    struct stat st {};
     int fl = ::fcntl(cfg_.statusFd, F_GETFL);
-    if (fl < 0) cfg_.statusFd = -1;  // not open: dlrecord did not hand us one
-    else ::fcntl(cfg_.statusFd, F_SETFL, fl | O_NONBLOCK);
+    if (fl < 0 || ::fstat(cfg_.statusFd, &st) != 0 || !S_ISFIFO(st.st_mode) ||
+        (cfg_.statusIno != 0 && st.st_ino != cfg_.statusIno))
+      cfg_.statusFd = -1;
+    else
+      ::fcntl(cfg_.statusFd, F_SETFL, fl | O_NONBLOCK);
   }
   signalArena_.resize(32768);  // 256 KiB for the failure message built in a signal handler
   signalText_.resize(64 * 1024);

@@ -248,6 +248,26 @@ class RecorderKilledTest(TraceTestCase):
         self.assertEqual(v.returncode, 0, v.stdout)
 
 
+class StatusFdTest(TraceTestCase):
+    def test_a_job_file_on_the_status_fd_number_is_never_touched(self):
+        # A shell in the job reuses the status pipe's fd number for its own file, then runs a
+        # recorded process that reports a problem: the report must not go into the job's file,
+        # nor its flags change.
+        log = os.path.join(self.tmp, "job.log")
+        code = ("import ctypes, fcntl, os\n"
+                "fd = int(os.environ['DLRR_STATUS_FD'].split(':')[0])\n"
+                "ctypes.CDLL(None).dlrr_recorder_status(0, b'a problem to report')\n"
+                "print('nonblock', bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_NONBLOCK))\n")
+        script = 'fd=${DLRR_STATUS_FD%%%%:*}; eval "exec $fd>%s"; exec "$@"' % log
+        p = run([tool("dlrecord"), "-q", "-o", self.trace_path(), "--", "sh", "-c", script, "sh", PY, "-c", code])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout, "nonblock False\n")
+        self.assertEqual(slurp(log), "")
+        # The same report from the process dlrecord started does reach the user.
+        p = run([tool("dlrecord"), "-q", "-o", self.trace_path("t2"), "--", PY, "-c", code])
+        self.assertRegex(p.stderr, r"dlrecord: pid \d+: a problem to report")
+
+
 class BadInputTest(TraceTestCase):
     """dlreplay and dlrecord on bad input: documented exit codes, one clear line, no crash."""
 

@@ -246,7 +246,9 @@ std::vector<std::string> childEnvironment(const Options& o, const std::string& t
   env.push_back("DLRR_CAPTURE=" + o.capture);
   env.push_back("DLRR_RING_STEPS=" + std::to_string(o.ringSteps));
   env.push_back("DLRR_LIBRARY=" + paths.library);
-  if (statusFd >= 0) env.push_back("DLRR_STATUS_FD=" + std::to_string(statusFd));
+  struct stat st {};
+  if (statusFd >= 0 && ::fstat(statusFd, &st) == 0)  // FD:INODE, so the library can tell it is still our pipe
+    env.push_back("DLRR_STATUS_FD=" + std::to_string(statusFd) + ":" + std::to_string(st.st_ino));
   return env;
 }
 
