@@ -19,6 +19,7 @@
 #include "format/TraceDir.h"
 #include "format/TraceError.h"
 #include "format/Version.h"
+#include "recorder/OwnFds.h"
 
 namespace dlrr {
 namespace {
@@ -191,6 +192,7 @@ RecordSession::RecordSession(Config cfg) : cfg_(std::move(cfg)) {
       cfg_.statusFd = -1;
     else
       ::fcntl(cfg_.statusFd, F_SETFL, fl | O_NONBLOCK);
+    protectFd(cfg_.statusFd);
   }
   signalArena_.resize(32768);  // 256 KiB for the failure message built in a signal handler
   signalText_.resize(64 * 1024);
@@ -200,7 +202,10 @@ RecordSession::RecordSession(Config cfg) : cfg_(std::move(cfg)) {
 RecordSession::~RecordSession() { onExit(true, 0); }
 
 int RecordSession::traceDirFd() {
-  if (!dirFd_.valid()) dirFd_ = createTraceDir(cfg_.traceDir);
+  if (!dirFd_.valid()) {
+    dirFd_ = createTraceDir(cfg_.traceDir);
+    protectFd(dirFd_.get());
+  }
   return dirFd_.get();
 }
 
@@ -219,6 +224,7 @@ const std::string& RecordSession::pystackPath() {
         int fd = ::openat(dir, name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd >= 0) {
           ::fchmod(fd, 0600);  // umask may have narrowed it; never wider
+          protectFd(fd);
           pystackFd_ = fd;
           pystackName_ = name;
           pystackPath_ = cfg_.traceDir + "/" + name;
@@ -281,7 +287,15 @@ StreamWriter* RecordSession::writer() {
     h.setCwd(readLink("/proc/self/cwd"));
     h.setExe(readLink("/proc/self/exe"));
     h.setDlrrVersion(kDlrrVersion);
-    writer_ = std::make_unique<StreamWriter>(std::move(fd), hm);
+    int raw = fd.get();
+    protectFd(raw);  // before the writer holds it: the job's close() must never free the number
+    try {
+      writer_ = std::make_unique<StreamWriter>(std::move(fd), hm);
+    } catch (...) {
+      unprotectFd(raw);
+      throw;
+    }
+    streamFd_ = raw;
   } catch (const std::exception& e) {
     status_ = std::string("not recording this process: ") + e.what();
     disabled_.store(true);
@@ -610,6 +624,7 @@ void RecordSession::forked(int childPid) noexcept {
 void RecordSession::afterForkChild() noexcept {
   // A forked child without exec (e.g. a DataLoader worker) is not recorded: its work reaches
   // the parent (batches), and replay serves the parent. After exec it records afresh.
+  unprotectAllFds();  // the child's copies are not ours: the job may close them
   if (writer_) writer_->afterForkChild();
   (void)writer_.release();  // owned by the parent's copy of memory; never destroy it here
   ring_.clear();
@@ -691,6 +706,7 @@ void RecordSession::onExit(bool exited, int code) noexcept {
       writer_->append(msg);
       w = writer_.get();
     }
+    unprotectFd(streamFd_);  // the writer closes it now
     w->close();
     reportWriterFailure(*w);
     struct stat st {};

@@ -85,6 +85,7 @@ class RecordSession {
   bool openTried_ = false;
   std::string status_;
   UniqueFd dirFd_;        // the trace directory, opened once (O_NOFOLLOW, owner checked)
+  int streamFd_ = -1;     // the writer's fd (protected from the job's close, see OwnFds.h)
   std::string pystackPath_;
   std::string pystackName_;
   int pystackFd_ = -1;    // read back (pread) by the signal path; never closed

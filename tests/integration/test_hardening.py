@@ -212,6 +212,30 @@ class FaultTransparencyTest(TraceTestCase):
             shutil.rmtree(self.trace_path())
 
 
+class JobClosesOurFdsTest(TraceTestCase):
+    """A job that closes every fd it does not know (os.closerange, a close() loop, closefrom)
+    and then opens files must get its files intact: the recorder's fds are left open so their
+    numbers are never reused under the writer, and the recording goes on."""
+
+    def test_closing_every_fd(self):
+        job = os.path.join(HERE, "jobs", "close_fds.py")
+        for how in ("closerange", "close_loop", "closefrom"):
+            with self.subTest(how):
+                plain_dir, rec_dir = os.path.join(self.tmp, how + "-plain"), os.path.join(self.tmp, how + "-rec")
+                os.mkdir(plain_dir)
+                os.mkdir(rec_dir)
+                plain = run([PY, job, plain_dir, how])
+                trace = self.trace_path(how + ".trace")
+                rec = run([tool("dlrecord"), "-q", "-o", trace, "--", PY, job, rec_dir, how])
+                self.assertEqual((rec.returncode, rec.stdout, rec.stderr), (plain.returncode, plain.stdout, plain.stderr))
+                for k in range(6):
+                    name = "out-%d.txt" % k
+                    self.assertEqual(slurp(os.path.join(rec_dir, name), "rb"), slurp(os.path.join(plain_dir, name), "rb"),
+                                     "%s: the job's file %s differs from a plain run's" % (how, name))
+                self.assertEqual(info(trace)["steps"], 8)
+                self.assertEqual(run([tool("dltrace"), "verify", trace]).returncode, 0)
+
+
 class RecorderKilledTest(TraceTestCase):
     def test_dlrecord_killed_the_job_runs_on(self):
         marker = os.path.join(self.tmp, "finished")
