@@ -23,6 +23,15 @@ std::string hex(uint64_t v) {
   return b;
 }
 
+// Whether `n` (< a whole header) bytes can be the start of what a writer was writing when it
+// stopped: a frame header (its magic), or, right after a footer frame, the trailer.
+bool isTornPrefix(const uint8_t* p, size_t n, bool afterFooter) {
+  uint8_t magic[4];
+  for (int i = 0; i < 4; ++i) magic[i] = static_cast<uint8_t>(kFrameMagic >> (8 * i));
+  if (std::memcmp(p, magic, std::min<size_t>(n, sizeof magic)) == 0) return true;
+  return afterFooter && n < kTrailerSize && std::memcmp(p, kTrailerMagic, std::min(n, sizeof kTrailerMagic)) == 0;
+}
+
 std::string blobName(const Hash128& h) {
   char b[40];
   std::snprintf(b, sizeof b, "%016llx%016llx", static_cast<unsigned long long>(h.hi), static_cast<unsigned long long>(h.lo));
@@ -142,7 +151,7 @@ void StreamReader::init(const std::string& file) {
     readExact(0, head.data(), head.size());
     if (head.empty() || std::memcmp(head.data(), kFileMagic, std::min(head.size(), sizeof kFileMagic)) == 0)
       throw TraceError(ErrorKind::Corrupt, file + " is a torn stream (" + std::to_string(status_.fileSize) +
-                                               " bytes): its writer died before writing the file header");
+                                               " bytes): its writer died before writing the file header", true);
     throw TraceError(ErrorKind::NotATrace, file + " is too short to be a dlrr stream (" +
                                                std::to_string(status_.fileSize) + " bytes)");
   }
@@ -157,15 +166,24 @@ void StreamReader::init(const std::string& file) {
   if (info->major == 0) throw TraceError(ErrorKind::NotATrace, file + " has an invalid format version 0");
   status_.formatMinor = info->minor;
 
-  // The header frame must be intact: without it we do not know what the stream is.
-  if (status_.fileSize < kFileHeaderSize + kFrameHeaderSize)
-    throw TraceError(ErrorKind::Corrupt, file + " ends before its header frame");
+  // The header frame must be intact: without it we do not know what the stream is. Cut
+  // short (its writer stopped while creating the stream) it is torn, not damaged.
+  if (status_.fileSize < kFileHeaderSize + kFrameHeaderSize) {
+    uint8_t part[kFrameHeaderSize];
+    size_t n = static_cast<size_t>(status_.fileSize - kFileHeaderSize);
+    readExact(kFileHeaderSize, part, n);
+    throw TraceError(ErrorKind::Corrupt,
+                     file + " ends before its header frame (a torn stream: its writer died while creating it)",
+                     isTornPrefix(part, n, false));
+  }
   uint8_t hb[kFrameHeaderSize];
   readExact(kFileHeaderSize, hb, sizeof hb);
   FrameInfo hf{kFileHeaderSize, {}};
-  if (decodeFrameHeader(hb, hf.header) != HeaderStatus::Ok || hf.header.kind != FrameKind::Header ||
-      kFileHeaderSize + kFrameHeaderSize + hf.header.storedLen > status_.fileSize)
+  if (decodeFrameHeader(hb, hf.header) != HeaderStatus::Ok || hf.header.kind != FrameKind::Header)
     throw TraceError(ErrorKind::Corrupt, file + ": header frame is damaged");
+  if (kFileHeaderSize + kFrameHeaderSize + hf.header.storedLen > status_.fileSize)
+    throw TraceError(ErrorKind::Corrupt,
+                     file + ": header frame is cut short (a torn stream: its writer died while creating it)", true);
   readPayload(hf, headerWords_);
   if (headerWords_.size() % 8 != 0) throw TraceError(ErrorKind::Corrupt, file + ": header frame is damaged");
   try {
@@ -260,6 +278,7 @@ void StreamReader::scan() {
   bool haveSeq = false;
   const uint64_t size = status_.fileSize;
   uint64_t end = footerLoaded_ ? footerOffset_ : size;
+  bool afterFooter = false;
   while (off < end) {
     if (!footerLoaded_ && size - off == kTrailerSize) {
       uint8_t tb[kTrailerSize];
@@ -267,7 +286,12 @@ void StreamReader::scan() {
       if (decodeTrailer(tb)) break;  // trailer without a usable footer: footer frame was bad
     }
     if (end - off < kFrameHeaderSize) {
-      status_.damage = "torn frame header at " + hex(off) + " (" + std::to_string(end - off) + " trailing bytes)";
+      uint8_t part[kFrameHeaderSize];
+      size_t n = static_cast<size_t>(end - off);
+      readExact(off, part, n);
+      status_.torn = !footerLoaded_ && isTornPrefix(part, n, afterFooter);
+      status_.damage = (status_.torn ? "torn frame header at " : "trailing bytes that are not a frame at ") + hex(off) +
+                       " (" + std::to_string(n) + " trailing bytes)";
       break;
     }
     uint8_t hb[kFrameHeaderSize];
@@ -291,8 +315,10 @@ void StreamReader::scan() {
       status_.damage = "torn " + std::string(frameKindName(f.header.kind)) + " frame at " + hex(off) + " (needs " +
                        std::to_string(f.header.storedLen) + " payload bytes, " +
                        std::to_string(end - off - kFrameHeaderSize) + " present)";
+      status_.torn = !footerLoaded_;  // an intact header whose frame runs past the end of file
       break;
     }
+    afterFooter = false;
     bool async = (f.header.flags & kFrameFlagAsync) != 0;
     if (off == kFileHeaderSize) {
       if (f.header.kind != FrameKind::Header) {
@@ -314,10 +340,16 @@ void StreamReader::scan() {
     if (f.header.kind == FrameKind::Footer) {
       if (!unusedFooter_) unusedFooter_ = f;
       off += kFrameHeaderSize + f.header.storedLen;
+      afterFooter = true;
       continue;  // a footer we could not use; its trailer follows
     }
     frames_.push_back(f);
     off += kFrameHeaderSize + f.header.storedLen;
+  }
+  if (afterFooter && off == size && status_.damage.empty()) {
+    // The writer was stopped between its footer frame and the trailer (kill -9 during close).
+    status_.torn = true;
+    status_.damage = "footer frame at " + hex(unusedFooter_->offset) + " has no trailer (its writer stopped while closing)";
   }
   if (!footerLoaded_) status_.validEnd = frames_.empty() ? kFileHeaderSize : frames_.back().offset + kFrameHeaderSize + frames_.back().header.storedLen;
 }
@@ -425,17 +457,20 @@ std::vector<std::string> StreamReader::verify() {
   std::vector<std::string> problems;
   std::vector<uint8_t> bytes;
   scan();
-  if (!status_.damage.empty()) problems.push_back(name_ + ": " + status_.damage);
+  if (!status_.damage.empty() && !status_.torn) problems.push_back(name_ + ": " + status_.damage);
   if (!footerLoaded_ && unusedFooter_) {
-    // close() writes footer and trailer together: a footer open() could not use means damage.
+    // close() writes the footer frame, then the trailer: a footer open() could not use is
+    // damage, unless the writer was stopped right between the two (a torn tail).
     std::string why = "footer frame at " + hex(unusedFooter_->offset) + " is not usable";
+    bool payloadOk = true;
     try {
       readPayload(*unusedFooter_, bytes);
       why += " (its trailer is missing or damaged, or its index is inconsistent)";
     } catch (const TraceError& e) {
+      payloadOk = false;
       why += " (" + std::string(e.what()) + ")";
     }
-    problems.push_back(name_ + ": " + why + "; the stream was read by scanning");
+    if (!(status_.torn && payloadOk)) problems.push_back(name_ + ": " + why + "; the stream was read by scanning");
   }
   for (const FrameInfo& f : frames_) {
     try {

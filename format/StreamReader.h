@@ -32,6 +32,11 @@ struct StreamStatus {
   uint64_t fileSize = 0;
   uint64_t validEnd = 0;      // bytes up to the end of the last intact frame
   std::string damage;         // why reading stopped before the end of file ("" = it did not)
+  // Reading stopped at an incomplete last frame that runs to the end of the file, or at a
+  // footer frame whose trailer is missing or cut: what a writer stopped mid-write (kill -9,
+  // disk full) leaves. Such a tail never holds a commit (a commit returns only once its frame
+  // is whole in the file), so the stream is recovered, not damaged; `damage` says where.
+  bool torn = false;
   uint16_t formatMinor = 0;
   // From the footer (valid when cleanClose): what the writer says it wrote.
   uint64_t footerSteps = 0;
@@ -71,7 +76,8 @@ class StreamReader {
   std::vector<uint8_t> readBlob(const Hash128& h, uint64_t size);
 
   // Reads and checks every frame: CRCs, decodability, blob hashes, that every event parses.
-  // Returns a list of problems (empty when intact). Never throws for damage.
+  // Returns a list of problems (empty when intact; a torn tail is not a problem, see
+  // StreamStatus::torn). Never throws for damage.
   std::vector<std::string> verify();
 
  private:

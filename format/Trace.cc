@@ -59,7 +59,7 @@ std::unique_ptr<Trace> Trace::open(const std::string& path, OpenMode mode) {
       t->streams_.push_back(StreamReader::open(t->dir_.get(), n + kStreamExt, n));
     } catch (const TraceError& e) {
       if (mode == OpenMode::Strict || e.kind() == ErrorKind::FutureVersion) throw;
-      t->broken_.push_back({n, e.kind(), e.what()});
+      t->broken_.push_back({n, e.kind(), e.what(), e.torn()});
       if (!first) first = e;
     }
   }
@@ -171,6 +171,7 @@ TraceSummary Trace::summarize() {
     for (auto a : h.getArgv()) ss.argv.emplace_back(a.cStr());
     ss.cleanClose = s->status().cleanClose;
     ss.damage = s->status().damage;
+    ss.torn = s->status().torn;
     ss.fileBytes = s->status().fileSize;
     for (const auto& f : s->frames()) {
       ss.bytes += kFrameHeaderSize + f.header.storedLen;
@@ -198,7 +199,8 @@ TraceSummary Trace::summarize() {
         }
       });
     } catch (const TraceError& e) {
-      if (ss.damage.empty()) ss.damage = e.what();
+      if (ss.damage.empty() || ss.torn) ss.damage = e.what();
+      ss.torn = false;
     }
     if (first && (s.get() == mainS)) sum.failure = first;
     if (first && !anyFailure) anyFailure = first;

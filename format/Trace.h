@@ -42,6 +42,7 @@ struct StreamSummary {
   std::vector<std::string> argv;
   bool cleanClose = false;
   std::string damage;
+  bool torn = false;  // `damage` is only a torn tail (StreamStatus::torn): recovered
   uint64_t events = 0;
   uint64_t steps = 0;
   std::optional<int> exitCode;
@@ -55,6 +56,7 @@ struct BrokenStream {
   std::string name;
   ErrorKind kind = ErrorKind::Corrupt;
   std::string message;
+  bool torn = false;  // cut short while its writer created it (TraceError::torn): holds nothing
 };
 
 struct TraceSummary {

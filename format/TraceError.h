@@ -17,11 +17,16 @@ enum class ErrorKind {
 
 class TraceError : public std::runtime_error {
  public:
-  TraceError(ErrorKind kind, const std::string& what) : std::runtime_error(what), kind_(kind) {}
+  TraceError(ErrorKind kind, const std::string& what, bool torn = false)
+      : std::runtime_error(what), kind_(kind), torn_(torn) {}
   ErrorKind kind() const noexcept { return kind_; }
+  // A stream cut short while its writer created it (killed, disk full): it holds nothing
+  // recorded, and is what a crash at startup leaves rather than damage (kind Corrupt).
+  bool torn() const noexcept { return torn_; }
 
  private:
   ErrorKind kind_;
+  bool torn_ = false;
 };
 
 const char* errorKindName(ErrorKind k) noexcept;

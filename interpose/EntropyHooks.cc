@@ -2,7 +2,9 @@
 // function and hands the bytes to the recorder, in order. Python's hash seed, `random`,
 // NumPy seeding (getrandom) and torch.seed() (/dev/urandom via open+read) all pass here.
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <stdarg.h>
 #include <string.h>
 #include <sys/random.h>
@@ -12,6 +14,7 @@
 #include <cstdint>
 
 #include "interpose/ProcessRecorder.h"
+#include "recorder/OwnFds.h"
 
 namespace dlrr {
 namespace {
@@ -191,8 +194,47 @@ __attribute__((visibility("default"))) ssize_t __read_chk(int fd, void* buf, siz
 
 __attribute__((visibility("default"))) int close(int fd) {
   static auto real = realFn<int (*)(int)>("close");
+  if (isProtectedFd(fd)) return 0;  // the recorder's own fd: left open so its number is never reused
   clearFd(fd);
   return real(fd);
+}
+
+// os.closerange() (Python uses close_range), closefrom(), daemonising code: every fd in the
+// range is closed except the recorder's own (see recorder/OwnFds.h).
+__attribute__((visibility("default"))) int close_range(unsigned first, unsigned last, int flags) {
+  static auto real = realFn<int (*)(unsigned, unsigned, int)>("close_range");
+  if (!real) {
+    errno = ENOSYS;
+    return -1;
+  }
+  int mine[16];
+  int n = protectedFdsIn(first, last, mine, 16);
+  auto closeSpan = [&](unsigned lo, unsigned hi) {
+    int r = real(lo, hi, flags);
+    if (r == 0 && !(flags & CLOSE_RANGE_CLOEXEC))
+      for (unsigned fd = lo; fd <= hi && fd < static_cast<unsigned>(kMaxFd); ++fd) clearFd(static_cast<int>(fd));
+    return r;
+  };
+  unsigned from = first;
+  for (int i = 0; i < n; ++i) {  // the spans between our fds (sorted, all within the range)
+    unsigned mineFd = static_cast<unsigned>(mine[i]);
+    if (mineFd > from)
+      if (int r = closeSpan(from, mineFd - 1)) return r;
+    from = mineFd + 1;
+  }
+  if (n == 0 || (from <= last && from != 0)) return closeSpan(from, last);
+  return 0;
+}
+
+__attribute__((visibility("default"))) void closefrom(int lowfd) {
+  static auto real = realFn<void (*)(int)>("closefrom");
+  if (lowfd < 0) lowfd = 0;
+  int mine[1];
+  if (protectedFdsIn(static_cast<unsigned>(lowfd), ~0u, mine, 1) == 0) {
+    if (real) real(lowfd);
+    return;
+  }
+  close_range(static_cast<unsigned>(lowfd), ~0u, 0);
 }
 
 }  // extern "C"

@@ -26,7 +26,16 @@ Config Config::fromEnvironment() {
   if (const char* fd = std::getenv("DLRR_STATUS_FD")) {
     char* end = nullptr;
     long v = std::strtol(fd, &end, 10);
-    if (end != fd && *end == '\0' && v > 2 && v < 65536) c.statusFd = static_cast<int>(v);
+    unsigned long long ino = 0;
+    if (end != fd && *end == ':') {
+      char* inoEnd = nullptr;
+      ino = std::strtoull(end + 1, &inoEnd, 10);
+      end = inoEnd != end + 1 ? inoEnd : end;
+    }
+    if (end != fd && *end == '\0' && v > 2 && v < 65536) {
+      c.statusFd = static_cast<int>(v);
+      c.statusIno = ino;
+    }
   }
   if (const char* s = std::getenv("DLRR_REPLAY_STREAM")) c.replayStream = s;
   return c;

@@ -13,7 +13,8 @@ struct Config {
   std::string traceDir;            // DLRR_TRACE (absolute)
   CaptureLevel capture = CaptureLevel::Default;  // DLRR_CAPTURE=minimal|default|full
   int ringSteps = 2;               // DLRR_RING_STEPS: steps of full tensors kept for a failure
-  int statusFd = -1;               // DLRR_STATUS_FD: pipe to dlrecord for "what was not recorded"
+  int statusFd = -1;               // DLRR_STATUS_FD=FD:INODE: pipe to dlrecord for "what was not recorded"
+  unsigned long long statusIno = 0;  // the pipe's inode: fd FD is used only while it is that pipe
   std::string replayStream;        // DLRR_REPLAY_STREAM: stream to replay (replay mode)
 
   static Config fromEnvironment();

@@ -3,6 +3,8 @@
 #include <capnp/message.h>
 #include <capnp/serialize.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <limits.h>
 #include <time.h>
@@ -17,6 +19,7 @@
 #include "format/TraceDir.h"
 #include "format/TraceError.h"
 #include "format/Version.h"
+#include "recorder/OwnFds.h"
 
 namespace dlrr {
 namespace {
@@ -66,6 +69,18 @@ void setRef(schema::BlobRef::Builder b, const BlobId& id) {
 }
 
 // Async-signal-safe helpers for the fatal-signal path.
+size_t readFdInto(int fd, char* buf, size_t cap) noexcept {
+  if (fd < 0) return 0;
+  size_t n = 0;
+  while (n < cap) {
+    ssize_t r = ::pread(fd, buf + n, cap - n, static_cast<off_t>(n));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    n += static_cast<size_t>(r);
+  }
+  return n;
+}
+
 size_t readFileInto(const char* path, char* buf, size_t cap) noexcept {
   int fd = ::open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
@@ -77,6 +92,22 @@ size_t readFileInto(const char* path, char* buf, size_t cap) noexcept {
   }
   ::close(fd);
   return n;
+}
+
+// Writes to the status pipe without ever raising SIGPIPE in the job: dlrecord may be gone
+// (killed), and a job that restored SIGPIPE's default (or any non-Python job) would die of it.
+void writeNoSigpipe(int fd, const char* p, size_t n) noexcept {
+  sigset_t pipeSet, old, pending;
+  sigemptyset(&pipeSet);
+  sigaddset(&pipeSet, SIGPIPE);
+  if (::pthread_sigmask(SIG_BLOCK, &pipeSet, &old) != 0) return;
+  bool hadPending = ::sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
+  ssize_t w = ::write(fd, p, n);
+  if (w < 0 && errno == EPIPE && !sigismember(&old, SIGPIPE) && !hadPending) {
+    timespec zero{0, 0};
+    ::sigtimedwait(&pipeSet, nullptr, &zero);  // consume the SIGPIPE this write raised
+  }
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
 size_t formatHex(uint64_t v, char* out) noexcept {
@@ -151,11 +182,18 @@ size_t describeIp(uint64_t ip, const char* maps, size_t mapsLen, char* out, size
 RecordSession::RecordSession(Config cfg) : cfg_(std::move(cfg)) {
   startNs_ = monoNs();
   if (cfg_.statusFd >= 0) {
+    // The number travels in the environment to exec'd children, where it may be closed or be
+    // one of the job's own files (a shell's `exec 5>log`): use it only while it is still
+    // dlrecord's pipe, so we never write into, or change the flags of, a file of the job.
+    struct stat st {};
     int fl = ::fcntl(cfg_.statusFd, F_GETFL);
-    if (fl < 0) cfg_.statusFd = -1;  // not open: dlrecord did not hand us one
-    else ::fcntl(cfg_.statusFd, F_SETFL, fl | O_NONBLOCK);
+    if (fl < 0 || ::fstat(cfg_.statusFd, &st) != 0 || !S_ISFIFO(st.st_mode) ||
+        (cfg_.statusIno != 0 && st.st_ino != cfg_.statusIno))
+      cfg_.statusFd = -1;
+    else
+      ::fcntl(cfg_.statusFd, F_SETFL, fl | O_NONBLOCK);
+    protectFd(cfg_.statusFd);
   }
-  pystackPath_ = cfg_.traceDir + "/pystack-" + std::to_string(::getpid()) + ".txt";
   signalArena_.resize(32768);  // 256 KiB for the failure message built in a signal handler
   signalText_.resize(64 * 1024);
   mapsText_.resize(512 * 1024);  // also the output buffer of the signal path
@@ -163,17 +201,40 @@ RecordSession::RecordSession(Config cfg) : cfg_(std::move(cfg)) {
 
 RecordSession::~RecordSession() { onExit(true, 0); }
 
+int RecordSession::traceDirFd() {
+  if (!dirFd_.valid()) {
+    dirFd_ = createTraceDir(cfg_.traceDir);
+    protectFd(dirFd_.get());
+  }
+  return dirFd_.get();
+}
+
 const std::string& RecordSession::pystackPath() {
   std::lock_guard<std::mutex> lk(mu_);
   if (!pystackReady_) {
     pystackReady_ = true;
-    int fd = ::open(pystackPath_.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd >= 0) {
-      ::fchmod(fd, 0600);
-      ::close(fd);
-    } else {
-      pystackPath_.clear();  // no file we control: faulthandler stays off
+    // O_EXCL as for stream files: a file or link planted under the name (O_NOFOLLOW alone
+    // would still open a planted hard link, or a file another user left in a directory that
+    // was open to them before dlrecord tightened it) is never opened; the next name is taken.
+    try {
+      int dir = traceDirFd();
+      std::string base = "pystack-" + std::to_string(::getpid());
+      for (int n = 0; n < 100 && pystackFd_ < 0; ++n) {
+        std::string name = (n == 0 ? base : base + "." + std::to_string(n)) + ".txt";
+        int fd = ::openat(dir, name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+          ::fchmod(fd, 0600);  // umask may have narrowed it; never wider
+          protectFd(fd);
+          pystackFd_ = fd;
+          pystackName_ = name;
+          pystackPath_ = cfg_.traceDir + "/" + name;
+        } else if (errno != EEXIST) {
+          break;
+        }
+      }
+    } catch (...) {
     }
+    if (pystackFd_ < 0) pystackPath_.clear();  // no file we control: faulthandler stays off
   }
   return pystackPath_;
 }
@@ -187,9 +248,19 @@ std::string RecordSession::status() const {
 
 void RecordSession::reportStatus(const std::string& line) noexcept {
   if (cfg_.statusFd < 0) return;
-  std::string msg = "pid " + std::to_string(::getpid()) + ": " + line + "\n";
-  ssize_t w = ::write(cfg_.statusFd, msg.data(), msg.size());
-  (void)w;
+  try {
+    std::string msg = "pid " + std::to_string(::getpid()) + ": " + line + "\n";
+    writeNoSigpipe(cfg_.statusFd, msg.data(), msg.size());
+  } catch (...) {
+  }
+}
+
+void RecordSession::reportWriterFailure(StreamWriter& w) noexcept {
+  if (!w.failed() || writerFailureReported_.exchange(true)) return;
+  try {
+    reportStatus("recording stopped: " + w.error() + "; the trace keeps what was committed before (trace incomplete)");
+  } catch (...) {
+  }
 }
 
 StreamWriter* RecordSession::writer() {
@@ -197,10 +268,10 @@ StreamWriter* RecordSession::writer() {
   if (writer_ || openTried_ || disabled_.load()) return writer_.get();
   openTried_ = true;
   try {
-    UniqueFd dir = createTraceDir(cfg_.traceDir);
+    int dir = traceDirFd();
     std::string name;
     std::string base = "p" + std::to_string(::getpid());
-    UniqueFd fd = createStreamFile(dir.get(), base, name);
+    UniqueFd fd = createStreamFile(dir, base, name);
     capnp::MallocMessageBuilder hm;
     auto h = hm.initRoot<schema::StreamHeader>();
     h.setStreamName(name);
@@ -208,7 +279,7 @@ StreamWriter* RecordSession::writer() {
     h.setPid(::getpid());
     h.setPpid(::getppid());
     std::string parent = "p" + std::to_string(::getppid());
-    if (::faccessat(dir.get(), (parent + kStreamExt).c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0) h.setParentStream(parent);
+    if (::faccessat(dir, (parent + kStreamExt).c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0) h.setParentStream(parent);
     h.setStartNs(realNs());
     auto argv = readCmdline();
     auto a = h.initArgv(static_cast<unsigned>(argv.size()));
@@ -216,7 +287,15 @@ StreamWriter* RecordSession::writer() {
     h.setCwd(readLink("/proc/self/cwd"));
     h.setExe(readLink("/proc/self/exe"));
     h.setDlrrVersion(kDlrrVersion);
-    writer_ = std::make_unique<StreamWriter>(std::move(fd), hm);
+    int raw = fd.get();
+    protectFd(raw);  // before the writer holds it: the job's close() must never free the number
+    try {
+      writer_ = std::make_unique<StreamWriter>(std::move(fd), hm);
+    } catch (...) {
+      unprotectFd(raw);
+      throw;
+    }
+    streamFd_ = raw;
   } catch (const std::exception& e) {
     status_ = std::string("not recording this process: ") + e.what();
     disabled_.store(true);
@@ -324,7 +403,10 @@ void RecordSession::stepEnd(int64_t step, double loss) {
     std::lock_guard<std::mutex> lk(mu_);
     w = writer_.get();
   }
-  if (w) w->commit(true);  // the commit point: durable before the job goes on
+  if (w) {
+    w->commit(true);  // the commit point: durable before the job goes on
+    reportWriterFailure(*w);  // a full disk says so while the job runs, not only at its exit
+  }
 }
 
 void RecordSession::rngState(int kind, int device, const void* data, uint64_t n) {
@@ -559,6 +641,7 @@ void RecordSession::forked(int childPid) noexcept {
 void RecordSession::afterForkChild() noexcept {
   // A forked child without exec (e.g. a DataLoader worker) is not recorded: its work reaches
   // the parent (batches), and replay serves the parent. After exec it records afresh.
+  unprotectAllFds();  // the child's copies are not ours: the job may close them
   if (writer_) writer_->afterForkChild();
   (void)writer_.release();  // owned by the parent's copy of memory; never destroy it here
   ring_.clear();
@@ -599,7 +682,7 @@ void RecordSession::onFatalSignal(int sig, const siginfo_t* info, const uint64_t
       size_t n = describeIp(ips[i], mapsText_.data(), mapsLen, buf, sizeof buf);
       syms.set(static_cast<unsigned>(i), capnp::Text::Reader(buf, n));
     }
-    size_t py = readFileInto(pystackPath_.c_str(), signalText_.data(), signalText_.size() - 1);
+    size_t py = readFdInto(pystackFd_, signalText_.data(), signalText_.size() - 1);
     f.setPythonStack(capnp::Text::Reader(signalText_.data(), py));
     // Where: the innermost native frame, or the innermost Python line when there is one.
     if (nips > 0) f.setWhere(syms[0]);
@@ -621,7 +704,9 @@ void RecordSession::onFatalSignal(int sig, const siginfo_t* info, const uint64_t
 void RecordSession::onExit(bool exited, int code) noexcept {
   if (exited_.exchange(true)) return;
   try {
-    std::unique_ptr<StreamWriter> w;
+    // The writer is closed but never destroyed here: other threads may be inside emit() with
+    // a pointer to it (entropy drawn while the main thread exits); once closed it ignores them.
+    StreamWriter* w;
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (!writer_) return;
@@ -636,13 +721,14 @@ void RecordSession::onExit(bool exited, int code) noexcept {
       pe.setCode(code);
       pe.setExitCode(exited ? code : 128 + code);
       writer_->append(msg);
-      w = std::move(writer_);
+      w = writer_.get();
     }
+    unprotectFd(streamFd_);  // the writer closes it now
     w->close();
-    if (w->failed()) reportStatus("trace incomplete: " + w->error());
+    reportWriterFailure(*w);
     struct stat st {};
-    if (pystackReady_ && !pystackPath_.empty() && ::stat(pystackPath_.c_str(), &st) == 0 && st.st_size == 0)
-      ::unlink(pystackPath_.c_str());  // nothing crashed: leave no empty file behind
+    if (pystackFd_ >= 0 && ::fstat(pystackFd_, &st) == 0 && st.st_size == 0)
+      ::unlinkat(dirFd_.get(), pystackName_.c_str(), 0);  // nothing crashed: leave no empty file behind
   } catch (...) {
   }
 }

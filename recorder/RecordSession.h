@@ -30,7 +30,8 @@ class RecordSession {
   const Config& config() const { return cfg_; }
   bool active() const noexcept { return !disabled_.load(std::memory_order_relaxed); }
   std::string status() const;
-  // Path for faulthandler's dump; created private (0600) on first use.
+  // Path for faulthandler's dump; created private (0600) on first use, exclusively and
+  // relative to the trace directory's fd (never through a planted link); "" when it cannot be.
   const std::string& pystackPath();
 
   void entropy(schema::Entropy::Source src, unsigned flags, const void* data, size_t n, size_t requested);
@@ -73,6 +74,8 @@ class RecordSession {
   template <typename Fill>
   void emit(Fill&& fill, int64_t stepBegin = -1);
   void reportStatus(const std::string& line) noexcept;
+  void reportWriterFailure(StreamWriter& w) noexcept;
+  int traceDirFd();  // caller holds mu_; throws TraceError
   void recordFailureLocked();
   void flushRing(StreamWriter& w);
 
@@ -81,8 +84,13 @@ class RecordSession {
   std::unique_ptr<StreamWriter> writer_;
   bool openTried_ = false;
   std::string status_;
+  UniqueFd dirFd_;        // the trace directory, opened once (O_NOFOLLOW, owner checked)
+  int streamFd_ = -1;     // the writer's fd (protected from the job's close, see OwnFds.h)
   std::string pystackPath_;
+  std::string pystackName_;
+  int pystackFd_ = -1;    // read back (pread) by the signal path; never closed
   bool pystackReady_ = false;
+  std::atomic<bool> writerFailureReported_{false};
   std::atomic<bool> disabled_{false};
   std::atomic<bool> exited_{false};
   std::atomic<int64_t> step_{-1};

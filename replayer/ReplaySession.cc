@@ -84,7 +84,7 @@ ReplaySession::ReplaySession(const Config& cfg, const std::string& until) : cfg_
   auto t = parseReplayTarget(until.empty() ? "end" : until, err);
   if (!t) throw TraceError(ErrorKind::Usage, err);
   target_ = *t;
-  trace_ = Trace::open(cfg_.traceDir);
+  trace_ = Trace::open(cfg_.traceDir, OpenMode::Tolerant);  // as dlreplay: a stream torn at birth is skipped
   stream_ = cfg_.replayStream.empty() ? trace_->mainStream() : trace_->find(cfg_.replayStream);
   if (!stream_) throw TraceError(ErrorKind::NotFound, "stream " + cfg_.replayStream + " is not in the trace");
   std::vector<std::string> recorded;

@@ -22,7 +22,9 @@ fail() {
 expect() {
   local want=$1
   shift
-  timeout 30 "$DLTRACE" "$@" >"$OUT" 2>"$ERR"
+  # 1 GiB of address space at most: a length read from a damaged trace must never become an
+  # allocation (the reader caps every frame at 64 MiB).
+  (ulimit -v 1048576 && exec timeout 30 "$DLTRACE" "$@") >"$OUT" 2>"$ERR"
   local rc=$?
   if [ "$rc" != "$want" ]; then
     fail "dltrace $* exited $rc, expected $want; stderr: $(head -c 400 "$ERR")"
@@ -119,13 +121,28 @@ expect 0 verify "$C"
 # --- damaged copies
 P=p101.dls
 SIZE=$(stat -c %s "$T/$P")
+# Cut mid-frame: what a writer killed mid-write (or on a full disk) leaves; recovered, not damage.
 cp -r "$T" "$WORK/torn" && truncate -s $((SIZE / 2 + 7)) "$WORK/torn/$P"
-expect 1 verify "$WORK/torn"
-grep -q 'steps readable' "$OUT" || fail "verify does not say what is readable: $(cat "$OUT")"
+expect 0 verify "$WORK/torn"
+grep -q 'p101: ok (.*recovered' "$OUT" || fail "verify does not call a torn stream recovered: $(cat "$OUT")"
 expect 0 info "$WORK/torn" --json
-json 'd["processes"][1]["damage"] is not None'
+json 'd["processes"][1]["damage"] is not None and d["processes"][1]["torn"] is True'
+expect 0 info "$WORK/torn"
+grep -q 'torn' "$OUT" || fail "info does not show the torn state: $(cat "$OUT")"
 expect 0 steps "$WORK/torn"
 grep -q 'warning' "$ERR" || fail "steps on a torn stream does not warn"
+# ... but bytes after the last frame that are not the start of a frame are damage.
+cp -r "$C" "$WORK/tornjunk" && printf 'this is not a frame header at all!' >>"$WORK/tornjunk/$P"
+expect 1 verify "$WORK/tornjunk"
+grep -q 'steps readable' "$OUT" || fail "verify does not say what is readable: $(cat "$OUT")"
+# Killed between the footer and the trailer, and killed while creating the stream.
+cp -r "$T" "$WORK/notrailer" && truncate -s $((SIZE - 24)) "$WORK/notrailer/$P"
+expect 0 verify "$WORK/notrailer"
+cp -r "$T" "$WORK/birth" && head -c 10 "$T/$P" >"$WORK/birth/$P"
+expect 0 verify "$WORK/birth"
+grep -q 'p101: ok (0 steps, recovered' "$OUT" || fail "verify on a stream torn at birth: $(cat "$OUT")"
+expect 0 info "$WORK/birth" --json
+json 'd["unreadable_streams"][0]["torn"] is True'
 
 cp -r "$T" "$WORK/flip" && printf '\xff' | dd of="$WORK/flip/$P" bs=1 seek=$((SIZE / 2)) conv=notrunc 2>/dev/null
 expect 1 verify "$WORK/flip"
@@ -160,12 +177,39 @@ for cmd in info steps events verify; do
 done
 grep -q 'pass the trace directory' "$ERR" || true
 
+# --- a directory where a stream file is expected, a FIFO planted as a stream (must not hang)
+mkdir -p "$WORK/dirstream/launcher.dls"
+expect 4 info "$WORK/dirstream"
+grep -q 'is a directory' "$ERR" || fail "a directory named like a stream is not named: $(cat "$ERR")"
+for cmd in steps events verify; do expect 4 $cmd "$WORK/dirstream"; done
+cp -r "$T" "$WORK/fifo" && mkfifo "$WORK/fifo/p999.dls"
+expect 1 verify "$WORK/fifo"
+grep -q 'p999: unreadable: .*not a regular file' "$OUT" || fail "verify on a planted FIFO: $(cat "$OUT")"
+expect 0 info "$WORK/fifo" --json
+json 'd["unreadable_streams"][0]["stream"] == "p999" and d["steps"] == 6'
+expect 0 steps "$WORK/fifo"
+expect 0 dump "$WORK/fifo" --step 3 --batch inputs.0 -o "$WORK/x.npy"
+# dump on the damaged and foreign copies: one line, a documented code, never a crash
+expect 4 dump "$WORK/junk" --step 1 --batch inputs.0 -o "$WORK/x.npy"
+expect 4 dump "$WORK/plain" --step 1 --batch inputs.0 -o "$WORK/x.npy"
+expect 3 dump "$WORK/missing" --step 1 --batch inputs.0 -o "$WORK/x.npy"
+expect 7 dump "$WORK/birth" --step 1 --batch inputs.0 -o "$WORK/x.npy"
+
 # --- permissions: drop to nobody when running as root (root reads everything)
 if [ "$(id -u)" = 0 ]; then
   if command -v setpriv >/dev/null; then
-    timeout 30 setpriv --reuid=65534 --regid=65534 --clear-groups "$DLTRACE" info "$T" >/dev/null 2>"$ERR"
-    rc=$?
-    [ "$rc" = 3 ] || fail "unreadable trace as nobody exited $rc, expected 3: $(cat "$ERR")"
+    chmod 755 "$WORK"
+    cp -r "$T" "$WORK/private"   # 0700 directory of 0600 files, owned by root
+    cp -r "$T" "$WORK/opendir" && chmod 755 "$WORK/opendir"   # the directory readable, the streams not
+    for t in "$T" "$WORK/private" "$WORK/opendir"; do
+      for cmd in info steps events verify "dump --step 1 --batch inputs.0 -o /dev/null"; do
+        timeout 30 setpriv --reuid=65534 --regid=65534 --clear-groups "$DLTRACE" $cmd "$t" >/dev/null 2>"$ERR"
+        rc=$?
+        [ "$rc" = 3 ] || fail "dltrace $cmd on an unreadable trace as nobody exited $rc, expected 3: $(cat "$ERR")"
+        [ "$(wc -l <"$ERR")" = 1 ] || fail "dltrace $cmd as nobody: not one line: $(cat "$ERR")"
+      done
+    done
+    chmod 700 "$WORK"
   fi
 else
   cp -r "$T" "$WORK/perm" && chmod 000 "$WORK/perm/$P"

@@ -79,6 +79,12 @@ class FakeLib:
         return self.capture_level
 
     def _dlrr_pystack_path(self):
+        # As the library: the file exists (created exclusively, 0600) once its path is handed out.
+        if self.pystack_path:
+            try:
+                os.close(os.open(self.pystack_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+            except OSError:
+                pass
         return self.pystack_path.encode()
 
     def _dlrr_runtime_info(self, key, value):

@@ -110,6 +110,13 @@ TEST(Recovery, TruncationAtEveryByteRecoversExactlyTheCommittedSteps) {
     }
     if (cut < s->headerFrameEnd) {
       EXPECT_FALSE(r.opened);  // without its header frame a stream is not usable
+      // ... but a stream cut while its writer created it is torn (recovered, nothing in it).
+      std::vector<uint8_t> head(s->bytes.begin(), s->bytes.begin() + static_cast<long>(cut));
+      try {
+        StreamReader::openBytes(std::move(head), "p101");
+      } catch (const TraceError& e) {
+        EXPECT_TRUE(e.torn()) << e.what();
+      }
       continue;
     }
     ASSERT_TRUE(r.opened) << r.openError;
@@ -124,6 +131,12 @@ TEST(Recovery, TruncationAtEveryByteRecoversExactlyTheCommittedSteps) {
       if (!s->boundaries.count(cut)) {
         EXPECT_NE(r.status.damage, "");
       }
+      // Whatever the cut, it is what a writer stopped there leaves: a torn tail at most, never
+      // damage (dltrace verify accepts it).
+      EXPECT_TRUE(r.status.damage.empty() || r.status.torn) << r.status.damage;
+      auto reader = StreamReader::openBytes(std::vector<uint8_t>(s->bytes.begin(), s->bytes.begin() + static_cast<long>(cut)), "p101");
+      auto problems = reader->verify();
+      EXPECT_TRUE(problems.empty()) << problems.front();
     } else {
       EXPECT_TRUE(r.status.cleanClose);
     }
@@ -222,15 +235,77 @@ TEST(Recovery, ConcatenatedStreamsAreDetected) {
 }
 
 TEST(Recovery, FooterWithoutTrailerIsReadByScanningAndReported) {
+  // Killed between the footer frame and the trailer (kill -9 during close): a torn tail.
   auto s = makeSample({});
   auto bytes = s->bytes;
   bytes.resize(bytes.size() - kTrailerSize);
   auto r = StreamReader::openBytes(bytes, "p101");
   EXPECT_FALSE(r->status().cleanClose);
+  EXPECT_TRUE(r->status().torn);
+  EXPECT_NE(r->status().damage.find("no trailer"), std::string::npos) << r->status().damage;
   EXPECT_EQ(readSteps(bytes).steps.size(), s->steps.size());
-  auto problems = r->verify();
+  EXPECT_TRUE(r->verify().empty());
+
+  // A whole trailer that does not check out is damage, not a crash.
+  auto bad = s->bytes;
+  bad[bad.size() - 6] ^= 0x40;  // inside the trailer's CRC
+  auto r2 = StreamReader::openBytes(bad, "p101");
+  EXPECT_FALSE(r2->status().cleanClose);
+  EXPECT_FALSE(r2->status().torn);
+  auto problems = r2->verify();
   ASSERT_FALSE(problems.empty());
-  EXPECT_NE(problems.front().find("footer"), std::string::npos) << problems.front();
+  bool named = false;
+  for (const auto& p : problems) named |= p.find("footer") != std::string::npos;
+  EXPECT_TRUE(named) << problems.front();
+  EXPECT_EQ(readSteps(bad).steps.size(), s->steps.size());
+}
+
+TEST(Recovery, ATornTailIsRecoveredButWrongBytesAreDamage) {
+  testing::SampleOptions o;
+  o.steps = 4;
+  o.closeCleanly = false;
+  auto s = makeSample(o);
+  // Torn: a frame cut anywhere, the partial header of the next frame.
+  auto cut = s->bytes;
+  cut.resize(cut.size() - 5);
+  auto r = StreamReader::openBytes(cut, "p101");
+  EXPECT_TRUE(r->status().torn);
+  EXPECT_TRUE(r->verify().empty());
+  auto partial = s->bytes;
+  partial.insert(partial.end(), {0x44, 0x4C, 0x52});  // "DLR": the start of a frame magic
+  EXPECT_TRUE(StreamReader::openBytes(partial, "p101")->verify().empty());
+  // Damage: junk after the last frame, a bit flipped in the last frame, junk of a whole header.
+  auto junk = s->bytes;
+  junk.insert(junk.end(), {'j', 'u', 'n', 'k', '!'});
+  auto rj = StreamReader::openBytes(junk, "p101");
+  EXPECT_FALSE(rj->status().torn);
+  EXPECT_FALSE(rj->verify().empty());
+  auto flip = s->bytes;
+  flip[flip.size() - 3] ^= 1;
+  EXPECT_FALSE(StreamReader::openBytes(flip, "p101")->verify().empty());
+  auto big = s->bytes;
+  big.insert(big.end(), 40, 0xAB);
+  auto rb = StreamReader::openBytes(big, "p101");
+  EXPECT_FALSE(rb->status().torn);
+  EXPECT_FALSE(rb->verify().empty());
+  // Torn at birth: nothing but (part of) the file header, or a header frame cut short.
+  for (size_t n : {size_t{0}, size_t{5}, size_t{16}, size_t{20}, s->headerFrameEnd - 1}) {
+    try {
+      StreamReader::openBytes(std::vector<uint8_t>(s->bytes.begin(), s->bytes.begin() + static_cast<long>(n)), "p101");
+      ADD_FAILURE() << n;
+    } catch (const TraceError& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Corrupt) << n;
+      EXPECT_TRUE(e.torn()) << n << ": " << e.what();
+    }
+  }
+  auto hdrJunk = std::vector<uint8_t>(s->bytes.begin(), s->bytes.begin() + 16);
+  hdrJunk.insert(hdrJunk.end(), {'x', 'y', 'z'});
+  try {
+    StreamReader::openBytes(hdrJunk, "p101");
+    ADD_FAILURE();
+  } catch (const TraceError& e) {
+    EXPECT_FALSE(e.torn()) << e.what();
+  }
 }
 
 TEST(Recovery, AnEmptyStreamFileIsTornNotForeign) {

@@ -246,7 +246,9 @@ std::vector<std::string> childEnvironment(const Options& o, const std::string& t
   env.push_back("DLRR_CAPTURE=" + o.capture);
   env.push_back("DLRR_RING_STEPS=" + std::to_string(o.ringSteps));
   env.push_back("DLRR_LIBRARY=" + paths.library);
-  if (statusFd >= 0) env.push_back("DLRR_STATUS_FD=" + std::to_string(statusFd));
+  struct stat st {};
+  if (statusFd >= 0 && ::fstat(statusFd, &st) == 0)  // FD:INODE, so the library can tell it is still our pipe
+    env.push_back("DLRR_STATUS_FD=" + std::to_string(statusFd) + ":" + std::to_string(st.st_ino));
   return env;
 }
 
@@ -360,6 +362,7 @@ int run(int argc, char** argv) {
 
   std::string statusText = statusPipe[0] >= 0 ? drain(statusPipe[0]) : "";
   if (statusPipe[0] >= 0) ::close(statusPipe[0]);
+  size_t firstStatusProblem = problems.size();
   size_t start = 0;
   while (start < statusText.size()) {
     size_t nl = statusText.find('\n', start);
@@ -369,6 +372,17 @@ int run(int argc, char** argv) {
   }
 
   if (launcher) {
+    // What the job's library reported (e.g. a full disk stopped its stream) is kept in the
+    // launcher stream too, so `dltrace info` shows the trace is incomplete and why.
+    for (size_t i = firstStatusProblem; i < problems.size(); ++i) {
+      capnp::MallocMessageBuilder sm;
+      auto e = sm.initRoot<schema::Event>();
+      e.setStep(-1);
+      auto rs = e.initRecorderStatus();
+      rs.setOk(false);
+      rs.setMessage(problems[i]);
+      launcher->append(sm);
+    }
     capnp::MallocMessageBuilder em;
     auto e = em.initRoot<schema::Event>();
     e.setStep(-1);
@@ -385,7 +399,7 @@ int run(int argc, char** argv) {
   for (const auto& p : problems) std::fprintf(stderr, "dlrecord: %s\n", p.c_str());
   if (recording && !o.quiet) {
     try {
-      auto t = Trace::open(trace);
+      auto t = Trace::open(trace, OpenMode::Tolerant);
       TraceSummary s = t->summarize();
       std::string line = "dlrecord: trace " + trace + ": " + std::to_string(s.steps) + " step" +
                          (s.steps == 1 ? "" : "s") + ", " + humanBytes(s.bytes);

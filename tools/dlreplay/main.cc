@@ -5,6 +5,7 @@
 // recording, and a stop at the target. It shows the command before running it, and never
 // runs the command of a trace from another host or user without consent.
 #include <fcntl.h>
+#include <kj/exception.h>
 #include <pwd.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -45,6 +46,7 @@ enum : int {
   kFuture = 5,
   kCorrupt = 6,
   kNotFound = 7,
+  kInternal = 8,     // a bug in dlreplay: please report it
   kConsent = 9,      // the trace is from another host/user: --yes or an explicit command needed
   kNotReached = 10,  // the job ended (or failed otherwise) before the target
   kDivergence = 11,  // a step recomputed differently from the recording
@@ -90,7 +92,8 @@ const char* kUsageText =
     "\n"
     "exit status: 0 target reached, every step verified; 10 target not reached; 11 divergence;\n"
     "12 the replayed process never attached; 9 consent needed; 2 usage; 3 I/O error;\n"
-    "4 not a trace; 5 newer trace format; 6 corrupt trace; 7 no such step/stream/failure.\n";
+    "4 not a trace; 5 newer trace format; 6 corrupt trace; 7 no such step/stream/failure;\n"
+    "8 internal error; 126/127 the command cannot be run / found.\n";
 
 struct Options {
   std::string trace;
@@ -221,7 +224,9 @@ int run(int argc, char** argv) {
   TraceSummary sum;
   StreamReader* launcher = nullptr;
   try {
-    trace = Trace::open(o.trace);
+    trace = Trace::open(o.trace, OpenMode::Tolerant);
+    for (const auto& b : trace->broken())
+      std::fprintf(stderr, "dlreplay: warning: stream %s skipped: %s\n", b.name.c_str(), b.message.c_str());
     sum = trace->summarize();
     launcher = trace->launcher();
   } catch (const TraceError& e) {
@@ -251,10 +256,14 @@ int run(int argc, char** argv) {
   ReplayTarget target = *parseReplayTarget(until, err);
   if (target.kind == ReplayTarget::Kind::Nan && !(sum.failure && sum.failure->kind == "nonfinite")) {
     bool any = false;
-    for (auto& s : trace->streams())
-      s->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
-        any = any || (e.isFailure() && e.getFailure().getKind() == schema::Failure::Kind::NONFINITE);
-      });
+    for (auto& s : trace->streams()) {
+      try {
+        s->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
+          any = any || (e.isFailure() && e.getFailure().getKind() == schema::Failure::Kind::NONFINITE);
+        });
+      } catch (const TraceError&) {  // damage: what precedes it was searched
+      }
+    }
     if (!any) {
       std::fprintf(stderr, "dlreplay: the trace records no non-finite value; use --until step=N, crash or end\n");
       return kNotFound;
@@ -387,8 +396,17 @@ int run(int argc, char** argv) {
   else
     ::signal(SIGINT, SIG_IGN);
   int execPipe[2];
-  if (::pipe2(execPipe, O_CLOEXEC) != 0) return kIo;
+  if (::pipe2(execPipe, O_CLOEXEC) != 0) {
+    std::perror("dlreplay: pipe");
+    ::unlink(reportPath);
+    return kIo;
+  }
   pid_t pid = ::fork();
+  if (pid < 0) {
+    std::perror("dlreplay: fork");
+    ::unlink(reportPath);
+    return kIo;
+  }
   if (pid == 0) {
     for (int s : forwarded) ::signal(s, SIG_DFL);
     if (::chdir(cwd.c_str()) != 0) ::_exit(127);
@@ -486,4 +504,21 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace dlrr
 
-int main(int argc, char** argv) { return dlrr::run(argc, argv); }
+int main(int argc, char** argv) {
+  // Whatever a trace holds, dlreplay ends with one line and a documented exit code.
+  try {
+    return dlrr::run(argc, argv);
+  } catch (const dlrr::TraceError& e) {
+    std::fprintf(stderr, "dlreplay: %s\n", e.what());
+    return dlrr::exitFor(e.kind());
+  } catch (const kj::Exception& e) {
+    std::fprintf(stderr, "dlreplay: trace data does not parse: %s\n", e.getDescription().cStr());
+    return dlrr::kCorrupt;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "dlreplay: out of memory reading the trace\n");
+    return dlrr::kCorrupt;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dlreplay: internal error: %s\n", e.what());
+    return dlrr::kInternal;
+  }
+}

@@ -80,6 +80,7 @@ void writeJson(Output& out, Trace& trace, const TraceSummary& s, const std::stri
       j.null();
     else
       j.value(p.damage);
+    j.field("torn", p.torn);
     j.field("events", p.events);
     j.field("steps", p.steps);
     j.key("exit_code");
@@ -99,6 +100,7 @@ void writeJson(Output& out, Trace& trace, const TraceSummary& s, const std::stri
     j.field("stream", b.name);
     j.field("error", std::string(errorKindName(b.kind)));
     j.field("message", b.message);
+    j.field("torn", b.torn);
     j.endObject();
   }
   j.endArray();
@@ -135,11 +137,11 @@ void writeText(Output& out, Trace& trace, const TraceSummary& s, const std::stri
   out.line("  " + pad("STREAM", 12) + pad("ROLE", 9) + pad("PID", 8) + pad("EVENTS", 9) + pad("STEPS", 7) +
            pad("EXIT", 6) + pad("STATE", 9) + "ARGV");
   for (const auto& p : s.processes) {
-    std::string state = !p.damage.empty() ? "damaged" : p.cleanClose ? "clean" : "unclosed";
+    std::string state = p.torn ? "torn" : !p.damage.empty() ? "damaged" : p.cleanClose ? "clean" : "unclosed";
     out.line("  " + pad(p.name, 12) + pad(p.role, 9) + pad(std::to_string(p.pid), 8) +
              pad(std::to_string(p.events), 9) + pad(std::to_string(p.steps), 7) +
              pad(p.exitCode ? std::to_string(*p.exitCode) : "-", 6) + pad(state, 9) + joinArgv(p.argv));
-    if (!p.damage.empty()) out.line("      damage: " + printable(p.damage));
+    if (!p.damage.empty()) out.line(std::string(p.torn ? "      torn tail: " : "      damage: ") + printable(p.damage));
   }
   for (const auto& b : s.broken) out.line("  " + pad(b.name, 12) + "unreadable: " + printable(b.message));
   if (!s.notes.empty()) {
@@ -167,7 +169,7 @@ CommandDef infoCommand() {
           "what a trace holds: command, processes, steps, size, failure",
           "dltrace info TRACE [--json]",
           "Summarises a trace: the recorded command, host and user, when it was made, the trace\n"
-          "format version, each process (stream, role, pid, argv, clean/unclosed/damaged, events,\n"
+          "format version, each process (stream, role, pid, argv, clean/unclosed/torn/damaged, events,\n"
           "steps, exit code), completed steps, sizes and compression ratio, recorder notes and the\n"
           "first failure. Damaged or unreadable streams are reported, not fatal.\n"
           "\n"

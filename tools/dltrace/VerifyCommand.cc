@@ -33,7 +33,8 @@ std::string withoutName(const std::string& problem, const std::string& name) {
   return problem.rfind(prefix, 0) == 0 ? problem.substr(prefix.size()) : problem;
 }
 
-// Verifies one stream and prints its report; returns true when intact.
+// Verifies one stream and prints its report; returns true when intact (a recovered stream,
+// whose writer stopped without closing it, is intact: see StreamStatus::torn).
 bool verifyStream(StreamReader& s, Output& out) {
   std::vector<std::string> problems = s.verify();
   uint64_t steps = 0;
@@ -62,9 +63,12 @@ bool verifyStream(StreamReader& s, Output& out) {
                        std::to_string(firstMissingStep) + ")");
   const StreamStatus& st = s.status();
   if (problems.empty()) {
+    std::string how = st.cleanClose ? "closed cleanly"
+                      : st.torn     ? "recovered: its writer stopped mid-write; " + printable(st.damage) +
+                                      " holds nothing committed"
+                                    : "not closed: its writer stopped after its last commit";
     out.line(s.name() + ": ok (" + std::to_string(steps) + " steps, " + std::to_string(s.frames().size()) +
-             " frames, " + (st.cleanClose ? "closed cleanly" : "not closed: its writer stopped after its last commit") +
-             ")");
+             " frames, " + how + ")");
     return true;
   }
   std::string readable = st.cleanClose
@@ -83,6 +87,7 @@ int run(const Args& args, Output& out) {
   size_t damaged = 0;
   size_t notStreams = 0;
   size_t opened = 0;
+  size_t torn = 0;
   for (const auto& name : names) {
     std::unique_ptr<StreamReader> s;
     try {
@@ -90,6 +95,11 @@ int run(const Args& args, Output& out) {
     } catch (const TraceError& e) {
       if (e.kind() == ErrorKind::FutureVersion) throw;  // nothing this dlrr can check
       if (e.kind() == ErrorKind::Io) throw;
+      if (e.torn()) {  // its writer was stopped while creating it: nothing was recorded in it
+        out.line(name + ": ok (0 steps, recovered: " + printable(e.what()) + ")");
+        ++torn;
+        continue;
+      }
       out.line(name + ": unreadable: " + printable(e.what()) + "; 0 steps readable");
       ++damaged;
       notStreams += e.kind() == ErrorKind::NotATrace;
@@ -99,7 +109,7 @@ int run(const Args& args, Output& out) {
     if (!verifyStream(*s, out)) ++damaged;
   }
   if (notStreams == names.size()) throw TraceError(ErrorKind::NotATrace, path + " holds no readable dlrr stream");
-  if (opened == 0) throw TraceError(ErrorKind::Corrupt, "verify: no stream of " + path + " can be read");
+  if (opened == 0 && torn == 0) throw TraceError(ErrorKind::Corrupt, "verify: no stream of " + path + " can be read");
   if (damaged == 0) {
     out.line("verify: " + std::to_string(names.size()) + " stream(s) intact");
     return kExitOk;
@@ -117,8 +127,10 @@ CommandDef verifyCommand() {
           "Reads every frame of every stream: frame header and payload CRC32C, decompression,\n"
           "that every event parses, every blob's XXH3-128 content hash, and that every blob an\n"
           "event references is present. Prints one line per stream: 'ok', or what is damaged\n"
-          "and how many steps are still readable. Exit 0 only when every stream is intact; 1\n"
-          "when anything is damaged (a stream that was not closed but ends at a commit is intact);\n"
+          "and how many steps are still readable. Exit 0 when every stream is intact, including\n"
+          "recovered streams: a stream whose writer was stopped (kill -9, full disk) has no footer\n"
+          "and may end in a torn frame or be cut short at its start, which holds nothing committed.\n"
+          "Exit 1 when anything is damaged (bytes that are wrong, not merely missing at the end);\n"
           "6 when no stream can be read at all.\n",
           {},
           run};

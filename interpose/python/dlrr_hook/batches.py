@@ -23,13 +23,16 @@ class BatchDecoder:
         self._dtypes = {}
 
     def _dtype(self, name):
-        dtype = self._dtypes.get(name)
-        if dtype is None:
-            dtype = getattr(self._torch, name, None)
+        entry = self._dtypes.get(name)
+        if entry is None:
+            # A plain dictionary lookup: getattr() could reach a module-level __getattr__
+            # (lazy imports in newer torch) with a name taken from the trace.
+            dtype = vars(self._torch).get(name)
             if not isinstance(dtype, self._torch.dtype):
                 raise BatchFormatError("unknown tensor dtype %r in the trace" % name)
-            self._dtypes[name] = dtype
-        return dtype
+            entry = (dtype, self._torch.empty((), dtype=dtype).element_size())
+            self._dtypes[name] = entry
+        return entry
 
     def decode(self, data):
         view = memoryview(data)
@@ -55,6 +58,8 @@ class BatchDecoder:
         if tag == ord("N"):
             return None, pos
         if tag == ord("B"):
+            if pos >= len(view):
+                raise BatchFormatError("truncated batch")
             return bool(view[pos]), pos + 1
         if tag == ord("I"):
             return _I64.unpack_from(view, pos)[0], pos + 8
@@ -65,6 +70,8 @@ class BatchDecoder:
         if tag == ord("Y"):
             (n,) = _U32.unpack_from(view, pos)
             pos += 4
+            if pos + n > len(view):
+                raise BatchFormatError("truncated bytes")
             return bytes(view[pos:pos + n]), pos + n
         if tag == ord("O"):
             name, pos = self._str(view, pos)
@@ -95,8 +102,12 @@ class BatchDecoder:
         dtype_name, pos = self._str(view, pos)
         (ndim,) = _U32.unpack_from(view, pos)
         pos += 4
+        if pos + 8 * ndim > len(view):
+            raise BatchFormatError("truncated tensor shape")
         shape = [_I64.unpack_from(view, pos + 8 * i)[0] for i in range(ndim)]
         pos += 8 * ndim
+        if pos >= len(view):
+            raise BatchFormatError("truncated tensor")
         requires_grad = bool(view[pos])
         pos += 1
         device, pos = self._str(view, pos)
@@ -104,7 +115,19 @@ class BatchDecoder:
         pos += 8
         if pos + nbytes > len(view):
             raise BatchFormatError("truncated tensor data")
-        dtype = self._dtype(dtype_name)
+        dtype, elem_size = self._dtype(dtype_name)
+        # The shape must describe exactly the bytes present: nothing is allocated that the
+        # trace does not hold, and reshape cannot fail.
+        elements = 1
+        for d in shape:
+            if d < 0:
+                raise BatchFormatError("negative dimension %d in a tensor shape" % d)
+            elements *= d
+        if elements * elem_size != nbytes:
+            raise BatchFormatError("tensor of shape %s and dtype %s needs %d bytes, the trace holds %d"
+                                   % (shape, dtype_name, elements * elem_size, nbytes))
+        if requires_grad and not (dtype.is_floating_point or dtype.is_complex):
+            raise BatchFormatError("requires_grad on a tensor of dtype %s" % dtype_name)
         buf = bytearray(view[pos:pos + nbytes])
         if nbytes:
             tensor = torch.frombuffer(buf, dtype=dtype).reshape(shape)

@@ -96,6 +96,10 @@ def _safe_str(exc):
         return "<unprintable %s>" % type(exc).__name__
 
 
+def _open_existing_no_follow(path, flags):
+    return os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
 class FailureHooks:
     """Exception hooks and faulthandler for one recorder."""
 
@@ -168,7 +172,9 @@ class FailureHooks:
         path = native.decode(self._lib.dlrr_pystack_path())
         if not path:
             return
-        self._pystack_file = open(path, "w", encoding="utf-8")
+        # The library created the file (exclusively, private); open that file, never a link
+        # planted in its place, and never create one.
+        self._pystack_file = open(path, "w", encoding="utf-8", opener=_open_existing_no_follow)
         faulthandler.enable(file=self._pystack_file, all_threads=True)
 
     def disable_faulthandler(self):
