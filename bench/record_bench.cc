@@ -6,8 +6,9 @@
 //    it for one step of examples/train.py's SmallCNN with batch 32 (capture default): step
 //    begin, 3 RNG states, one batch (32x3x16x16 float32 + 32 int64), 9 module outputs kept
 //    for the failure ring, 8 gradients, 8 parameters, the loss, step end (the commit).
-//    Prints the caller's time per step (median and p90 over steps, wall clock), split into
-//    the parts, and the commit's share. The writer thread's work overlaps the step.
+//    Prints the caller's time per step, split into the parts: median and p90 over steps of
+//    the calling thread's CPU time (robust on a shared machine) and of wall time (includes
+//    waiting: the commit waits for the writer thread, whose work otherwise overlaps the step).
 // docs/performance.md keeps the figures.
 #include <sys/stat.h>
 #include <time.h>
@@ -32,6 +33,19 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+struct Mark {
+  double cpu;   // this thread's CPU time, s
+  double wall;  // monotonic, s
+};
+
+Mark mark() {
+  timespec c{}, w{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c);
+  clock_gettime(CLOCK_MONOTONIC, &w);
+  return {static_cast<double>(c.tv_sec) + static_cast<double>(c.tv_nsec) * 1e-9,
+          static_cast<double>(w.tv_sec) + static_cast<double>(w.tv_nsec) * 1e-9};
+}
 
 std::vector<float> makeData(const char* kind, size_t n, std::mt19937& rng) {
   std::normal_distribution<float> normal(0.f, 1.f);
@@ -112,8 +126,8 @@ void benchSession(int steps) {
   enum Part { kBegin, kRng, kBatch, kOutputs, kGrads, kParams, kEnd, kParts };
   const char* names[kParts] = {"step begin", "rng states",       "batch", "module outputs", "gradients",
                                "parameters", "step end (commit)"};
-  std::vector<std::vector<double>> parts(kParts);
-  std::vector<double> total;
+  std::vector<std::vector<double>> parts(kParts), partsWall(kParts);
+  std::vector<double> total, totalWall;
   {
     dlrr::RecordSession s(cfg);
     dlrr::DigestResult r;
@@ -127,37 +141,41 @@ void benchSession(int steps) {
       // Outputs and parameters change a little every step, so their bytes differ.
       for (auto& t : outputs) t.data[0] += 1.f;
       for (auto& t : params) t.data[0] += 1.f;
-      auto t0 = Clock::now();
+      Mark t0 = mark();
       s.stepBegin(step, 0, static_cast<uint64_t>(step), 0, false);
-      auto t1 = Clock::now();
+      Mark t1 = mark();
       s.rngState(0, -1, torchRng.data(), torchRng.size());
       s.rngState(2, -1, npRng.data(), npRng.size());
       s.rngState(3, -1, pyRng.data(), pyRng.size());
-      auto t2 = Clock::now();
+      Mark t2 = mark();
       s.batchBegin(0, 0, static_cast<uint64_t>(step), true, indices.data(), indices.size());
       s.batchBuilder().tuple(2);
       s.batchTensor("float32", 4, 4, batchShape, batch.data(), batch.size() * 4, "cpu", false);
       s.batchTensor("int64", 8, 1, labelShape, labels.data(), labels.size() * 8, "cpu", false);
       s.batchEnd();
-      auto t3 = Clock::now();
+      Mark t3 = mark();
       for (auto& t : outputs)
         s.digest(0, t.path, 0, 0, "float32", static_cast<int>(t.shape.size()), t.shape.data(), t.data.data(),
                  t.data.size() * 4, true, r);
-      auto t4 = Clock::now();
+      Mark t4 = mark();
       for (auto& t : params)
         s.digest(1, t.path, 0, 0, "float32", static_cast<int>(t.shape.size()), t.shape.data(), t.data.data(),
                  t.data.size() * 4, false, r);
-      auto t5 = Clock::now();
+      Mark t5 = mark();
       for (auto& t : params)
         s.digest(2, t.path, 0, 0, "float32", static_cast<int>(t.shape.size()), t.shape.data(), t.data.data(),
                  t.data.size() * 4, false, r);
-      auto t6 = Clock::now();
+      Mark t6 = mark();
       s.stepEnd(step, 1.0);
-      auto t7 = Clock::now();
-      Clock::time_point marks[kParts + 1] = {t0, t1, t2, t3, t4, t5, t6, t7};
+      Mark t7 = mark();
+      Mark marks[kParts + 1] = {t0, t1, t2, t3, t4, t5, t6, t7};
       if (step >= steps / 10) {  // warm-up
-        for (int p = 0; p < kParts; ++p) parts[p].push_back(seconds(marks[p + 1] - marks[p]));
-        total.push_back(seconds(t7 - t0));
+        for (int p = 0; p < kParts; ++p) {
+          parts[p].push_back(marks[p + 1].cpu - marks[p].cpu);
+          partsWall[p].push_back(marks[p + 1].wall - marks[p].wall);
+        }
+        total.push_back(t7.cpu - t0.cpu);
+        totalWall.push_back(t7.wall - t0.wall);
       }
     }
     s.onExit(true, 0);
@@ -173,10 +191,13 @@ void benchSession(int steps) {
   };
   std::printf("\nRecordSession, one SmallCNN step (capture default), %d steps after warm-up\n",
               static_cast<int>(total.size()));
-  std::printf("%-20s %12s %12s\n", "part", "median us", "p90 us");
-  for (int p = 0; p < kParts; ++p)
-    std::printf("%-20s %12.1f %12.1f\n", names[p], median(parts[p]) * 1e6, p90(parts[p]) * 1e6);
-  std::printf("%-20s %12.1f %12.1f\n", "total", median(total) * 1e6, p90(total) * 1e6);
+  std::printf("%-20s %14s %12s %14s %12s\n", "part", "cpu median us", "cpu p90 us", "wall median us", "wall p90 us");
+  auto row = [&](const char* name, const std::vector<double>& cpu, const std::vector<double>& wall) {
+    std::printf("%-20s %14.1f %12.1f %14.1f %12.1f\n", name, median(cpu) * 1e6, p90(cpu) * 1e6, median(wall) * 1e6,
+                p90(wall) * 1e6);
+  };
+  for (int p = 0; p < kParts; ++p) row(names[p], parts[p], partsWall[p]);
+  row("total", total, totalWall);
 }
 
 }  // namespace
