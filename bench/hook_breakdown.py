@@ -21,8 +21,10 @@ process's other threads (the native writer thread: compression and writes).  Par
   digest: KIND          TensorMarshal.prepare (host copy when needed) + dlrr_digest, by kind
     dlrr_digest         the native part: hash, NaN/Inf/min/max scan, ring copy, event
 
-The wrappers cost about a microsecond per call themselves; figures are for comparing
-parts, not for the overall ratio (bench/record_overhead.py measures that).
+Wall time includes waiting (the commit) and being preempted (on a loaded machine, e.g. by
+the writer thread it just woke); CPU time is the hook's own work on the main thread.  The
+wrappers cost a microsecond or two per call themselves (thread_time is a system call);
+figures are for comparing parts, not for the overall ratio (bench/record_overhead.py).
 """
 import argparse
 import json
@@ -37,11 +39,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Timers:
-    """Nesting-aware timers: inclusive and self (children subtracted) time per name."""
+    """Nesting-aware timers: inclusive and self (children subtracted) time per name, on two
+    clocks: wall (perf_counter) and the calling thread's CPU time (thread_time)."""
 
     def __init__(self):
         self.incl = {}
         self.self_ = {}
+        self.incl_cpu = {}
+        self.self_cpu = {}
         self.calls = {}
         self.parent = {}
         self._stack = []
@@ -49,7 +54,8 @@ class Timers:
     def wrap(self, name, fn):
         stack = self._stack
         incl, self_, calls, parent = self.incl, self.self_, self.calls, self.parent
-        clock = time.perf_counter
+        incl_cpu, self_cpu = self.incl_cpu, self.self_cpu
+        clock, cpu_clock = time.perf_counter, time.thread_time
 
         def timed(*args, **kwargs):
             key = name(*args) if callable(name) else name
@@ -57,19 +63,24 @@ class Timers:
                 return fn(*args, **kwargs)
             if key not in parent:
                 parent[key] = stack[-1][0] if stack else None
-            frame = [key, 0.0]
+            frame = [key, 0.0, 0.0]
             stack.append(frame)
+            c0 = cpu_clock()
             t0 = clock()
             try:
                 return fn(*args, **kwargs)
             finally:
                 dt = clock() - t0
+                dc = cpu_clock() - c0
                 stack.pop()
                 incl[key] = incl.get(key, 0.0) + dt
                 self_[key] = self_.get(key, 0.0) + dt - frame[1]
+                incl_cpu[key] = incl_cpu.get(key, 0.0) + dc
+                self_cpu[key] = self_cpu.get(key, 0.0) + dc - frame[2]
                 calls[key] = calls.get(key, 0) + 1
                 if stack:
                     stack[-1][1] += dt
+                    stack[-1][2] += dc
         return timed
 
 
@@ -130,6 +141,7 @@ def inner(argv):
         start = t_start[0] or end
         with open(out_path, "w") as f:
             json.dump({"steps": rec.steps.steps_begun, "incl": t.incl, "self": t.self_,
+                       "incl_cpu": t.incl_cpu, "self_cpu": t.self_cpu,
                        "calls": t.calls, "parent": t.parent,
                        "loop_wall": end[0] - start[0], "main_cpu": end[1] - start[1],
                        "other_threads_cpu": (end[2] - start[2]) - (end[1] - start[1])}, f)
@@ -169,21 +181,26 @@ def main():
           "other threads %.2f ms/step cpu" % (args.job, args.capture, r["steps"],
                                               r["loop_wall"] / steps * 1e3, r["main_cpu"] / steps * 1e3,
                                               r["other_threads_cpu"] / steps * 1e3))
-    print("%-32s %9s %12s %12s" % ("part", "calls/step", "incl us/step", "self us/step"))
+    print("%-30s %6s %20s %20s" % ("", "", "wall us/step", "cpu us/step"))
+    print("%-30s %6s %9s %10s %9s %10s" % ("part", "calls", "incl", "self", "incl", "self"))
 
     children = {}
     for key, parent in r["parent"].items():
         children.setdefault(parent, []).append(key)
 
     def show(key, depth):
-        print("%-32s %9.1f %12.1f %12.1f" % ("  " * depth + key, r["calls"][key] / steps,
-                                             r["incl"][key] / steps * 1e6, r["self"][key] / steps * 1e6))
+        print("%-30s %6.1f %9.1f %10.1f %9.1f %10.1f"
+              % ("  " * depth + key, r["calls"][key] / steps, r["incl"][key] / steps * 1e6,
+                 r["self"][key] / steps * 1e6, r["incl_cpu"][key] / steps * 1e6,
+                 r["self_cpu"][key] / steps * 1e6))
         for child in sorted(children.get(key, []), key=lambda k: -r["incl"][k]):
             show(child, depth + 1)
     for key in sorted(children.get(None, []), key=lambda k: -r["incl"][k]):
         show(key, 0)
     total = sum(r["incl"][k] for k in children.get(None, []))
-    print("%-32s %9s %12.1f" % ("total (top level)", "", total / steps * 1e6))
+    total_cpu = sum(r["incl_cpu"][k] for k in children.get(None, []))
+    print("%-30s %6s %9.1f %10s %9.1f" % ("total (top level)", "", total / steps * 1e6, "",
+                                          total_cpu / steps * 1e6))
 
 
 if __name__ == "__main__":
