@@ -1,5 +1,5 @@
 // dlrr_record_bench: what the native side of recording costs per step, without Python/torch.
-//   dlrr_record_bench [steps, default 400] [digest|session|all, default all]
+//   dlrr_record_bench [steps, default 400] [digest|session|all, default all] [ring steps, default 2]
 // 1. digest: computeDigest (XXH3-64 + NaN/Inf count + finite min/max) on float32 tensors of
 //    the sizes a small CNN produces, in MB/s and ns per element, best of 5.
 // 2. session: a real RecordSession writing a temporary trace, fed what the Python hook feeds
@@ -93,7 +93,7 @@ Tensor tensor(const char* path, std::vector<int64_t> shape, const char* kind, st
   return {path, std::move(shape), makeData(kind, n, rng)};
 }
 
-void benchSession(int steps) {
+void benchSession(int steps, int ringSteps) {
   std::mt19937 rng(2);
   std::vector<Tensor> outputs, params;
   outputs.push_back(tensor("conv1", {32, 8, 16, 16}, "weights", rng));
@@ -122,6 +122,7 @@ void benchSession(int steps) {
   dlrr::Config cfg;
   cfg.mode = dlrr::Mode::Record;
   cfg.traceDir = dir + "/t";
+  cfg.ringSteps = ringSteps;
   std::filesystem::create_directories(dir);
   enum Part { kBegin, kRng, kBatch, kOutputs, kGrads, kParams, kEnd, kParts };
   const char* names[kParts] = {"step begin", "rng states",       "batch", "module outputs", "gradients",
@@ -207,6 +208,6 @@ int main(int argc, char** argv) {
   if (steps < 10) steps = 10;
   std::string what = argc > 2 ? argv[2] : "all";
   if (what == "all" || what == "digest") benchDigest();
-  if (what == "all" || what == "session") benchSession(steps);
+  if (what == "all" || what == "session") benchSession(steps, argc > 3 ? std::atoi(argv[3]) : 2);
   return 0;
 }
