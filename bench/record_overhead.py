@@ -2,6 +2,7 @@
 
     /usr/bin/python3 bench/record_overhead.py [--runs 5] [--build build]
                                               [--jobs example,cnn] [--variants ...]
+                                              [--baseline OTHER_BUILD]
 
 Jobs (examples/train.py on data written by examples/prepare_data.py):
   example        the example job as shipped: 2 DataLoader workers, 2 epochs (128 steps),
@@ -13,7 +14,8 @@ Jobs (examples/train.py on data written by examples/prepare_data.py):
 Variants: plain (python3 train.py), dlrecord --capture minimal|default|full, and the peers
 of bench/peer_wrapper.py: the wrapper alone, torch.autograd.set_detect_anomaly(True), a
 global forward hook checking torch.isfinite on every module output, torch.save of every
-DataLoader batch.
+DataLoader batch.  With --baseline, base-minimal|base-default|base-full run the dlrecord
+of another build (e.g. one of an earlier commit) in the same rounds, for before/after.
 
 Every round runs every variant once, in a shuffled order (plus the plain job and dlrecord
 default with --epochs 0, for start-up), so that the drift of a shared machine hits all
@@ -114,6 +116,8 @@ def main():
                     help="subset of plain,minimal,default,full,wrapper,anomaly,isfinite,save")
     ap.add_argument("--seed", type=int, default=0, help="seed of the per-round shuffle")
     ap.add_argument("--keep", metavar="DIR", help="keep the traces of the last round here")
+    ap.add_argument("--baseline", metavar="BUILD",
+                    help="build directory whose dlrecord the base-* variants run")
     args = ap.parse_args()
     dlrecord = os.path.join(args.build, "bin", "dlrecord")
     dltrace = os.path.join(args.build, "bin", "dltrace")
@@ -157,6 +161,10 @@ def main():
                 elif variant in DLRR_MODES:
                     trace = fresh()
                     argv = [dlrecord, "-q", "--capture", variant, "-o", trace, "--", PY] + j
+                elif variant.startswith("base-"):
+                    trace = fresh()
+                    argv = [os.path.join(args.baseline, "bin", "dlrecord"), "-q", "--capture",
+                            variant[5:], "-o", trace, "--", PY] + j
                 else:
                     argv = [PY, wrapper, "plain" if variant == "wrapper" else variant] + j
                 return argv, trace
@@ -201,6 +209,8 @@ def main():
 
 
 def label(v):
+    if v.startswith("base-"):
+        return "baseline " + v[5:]
     return "dlrecord " + v if v in DLRR_MODES else PEER_LABELS.get(v, v)
 
 
@@ -229,8 +239,9 @@ def report(name, variants, results, startup, sizes, save_bytes, runs):
             print("%-20s exit %d in %d/%d rounds, no ratio: %s"
                   % (label(v), failed[-1].rc, len(failed), len(rs), last[-1][:100] if last else ""))
             continue
-        s_wall = s_rec_wall if v in DLRR_MODES else s_plain_wall
-        s_cpu = s_rec_cpu if v in DLRR_MODES else s_plain_cpu
+        recorded = v in DLRR_MODES or v.startswith("base-")
+        s_wall = s_rec_wall if recorded else s_plain_wall
+        s_cpu = s_rec_cpu if recorded else s_plain_cpu
         wall = [r.wall / p.wall for r, p in zip(rs, plain)]
         steps_wall = [(r.wall - s_wall) / (p.wall - s_plain_wall) for r, p in zip(rs, plain)]
         steps_cpu = [(r.cpu - s_cpu) / (p.cpu - s_plain_cpu) for r, p in zip(rs, plain)]
@@ -240,6 +251,13 @@ def report(name, variants, results, startup, sizes, save_bytes, runs):
                                                fmt_ratio(steps_cpu)))
     peers = [v for v in PEERS if v in ok and v != "wrapper"]
     mine = [v for v in DLRR_MODES if v in ok]
+    for m in DLRR_MODES:
+        base = "base-" + m
+        if m in ok and base in ok:
+            print("%-20s %22s (wall, same round)" % (
+                "%s / baseline" % m, fmt_ratio([a.wall / b.wall for a, b in zip(ok[m], ok[base])])))
+            print("%-20s %22s (cpu, same round)" % (
+                "", fmt_ratio([a.cpu / b.cpu for a, b in zip(ok[m], ok[base])])))
     if peers and mine:
         print("dlrecord wall time / peer wall time, same round (median [min..max]):")
         print("%-20s" % "" + "".join("%24s" % label(p) for p in peers))
@@ -247,7 +265,7 @@ def report(name, variants, results, startup, sizes, save_bytes, runs):
             print("%-20s" % label(v) + "".join(
                 "%24s" % fmt_ratio([a.wall / b.wall for a, b in zip(ok[v], ok[p])]) for p in peers))
     print("trace bytes per step:")
-    for v in mine:
+    for v in mine + [v for v in variants if v.startswith("base-")]:
         if v in sizes:
             s, files, batch = sizes[v]
             print("  %-18s %10.0f B/step on disk (%d steps, %.1f MiB); batches %.0f B/step raw"
