@@ -6,12 +6,16 @@ MODE:
   plain     nothing (the wrapper's own cost, for fairness)
   anomaly   torch.autograd.set_detect_anomaly(True) for the whole run
   isfinite  a global forward hook that checks torch.isfinite() on every module output
-  save      torch.save() of every DataLoader batch (the naive "record the inputs")
+  save      torch.save() of every DataLoader batch (the naive "record the inputs"), into
+            $PEER_SAVE_DIR when set (left there, for the caller to measure and remove), else
+            into a temporary directory removed at exit
 
 The script runs through runpy exactly as `python3 SCRIPT ARGS` would.
 """
+import atexit
 import os
 import runpy
+import shutil
 import sys
 import tempfile
 
@@ -34,7 +38,12 @@ def main():
         torch.nn.modules.module.register_module_forward_hook(check)
     elif mode == "save":
         from torch.utils.data import dataloader
-        out = tempfile.mkdtemp(prefix="dlrr-peer-save-")
+        out = os.environ.get("PEER_SAVE_DIR")
+        if out:
+            os.makedirs(out, exist_ok=True)
+        else:
+            out = tempfile.mkdtemp(prefix="dlrr-peer-save-")
+            atexit.register(shutil.rmtree, out, True)
         original = dataloader._BaseDataLoaderIter.__next__
         counter = [0]
 

@@ -2,9 +2,10 @@
 // Writes one stream file. Callable from any thread: append() and putBlob() only copy bytes
 // into a bounded queue; a writer thread compresses and writes frames. commit() is the
 // durability point (a step end): it returns once every earlier item is in the kernel, so a
-// `kill -9` right after it loses nothing committed. Without back-pressure it costs one
-// condition-variable round trip, because the writer thread has usually drained the step's
-// blobs while the step was computing.
+// `kill -9` right after it loses nothing committed. The writer thread has usually compressed
+// the step's blobs while the step was computing; what is left (the step's events, at least)
+// the committing thread writes itself when the writer thread is idle, rather than waking it
+// and waiting for it to be scheduled.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -94,6 +95,7 @@ class StreamWriter {
  private:
   struct Item;
   void run();
+  void drainLocked(std::unique_lock<std::mutex>& lk);
   void writeEvents();
   void writeBlob(Item& item);
   bool writeFrame(FrameKind kind, Codec codec, const uint8_t* prefix, size_t prefixLen, const uint8_t* payload,
@@ -114,6 +116,7 @@ class StreamWriter {
   uint64_t commitTicket_ = 0;
   uint64_t writtenTicket_ = 0;
   bool stopping_ = false;
+  bool draining_ = false;  // a thread (the writer, or a caller in commit) is writing the queue
   std::unordered_set<Hash128, Hash128Hasher> knownBlobs_;
   WriterStats stats_;
   std::string error_;

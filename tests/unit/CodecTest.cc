@@ -43,6 +43,33 @@ TEST(Shuffle, GroupsBytesByPosition) {
   EXPECT_EQ(std::memcmp(out, want, 9), 0);
 }
 
+// The scalar definition of the layout: plane b holds byte b of every element, in order.
+std::vector<uint8_t> referenceShuffle(const std::vector<uint8_t>& in, size_t elem) {
+  size_t count = in.size() / elem;
+  std::vector<uint8_t> out(in);
+  for (size_t b = 0; b < elem; ++b)
+    for (size_t i = 0; i < count; ++i) out[b * count + i] = in[i * elem + b];
+  return out;
+}
+
+TEST(Shuffle, MatchesTheScalarLayoutAroundEveryBlockEdge) {
+  // The vector paths take 8 or 16 elements at a time: lengths around those edges, for every
+  // element size (including ones with no vector path), and a long one.
+  std::mt19937 rng(7);
+  for (size_t elem : {1u, 2u, 3u, 4u, 8u, 16u}) {
+    for (size_t n : {size_t{0}, size_t{15}, size_t{16}, size_t{63}, size_t{64}, size_t{65}, size_t{127}, size_t{128},
+                     size_t{129}, size_t{255}, size_t{256}, size_t{257}, size_t{1000}, size_t{98304}, size_t{98305}}) {
+      std::vector<uint8_t> in(n);
+      for (auto& b : in) b = static_cast<uint8_t>(rng());
+      std::vector<uint8_t> shuffled(n), back(n);
+      byteShuffle(in.data(), n, elem, shuffled.data());
+      EXPECT_EQ(shuffled, referenceShuffle(in, elem)) << "elem " << elem << " n " << n;
+      byteUnshuffle(shuffled.data(), n, elem, back.data());
+      EXPECT_EQ(back, in) << "elem " << elem << " n " << n;
+    }
+  }
+}
+
 TEST(PayloadCodec, RoundTripsWithEveryShuffleAndOddLengths) {
   PayloadCodec codec(1);
   for (uint8_t shuffle : {0, 2, 4, 8}) {

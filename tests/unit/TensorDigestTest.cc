@@ -1,18 +1,21 @@
-#include "recorder/TensorDigest.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
+#include <string>
 #include <vector>
+
+#include "recorder/TensorDigest.h"
 
 namespace dlrr {
 namespace {
 
 TEST(TensorDigest, Float32CountsAndRange) {
-  std::vector<float> v = {1.5f, -2.0f, std::nanf(""), std::numeric_limits<float>::infinity(), 0.25f,
-                          -std::numeric_limits<float>::infinity()};
+  std::vector<float> v = {1.5f,          -2.0f,
+                          std::nanf(""), std::numeric_limits<float>::infinity(),
+                          0.25f,         -std::numeric_limits<float>::infinity()};
   DigestResult r = computeDigest("float32", v.data(), v.size() * 4);
   EXPECT_EQ(r.nanCount, 1u);
   EXPECT_EQ(r.infCount, 2u);
@@ -67,6 +70,124 @@ TEST(TensorDigest, EmptyTensor) {
   DigestResult r = computeDigest("float32", nullptr, 0);
   EXPECT_EQ(r.nanCount, 0u);
   EXPECT_TRUE(std::isnan(r.min));
+}
+
+// The scalar scan computeDigest used before the lane-parallel one: every figure must stay
+// the same bit for bit (the sign of a zero min/max included), since traces recorded by one
+// version are read next to digests computed by another.
+template <typename F>
+DigestResult referenceStats(const std::vector<F>& v) {
+  DigestResult r;
+  uint64_t nans = 0, infs = 0;
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  for (F f : v) {
+    double x = static_cast<double>(f);
+    bool isnan = x != x;
+    bool isinf = !isnan && std::isinf(x);
+    nans += isnan;
+    infs += isinf;
+    if (!isnan && !isinf) {
+      lo = x < lo ? x : lo;
+      hi = x > hi ? x : hi;
+    }
+  }
+  r.nanCount = nans;
+  r.infCount = infs;
+  if (nans + infs == v.size()) {
+    r.min = r.max = std::numeric_limits<double>::quiet_NaN();
+  } else {
+    r.min = lo;
+    r.max = hi;
+  }
+  return r;
+}
+
+bool sameBits(double a, double b) {
+  uint64_t x, y;
+  std::memcpy(&x, &a, 8);
+  std::memcpy(&y, &b, 8);
+  return x == y || (std::isnan(a) && std::isnan(b));
+}
+
+template <typename F>
+void expectSameAsReference(const std::vector<F>& v, const char* dtype, const std::string& what) {
+  DigestResult got = computeDigest(dtype, v.data(), v.size() * sizeof(F));
+  DigestResult want = referenceStats(v);
+  EXPECT_EQ(got.nanCount, want.nanCount) << what;
+  EXPECT_EQ(got.infCount, want.infCount) << what;
+  EXPECT_TRUE(sameBits(got.min, want.min)) << what << ": min " << got.min << " want " << want.min;
+  EXPECT_TRUE(sameBits(got.max, want.max)) << what << ": max " << got.max << " want " << want.max;
+}
+
+template <typename F>
+void fuzzAgainstReference(const char* dtype) {
+  std::mt19937 rng(42);
+  const F inf = std::numeric_limits<F>::infinity();
+  const F specials[] = {F(0),
+                        -F(0),
+                        inf,
+                        -inf,
+                        std::numeric_limits<F>::quiet_NaN(),
+                        -std::numeric_limits<F>::quiet_NaN(),
+                        std::numeric_limits<F>::denorm_min(),
+                        std::numeric_limits<F>::max(),
+                        std::numeric_limits<F>::lowest()};
+  std::normal_distribution<double> normal(0.0, 1.0);
+  // Lengths around the lane count and block edges, and one long tensor.
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{15}, size_t{16}, size_t{17}, size_t{31}, size_t{64},
+                   size_t{100}, size_t{1000}, size_t{65537}}) {
+    for (int pattern = 0; pattern < 8; ++pattern) {
+      std::vector<F> v(n);
+      for (auto& x : v) {
+        double g = normal(rng);
+        switch (pattern) {
+          case 0:
+            x = static_cast<F>(g);
+            break;  // plain
+          case 1:
+            x = static_cast<F>(g > 0 ? g : 0.0);
+            break;  // ReLU: +0 min
+          case 2:
+            x = (rng() & 1) ? F(0) : -F(0);
+            break;  // zeros of both signs
+          case 3:
+            x = static_cast<F>(g < 0 ? g : (rng() & 1 ? 0.0 : -0.0));
+            break;  // zero max
+          case 4:
+            x = specials[rng() % std::size(specials)];
+            break;  // mostly special
+          case 5:
+            x = (rng() % 50 == 0) ? specials[rng() % 6] : static_cast<F>(g);
+            break;  // sparse NaN/Inf
+          case 6:
+            x = (rng() & 1) ? inf : std::numeric_limits<F>::quiet_NaN();
+            break;  // nothing finite
+          default:
+            x = static_cast<F>(-std::fabs(g)) - F(0);
+            break;  // negative only
+        }
+      }
+      // A zero of the other sign placed late must not decide the sign of a zero extreme.
+      if (pattern == 1 && n > 20) v[n - 3] = -F(0);
+      expectSameAsReference(v, dtype,
+                            std::string(dtype) + " n=" + std::to_string(n) + " pattern " + std::to_string(pattern));
+    }
+  }
+}
+
+TEST(TensorDigest, Float32MatchesScalarReference) { fuzzAgainstReference<float>("float32"); }
+TEST(TensorDigest, Float64MatchesScalarReference) { fuzzAgainstReference<double>("float64"); }
+
+TEST(TensorDigest, ZeroExtremeTakesTheSignOfTheFirstZero) {
+  // Lane 1 sees -0 first in index order; lane 0 sees +0 only later.
+  std::vector<float> v(64, 1.0f);
+  v[1] = -0.0f;
+  v[16] = 0.0f;
+  DigestResult r = computeDigest("float32", v.data(), v.size() * 4);
+  EXPECT_TRUE(std::signbit(r.min));
+  v[0] = 0.0f;  // now +0 comes first
+  r = computeDigest("float32", v.data(), v.size() * 4);
+  EXPECT_FALSE(std::signbit(r.min));
 }
 
 }  // namespace

@@ -1,0 +1,207 @@
+"""Where the recording time of a real job goes, per step, by part of the Python hook.
+
+    /usr/bin/python3 bench/hook_breakdown.py [--build build] [--capture default]
+                                             [--job cnn|example] [--data DIR]
+
+Runs examples/train.py under dlrecord (the real library, the real hook) with timers wrapped
+around the hook's parts, and prints, per training step: calls, inclusive and self time
+(wall clock, perf_counter) of each part, the main thread's CPU time and the CPU time of the
+process's other threads (the native writer thread: compression and writes).  Parts:
+
+  deliver batch         DataLoader batch reached the loop: ends the previous step (commit),
+                        begins the next, RNG snapshot + write, batch value tree
+    dlrr_step_end       the commit point: waits until the step is in the kernel
+    rng snapshot        torch.get_rng_state, numpy and random state serialisation
+    rng write           dlrr_rng_state (hash, copy, event) for each generator
+    batch values        dlrr_val_* calls (tensor bytes hashed and copied into blobs)
+  module hooks          global forward pre/post hooks (stack, paths, output digests)
+  before backward       loss digest and .item()
+  after backward        gradient digests
+  after optimizer step  parameter digests
+  digest: KIND          TensorMarshal.prepare (host copy when needed) + dlrr_digest, by kind
+    dlrr_digest         the native part: hash, NaN/Inf/min/max scan, ring copy, event
+
+Wall time includes waiting (the commit) and being preempted (on a loaded machine, e.g. by
+the writer thread it just woke); CPU time is the hook's own work on the main thread.  The
+wrappers cost a microsecond or two per call themselves (thread_time is a system call);
+figures are for comparing parts, not for the overall ratio (bench/record_overhead.py).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+PY = "/usr/bin/python3"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Timers:
+    """Nesting-aware timers: inclusive and self (children subtracted) time per name, on two
+    clocks: wall (perf_counter) and the calling thread's CPU time (thread_time)."""
+
+    def __init__(self):
+        self.incl = {}
+        self.self_ = {}
+        self.incl_cpu = {}
+        self.self_cpu = {}
+        self.calls = {}
+        self.parent = {}
+        self._stack = []
+
+    def wrap(self, name, fn):
+        stack = self._stack
+        incl, self_, calls, parent = self.incl, self.self_, self.calls, self.parent
+        incl_cpu, self_cpu = self.incl_cpu, self.self_cpu
+        clock, cpu_clock = time.perf_counter, time.thread_time
+
+        def timed(*args, **kwargs):
+            key = name(*args) if callable(name) else name
+            if stack and stack[-1][0] == key:  # recursion (value tree): time the outermost
+                return fn(*args, **kwargs)
+            if key not in parent:
+                parent[key] = stack[-1][0] if stack else None
+            frame = [key, 0.0, 0.0]
+            stack.append(frame)
+            c0 = cpu_clock()
+            t0 = clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                dt = clock() - t0
+                dc = cpu_clock() - c0
+                stack.pop()
+                incl[key] = incl.get(key, 0.0) + dt
+                self_[key] = self_.get(key, 0.0) + dt - frame[1]
+                incl_cpu[key] = incl_cpu.get(key, 0.0) + dc
+                self_cpu[key] = self_cpu.get(key, 0.0) + dc - frame[2]
+                calls[key] = calls.get(key, 0) + 1
+                if stack:
+                    stack[-1][1] += dt
+                    stack[-1][2] += dc
+        return timed
+
+
+DIGEST_KINDS = {0: "module output", 1: "gradient", 2: "parameter", 3: "loss", 4: "batch"}
+
+
+def inner(argv):
+    """In the recorded process: instrument the hook, then run the training script."""
+    import atexit
+    import runpy
+    import dlrr_hook
+    import torch  # triggers the hook's torch patches, so its parts exist below
+    from dlrr_hook import rng as rng_module
+    import torch.nn.modules.module as module_module
+
+    rec = dlrr_hook.current()
+    if rec is None or rec.marshal is None:
+        sys.exit("hook_breakdown: not running under dlrecord (no recording hook)")
+    t = Timers()
+    lib = rec.lib
+    for fn in ("dlrr_step_end", "dlrr_step_begin", "dlrr_batch_begin", "dlrr_batch_end",
+               "dlrr_rng_state"):
+        setattr(lib, fn, t.wrap(fn, getattr(lib, fn)))
+    rec.rng._write = lib.dlrr_rng_state
+    rec.loaders._deliver = t.wrap("deliver batch", rec.loaders._deliver)
+    rec.rng.snapshot = t.wrap("rng snapshot", rec.rng.snapshot)
+    rec.rng.write = t.wrap("rng write", rec.rng.write)
+    torch.get_rng_state = t.wrap("torch.get_rng_state", torch.get_rng_state)
+    rng_module.python_state_to_bytes = t.wrap("random state bytes", rng_module.python_state_to_bytes)
+    rng_module.NumpyGlobalRng.snapshot = t.wrap("numpy state bytes",
+                                                rng_module.NumpyGlobalRng.snapshot)
+    rec.values.write = t.wrap("batch values", rec.values.write)
+    tr = rec.training
+    tr._before_backward = t.wrap("before backward", tr._before_backward)
+    tr._after_backward = t.wrap("after backward", tr._after_backward)
+    tr._before_step = t.wrap("before optimizer step", tr._before_step)
+    tr._after_step = t.wrap("after optimizer step", tr._after_step)
+    rec._digest = t.wrap(lambda kind, *a: "digest: " + DIGEST_KINDS.get(kind, str(kind)),
+                         rec._digest)
+    rec._prepare = t.wrap("prepare (host tensor)", rec._prepare)
+    rec._digest_fn = t.wrap("dlrr_digest", rec._digest_fn)
+    for hooks in (module_module._global_forward_pre_hooks, module_module._global_forward_hooks):
+        for key, hook in list(hooks.items()):
+            hooks[key] = t.wrap("module hooks", hook)
+
+    out_path = os.environ["BENCH_BREAKDOWN_OUT"]
+    t_start = [None]
+    original_deliver = rec.loaders._deliver
+
+    def deliver(info, data):
+        if t_start[0] is None:
+            t_start[0] = (time.perf_counter(), time.thread_time(), time.process_time())
+        return original_deliver(info, data)
+    rec.loaders._deliver = deliver
+
+    def report():
+        end = (time.perf_counter(), time.thread_time(), time.process_time())
+        start = t_start[0] or end
+        with open(out_path, "w") as f:
+            json.dump({"steps": rec.steps.steps_begun, "incl": t.incl, "self": t.self_,
+                       "incl_cpu": t.incl_cpu, "self_cpu": t.self_cpu,
+                       "calls": t.calls, "parent": t.parent,
+                       "loop_wall": end[0] - start[0], "main_cpu": end[1] - start[1],
+                       "other_threads_cpu": (end[2] - start[2]) - (end[1] - start[1])}, f)
+    atexit.register(report)
+    sys.argv = argv
+    runpy.run_path(argv[0], run_name="__main__")
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--inner":
+        return inner(sys.argv[2:])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--capture", default="default", choices=("minimal", "default", "full"))
+    ap.add_argument("--job", default="cnn", choices=("cnn", "example"))
+    ap.add_argument("--data", help="dataset of prepare_data.py (default: a clean one, made here)")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="dlrr-breakdown-") as tmp:
+        data = args.data
+        if data is None:
+            data = os.path.join(tmp, "data")
+            subprocess.run([PY, os.path.join(ROOT, "examples", "prepare_data.py"), "--out", data,
+                            "--corrupt-index", "-1"], check=True, stdout=subprocess.DEVNULL)
+        job = [os.path.join(ROOT, "examples", "train.py"), "--data", data, "--seed", "8",
+               "--no-steps-print"]
+        if args.job == "cnn":
+            job += ["--epochs", "3", "--workers", "0"]
+        out = os.path.join(tmp, "breakdown.json")
+        env = dict(os.environ, BENCH_BREAKDOWN_OUT=out)
+        subprocess.run([os.path.join(args.build, "bin", "dlrecord"), "-q", "--capture", args.capture,
+                        "-o", os.path.join(tmp, "trace"), "--", PY, os.path.abspath(__file__),
+                        "--inner"] + job, env=env, check=True, stdout=subprocess.DEVNULL)
+        with open(out) as f:
+            r = json.load(f)
+    steps = max(r["steps"], 1)
+    print("job %s, capture %s: %d steps; loop %.2f ms/step wall, main thread %.2f ms/step cpu, "
+          "other threads %.2f ms/step cpu" % (args.job, args.capture, r["steps"],
+                                              r["loop_wall"] / steps * 1e3, r["main_cpu"] / steps * 1e3,
+                                              r["other_threads_cpu"] / steps * 1e3))
+    print("%-30s %6s %20s %20s" % ("", "", "wall us/step", "cpu us/step"))
+    print("%-30s %6s %9s %10s %9s %10s" % ("part", "calls", "incl", "self", "incl", "self"))
+
+    children = {}
+    for key, parent in r["parent"].items():
+        children.setdefault(parent, []).append(key)
+
+    def show(key, depth):
+        print("%-30s %6.1f %9.1f %10.1f %9.1f %10.1f"
+              % ("  " * depth + key, r["calls"][key] / steps, r["incl"][key] / steps * 1e6,
+                 r["self"][key] / steps * 1e6, r["incl_cpu"][key] / steps * 1e6,
+                 r["self_cpu"][key] / steps * 1e6))
+        for child in sorted(children.get(key, []), key=lambda k: -r["incl"][k]):
+            show(child, depth + 1)
+    for key in sorted(children.get(None, []), key=lambda k: -r["incl"][k]):
+        show(key, 0)
+    total = sum(r["incl"][k] for k in children.get(None, []))
+    total_cpu = sum(r["incl_cpu"][k] for k in children.get(None, []))
+    print("%-30s %6s %9.1f %10s %9.1f" % ("total (top level)", "", total / steps * 1e6, "",
+                                          total_cpu / steps * 1e6))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

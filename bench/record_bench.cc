@@ -1,0 +1,213 @@
+// dlrr_record_bench: what the native side of recording costs per step, without Python/torch.
+//   dlrr_record_bench [steps, default 400] [digest|session|all, default all] [ring steps, default 2]
+// 1. digest: computeDigest (XXH3-64 + NaN/Inf count + finite min/max) on float32 tensors of
+//    the sizes a small CNN produces, in MB/s and ns per element, best of 5.
+// 2. session: a real RecordSession writing a temporary trace, fed what the Python hook feeds
+//    it for one step of examples/train.py's SmallCNN with batch 32 (capture default): step
+//    begin, 3 RNG states, one batch (32x3x16x16 float32 + 32 int64), 9 module outputs kept
+//    for the failure ring, 8 gradients, 8 parameters, the loss, step end (the commit).
+//    Prints the caller's time per step, split into the parts: median and p90 over steps of
+//    the calling thread's CPU time (robust on a shared machine) and of wall time (includes
+//    waiting: the commit waits for the writer thread, whose work otherwise overlaps the step).
+// docs/performance.md keeps the figures.
+#include <sys/stat.h>
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "format/Hash.h"
+#include "recorder/RecordSession.h"
+#include "recorder/TensorDigest.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+struct Mark {
+  double cpu;   // this thread's CPU time, s
+  double wall;  // monotonic, s
+};
+
+Mark mark() {
+  timespec c{}, w{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c);
+  clock_gettime(CLOCK_MONOTONIC, &w);
+  return {static_cast<double>(c.tv_sec) + static_cast<double>(c.tv_nsec) * 1e-9,
+          static_cast<double>(w.tv_sec) + static_cast<double>(w.tv_nsec) * 1e-9};
+}
+
+std::vector<float> makeData(const char* kind, size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    float g = normal(rng);
+    x = std::strcmp(kind, "relu") == 0 ? std::max(g, 0.f) : g * 0.02f;
+  }
+  return v;
+}
+
+void benchDigest() {
+  std::mt19937 rng(1);
+  std::printf("computeDigest, float32, best of 5\n");
+  std::printf("%-8s %10s %10s %10s %14s\n", "data", "elements", "MB/s", "ns/elem", "hash ns/elem");
+  for (const char* kind : {"weights", "relu"}) {
+    for (size_t n : {size_t{1} << 10, size_t{1} << 14, size_t{1} << 16, size_t{1} << 20, size_t{1} << 22}) {
+      auto v = makeData(kind, n, rng);
+      size_t reps = std::max<size_t>(1, (size_t{64} << 20) / (n * 4));
+      double best = 1e30, bestHash = 1e30;
+      volatile uint64_t sink = 0;
+      for (int run = 0; run < 5; ++run) {
+        auto t0 = Clock::now();
+        for (size_t r = 0; r < reps; ++r) sink = sink + dlrr::computeDigest("float32", v.data(), n * 4).hash;
+        auto t1 = Clock::now();
+        for (size_t r = 0; r < reps; ++r) sink = sink + dlrr::hash64(v.data(), n * 4);
+        best = std::min(best, seconds(t1 - t0) / static_cast<double>(reps));
+        bestHash = std::min(bestHash, seconds(Clock::now() - t1) / static_cast<double>(reps));
+      }
+      std::printf("%-8s %10zu %10.0f %10.3f %14.3f\n", kind, n, n * 4 / best / 1e6, best / static_cast<double>(n) * 1e9,
+                  bestHash / static_cast<double>(n) * 1e9);
+    }
+  }
+}
+
+struct Tensor {
+  const char* path;
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+};
+
+Tensor tensor(const char* path, std::vector<int64_t> shape, const char* kind, std::mt19937& rng) {
+  size_t n = 1;
+  for (auto d : shape) n *= static_cast<size_t>(d);
+  return {path, std::move(shape), makeData(kind, n, rng)};
+}
+
+void benchSession(int steps, int ringSteps) {
+  std::mt19937 rng(2);
+  std::vector<Tensor> outputs, params;
+  outputs.push_back(tensor("conv1", {32, 8, 16, 16}, "weights", rng));
+  outputs.push_back(tensor("pool", {32, 8, 8, 8}, "relu", rng));
+  outputs.push_back(tensor("conv2", {32, 16, 8, 8}, "weights", rng));
+  outputs.push_back(tensor("pool", {32, 16, 4, 4}, "relu", rng));  // (second call of a module)
+  outputs.push_back(tensor("fc1", {32, 64}, "weights", rng));
+  outputs.push_back(tensor("dropout", {32, 64}, "relu", rng));
+  outputs.push_back(tensor("fc2", {32, 10}, "weights", rng));
+  outputs.push_back(tensor("CrossEntropyLoss", {}, "weights", rng));
+  outputs.push_back(tensor("", {32, 10}, "weights", rng));
+  params.push_back(tensor("conv1.weight", {8, 3, 3, 3}, "weights", rng));
+  params.push_back(tensor("conv1.bias", {8}, "weights", rng));
+  params.push_back(tensor("conv2.weight", {16, 8, 3, 3}, "weights", rng));
+  params.push_back(tensor("conv2.bias", {16}, "weights", rng));
+  params.push_back(tensor("fc1.weight", {64, 1024}, "weights", rng));
+  params.push_back(tensor("fc1.bias", {64}, "weights", rng));
+  params.push_back(tensor("fc2.weight", {10, 64}, "weights", rng));
+  params.push_back(tensor("fc2.bias", {10}, "weights", rng));
+  std::vector<uint8_t> torchRng(5056), npRng(2512), pyRng(2516);
+  std::vector<int64_t> labels(32), indices(32);
+  int64_t batchShape[4] = {32, 3, 16, 16}, labelShape[1] = {32};
+
+  std::string dir =
+      (std::filesystem::temp_directory_path() / ("dlrr-record-bench-" + std::to_string(::getpid()))).string();
+  dlrr::Config cfg;
+  cfg.mode = dlrr::Mode::Record;
+  cfg.traceDir = dir + "/t";
+  cfg.ringSteps = ringSteps;
+  std::filesystem::create_directories(dir);
+  enum Part { kBegin, kRng, kBatch, kOutputs, kGrads, kParams, kEnd, kParts };
+  const char* names[kParts] = {"step begin", "rng states",       "batch", "module outputs", "gradients",
+                               "parameters", "step end (commit)"};
+  std::vector<std::vector<double>> parts(kParts), partsWall(kParts);
+  std::vector<double> total, totalWall;
+  {
+    dlrr::RecordSession s(cfg);
+    dlrr::DigestResult r;
+    for (int step = 0; step < steps; ++step) {
+      // New batch content every step (no dedup), as a shuffled loader delivers.
+      auto batch = makeData("weights", 32 * 3 * 16 * 16, rng);
+      for (auto& b : torchRng) b = static_cast<uint8_t>(rng());
+      for (auto& b : npRng) b = static_cast<uint8_t>(rng());
+      for (auto& b : pyRng) b = static_cast<uint8_t>(rng());
+      for (size_t i = 0; i < 32; ++i) indices[i] = static_cast<int64_t>(rng() % 2048);
+      // Outputs and parameters change a little every step, so their bytes differ.
+      for (auto& t : outputs) t.data[0] += 1.f;
+      for (auto& t : params) t.data[0] += 1.f;
+      Mark t0 = mark();
+      s.stepBegin(step, 0, static_cast<uint64_t>(step), 0, false);
+      Mark t1 = mark();
+      s.rngState(0, -1, torchRng.data(), torchRng.size());
+      s.rngState(2, -1, npRng.data(), npRng.size());
+      s.rngState(3, -1, pyRng.data(), pyRng.size());
+      Mark t2 = mark();
+      s.batchBegin(0, 0, static_cast<uint64_t>(step), true, indices.data(), indices.size());
+      s.batchBuilder().tuple(2);
+      s.batchTensor("float32", 4, 4, batchShape, batch.data(), batch.size() * 4, "cpu", false);
+      s.batchTensor("int64", 8, 1, labelShape, labels.data(), labels.size() * 8, "cpu", false);
+      s.batchEnd();
+      Mark t3 = mark();
+      for (auto& t : outputs)
+        s.digest(0, t.path, 0, 0, "float32", static_cast<int>(t.shape.size()), t.shape.data(), t.data.data(),
+                 t.data.size() * 4, true, r);
+      Mark t4 = mark();
+      for (auto& t : params)
+        s.digest(1, t.path, 0, 0, "float32", static_cast<int>(t.shape.size()), t.shape.data(), t.data.data(),
+                 t.data.size() * 4, false, r);
+      Mark t5 = mark();
+      for (auto& t : params)
+        s.digest(2, t.path, 0, 0, "float32", static_cast<int>(t.shape.size()), t.shape.data(), t.data.data(),
+                 t.data.size() * 4, false, r);
+      Mark t6 = mark();
+      s.stepEnd(step, 1.0);
+      Mark t7 = mark();
+      Mark marks[kParts + 1] = {t0, t1, t2, t3, t4, t5, t6, t7};
+      if (step >= steps / 10) {  // warm-up
+        for (int p = 0; p < kParts; ++p) {
+          parts[p].push_back(marks[p + 1].cpu - marks[p].cpu);
+          partsWall[p].push_back(marks[p + 1].wall - marks[p].wall);
+        }
+        total.push_back(t7.cpu - t0.cpu);
+        totalWall.push_back(t7.wall - t0.wall);
+      }
+    }
+    s.onExit(true, 0);
+  }
+  std::filesystem::remove_all(dir);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  auto p90 = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() * 9 / 10];
+  };
+  std::printf("\nRecordSession, one SmallCNN step (capture default), %d steps after warm-up\n",
+              static_cast<int>(total.size()));
+  std::printf("%-20s %14s %12s %14s %12s\n", "part", "cpu median us", "cpu p90 us", "wall median us", "wall p90 us");
+  auto row = [&](const char* name, const std::vector<double>& cpu, const std::vector<double>& wall) {
+    std::printf("%-20s %14.1f %12.1f %14.1f %12.1f\n", name, median(cpu) * 1e6, p90(cpu) * 1e6, median(wall) * 1e6,
+                p90(wall) * 1e6);
+  };
+  for (int p = 0; p < kParts; ++p) row(names[p], parts[p], partsWall[p]);
+  row("total", total, totalWall);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int steps = argc > 1 ? std::atoi(argv[1]) : 400;
+  if (steps < 10) steps = 10;
+  std::string what = argc > 2 ? argv[2] : "all";
+  if (what == "all" || what == "digest") benchDigest();
+  if (what == "all" || what == "session") benchSession(steps, argc > 3 ? std::atoi(argv[3]) : 2);
+  return 0;
+}
