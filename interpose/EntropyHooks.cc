@@ -2,6 +2,7 @@
 // function and hands the bytes to the recorder, in order. Python's hash seed, `random`,
 // NumPy seeding (getrandom) and torch.seed() (/dev/urandom via open+read) all pass here.
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "interpose/FileHooks.h"
 #include "interpose/ProcessRecorder.h"
 
 namespace dlrr {
@@ -130,6 +132,7 @@ __attribute__((visibility("default"))) int open(const char* path, int flags, ...
   mode_t mode = modeArg(flags, ap);
   va_end(ap);
   int fd = real(path, flags, mode);
+  if (fd < 0) noteFailedOpen(AT_FDCWD, path, flags, errno);  // triage: FileHooks.cc
   afterOpen(path, fd);
   return fd;
 }
@@ -141,6 +144,7 @@ __attribute__((visibility("default"))) int open64(const char* path, int flags, .
   mode_t mode = modeArg(flags, ap);
   va_end(ap);
   int fd = real(path, flags, mode);
+  if (fd < 0) noteFailedOpen(AT_FDCWD, path, flags, errno);  // triage: FileHooks.cc
   afterOpen(path, fd);
   return fd;
 }
@@ -152,6 +156,7 @@ __attribute__((visibility("default"))) int openat(int dirfd, const char* path, i
   mode_t mode = modeArg(flags, ap);
   va_end(ap);
   int fd = real(dirfd, path, flags, mode);
+  if (fd < 0) noteFailedOpen(dirfd, path, flags, errno);  // triage: FileHooks.cc
   afterOpen(path, fd);
   return fd;
 }
@@ -163,6 +168,7 @@ __attribute__((visibility("default"))) int openat64(int dirfd, const char* path,
   mode_t mode = modeArg(flags, ap);
   va_end(ap);
   int fd = real(dirfd, path, flags, mode);
+  if (fd < 0) noteFailedOpen(dirfd, path, flags, errno);  // triage: FileHooks.cc
   afterOpen(path, fd);
   return fd;
 }

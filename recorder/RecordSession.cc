@@ -156,6 +156,7 @@ RecordSession::RecordSession(Config cfg) : cfg_(std::move(cfg)) {
     else ::fcntl(cfg_.statusFd, F_SETFL, fl | O_NONBLOCK);
   }
   pystackPath_ = cfg_.traceDir + "/pystack-" + std::to_string(::getpid()) + ".txt";
+  ownerPid_ = ::getpid();
   signalArena_.resize(32768);  // 256 KiB for the failure message built in a signal handler
   signalText_.resize(64 * 1024);
   mapsText_.resize(512 * 1024);  // also the output buffer of the signal path
@@ -324,6 +325,7 @@ void RecordSession::stepEnd(int64_t step, double loss) {
     std::lock_guard<std::mutex> lk(mu_);
     w = writer_.get();
   }
+  if (w) writeTriage(*w, "step", false);  // failed lookups and peaks, when they changed
   if (w) w->commit(true);  // the commit point: durable before the job goes on
 }
 
@@ -517,6 +519,7 @@ void RecordSession::failureException(const char* type, const char* message, cons
     std::lock_guard<std::mutex> lk(mu_);
     w = writer_.get();
   }
+  if (w) writeTriage(*w, "failure", true);
   if (w) w->commit(true);
 }
 
@@ -608,6 +611,7 @@ void RecordSession::onExit(bool exited, int code) noexcept {
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (!writer_) return;
+      writeTriage(*writer_, "exit", true);
       capnp::MallocMessageBuilder msg;
       auto e = msg.initRoot<schema::Event>();
       e.setTNs(monoNs() - startNs_);
