@@ -106,6 +106,7 @@ __attribute__((visibility("hidden"))) DlopenFn dlrr_real_dlopen_ptr = nullptr;
 // 0: call it through dlrr_dlopen_observed.
 __attribute__((visibility("hidden"))) int dlrr_dlopen_pass_through(const char* file, void* caller) {
   static DlopenFn real = [] {
+    realDlerror();  // looked up now: a dlsym() after a failed dlopen would clear its message
     auto fn = realFn<DlopenFn>("dlopen");
     dlrr_real_dlopen_ptr = fn;
     return fn;
