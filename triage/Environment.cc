@@ -350,12 +350,36 @@ const char* impactId(Impact i) {
 }
 
 bool versionsAgree(const std::string& a, const std::string& b) {
-  auto strip = [](const std::string& s) { return s.substr(0, s.find('+')); };
-  return a == b || (!a.empty() && !b.empty() && strip(a) == strip(b));
+  // PEP 440 in brief: the local part (+...) is not the release; numeric components compare
+  // without leading zeros ("2022.09.24" is "2022.9.24").
+  auto norm = [](const std::string& s) {
+    std::string v = s.substr(0, s.find('+')), out, part;
+    auto flush = [&] {
+      bool digits = !part.empty() && part.find_first_not_of("0123456789") == std::string::npos;
+      if (digits) {
+        size_t nz = part.find_first_not_of('0');
+        part = nz == std::string::npos ? "0" : part.substr(nz);
+      }
+      out += part;
+      part.clear();
+    };
+    for (char c : v) {
+      if (c == '.') {
+        flush();
+        out += '.';
+      } else {
+        part += c;
+      }
+    }
+    flush();
+    return out;
+  };
+  return a == b || (!a.empty() && !b.empty() && norm(a) == norm(b));
 }
 
-RecordedEnvironment recordedEnvironment(Trace& trace) {
-  RecordedEnvironment r;
+namespace {
+
+void readLauncher(Trace& trace, RecordedEnvironment& r) {
   if (StreamReader* l = trace.launcher()) {
     auto ti = l->header().getTrace();
     r.host = str(ti.getHost());
@@ -372,6 +396,30 @@ RecordedEnvironment recordedEnvironment(Trace& trace) {
     for (auto n : ti.getRedactedNames()) r.redactedNames.push_back(str(n));
     for (auto kv : ti.getOptions()) r.options.emplace_back(str(kv.getKey()), str(kv.getValue()));
   }
+}
+
+void flatten(RecordedEnvironment& r);
+
+}  // namespace
+
+RecordedEnvironment recordedEnvironment(Trace& trace, const TriageInput& facts) {
+  RecordedEnvironment r;
+  readLauncher(trace, r);
+  ProcessEnvironment p;
+  p.stream = facts.stream;
+  if (StreamReader* s = trace.find(facts.stream))
+    for (auto a : s->header().getArgv()) p.argv.push_back(str(a));
+  for (const auto& [k, v] : facts.runtime) p.runtime.emplace_back(k, v);
+  p.packages = facts.packages;
+  if (facts.processPeak) p.peaks.push_back(*facts.processPeak);
+  r.processes.push_back(std::move(p));
+  flatten(r);
+  return r;
+}
+
+RecordedEnvironment recordedEnvironment(Trace& trace) {
+  RecordedEnvironment r;
+  readLauncher(trace, r);
   StreamReader* mainStream = trace.mainStream();
   std::vector<StreamReader*> order;
   if (mainStream) order.push_back(mainStream);
@@ -408,7 +456,13 @@ RecordedEnvironment recordedEnvironment(Trace& trace) {
     if (p.runtime.empty() && p.packages.empty() && p.peaks.empty() && s != mainStream) continue;
     r.processes.push_back(std::move(p));
   }
+  flatten(r);
+  return r;
+}
 
+namespace {
+
+void flatten(RecordedEnvironment& r) {
   EnvFacts& f = r.facts;
   if (!r.host.empty()) f["host"] = r.host;
   if (!r.user.empty()) f["user"] = r.user;
@@ -444,8 +498,9 @@ RecordedEnvironment recordedEnvironment(Trace& trace) {
         if (pk.name == "numpy" && !pk.version.empty()) f["numpy"] = pk.version;
     break;
   }
-  return r;
 }
+
+}  // namespace
 
 std::string chooseInterpreter(const RecordedEnvironment& rec) {
   if (!rec.command.empty() && baseName(rec.command[0]).rfind("python", 0) == 0) {

@@ -42,6 +42,9 @@ struct RecordedEnvironment {
 };
 
 RecordedEnvironment recordedEnvironment(Trace& trace);
+// The same without another pass over the events: the launcher's header plus the failing (or
+// main) process's facts already gathered by gatherFacts() (dlreplay's pre-flight check).
+RecordedEnvironment recordedEnvironment(Trace& trace, const TriageInput& facts);
 
 // Environment variables env-diff compares (thread counts, devices, hash seed, search paths,
 // locale, allocator settings).
