@@ -58,7 +58,7 @@ const std::vector<CategoryInfo> kCategories = {
      "tensor shapes, dtypes or devices do not fit the model (layer sizes, input shapes), or checkpoint keys "
      "do not match (the `module.` prefix of DataParallel saves)"},
     {C::LossNaN, "loss_nan", "Loss NaN", D::DeepLearning, T::Deterministic,
-     "replay reproduces it bit for bit (`dlreplay --until nan`)",
+     "replay reproduces it bit for bit",
      "a value became NaN or Inf: check the learning rate, the input batch of that step, log/division of "
      "zero; `dlreplay TRACE --until nan --debug pdb` stops right before it"},
     {C::FrameworkApiMisuse, "framework_api_misuse", "Framework API misuse", D::DeepLearning, T::Deterministic,
@@ -807,6 +807,8 @@ TriageResult classify(const TriageInput& in) {
                     static_cast<long long>(in.timeline.lastFiniteLossStep));
     head.push_back(b);
   }
+  if (r.category == C::LossNaN)
+    for (const auto& b : in.batchFindings) head.push_back(b);
   if (r.category == C::LossNaN && f && f->kind == "exception" && in.nonfinite)
     head.push_back("first non-finite value: " + in.nonfinite->message + " at step " + std::to_string(in.nonfinite->step));
   head.insert(head.end(), ev.begin(), ev.end());

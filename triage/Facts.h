@@ -118,6 +118,9 @@ struct TriageInput {
   std::string user;
   uint32_t uid = 0;
   std::string stream;                          // the stream the facts come from
+  // For a non-finite failure: samples of that step's batch that hold NaN/Inf values
+  // ("sample 5 (dataset index 1365): 3072 non-finite values in field 0").
+  std::vector<std::string> batchFindings;
 };
 
 }  // namespace dlrr::triage

@@ -1,6 +1,7 @@
 #include "triage/TraceFacts.h"
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <tuple>
 
@@ -114,6 +115,137 @@ void update(Timeline& t, schema::Event::Reader e) {
     default:
       break;
   }
+}
+
+struct TensorToScan {
+  std::string field;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  Hash128 hash;
+  uint64_t size = 0;
+};
+
+void collectTensors(schema::Value::Reader v, const std::string& path, std::vector<TensorToScan>& out, int depth = 0) {
+  if (depth > 16 || out.size() > 64) return;
+  switch (v.which()) {
+    case schema::Value::TENSOR: {
+      auto t = v.getTensor();
+      TensorToScan s;
+      s.field = path;
+      s.dtype = str(t.getDtype());
+      for (auto d : t.getShape()) s.shape.push_back(d);
+      s.hash = Hash128{t.getData().getHashLo(), t.getData().getHashHi()};
+      s.size = t.getData().getSize();
+      out.push_back(std::move(s));
+      break;
+    }
+    case schema::Value::LIST:
+    case schema::Value::TUPLE: {
+      auto l = v.isList() ? v.getList() : v.getTuple();
+      for (unsigned i = 0; i < l.size(); ++i)
+        collectTensors(l[i], path.empty() ? std::to_string(i) : path + "." + std::to_string(i), out, depth + 1);
+      break;
+    }
+    case schema::Value::DICT:
+      for (auto e : v.getDict()) {
+        std::string k = str(e.getKey());
+        collectTensors(e.getValue(), path.empty() ? k : path + "." + k, out, depth + 1);
+      }
+      break;
+    default:
+      break;
+  }
+}
+
+bool nonFiniteAt(const std::string& dtype, const uint8_t* p) {
+  if (dtype == "float32") {
+    uint32_t b;
+    std::memcpy(&b, p, 4);
+    return (b & 0x7F800000u) == 0x7F800000u;
+  }
+  if (dtype == "float64") {
+    uint64_t b;
+    std::memcpy(&b, p, 8);
+    return (b & 0x7FF0000000000000ull) == 0x7FF0000000000000ull;
+  }
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  if (dtype == "float16") return (h & 0x7C00u) == 0x7C00u;
+  return (h & 0x7F80u) == 0x7F80u;  // bfloat16
+}
+
+// The samples of step `step`'s batch that hold non-finite values.
+std::vector<std::string> scanStepBatch(StreamReader& s, int64_t step) {
+  std::vector<std::string> out;
+  uint32_t loader = 0;
+  uint64_t index = 0;
+  bool haveStep = false;
+  std::vector<TensorToScan> tensors;
+  std::vector<int64_t> samples;
+  std::map<std::pair<uint32_t, uint64_t>, std::pair<std::vector<TensorToScan>, std::vector<int64_t>>> recent;
+  try {
+    // The recorder writes a step's StepBegin right before the batch that began it; older
+    // writers wrote the batch first: look both ways.
+    bool found = false;
+    s.forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
+      if (found) return;
+      if (e.isBatch()) {
+        auto b = e.getBatch();
+        std::vector<TensorToScan> ts;
+        collectTensors(b.getValue(), "", ts);
+        std::vector<int64_t> idx;
+        for (auto i : b.getSampleIndices()) idx.push_back(i);
+        if (haveStep && b.getLoader() == loader && b.getIndex() == index) {
+          tensors = std::move(ts);
+          samples = std::move(idx);
+          found = true;
+          return;
+        }
+        recent[{b.getLoader(), b.getIndex()}] = {std::move(ts), std::move(idx)};
+        if (recent.size() > 8) recent.erase(recent.begin());
+      } else if (e.isStepBegin() && e.getStepBegin().getStep() == step && !e.getStepBegin().getByOptimizer()) {
+        loader = e.getStepBegin().getLoader();
+        index = e.getStepBegin().getBatchIndex();
+        auto it = recent.find({loader, index});
+        if (it != recent.end()) {
+          tensors = it->second.first;
+          samples = it->second.second;
+          found = true;
+        }
+        haveStep = true;
+      } else if (haveStep && e.isStepEnd()) {
+        found = true;  // no batch for it
+      }
+    });
+  } catch (const TraceError&) {
+  }
+  uint64_t budget = 256ull << 20;
+  for (const auto& t : tensors) {
+    bool isFloat = t.dtype == "float32" || t.dtype == "float64" || t.dtype == "float16" || t.dtype == "bfloat16";
+    if (!isFloat || t.size > budget || t.shape.empty() || t.shape[0] <= 0) continue;
+    budget -= t.size;
+    std::vector<uint8_t> bytes;
+    try {
+      bytes = s.readBlob(t.hash, t.size);
+    } catch (const TraceError&) {
+      continue;
+    }
+    size_t es = t.dtype == "float64" ? 8 : t.dtype == "float32" ? 4 : 2;
+    size_t n = bytes.size() / es;
+    size_t rows = static_cast<size_t>(t.shape[0]);
+    size_t per = rows ? n / rows : 0;
+    for (size_t r = 0; r < rows && per && out.size() < 10; ++r) {
+      uint64_t bad = 0;
+      for (size_t i = 0; i < per; ++i) bad += nonFiniteAt(t.dtype, bytes.data() + (r * per + i) * es);
+      if (!bad) continue;
+      std::string line = "sample " + std::to_string(r) + " of the batch of step " + std::to_string(step);
+      if (r < samples.size()) line += " (dataset index " + std::to_string(samples[r]) + ")";
+      line += ": " + std::to_string(bad) + " non-finite input value" + (bad > 1 ? "s" : "");
+      if (!t.field.empty()) line += " in field " + t.field;
+      out.push_back(line);
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -258,6 +390,8 @@ TriageInput gatherFacts(Trace& trace) {
           break;
         }
   }
+  if (in.nonfinite && in.nonfinite->step >= 0)
+    if (StreamReader* s = trace.find(in.nonfinite->stream)) in.batchFindings = scanStepBatch(*s, in.nonfinite->step);
   for (auto& [k, v] : paths) in.missingPaths.push_back(v);
   std::sort(in.missingPaths.begin(), in.missingPaths.end(),
             [](const MissingPathRecord& a, const MissingPathRecord& b) { return a.firstNs < b.firstNs; });
