@@ -45,8 +45,8 @@ const std::vector<CategoryInfo> kCategories = {
      "the process did not fail by itself: check the scheduler's log (preemption, time limit) and, for "
      "SIGKILL, the kernel's OOM killer"},
     {C::GpuOutOfMemory, "gpu_out_of_memory", "GPU out of memory", D::DeepLearning, T::NonDeterministic,
-     "depends on other processes on the same GPU and on allocator fragmentation; deterministic when the job "
-     "has the GPU to itself",
+     "depends on co-tenants (other processes on the same GPU) and on allocator fragmentation; deterministic "
+     "when the job has the GPU to itself",
      "reduce the batch size or the model, use gradient accumulation, activation checkpointing or mixed "
      "precision; check for other processes on the GPU"},
     {C::CpuOutOfMemory, "cpu_out_of_memory", "CPU out of memory", D::DeepLearning, T::NonDeterministic,
@@ -284,7 +284,10 @@ ExceptionClass classifyException(const std::string& type, const std::string& mes
       (base == "OutOfMemoryError" && !any(t, "cpu"))) {
     std::string detail = "the GPU allocator could not satisfy a request";
     auto p = message.find("Tried to allocate ");
-    if (p != std::string::npos) detail = message.substr(p, message.find_first_of(";.(", p + 18) - p);
+    if (p != std::string::npos) {
+      detail = message.substr(p, message.find_first_of(";(", p) - p);
+      while (!detail.empty() && detail.back() == ' ') detail.pop_back();
+    }
     return make(C::GpuOutOfMemory, detail);
   }
   if (any(m, "nccl", "gloo", "process group", "c10d") &&
