@@ -532,7 +532,7 @@ void memoryEvidence(const TriageInput& in, std::vector<std::string>& ev) {
   };
   if (in.processPeak) add(*in.processPeak, "process");
   if (in.launcherPeak) {
-    if (in.launcherPeak->maxRss && (!in.processPeak || in.launcherPeak->maxRss > in.processPeak->maxRss))
+    if (in.launcherPeak->maxRss && (!in.processPeak || in.launcherPeak->maxRss > in.processPeak->maxRss / 4 * 5))
       ev.push_back("largest process of the job: peak resident memory " + bytesText(in.launcherPeak->maxRss));
     if (in.launcherPeak->oomKills)
       ev.push_back("the memory cgroup counted " + std::to_string(in.launcherPeak->oomKills) +

@@ -151,6 +151,14 @@ class TriageFacts:
         """GPU peaks and (once) packages; reason is "failure" or "exit".  Never raises."""
         if not self.recording:
             return
+        if not getattr(self._rec, "_runtime_sent", True) and not self._packages_sent:
+            try:  # failed before the first step: the interpreter is all the runtime there is
+                info = self._lib.dlrr_runtime_info
+                info(b"python", native.text(sys.version.split()[0]))
+                info(b"python.implementation", native.text(sys.implementation.name))
+                info(b"python.executable", native.text(sys.executable or ""))
+            except Exception:
+                pass
         try:
             for device, allocated, reserved, total in gpu_peaks(self._rec.torch):
                 self._lib.dlrr_gpu_memory(device, allocated, reserved, total)
