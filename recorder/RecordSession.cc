@@ -605,6 +605,9 @@ void RecordSession::onFatalSignal(int sig, const siginfo_t* info, const uint64_t
 }
 
 void RecordSession::onExit(bool exited, int code) noexcept {
+  // A vfork child (subprocess's exec failed: it calls _exit) shares our memory and runs no
+  // atfork handler: its exit is not ours, and closing the writer would end our recording.
+  if (::getpid() != ownerPid_) return;
   if (exited_.exchange(true)) return;
   try {
     std::unique_ptr<StreamWriter> w;

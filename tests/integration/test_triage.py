@@ -237,6 +237,16 @@ class TriageTest(TraceTestCase):
         self.assertCategory(doc, "unexpected_encoding", "data")
         self.assertEvidence(doc, "'ascii' codec can't decode byte 0xc3", "LANG=C")
 
+    def test_a_failed_exec_in_a_vfork_child_does_not_end_the_recording(self):
+        p, trace = self.record([PY, job("failed_exec.py")])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        doc = json.loads(run([tool("dltrace"), "info", trace, "--json"], check=True).stdout)
+        self.assertEqual(doc["steps"], 4)
+        main = [x for x in doc["processes"] if x["role"] == "process"][0]
+        self.assertTrue(main["clean"])
+        self.assertNotEqual(main["exit_code"], 255)  # the child's _exit(255) is not the job's
+        self.assertEqual(self.triage(trace)["category"], "none")
+
     # ---------------------------------------------------------------- text output, env, env-diff
     def test_text_output_and_env_commands(self):
         p, trace = self.record([PY, job("key_error.py")], env={"OMP_NUM_THREADS": "1", "DLRR_TEST_TOKEN": "s3cret"})
