@@ -41,11 +41,11 @@ const std::vector<CategoryInfo> kCategories = {
      "a collective timed out or a peer went away (NCCL/Gloo): look at the other ranks' traces for the one "
      "that failed first; raise the timeout only if a rank is legitimately slow"},
     {C::ExternalSignal, "external_signal", "Killed from outside", D::Environment, T::NonDeterministic,
-     "the signal came from outside the job (scheduler preemption, a time limit, a user, the OOM killer)",
+     "the signal came from outside the job: scheduler preemption, a time limit, a user, the OOM killer",
      "the process did not fail by itself: check the scheduler's log (preemption, time limit) and, for "
      "SIGKILL, the kernel's OOM killer"},
     {C::GpuOutOfMemory, "gpu_out_of_memory", "GPU out of memory", D::DeepLearning, T::NonDeterministic,
-     "depends on co-tenants (other processes on the same GPU) and on allocator fragmentation; deterministic "
+     "depends on co-tenants, other processes on the same GPU, and on allocator fragmentation; deterministic "
      "when the job has the GPU to itself",
      "reduce the batch size or the model, use gradient accumulation, activation checkpointing or mixed "
      "precision; check for other processes on the GPU"},
@@ -87,7 +87,7 @@ const std::vector<CategoryInfo> kCategories = {
     {C::OtherPythonError, "other_python_error", "Other Python error", D::GeneralCode, T::Deterministic,
      "an ordinary exception in the job's code fails the same way again", "an exception in the job's code"},
     {C::NativeCrash, "native_crash", "Native crash", D::GeneralCode, T::Unknown,
-     "a crash in native code may or may not repeat (memory corruption, races)",
+     "a crash in native code may or may not repeat: memory corruption and races often do not",
      "native code crashed (a C/C++/CUDA extension or the framework): the native and Python stacks show "
      "where; replay tells whether it repeats"},
     {C::CorruptData, "corrupt_data", "Corrupt data", D::Data, T::Deterministic,
@@ -745,7 +745,7 @@ TriageResult classify(const TriageInput& in) {
         memoryEvidence(in, head);
         if (in.processPeak && in.processPeak->addressSpaceLimit) {
           r.determinism = T::Deterministic;
-          why = "the job hit its own address-space limit (ulimit -v), which is the same on a retry";
+          why = "the job hit its own address-space limit, ulimit -v, which is the same on a retry";
         } else if (in.processPeak && in.processPeak->memoryLimit) {
           why = "depends on what else runs in the job's memory cgroup";
         }
@@ -784,10 +784,27 @@ TriageResult classify(const TriageInput& in) {
     }
   } else if (f && f->kind == "signal") {
     head.push_back(r.summary);
-    // The innermost Python line of faulthandler's dump: "  File "x.py", line 3 in f".
+    // faulthandler's dump lists every thread; the crashing one is "Current thread", most
+    // recent call first: its innermost line, and the job's own innermost line.
     const std::string& py = f->pythonStack;
-    auto p = py.find("File \"");
-    if (p != std::string::npos) head.push_back("Python stack: " + clip(py.substr(p, py.find('\n', p) - p), 200));
+    auto cur = py.find("Current thread");
+    size_t from = cur == std::string::npos ? 0 : cur;
+    size_t end = py.find("\n\n", from);
+    std::string block = py.substr(from, end == std::string::npos ? std::string::npos : end - from);
+    std::vector<std::string> lines;
+    for (size_t p = block.find("File \""); p != std::string::npos; p = block.find("File \"", p + 1))
+      lines.push_back(block.substr(p, block.find('\n', p) - p));
+    if (!lines.empty()) {
+      head.push_back("Python stack of the crashing thread: " + clip(lines.front(), 200));
+      for (const auto& l : lines) {
+        auto q = l.find('"', 6);
+        Frame fr{q == std::string::npos ? "" : l.substr(6, q - 6), 0, "", ""};
+        if (isUserFrame(fr)) {
+          if (l != lines.front()) head.push_back("in the job's code: " + clip(l, 200));
+          break;
+        }
+      }
+    }
     if (r.category == C::ExternalSignal) {
       r.determinism = T::NonDeterministic;
       why = info.why;

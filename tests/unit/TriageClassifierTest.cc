@@ -343,13 +343,18 @@ TEST(TriageClassifier, SignalsAndExits) {
   f.kind = "signal";
   f.signal = 11;
   f.where = "libfoo.so+0x1234";
-  f.pythonStack = "Fatal Python error: Segmentation fault\n\nCurrent thread 0x1 (most recent call first):\n  File \"/job/x.py\", line 9 in crash\n";
+  f.pythonStack =
+      "Fatal Python error: Segmentation fault\n\nThread 0x2 (most recent call first):\n  File "
+      "\"/usr/lib/python3.11/threading.py\", line 320 in wait\n\nCurrent thread 0x1 (most recent call first):\n  File "
+      "\"/usr/lib/python3.11/ctypes/__init__.py\", line 5 in f\n  File \"/job/x.py\", line 9 in crash\n";
   seg.failure = f;
   seg.exitCode = 139;
   TriageResult r = classify(seg);
   EXPECT_EQ(r.category, Category::NativeCrash);
   EXPECT_EQ(r.determinism, Determinism::Unknown);
-  EXPECT_TRUE(evidenceHas(r, "File \"/job/x.py\", line 9 in crash"));
+  EXPECT_TRUE(evidenceHas(r, "crashing thread: File \"/usr/lib/python3.11/ctypes/__init__.py\", line 5 in f"));
+  EXPECT_TRUE(evidenceHas(r, "in the job's code: File \"/job/x.py\", line 9 in crash"));
+  EXPECT_FALSE(evidenceHas(r, "threading.py"));
 
   TriageInput term;
   term.exitCode = 143;

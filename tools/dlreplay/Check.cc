@@ -33,6 +33,7 @@ std::vector<std::string> preflightWarnings(Trace& trace, const triage::TriageInp
 std::string stepPhrase(const std::string& stopStep, const triage::TriageInput& facts) {
   if (!stopStep.empty() && stopStep != "-") return "at step " + stopStep;
   if (facts.timeline.stepsBegun == 0) return "during initialisation (before the first step)";
+  if (facts.timeline.stepOpen) return "at step " + std::to_string(facts.timeline.lastStepBegun);
   if (facts.failure && facts.failure->step >= 0) return "after step " + std::to_string(facts.failure->step);
   return "before the first step";
 }
