@@ -131,6 +131,10 @@ class TriageTest(TraceTestCase):
         self.assertCategory(doc, "external_signal", "execution_environment")
         self.assertEqual(doc["determinism"], "nondeterministic")
         self.assertIn("SIGTERM", doc["summary"])
+        c = self.check(trace)
+        self.assertEqual(c.returncode, 13, c.stderr)
+        self.assertIn("not reproduced: killed by SIGTERM", c.stderr)
+        self.assertIn("a non-deterministic kind of failure", c.stderr)
 
     # ---------------------------------------------------------------- general code errors
     def test_key_error_in_a_training_step(self):

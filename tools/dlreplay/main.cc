@@ -264,6 +264,16 @@ int run(int argc, char** argv) {
                    facts.exitCode ? "the job exited 0" : "the job's end was not recorded");
       return kNotFound;
     }
+    triage::TriageResult early = triage::classify(facts);
+    if (early.category == triage::Category::ExternalSignal) {
+      // Nothing in the job raised it: replaying cannot send it again.
+      std::fprintf(stderr,
+                   "dlreplay: not reproduced: %s; replay does not re-send signals from outside\n"
+                   "dlreplay: triage: %s [%s], a non-deterministic kind of failure (%s)\n",
+                   early.summary.c_str(), triage::categoryInfo(early.category).name,
+                   triage::dimensionName(early.dimension), triage::categoryInfo(early.category).why);
+      return kNotReproduced;
+    }
     checkExit = true;
     o.until = "end";
   }
