@@ -1,6 +1,8 @@
 // The C API of dlrr.h: thin, exception-proof forwarding to the process recorder.
 #include "dlrr/dlrr.h"
 
+#include <fcntl.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -215,6 +217,28 @@ void dlrr_failure_exception(const char* type, const char* message, const char* w
       }))
     return;
   withRecorder([&](RecordSession& s) { s.failureException(type, message, where, n_frames, files, lines, functions, code); });
+}
+
+void dlrr_failed_path(const char* path, int error, int op) {
+  if (!path || op < DLRR_LOOKUP_OPEN || op > DLRR_LOOKUP_OTHER) return;
+  // The lookup is the job's, reported by the hook: not under the hook's reentry guard.
+  RecordSession* s = processRecorder();
+  if (s && s->active()) s->failedLookup(AT_FDCWD, path, error, static_cast<LookupOp>(op));
+}
+
+void dlrr_library_load_error(const char* name, const char* error) {
+  RecordSession* s = processRecorder();
+  if (s && s->active()) s->libraryLoadError(name, error);
+}
+
+void dlrr_gpu_memory(int device, uint64_t max_allocated, uint64_t max_reserved, uint64_t total) {
+  withRecorder([&](RecordSession& s) { s.gpuMemory(device, max_allocated, max_reserved, total); });
+}
+
+void dlrr_packages(const char* reason, int n, const char* const* names, const char* const* versions,
+                   const char* const* paths) {
+  if (n < 0 || n > 4096) return;
+  withRecorder([&](RecordSession& s) { s.packages(reason, n, names, versions, paths); });
 }
 
 int dlrr_replay_target(dlrr_target_t* out) {

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "interpose/FileHooks.h"
 #include "interpose/ProcessRecorder.h"
 #include "recorder/OwnFds.h"
 
@@ -133,6 +134,7 @@ __attribute__((visibility("default"))) int open(const char* path, int flags, ...
   mode_t mode = modeArg(flags, ap);
   va_end(ap);
   int fd = real(path, flags, mode);
+  if (fd < 0) noteFailedOpen(AT_FDCWD, path, flags, errno);  // triage: FileHooks.cc
   afterOpen(path, fd);
   return fd;
 }
@@ -144,6 +146,7 @@ __attribute__((visibility("default"))) int open64(const char* path, int flags, .
   mode_t mode = modeArg(flags, ap);
   va_end(ap);
   int fd = real(path, flags, mode);
+  if (fd < 0) noteFailedOpen(AT_FDCWD, path, flags, errno);  // triage: FileHooks.cc
   afterOpen(path, fd);
   return fd;
 }
@@ -155,6 +158,7 @@ __attribute__((visibility("default"))) int openat(int dirfd, const char* path, i
   mode_t mode = modeArg(flags, ap);
   va_end(ap);
   int fd = real(dirfd, path, flags, mode);
+  if (fd < 0) noteFailedOpen(dirfd, path, flags, errno);  // triage: FileHooks.cc
   afterOpen(path, fd);
   return fd;
 }
@@ -166,6 +170,7 @@ __attribute__((visibility("default"))) int openat64(int dirfd, const char* path,
   mode_t mode = modeArg(flags, ap);
   va_end(ap);
   int fd = real(dirfd, path, flags, mode);
+  if (fd < 0) noteFailedOpen(dirfd, path, flags, errno);  // triage: FileHooks.cc
   afterOpen(path, fd);
   return fd;
 }

@@ -194,6 +194,7 @@ RecordSession::RecordSession(Config cfg) : cfg_(std::move(cfg)) {
       ::fcntl(cfg_.statusFd, F_SETFL, fl | O_NONBLOCK);
     protectFd(cfg_.statusFd);
   }
+  ownerPid_ = ::getpid();
   signalArena_.resize(32768);  // 256 KiB for the failure message built in a signal handler
   signalText_.resize(64 * 1024);
   mapsText_.resize(512 * 1024);  // also the output buffer of the signal path
@@ -404,8 +405,9 @@ void RecordSession::stepEnd(int64_t step, double loss) {
     w = writer_.get();
   }
   if (w) {
-    w->commit(true);  // the commit point: durable before the job goes on
-    reportWriterFailure(*w);  // a full disk says so while the job runs, not only at its exit
+    writeTriage(*w, "step", false);  // failed lookups and peaks, when they changed
+    w->commit(true);                 // the commit point: durable before the job goes on
+    reportWriterFailure(*w);         // a full disk says so while the job runs, not only at its exit
   }
 }
 
@@ -616,6 +618,7 @@ void RecordSession::failureException(const char* type, const char* message, cons
     std::lock_guard<std::mutex> lk(mu_);
     w = writer_.get();
   }
+  if (w) writeTriage(*w, "failure", true);
   if (w) w->commit(true);
 }
 
@@ -702,6 +705,9 @@ void RecordSession::onFatalSignal(int sig, const siginfo_t* info, const uint64_t
 }
 
 void RecordSession::onExit(bool exited, int code) noexcept {
+  // A vfork child (subprocess's exec failed: it calls _exit) shares our memory and runs no
+  // atfork handler: its exit is not ours, and closing the writer would end our recording.
+  if (::getpid() != ownerPid_) return;
   if (exited_.exchange(true)) return;
   try {
     // The writer is closed but never destroyed here: other threads may be inside emit() with
@@ -710,6 +716,7 @@ void RecordSession::onExit(bool exited, int code) noexcept {
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (!writer_) return;
+      writeTriage(*writer_, "exit", true);
       capnp::MallocMessageBuilder msg;
       auto e = msg.initRoot<schema::Event>();
       e.setTNs(monoNs() - startNs_);

@@ -16,6 +16,7 @@
 #include "recorder/BatchBuilder.h"
 #include "recorder/Config.h"
 #include "recorder/TensorDigest.h"
+#include "recorder/TriageLog.h"
 #include "schema/dlrr.capnp.h"
 
 namespace dlrr {
@@ -64,6 +65,16 @@ class RecordSession {
   void forked(int childPid) noexcept;  // in the parent, after fork() returned
   void afterForkChild() noexcept;
 
+  // ---- triage facts (docs/triage.md). Failed lookups and library loads are aggregated and
+  // written, with the resource peaks, at step commits, failures and exit.
+  // A failed file-system call of the job; `path` relative to `dirfd` (AT_FDCWD: the cwd).
+  void failedLookup(int dirfd, const char* path, int error, LookupOp op) noexcept;
+  void libraryLoadError(const char* name, const char* error) noexcept;
+  void gpuMemory(int device, uint64_t maxAllocated, uint64_t maxReserved, uint64_t total);
+  void packages(const char* reason, int n, const char* const* names, const char* const* versions,
+                const char* const* paths);
+  const TriageLog& triageLog() const { return triage_; }
+
   // Async-signal-safe: records a fatal signal with native and Python stacks.
   void onFatalSignal(int sig, const siginfo_t* info, const uint64_t* ips, int nips) noexcept;
   // Records the process's exit and closes the stream. Idempotent.
@@ -78,6 +89,9 @@ class RecordSession {
   int traceDirFd();  // caller holds mu_; throws TraceError
   void recordFailureLocked();
   void flushRing(StreamWriter& w);
+  // Appends the triage facts that changed (reason: step | failure | exit); full = resource
+  // limits and /proc figures too. Takes no lock of ours: callable with mu_ held.
+  void writeTriage(StreamWriter& w, const char* reason, bool full);
 
   Config cfg_;
   mutable std::mutex mu_;
@@ -118,6 +132,17 @@ class RecordSession {
   size_t ringBytes_ = 0;
   bool ringFlushed_ = false;
   static constexpr size_t kRingCapBytes = 512u << 20;
+
+  // Triage facts.
+  TriageLog triage_;
+  std::mutex gpuMu_;
+  struct GpuPeak {
+    int device;
+    uint64_t maxAllocated, maxReserved, total;
+  };
+  std::vector<GpuPeak> gpus_;
+  std::atomic<uint64_t> rssWritten_{0};
+  int ownerPid_ = 0;
 
   // Preallocated for the signal path (no allocation there).
   std::vector<capnp::word> signalArena_;

@@ -78,6 +78,11 @@ struct Event {
     internedString @19 :InternedString;
     loaderEnd @20 :LoaderEnd;
     recorderStatus @21 :RecorderStatus;
+    # Triage facts (docs/triage.md): aggregated, written at step commits, failures and exit.
+    missingPaths @22 :MissingPaths;
+    libraryLoadError @23 :LibraryLoadError;
+    resourcePeak @24 :ResourcePeak;
+    packages @25 :Packages;
   }
 }
 
@@ -297,6 +302,77 @@ struct InternedString {
 struct RecorderStatus {
   ok @0 :Bool;
   message @1 :Text;          # why something is not being recorded
+}
+
+# ---------------------------------------------------------------- triage facts
+# File-system lookups that failed (open, stat, access, mkdir, ...), aggregated per path. An
+# event holds the entries that are new or changed since the previous MissingPaths event of
+# the stream, each with its cumulative count: readers merge them by (path, op, error).
+struct MissingPaths {
+  paths @0 :List(MissingPath);
+  droppedPaths @1 :UInt64;   # distinct paths not kept (over the cap), so far
+  droppedFailures @2 :UInt64;  # failures on those paths, so far
+}
+
+struct MissingPath {
+  path @0 :Text;             # absolute when it could be resolved (cwd, dirfd)
+  error @1 :Int32;           # errno: ENOENT, ENOTDIR, EACCES, EPERM, EROFS, ENOSPC, ...
+  op @2 :Op;
+  count @3 :UInt64;          # failures so far
+  firstNs @4 :Int64;         # Event.tNs clock: when it first failed
+  firstStep @5 :Int64;       # training step in progress then (-1 before the first)
+  enum Op {
+    open @0;                 # open for reading
+    create @1;               # open for writing / O_CREAT
+    stat @2;                 # stat, lstat, fstatat
+    access @3;               # access, faccessat
+    mkdir @4;
+    opendir @5;
+    other @6;
+  }
+}
+
+# A shared library that failed to load (dlopen returned NULL), with the loader's message.
+struct LibraryLoadError {
+  name @0 :Text;             # as passed to dlopen
+  error @1 :Text;            # dlerror()
+  count @2 :UInt64;
+  firstNs @3 :Int64;
+  firstStep @4 :Int64;
+}
+
+# Resource high-water marks. Written by a process at exit, at a failure and when its peak
+# grows at a step commit; by the launcher (reason "launcher") for the whole job after it ended.
+struct ResourcePeak {
+  reason @0 :Text;           # step | failure | exit | launcher
+  maxRssBytes @1 :UInt64;    # peak resident set (getrusage ru_maxrss; the launcher: of its children)
+  vmPeakBytes @2 :UInt64;    # peak virtual size (VmPeak), 0 when unknown
+  addressSpaceLimit @3 :UInt64;  # RLIMIT_AS soft limit (ulimit -v) in bytes, 0 = unlimited
+  memoryLimit @4 :UInt64;    # cgroup memory.max in bytes, 0 = none or unknown
+  memTotal @5 :UInt64;       # the machine's MemTotal in bytes
+  oomKills @6 :UInt64;       # launcher: cgroup OOM kills (memory.events oom_kill) during the job
+  gpus @7 :List(GpuMemory);  # when the job initialised CUDA (from torch.cuda, via the hook)
+  cpuUserNs @8 :UInt64;      # CPU time so far (getrusage)
+  cpuSystemNs @9 :UInt64;
+}
+
+struct GpuMemory {
+  device @0 :Int32;
+  maxAllocated @1 :UInt64;   # torch.cuda.max_memory_allocated
+  maxReserved @2 :UInt64;    # torch.cuda.max_memory_reserved
+  total @3 :UInt64;          # the device's total memory
+}
+
+# Top-level Python packages the job had imported (at a failure or at exit).
+struct Packages {
+  reason @0 :Text;           # failure | exit
+  items @1 :List(Package);
+}
+
+struct Package {
+  name @0 :Text;             # top-level module name (torch, numpy, ...)
+  version @1 :Text;          # __version__ or the distribution's version; "" when unknown
+  path @2 :Text;             # where it was imported from (the package directory or module file)
 }
 
 # ---------------------------------------------------------------- footer

@@ -16,6 +16,9 @@
 #ifdef DLRR_FUZZ_TOOLS
 #include "tools/common/Json.h"
 #include "tools/dltrace/EventText.h"
+#include "triage/Classifier.h"
+#include "triage/Environment.h"
+#include "triage/TraceFacts.h"
 #endif
 
 namespace {
@@ -126,6 +129,15 @@ void runOne(std::vector<uint8_t> bytes) {
       (void)trace->steps(*trace->streams().front());
     } catch (const dlrr::TraceError&) {
     }
+#ifdef DLRR_FUZZ_TOOLS
+    // dltrace triage / env over untrusted bytes.
+    try {
+      auto facts = dlrr::triage::gatherFacts(*trace);
+      (void)dlrr::triage::classify(facts);
+      (void)dlrr::triage::recordedEnvironment(*trace, facts);
+    } catch (const dlrr::TraceError&) {
+    }
+#endif
   } catch (const dlrr::TraceError&) {
   }
 }

@@ -179,6 +179,21 @@ class FakeLib:
         self.calls.append(("failure_exception", type_.decode(), message.decode(), where.decode(),
                            frames))
 
+    # -- triage facts
+    def _dlrr_failed_path(self, path, error, op):
+        self.calls.append(("failed_path", path.decode("utf-8", "surrogatepass"), error, op))
+
+    def _dlrr_library_load_error(self, name, error):
+        self.calls.append(("library_load_error", name.decode(), error.decode()))
+
+    def _dlrr_gpu_memory(self, device, max_allocated, max_reserved, total):
+        self.calls.append(("gpu_memory", device, max_allocated, max_reserved, total))
+
+    def _dlrr_packages(self, reason, n, names, versions, paths):
+        items = [(names[i].decode("utf-8", "surrogatepass"), versions[i].decode("utf-8", "surrogatepass"),
+                  paths[i].decode("utf-8", "surrogatepass")) for i in range(n)]
+        self.calls.append(("packages", reason.decode(), items))
+
     # -- replay (mode 2): this double serves nothing; replay logic is tested on real traces
     def _dlrr_replay_target(self, out):
         return 0

@@ -9,6 +9,7 @@
 #include <pwd.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -31,6 +32,7 @@
 #include "format/TraceDir.h"
 #include "format/TraceError.h"
 #include "format/Version.h"
+#include "recorder/ResourceUsage.h"
 #include "tools/dlrecord/InstallPaths.h"
 
 extern char** environ;
@@ -222,6 +224,31 @@ std::unique_ptr<StreamWriter> openLauncherStream(const Options& o, const std::st
   return std::make_unique<StreamWriter>(createStreamFile(dir.get(), kLauncherStream, name), hm);
 }
 
+// For triage: the job's peak memory (the largest of its processes, from wait4) and the OOM
+// kills its memory cgroup counted while it ran; written even when the job was SIGKILLed.
+void appendJobResources(StreamWriter& w, const rusage& ru, int64_t oomKillsBefore, int64_t tNs) {
+  try {
+    ResourceSample limits;
+    fillLimits(limits);
+    capnp::MallocMessageBuilder m;
+    auto e = m.initRoot<schema::Event>();
+    e.setTNs(tNs);
+    e.setStep(-1);
+    auto rp = e.initResourcePeak();
+    rp.setReason("launcher");
+    rp.setMaxRssBytes(static_cast<uint64_t>(ru.ru_maxrss) * 1024);
+    rp.setAddressSpaceLimit(limits.addressSpaceLimit);
+    rp.setMemoryLimit(limits.memoryLimit);
+    rp.setMemTotal(limits.memTotal);
+    int64_t after = cgroupOomKills();
+    if (oomKillsBefore >= 0 && after > oomKillsBefore) rp.setOomKills(static_cast<uint64_t>(after - oomKillsBefore));
+    rp.setCpuUserNs(static_cast<uint64_t>(ru.ru_utime.tv_sec) * 1000000000ull + static_cast<uint64_t>(ru.ru_utime.tv_usec) * 1000ull);
+    rp.setCpuSystemNs(static_cast<uint64_t>(ru.ru_stime.tv_sec) * 1000000000ull + static_cast<uint64_t>(ru.ru_stime.tv_usec) * 1000ull);
+    w.append(m);
+  } catch (...) {
+  }
+}
+
 std::string prependPath(const char* var, const std::string& first) {
   const char* old = std::getenv(var);
   return old && *old ? first + ":" + old : first;
@@ -298,6 +325,8 @@ int run(int argc, char** argv) {
     problems.push_back(std::string("cannot record: ") + e.what() + "; running the job without recording");
   }
   bool recording = launcher != nullptr;
+  const int64_t launchNs = realNs();
+  const int64_t oomKillsBefore = cgroupOomKills();  // to tell an OOM kill of the job afterwards
 
   int statusPipe[2] = {-1, -1};
   if (recording && ::pipe2(statusPipe, O_CLOEXEC | O_NONBLOCK) != 0) statusPipe[0] = statusPipe[1] = -1;
@@ -356,7 +385,8 @@ int run(int argc, char** argv) {
   ::close(execPipe[0]);
 
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  rusage childUsage {};
+  while (::wait4(pid, &status, 0, &childUsage) < 0 && errno == EINTR) {
   }
   int exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
 
@@ -391,7 +421,9 @@ int run(int argc, char** argv) {
     pe.setExited(WIFEXITED(status));
     pe.setCode(WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
     pe.setExitCode(exitCode);
+    e.setTNs(realNs() - launchNs);
     launcher->append(em);
+    appendJobResources(*launcher, childUsage, oomKillsBefore, realNs() - launchNs);
     launcher->close();
     if (launcher->failed()) problems.push_back("launcher stream incomplete: " + launcher->error());
   }

@@ -29,6 +29,8 @@
 #include "format/TraceError.h"
 #include "format/Version.h"
 #include "replayer/ReplayTarget.h"
+#include "tools/dlreplay/Check.h"
+#include "triage/TraceFacts.h"
 #include "tools/common/Json.h"
 #include "tools/dlrecord/InstallPaths.h"
 
@@ -51,6 +53,7 @@ enum : int {
   kNotReached = 10,  // the job ended (or failed otherwise) before the target
   kDivergence = 11,  // a step recomputed differently from the recording
   kNoReplay = 12,    // the replayed process never attached to the trace (e.g. not the same program)
+  kNotReproduced = 13,  // --check: the recorded failure did not happen again
 };
 
 int exitFor(ErrorKind k) {
@@ -83,6 +86,8 @@ const char* kUsageText =
     "                        stdin is not a terminal: prints the stack and ends)\n"
     "                   wait: pause at the stop, print the PID and attach commands; resumes\n"
     "                        when the debugger detaches or on SIGCONT/SIGUSR1\n"
+    "  --check          replay to the recorded failure and say whether it is deterministic:\n"
+    "                   'deterministic: reproduced at step N' (exit 0) or 'not reproduced' (13)\n"
     "  --stream NAME    the recorded process to replay (default: the one that trained)\n"
     "  --yes            consent to run the recorded command of a trace from another host/user\n"
     "  --dry-run        show the command and environment changes, run nothing\n"
@@ -91,9 +96,14 @@ const char* kUsageText =
     "  -h, --help       this help;  --version  the version\n"
     "\n"
     "exit status: 0 target reached, every step verified; 10 target not reached; 11 divergence;\n"
-    "12 the replayed process never attached; 9 consent needed; 2 usage; 3 I/O error;\n"
-    "4 not a trace; 5 newer trace format; 6 corrupt trace; 7 no such step/stream/failure;\n"
-    "8 internal error; 126/127 the command cannot be run / found.\n";
+    "12 the replayed process never attached; 13 --check: the failure did not reproduce;
+"
+    "9 consent needed; 2 usage; 3 I/O error; 4 not a trace; 5 newer trace format;
+"
+    "6 corrupt trace; 7 no such step/stream/failure; 8 internal error;
+"
+    "126/127 the command cannot be run / found.
+";
 
 struct Options {
   std::string trace;
@@ -101,6 +111,7 @@ struct Options {
   std::string debug;
   std::string stream;
   bool yes = false;
+  bool check = false;
   bool dryRun = false;
   bool json = false;
   bool quiet = false;
@@ -143,6 +154,8 @@ Options parse(int argc, char** argv) {
       o.stream = value("--stream");
     } else if (a == "--yes") {
       o.yes = true;
+    } else if (a == "--check") {
+      o.check = true;
     } else if (a == "--dry-run") {
       o.dryRun = true;
     } else if (a == "--json") {
@@ -158,6 +171,8 @@ Options parse(int argc, char** argv) {
     }
   }
   if (o.trace.empty()) usageError("missing TRACE");
+  if (o.check && !o.until.empty()) usageError("--check replays to the recorded failure; it takes no --until");
+  if (o.check && !o.debug.empty()) usageError("--check runs without a debugger");
   if (!o.until.empty()) {
     std::string err;
     if (!parseReplayTarget(o.until, err)) usageError(err);
@@ -245,6 +260,33 @@ int run(int argc, char** argv) {
     return kCorrupt;
   }
 
+  // Triage facts: for --check's verdict and the pre-flight environment check.
+  triage::TriageInput facts;
+  try {
+    facts = triage::gatherFacts(*trace);
+  } catch (const std::exception&) {
+  }
+  bool checkExit = false;  // --check of a job that failed without a recorded exception or signal
+  if (o.check && !sum.failure) {
+    if (!facts.exitCode || *facts.exitCode == 0) {
+      std::fprintf(stderr, "dlreplay: --check: the recording holds no failure (%s): nothing to reproduce\n",
+                   facts.exitCode ? "the job exited 0" : "the job's end was not recorded");
+      return kNotFound;
+    }
+    triage::TriageResult early = triage::classify(facts);
+    if (early.category == triage::Category::ExternalSignal) {
+      // Nothing in the job raised it: replaying cannot send it again.
+      std::fprintf(stderr,
+                   "dlreplay: not reproduced: %s; replay does not re-send signals from outside\n"
+                   "dlreplay: triage: %s [%s], a non-deterministic kind of failure (%s)\n",
+                   early.summary.c_str(), triage::categoryInfo(early.category).name,
+                   triage::dimensionName(early.dimension), triage::categoryInfo(early.category).why);
+      return kNotReproduced;
+    }
+    checkExit = true;
+    o.until = "end";
+  }
+
   // The target, checked against what the trace holds before anything runs.
   std::string until = o.until;
   if (until.empty()) {
@@ -305,6 +347,9 @@ int run(int argc, char** argv) {
                  ti.getUser().cStr(), host.c_str());
     return kConsent;
   }
+  if (!o.quiet)
+    for (const auto& w : replaycheck::preflightWarnings(*trace, facts))
+      std::fprintf(stderr, "dlreplay: warning: %s\n", w.c_str());
   std::error_code ec;
   if (!std::filesystem::is_directory(cwd, ec)) {
     std::fprintf(stderr, "dlreplay: the recorded working directory %s does not exist here\n", cwd.c_str());
@@ -464,6 +509,31 @@ int run(int argc, char** argv) {
                     : " (exit status " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")");
   }
   std::string verified = report.count("verified_steps") ? report["verified_steps"] : "0";
+
+  // --check: the verdict on determinism, and what triage says about this kind of failure.
+  std::string verdict;
+  bool reproduced = false;
+  triage::TriageResult tri = triage::classify(facts);
+  if (o.check) {
+    int childStatus = WIFEXITED(status) ? WEXITSTATUS(status) : died ? 128 + sig : -1;
+    if (checkExit)
+      reproduced = exitCode == kOk && facts.exitCode && childStatus == *facts.exitCode;
+    else
+      reproduced = exitCode == kOk;
+    std::string what = sum.failure ? formatFailure(*sum.failure) : "exit status " + std::to_string(facts.exitCode.value_or(-1));
+    if (reproduced) {
+      std::string stopStep = report.count("stop.step") ? report["stop.step"] : "";
+      if (checkExit) stopStep = std::to_string(std::strtoll(verified.c_str(), nullptr, 10) - 1);
+      verdict = "deterministic: reproduced " + replaycheck::stepPhrase(stopStep, facts) + " (" + what + ")";
+    } else {
+      std::string why = checkExit && exitCode == kOk
+                            ? "the replayed job ended with status " + std::to_string(childStatus) + ", the recording with " +
+                                  std::to_string(facts.exitCode.value_or(-1))
+                            : outcome;
+      verdict = "not reproduced: " + why;
+      if (exitCode != kNoReplay) exitCode = kNotReproduced;
+    }
+  }
   if (o.json) {
     std::string out;
     tools::JsonWriter j(out, 0);  // one line, after whatever the job printed
@@ -474,6 +544,14 @@ int run(int argc, char** argv) {
     j.field("message", outcome);
     j.field("verified_steps", std::strtoll(verified.c_str(), nullptr, 10));
     j.field("recorded_steps", static_cast<long long>(sum.steps));
+    if (o.check) {
+      j.key("check").beginObject();
+      j.field("reproduced", reproduced);
+      j.field("verdict", verdict);
+      j.field("category", std::string(triage::categoryInfo(tri.category).id));
+      j.field("determinism", std::string(triage::determinismId(tri.determinism)));
+      j.endObject();
+    }
     j.key("report").beginObject();
     for (auto& [k, v] : report) j.field(k, v);
     j.endObject();
@@ -482,6 +560,17 @@ int run(int argc, char** argv) {
   } else {
     std::fprintf(stderr, "dlreplay: %s; %s of %llu recorded steps verified bit-exact\n", outcome.c_str(),
                  verified.c_str(), static_cast<unsigned long long>(sum.steps));
+    if (o.check) {
+      const auto& ci = triage::categoryInfo(tri.category);
+      std::fprintf(stderr, "dlreplay: %s\n", verdict.c_str());
+      const char* kind = tri.determinism == triage::Determinism::Deterministic      ? ", a deterministic kind of failure"
+                         : tri.determinism == triage::Determinism::NonDeterministic ? ", a non-deterministic kind of failure"
+                                                                                     : "";
+      std::fprintf(stderr, "dlreplay: triage: %s [%s]%s%s%s%s\n", ci.name, triage::dimensionName(tri.dimension), kind,
+                   *ci.why ? " (" : "", ci.why, *ci.why ? ")" : "");
+      if (tri.determinism == triage::Determinism::NonDeterministic && reproduced)
+        std::fprintf(stderr, "dlreplay: it reproduced here; on another node or with other co-tenants it may not\n");
+    }
     for (auto& [k, v] : report) {
       if (k.rfind("stop.", 0) == 0 || k.rfind("batch.", 0) == 0 || k.rfind("backward.", 0) == 0 ||
           k.rfind("env.", 0) == 0)

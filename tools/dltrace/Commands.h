@@ -24,6 +24,9 @@ CommandDef stepsCommand();
 CommandDef eventsCommand();
 CommandDef dumpCommand();
 CommandDef verifyCommand();
+CommandDef triageCommand();   // TriageCommand.cc
+CommandDef envCommand();      // EnvCommand.cc
+CommandDef envDiffCommand();  // EnvCommand.cc
 
 // Opens a trace for the commands: streams that cannot be opened are skipped with a warning
 // (verify and info report them instead, with warnBroken = false).

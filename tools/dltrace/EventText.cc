@@ -1,4 +1,5 @@
 #include "tools/dltrace/EventText.h"
+#include "tools/dltrace/TriageEventText.h"
 
 #include <capnp/dynamic.h>
 #include <capnp/schema.h>
@@ -369,6 +370,11 @@ std::string describeEvent(schema::Event::Reader e, const InternTable& names) {
       auto r = e.getRecorderStatus();
       return std::string(r.getOk() ? "ok" : "NOT OK") + (r.getMessage().size() ? ": " + text(r.getMessage()) : "");
     }
+    case E::MISSING_PATHS:
+    case E::LIBRARY_LOAD_ERROR:
+    case E::RESOURCE_PEAK:
+    case E::PACKAGES:
+      return describeTriageEvent(e);  // TriageEventText.cc
   }
   return "(written by a newer dlrr; use --json to see its fields)";
 }

@@ -113,6 +113,33 @@ DLRR_API void dlrr_failure_exception(const char* type, const char* message, cons
                                      const char* const* files, const int32_t* lines, const char* const* functions,
                                      const char* const* code);
 
+/* ---- triage facts (docs/triage.md). Written with the failure, at step commits and at exit. */
+/* Same numbering as schema MissingPath.Op. */
+enum dlrr_lookup_op_t {
+  DLRR_LOOKUP_OPEN = 0,
+  DLRR_LOOKUP_CREATE = 1,
+  DLRR_LOOKUP_STAT = 2,
+  DLRR_LOOKUP_ACCESS = 3,
+  DLRR_LOOKUP_MKDIR = 4,
+  DLRR_LOOKUP_OPENDIR = 5,
+  DLRR_LOOKUP_OTHER = 6
+};
+/* A file-system lookup that failed with errno `error` (the libc hooks report open, stat,
+ * access, mkdir, opendir and fopen failures themselves; this is for what they cannot see).
+ * Aggregated per path: one summary event, not one event per call. */
+DLRR_API void dlrr_failed_path(const char* path, int error, int op);
+/* A shared library that could not be loaded, with the loader's message (dlopen failures are
+ * recorded by the library itself). */
+DLRR_API void dlrr_library_load_error(const char* name, const char* error);
+/* GPU memory peaks of one device (torch.cuda.max_memory_allocated/reserved, total), sent by
+ * the hook at a failure and at exit when the job initialised CUDA; written with the next
+ * resource peak (the failure's or the exit's). */
+DLRR_API void dlrr_gpu_memory(int device, uint64_t max_allocated, uint64_t max_reserved, uint64_t total);
+/* The top-level Python packages the job imported, with versions and locations; reason is
+ * "failure" or "exit". */
+DLRR_API void dlrr_packages(const char* reason, int n, const char* const* names, const char* const* versions,
+                            const char* const* paths);
+
 /* ---- replay (mode 2). The recording is served; the "record" calls above become checks:
  * dlrr_step_begin/dlrr_step_end track the step, dlrr_digest compares against the recording. */
 enum dlrr_target_kind_t { DLRR_TARGET_END = 0, DLRR_TARGET_STEP = 1, DLRR_TARGET_NAN = 2, DLRR_TARGET_CRASH = 3 };

@@ -126,6 +126,9 @@ class FailureHooks:
         functions = (ctypes.c_char_p * max(n, 1))(*[native.text(f.name) for f in frames])
         code = (ctypes.c_char_p * max(n, 1))(*[native.text(f.line or "") for f in frames])
         where = "%s:%d" % (frames[-1].filename, frames[-1].lineno or 0) if frames else ""
+        triage = getattr(self._rec, "triage", None)
+        if triage is not None:
+            triage.report("failure")  # packages and GPU peaks, written with the failure
         self._lib.dlrr_failure_exception(native.text(exception_type_name(exc_type)),
                                          native.text(_safe_str(exc)), native.text(where), n,
                                          files, lines, functions, code)

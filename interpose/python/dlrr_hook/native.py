@@ -40,6 +40,15 @@ NO_DEVICE = -1
 # StepBegin.loader when steps are counted by optimizer.step() (no DataLoader).
 NO_LOADER = 0xFFFFFFFF
 
+# enum dlrr_lookup_op_t (same numbering as schema MissingPath.Op)
+LOOKUP_OPEN = 0
+LOOKUP_CREATE = 1
+LOOKUP_STAT = 2
+LOOKUP_ACCESS = 3
+LOOKUP_MKDIR = 4
+LOOKUP_OPENDIR = 5
+LOOKUP_OTHER = 6
+
 CAPTURE_MINIMAL = 0
 CAPTURE_DEFAULT = 1
 CAPTURE_FULL = 2
@@ -89,6 +98,11 @@ SIGNATURES = {
     "dlrr_first_failure_step": (c_int, [POINTER(c_int64)]),
     "dlrr_failure_exception": (None, [c_char_p, c_char_p, c_char_p, c_int, _CHARPP,
                                       POINTER(c_int32), _CHARPP, _CHARPP]),
+    # triage facts
+    "dlrr_failed_path": (None, [c_char_p, c_int, c_int]),
+    "dlrr_library_load_error": (None, [c_char_p, c_char_p]),
+    "dlrr_gpu_memory": (None, [c_int, c_uint64, c_uint64, c_uint64]),
+    "dlrr_packages": (None, [c_char_p, c_int, _CHARPP, _CHARPP, _CHARPP]),
     # replay (mode 2)
     "dlrr_replay_target": (c_int, ["TargetT*"]),
     "dlrr_replay_batch": (c_int, [c_uint32, c_uint64, POINTER(c_void_p), POINTER(c_uint64)]),

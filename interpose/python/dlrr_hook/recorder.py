@@ -28,6 +28,7 @@ from .rng import RngCapture
 from .steps import StepTracker
 from .tensors import TensorMarshal
 from .training import TrainingPatches
+from .triage import TriageFacts
 from .values import ValueWriter
 
 
@@ -63,6 +64,7 @@ class Recorder:
         self.capture_level = lib.dlrr_capture_level()
         self.steps = StepTracker(self)
         self.failures = FailureHooks(self, lib)
+        self.triage = TriageFacts(self, lib)  # packages, GPU peaks, argparse errors
         self.marshal = None
         self.values = None
         self.rng = None
@@ -92,6 +94,7 @@ class Recorder:
     def install(self):
         """Process-wide hooks now; torch patches once torch is imported."""
         self.failures.install()
+        self.guarded(self.triage.install)
         self.guarded(self.failures.enable_faulthandler)
         atexit.register(self._at_exit)
         os.register_at_fork(after_in_child=lambda ref=weakref.ref(self): _disable_in_child(ref))
@@ -107,6 +110,7 @@ class Recorder:
             self.modules.uninstall()
         self._patcher.restore()
         self.failures.uninstall()
+        self.triage.uninstall()
         atexit.unregister(self._at_exit)
 
     def disable_in_child(self):
@@ -182,6 +186,7 @@ class Recorder:
         if not self.active:
             return
         self.guarded(self.failures.report_unhooked_exit_exception)
+        self.triage.report("exit")
         if self.torch is None:
             self._report(1, "no steps captured: torch was never imported")
         else:

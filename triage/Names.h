@@ -1,0 +1,21 @@
+#pragma once
+// Small naming helpers shared by triage, dltrace and dlreplay.
+#include <cstdint>
+#include <string>
+
+namespace dlrr::triage {
+
+// "ENOENT" for 2, "errno 131" for what it does not know.
+std::string errnoName(int error);
+// "No such file or directory" (strerror), independent of the locale.
+std::string errnoText(int error);
+// "SIGKILL" for 9, "signal 64" otherwise.
+std::string signalName(int sig);
+// schema MissingPath.Op as text: open, create, stat, access, mkdir, opendir, other.
+const char* lookupOpName(int op);
+// 1536 -> "1.5 KiB"; 0 -> "0 B".
+std::string bytesText(uint64_t n);
+// 12.3456 -> "12.3 s", 3723 -> "1 h 2 min".
+std::string secondsText(double s);
+
+}  // namespace dlrr::triage
