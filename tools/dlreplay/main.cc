@@ -96,14 +96,10 @@ const char* kUsageText =
     "  -h, --help       this help;  --version  the version\n"
     "\n"
     "exit status: 0 target reached, every step verified; 10 target not reached; 11 divergence;\n"
-    "12 the replayed process never attached; 13 --check: the failure did not reproduce;
-"
-    "9 consent needed; 2 usage; 3 I/O error; 4 not a trace; 5 newer trace format;
-"
-    "6 corrupt trace; 7 no such step/stream/failure; 8 internal error;
-"
-    "126/127 the command cannot be run / found.
-";
+    "12 the replayed process never attached; 13 --check: the failure did not reproduce;\n"
+    "9 consent needed; 2 usage; 3 I/O error; 4 not a trace; 5 newer trace format;\n"
+    "6 corrupt trace; 7 no such step/stream/failure; 8 internal error;\n"
+    "126/127 the command cannot be run / found.\n";
 
 struct Options {
   std::string trace;
