@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -15,6 +16,7 @@
 #include "format/StreamWriter.h"
 #include "recorder/BatchBuilder.h"
 #include "recorder/Config.h"
+#include "recorder/StepObserver.h"
 #include "recorder/TensorDigest.h"
 #include "schema/dlrr.capnp.h"
 
@@ -63,6 +65,19 @@ class RecordSession {
   void forked(int childPid) noexcept;  // in the parent, after fork() returned
   void afterForkChild() noexcept;
 
+  // GPU capture (recorder/GpuRecorder, interpose/cupti): follows step boundaries; set once.
+  void setStepObserver(StepObserver* o) noexcept { observer_.store(o, std::memory_order_release); }
+  // Appends one event stamped with `step` (fill may put blobs). Swallows errors.
+  void appendEvent(int64_t step, const std::function<void(schema::Event::Builder, StreamWriter&)>& fill);
+  // A digest computed elsewhere (on the device: algorithm 1 = TensorDigest.Algorithm.deviceSum),
+  // recorded like digest() records its own. Returns 0 or -1. (RecordSessionGpu.cc)
+  int digestValues(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype, int ndim,
+                   const int64_t* shape, int algorithm, const DigestResult& d);
+  // Bytes for the failure ring only, no digest (device tensors copied to the host when their
+  // step fails). (RecordSessionGpu.cc)
+  void keepTensor(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype, int ndim,
+                  const int64_t* shape, const void* data, uint64_t nbytes);
+
   // Async-signal-safe: records a fatal signal with native and Python stacks.
   void onFatalSignal(int sig, const siginfo_t* info, const uint64_t* ips, int nips) noexcept;
   // Records the process's exit and closes the stream. Idempotent.
@@ -110,6 +125,8 @@ class RecordSession {
   size_t ringBytes_ = 0;
   bool ringFlushed_ = false;
   static constexpr size_t kRingCapBytes = 512u << 20;
+
+  std::atomic<StepObserver*> observer_{nullptr};
 
   // Preallocated for the signal path (no allocation there).
   std::vector<capnp::word> signalArena_;

@@ -1,0 +1,168 @@
+// GPU capture's entry points in libdlrr.so:
+//  - InitializeInjection: CUDA calls it at driver initialisation when CUDA_INJECTION64_PATH
+//    names this library (dlrecord and dlreplay set it). CUPTI is started here, never from the
+//    library constructor (NVIDIA advises against CUPTI in LD_PRELOAD constructors, and the
+//    driver is not initialised then anyway).
+//  - the GPU half of the C API (dlrr.h): device digests, failure-ring bytes, capture status.
+#include <pthread.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "dlrr/dlrr.h"
+#include "interpose/ProcessRecorder.h"
+#include "interpose/cupti/GpuCapture.h"
+#include "recorder/GpuRecorder.h"
+#include "replayer/GpuReplayer.h"
+
+namespace dlrr {
+namespace {
+
+// Created once, never destroyed: CUPTI may call back until the process is gone.
+struct GpuGlobals {
+  std::unique_ptr<cupti::CuptiApi> api = cupti::makeCuptiApi();
+  gpu::LaunchTracker tracker;
+  cupti::GpuCapture capture{*api, tracker};
+  std::unique_ptr<GpuRecorder> recorder;
+  std::unique_ptr<GpuReplayer> replayer;
+};
+
+std::atomic<GpuGlobals*> gGpu{nullptr};
+std::mutex gStatusMu;
+std::string gStatus;  // "" (not started), "on: ...", "off: ..."
+thread_local std::string tGpuStatus;
+
+void setStatus(const std::string& s) {
+  std::lock_guard<std::mutex> lk(gStatusMu);
+  gStatus = s;
+}
+
+void atforkChild() {
+  // CUDA is unusable in a forked child of a process that initialised it; whatever the child
+  // calls must not touch the parent's rings or drain thread (which the child does not have).
+  if (GpuGlobals* g = gGpu.load()) g->tracker.disable();
+}
+
+bool offByEnvironment() {
+  const char* v = std::getenv("DLRR_GPU_CAPTURE");
+  return v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0 || std::strcmp(v, "no") == 0);
+}
+
+void startGpuCapture() noexcept {
+  static std::atomic<bool> started{false};
+  if (started.exchange(true)) return;
+  RecordSession* rec = processRecorder();
+  if (rec && !rec->active()) rec = nullptr;
+  ReplaySession* rep = processReplayer();
+  if (!rec && !rep) return;
+  ReentryGuard guard;
+  auto off = [&](const std::string& why) {
+    setStatus("off: " + why);
+    if (rec) {
+      rec->runtimeInfo("gpu.capture", ("off: " + why).c_str());
+      rec->recorderStatus(false, ("GPU capture off: " + why).c_str());
+    }
+    if (rep) rep->gpuCaptureOff(why);
+  };
+  if (offByEnvironment()) {
+    off("turned off by DLRR_GPU_CAPTURE=" + std::string(std::getenv("DLRR_GPU_CAPTURE")));
+    return;
+  }
+  try {
+    auto* g = new GpuGlobals();
+    gGpu.store(g);
+    cupti::GpuCapture::Status st = g->capture.start();
+    if (!st.ok) {
+      g->tracker.disable();
+      off(st.message);
+      return;
+    }
+    pthread_atfork(nullptr, nullptr, atforkChild);
+    setStatus("on: " + st.message);
+    if (rec) {
+      g->recorder = std::make_unique<GpuRecorder>(*rec, g->tracker);
+      g->recorder->startDrainThread();
+      rec->setStepObserver(g->recorder.get());
+      rec->runtimeInfo("gpu.capture", ("on: " + st.message).c_str());
+      for (const auto& n : st.notes) rec->note(("GPU capture: " + n).c_str());
+    } else {
+      g->replayer = std::make_unique<GpuReplayer>(*rep, g->tracker);
+      rep->setStepObserver(g->replayer.get());
+      rep->gpuCaptureOn();
+    }
+  } catch (const std::exception& e) {
+    off(std::string("internal error: ") + e.what());
+  } catch (...) {
+    off("internal error");
+  }
+}
+
+}  // namespace
+}  // namespace dlrr
+
+using namespace dlrr;
+
+// Called by the CUDA driver (CUDA_INJECTION64_PATH). Returns 1 whatever happens: GPU capture
+// problems never fail CUDA's initialisation.
+extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) {
+  startGpuCapture();
+  return 1;
+}
+
+extern "C" {
+
+int dlrr_digest_values(int kind, const char* path, uint32_t call_index, uint32_t output, const char* dtype, int ndim,
+                       const int64_t* shape, int algorithm, const dlrr_digest_t* digest) {
+  if (kind < 0 || kind > 6 || ndim < 0 || ndim > 64 || !digest || algorithm < 0 || algorithm > 1) return -1;
+  DigestResult d;
+  d.hash = digest->hash;
+  d.nanCount = digest->nan_count;
+  d.infCount = digest->inf_count;
+  d.min = digest->min;
+  d.max = digest->max;
+  int rc = -1;
+  if (ReplaySession* r = processReplayer()) {
+    ReentryGuard g;
+    try {
+      rc = r->checkDigestValues(r->currentStep(), kind, path ? path : "", call_index, output, algorithm, d);
+    } catch (...) {
+    }
+    return rc;
+  }
+  RecordSession* s = processRecorder();
+  if (!s || !s->active()) return -1;
+  ReentryGuard g;
+  try {
+    rc = s->digestValues(kind, path, call_index, output, dtype, ndim, shape, algorithm, d);
+  } catch (...) {
+  }
+  return rc;
+}
+
+void dlrr_keep_tensor(int kind, const char* path, uint32_t call_index, uint32_t output, const char* dtype, int ndim,
+                      const int64_t* shape, const void* data, uint64_t nbytes) {
+  if (kind < 0 || kind > 6 || ndim < 0 || ndim > 64) return;
+  RecordSession* s = processRecorder();
+  if (!s || !s->active()) return;
+  ReentryGuard g;
+  try {
+    s->keepTensor(kind, path, call_index, output, dtype, ndim, shape, data, nbytes);
+  } catch (...) {
+  }
+}
+
+const char* dlrr_gpu_capture_status(void) {
+  try {
+    std::lock_guard<std::mutex> lk(gStatusMu);
+    tGpuStatus = gStatus;
+  } catch (...) {
+    tGpuStatus.clear();
+  }
+  return tGpuStatus.c_str();
+}
+
+}  // extern "C"
