@@ -15,41 +15,21 @@
 
 #include "dlrr/dlrr.h"
 #include "interpose/ProcessRecorder.h"
-#include "interpose/cupti/GpuCapture.h"
-#include "recorder/GpuRecorder.h"
-#include "replayer/GpuReplayer.h"
+#include "interpose/cupti/GpuInjection.h"
 
 namespace dlrr {
 namespace {
 
 // Created once, never destroyed: CUPTI may call back until the process is gone.
-struct GpuGlobals {
-  std::unique_ptr<cupti::CuptiApi> api = cupti::makeCuptiApi();
-  gpu::LaunchTracker tracker;
-  cupti::GpuCapture capture{*api, tracker};
-  std::unique_ptr<GpuRecorder> recorder;
-  std::unique_ptr<GpuReplayer> replayer;
-};
-
-std::atomic<GpuGlobals*> gGpu{nullptr};
+std::atomic<cupti::GpuInjection*> gGpu{nullptr};
 std::mutex gStatusMu;
 std::string gStatus;  // "" (not started), "on: ...", "off: ..."
 thread_local std::string tGpuStatus;
 
-void setStatus(const std::string& s) {
-  std::lock_guard<std::mutex> lk(gStatusMu);
-  gStatus = s;
-}
-
 void atforkChild() {
   // CUDA is unusable in a forked child of a process that initialised it; whatever the child
   // calls must not touch the parent's rings or drain thread (which the child does not have).
-  if (GpuGlobals* g = gGpu.load()) g->tracker.disable();
-}
-
-bool offByEnvironment() {
-  const char* v = std::getenv("DLRR_GPU_CAPTURE");
-  return v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0 || std::strcmp(v, "no") == 0);
+  if (cupti::GpuInjection* g = gGpu.load()) g->tracker().disable();
 }
 
 void startGpuCapture() noexcept {
@@ -58,47 +38,19 @@ void startGpuCapture() noexcept {
   RecordSession* rec = processRecorder();
   if (rec && !rec->active()) rec = nullptr;
   ReplaySession* rep = processReplayer();
-  if (!rec && !rep) return;
+  if (!rec && !rep) return;  // not ours: a process dlrecord/dlreplay did not start
   ReentryGuard guard;
-  auto off = [&](const std::string& why) {
-    setStatus("off: " + why);
-    if (rec) {
-      rec->runtimeInfo("gpu.capture", ("off: " + why).c_str());
-      rec->recorderStatus(false, ("GPU capture off: " + why).c_str());
-    }
-    if (rep) rep->gpuCaptureOff(why);
-  };
-  if (offByEnvironment()) {
-    off("turned off by DLRR_GPU_CAPTURE=" + std::string(std::getenv("DLRR_GPU_CAPTURE")));
-    return;
-  }
+  std::string status;
   try {
-    auto* g = new GpuGlobals();
+    auto* g = new cupti::GpuInjection(cupti::makeCuptiApi());
     gGpu.store(g);
-    cupti::GpuCapture::Status st = g->capture.start();
-    if (!st.ok) {
-      g->tracker.disable();
-      off(st.message);
-      return;
-    }
     pthread_atfork(nullptr, nullptr, atforkChild);
-    setStatus("on: " + st.message);
-    if (rec) {
-      g->recorder = std::make_unique<GpuRecorder>(*rec, g->tracker);
-      g->recorder->startDrainThread();
-      rec->setStepObserver(g->recorder.get());
-      rec->runtimeInfo("gpu.capture", ("on: " + st.message).c_str());
-      for (const auto& n : st.notes) rec->note(("GPU capture: " + n).c_str());
-    } else {
-      g->replayer = std::make_unique<GpuReplayer>(*rep, g->tracker);
-      rep->setStepObserver(g->replayer.get());
-      rep->gpuCaptureOn();
-    }
-  } catch (const std::exception& e) {
-    off(std::string("internal error: ") + e.what());
+    status = g->start(rec, rep, std::getenv("DLRR_GPU_CAPTURE"));
   } catch (...) {
-    off("internal error");
+    status = "off: internal error";
   }
+  std::lock_guard<std::mutex> lk(gStatusMu);
+  gStatus = status;
 }
 
 }  // namespace

@@ -128,7 +128,10 @@ int ReplaySession::checkDigestValues(int64_t step, int kind, const std::string& 
 }
 
 void ReplaySession::writeGpuReport(std::ostream& o) {
-  if (gpuCaptureKnown_) o << "gpu.capture\t" << (gpuCaptureOff_.empty() ? "on" : "off: " + escapeText(gpuCaptureOff_)) << "\n";
+  if (gpuCaptureKnown_)
+    o << "gpu.capture\t" << (gpuCaptureOff_.empty() ? "on" : "off: " + escapeText(gpuCaptureOff_)) << "\n";
+  else if (!recordedLaunches_.empty())
+    o << "gpu.capture\tnot started (CUDA not initialised in this replay); the recording has kernel launches\n";
   if (launchStepsChecked_ || launchDivergence_) {
     o << "launch.steps_checked\t" << launchStepsChecked_ << "\n";
     o << "launch.steps_matched\t" << launchStepsMatched_ << "\n";
