@@ -117,6 +117,9 @@ struct LaunchTracker::ThreadState {
   Record openLaunch;
   Record openCopy;
   NameCache names;
+  // Pages (number + 1) this thread's copies recently proved readable: a probe is a syscall,
+  // and jobs copy from the same pinned buffers step after step.
+  uintptr_t readablePages[16] = {};
   std::atomic<uint64_t> droppedLaunches{0};
   std::atomic<uint64_t> droppedCopies{0};
   std::atomic<uint32_t> dropEpoch{0};
@@ -334,7 +337,12 @@ void LaunchTracker::onMemcpy(ThreadState& ts, const ApiCall& c) noexcept {
   Record& r = ts.openCopy;
   auto digest = [&](const ApiCall& src) {
     if (!opts_.digestHostToDevice || src.direction != CopyDirection::HostToDevice || !src.hostSrc || !src.bytes) return;
-    if (opts_.probe(src.hostSrc, src.bytes)) {
+    auto first = reinterpret_cast<uintptr_t>(src.hostSrc) >> 12;
+    auto last = (reinterpret_cast<uintptr_t>(src.hostSrc) + src.bytes - 1) >> 12;
+    bool known = ts.readablePages[first & 15] == first + 1 && ts.readablePages[last & 15] == last + 1;
+    if (known || opts_.probe(src.hostSrc, src.bytes)) {
+      ts.readablePages[first & 15] = first + 1;
+      ts.readablePages[last & 15] = last + 1;
       r.u.m.digest = hash64(src.hostSrc, src.bytes);
       r.flags = static_cast<uint8_t>((r.flags | kFlagDigest) & ~kFlagUnreadable);
     } else {
