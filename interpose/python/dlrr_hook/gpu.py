@@ -374,15 +374,24 @@ def cuda_facts(torch):
 # Keys whose difference between recording and replay means bit-exactness cannot be expected.
 GPU_KEYS_SUFFIXES = ("", ".sm_count", ".capability", ".memory")
 GPU_GLOBAL_KEYS = ("cuda.compiled", "cuda.runtime", "cuda.driver", "cuda.driver_api", "cudnn.version",
-                   "cuda.device_count", "cudnn.benchmark", "cudnn.deterministic", "torch.deterministic_algorithms",
-                   "env.CUBLAS_WORKSPACE_CONFIG")
+                   "cuda.device_count", "cudnn.benchmark", "cudnn.deterministic", "env.CUBLAS_WORKSPACE_CONFIG",
+                   "cuda.matmul.allow_tf32", "cudnn.allow_tf32")
+# Settings jobs make after `import torch`: compared at the first step, for every recording.
+SETTINGS_KEYS = ("torch.deterministic_algorithms", "torch.float32_matmul_precision")
 
 
 def compare_gpu(recorded, here):
-    """Warnings (strings) for GPU facts that differ; recorded(key) -> str or None, here: {key: value}."""
+    """Warnings (strings) for GPU facts and determinism settings that differ;
+    recorded(key) -> str or None, here: {key: value}."""
     warnings = []
+    for key in SETTINGS_KEYS:
+        want = recorded(key)
+        if want is not None and key in here and here[key] != want:
+            warnings.append("%s differs: recorded %s, here %s; bit-exact replay may not hold" % (key, want, here[key]))
+    if recorded("cuda.initialized") != "1":
+        return warnings
     count = recorded("cuda.device_count")
-    if recorded("cuda.initialized") == "1" and here.get("cuda.initialized") != "1":
+    if here.get("cuda.initialized") != "1":
         warnings.append("the recording ran on %s; this replay has not initialised CUDA (no GPU here?)"
                         % (recorded("cuda.device.0") or "a GPU"))
         return warnings

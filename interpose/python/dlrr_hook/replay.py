@@ -188,8 +188,9 @@ class Replayer(Recorder):
             recorded = native.decode(recorded)
             if key == "blas":  # the same libraries, possibly mapped in another order
                 recorded, value = sorted(recorded.split(":")), sorted(value.split(":"))
-            if recorded != value and key in ("python", "torch", "numpy", "blas", "cuda.compiled",
-                                             "cuda.device_name", "torch.deterministic_algorithms"):
+            # Settings the job makes after import (deterministic algorithms, cudnn flags) and the
+            # GPU are compared at the first step instead (_compare_gpu).
+            if recorded != value and key in ("python", "torch", "numpy", "blas", "cuda.compiled"):
                 self._fact("warning", "%s differs: recorded %s, here %s; bit-exact replay may not hold"
                            % (key, recorded, value))
 
@@ -200,14 +201,11 @@ class Replayer(Recorder):
         cuda = getattr(torch, "cuda", None)
         recorded = lambda key: (lambda v: None if v is None else native.decode(v))(  # noqa: E731
             self.lib.dlrr_replay_runtime_info(native.text(key)))
-        if recorded("cuda.initialized") != "1":
-            self._gpu_checked = True  # a CPU recording: nothing to compare
-            return
         initialized = cuda is not None and cuda.is_initialized()
-        if not initialized and step < 2:
+        if recorded("cuda.initialized") == "1" and not initialized and step < 2:
             return  # the job may initialise CUDA a little later, as it did when recorded
         self._gpu_checked = True
-        here = dict(runtime.collect(torch)) if initialized else {"cuda.initialized": "0"}
+        here = dict(runtime.collect(torch))
         if initialized:
             here.update(gpu.cuda_facts(torch))
         for warning in gpu.compare_gpu(recorded, here):
