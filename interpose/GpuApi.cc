@@ -107,6 +107,10 @@ void dlrr_keep_tensor(int kind, const char* path, uint32_t call_index, uint32_t 
   }
 }
 
+void dlrr_gpu_pause(int paused) {
+  if (cupti::GpuInjection* g = gGpu.load(std::memory_order_acquire)) g->tracker().pauseThread(paused != 0);
+}
+
 const char* dlrr_gpu_capture_status(void) {
   try {
     std::lock_guard<std::mutex> lk(gStatusMu);

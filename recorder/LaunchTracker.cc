@@ -112,6 +112,7 @@ struct LaunchTracker::ThreadState {
   uint64_t cachedTail = 0;
   int launchDepth = 0;
   int copyDepth = 0;
+  int paused = 0;
   bool launchInStep = false;
   bool copyInStep = false;
   Record openLaunch;
@@ -125,6 +126,7 @@ struct LaunchTracker::ThreadState {
   std::atomic<uint32_t> dropEpoch{0};
   std::atomic<uint64_t> outside{0};
   std::atomic<uint64_t> nested{0};
+  std::atomic<uint64_t> ignored{0};
   std::atomic<uint64_t> pushedLaunches{0};
   std::atomic<uint64_t> pushedCopies{0};
   // Consumer side (drains, under drainMu_).
@@ -208,7 +210,7 @@ LaunchTracker::ThreadState* LaunchTracker::registerThread() noexcept {
         if (s->retired.load(std::memory_order_acquire) &&
             s->tail.load(std::memory_order_acquire) == s->head.load(std::memory_order_acquire)) {
           s->retired.store(false, std::memory_order_relaxed);
-          s->launchDepth = s->copyDepth = 0;
+          s->launchDepth = s->copyDepth = s->paused = 0;
           st = s;
           break;
         }
@@ -274,6 +276,10 @@ void LaunchTracker::onApi(const ApiCall& c) noexcept {
   ThreadState* ts = threadState();
   if (!ts) [[unlikely]]
     return;
+  if (ts->paused) [[unlikely]] {
+    bump(ts->ignored);
+    return;
+  }
   if (c.op == ApiOp::Launch) onLaunch(*ts, c);
   else onMemcpy(*ts, c);
 }
@@ -390,6 +396,13 @@ void LaunchTracker::onMemcpy(ThreadState& ts, const ApiCall& c) noexcept {
   if (--ts.copyDepth > 0 || !ts.copyInStep) return;
   if (c.result != 0) r.flags |= kFlagFailed;
   push(ts, r);
+}
+
+void LaunchTracker::pauseThread(bool pause) noexcept {
+  ThreadState* ts = threadState();
+  if (!ts) return;
+  if (pause) ++ts->paused;
+  else if (ts->paused > 0) --ts->paused;
 }
 
 void LaunchTracker::beginStep(int64_t step) noexcept {
@@ -519,6 +532,7 @@ LaunchTracker::Stats LaunchTracker::stats() const {
     s.droppedCopies += ts->droppedCopies.load(std::memory_order_relaxed);
     s.outsideSteps += ts->outside.load(std::memory_order_relaxed);
     s.nested += ts->nested.load(std::memory_order_relaxed);
+    s.paused += ts->ignored.load(std::memory_order_relaxed);
   }
   s.threads = threads_.size();
   s.names = nameCount_.load(std::memory_order_relaxed);

@@ -144,6 +144,7 @@ class LaunchTracker {
     uint64_t droppedCopies = 0;
     uint64_t outsideSteps = 0;    // launches and copies made outside any step (counted only)
     uint64_t nested = 0;          // nested callbacks folded into their outer call
+    uint64_t paused = 0;          // callbacks ignored while their thread was paused
     uint64_t threads = 0;
     uint64_t names = 0;
   };
@@ -156,6 +157,10 @@ class LaunchTracker {
 
   // The callback path. Any thread; never blocks, never throws.
   void onApi(const ApiCall& c) noexcept;
+
+  // The calling thread's launches and copies are not the job's while paused (the hook's own
+  // digest kernels): they are ignored, in record and in replay alike. Nests.
+  void pauseThread(bool pause) noexcept;
 
   // Step boundaries (from the recorder's / replayer's step tracking).
   void beginStep(int64_t step) noexcept;

@@ -92,38 +92,40 @@ static_assert(sizeof(cudaMemcpy_ptds_v7000_params) == sizeof(cudaMemcpy_v3020_pa
 static_assert(sizeof(cuMemcpyHtoDAsync_v2_ptsz_params) == sizeof(cuMemcpyHtoDAsync_v2_params));
 static_assert(sizeof(cuMemcpyAsync_ptsz_params) == sizeof(cuMemcpyAsync_params));
 
+// Per-thread, one entry each: a thread launches into one context and mostly one stream.
+// Context UIDs are never reused within a process; the api pointer keeps test instances apart.
 struct DeviceCache {
+  const CuptiApi* api;
   uint32_t contextUid;
   uint32_t device;
-  bool valid;
 };
 struct StreamCache {
+  const CuptiApi* api;
   uint32_t contextUid;
   const void* handle;
   uint64_t id;
-  bool valid;
 };
-__attribute__((tls_model("initial-exec"))) thread_local DeviceCache tDevice{0, 0, false};
-__attribute__((tls_model("initial-exec"))) thread_local StreamCache tStream{0, nullptr, 0, false};
+__attribute__((tls_model("initial-exec"))) thread_local DeviceCache tDevice{nullptr, 0, 0};
+__attribute__((tls_model("initial-exec"))) thread_local StreamCache tStream{nullptr, 0, nullptr, 0};
 
 uint32_t deviceOf(CuptiApi& api, const CUpti_CallbackData* d) noexcept {
   if (!d->context) return gpu::kUnknownDevice;
-  if (tDevice.valid && tDevice.contextUid == d->contextUid) [[likely]]
+  if (tDevice.api == &api && tDevice.contextUid == d->contextUid) [[likely]]
     return tDevice.device;
   uint32_t dev = gpu::kUnknownDevice;
   if (api.deviceId(d->context, dev) != kSuccess) return gpu::kUnknownDevice;
-  tDevice = {d->contextUid, dev, true};
+  tDevice = {&api, d->contextUid, dev};
   return dev;
 }
 
 // CUPTI's stream id when it can tell (comparable across runs), else the handle.
 uint64_t streamOf(CuptiApi& api, const CUpti_CallbackData* d, const void* handle) noexcept {
   if (!d->context) return reinterpret_cast<uintptr_t>(handle);
-  if (tStream.valid && tStream.contextUid == d->contextUid && tStream.handle == handle) [[likely]]
+  if (tStream.api == &api && tStream.contextUid == d->contextUid && tStream.handle == handle) [[likely]]
     return tStream.id;
   uint32_t id = 0;
   uint64_t v = api.streamId(d->context, const_cast<void*>(handle), id) == kSuccess ? id : reinterpret_cast<uintptr_t>(handle);
-  tStream = {d->contextUid, handle, v, true};
+  tStream = {&api, d->contextUid, handle, v};
   return v;
 }
 

@@ -230,5 +230,8 @@ class FakeLib:
         self.calls.append(("keep_tensor", kind, path.decode(), call_index, output, dtype.decode(),
                            _array(shape, ndim), _bytes_at(data, nbytes)))
 
+    def _dlrr_gpu_pause(self, paused):
+        self.calls.append(("gpu_pause", paused))
+
     def _dlrr_gpu_capture_status(self):
         return self.gpu_capture_status.encode()

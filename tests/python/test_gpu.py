@@ -123,6 +123,10 @@ class DeferredDigestsTest(_AllTensorsOnTheDevice, RecorderTestCase):
         first = [c for c in values if c[1] == native.DIGEST_MODULE_OUTPUT][0]
         self.assertEqual(first[2:7], ("0", 0, 0, "float32", [8, 4]))
         self.assertTrue(0 <= first[8][0] < (1 << 64))
+        # The digest kernels run paused: they are not part of the job's captured launches.
+        pauses = [c[1] for c in self.lib.of("gpu_pause")]
+        self.assertTrue(pauses)
+        self.assertEqual(pauses, [1, 0] * (len(pauses) // 2))
         self.assert_no_status_errors()
 
     def test_device_tensors_of_a_failing_step_are_copied_to_the_ring_first(self):

@@ -175,5 +175,9 @@ DLRR_API void dlrr_keep_tensor(int kind, const char* path, uint32_t call_index, 
                                int ndim, const int64_t* shape, const void* data, uint64_t nbytes);
 /* GPU capture: "" not started (CUDA not initialised, or not recording), "on: ...", "off: why". */
 DLRR_API const char* dlrr_gpu_capture_status(void);
+/* paused != 0: the kernel launches and copies the calling thread makes from now on are not the
+ * job's (the hook's own digest kernels) and are left out of the launch sequence, in record and
+ * replay alike, until dlrr_gpu_pause(0). Nests. */
+DLRR_API void dlrr_gpu_pause(int paused);
 
 #endif /* DLRR_DLRR_H */

@@ -166,6 +166,7 @@ class GpuDigests:
         self.ring_bytes = ring_bytes
         self.digester = DeviceDigester(torch)
         self._fn = lib.dlrr_digest_values
+        self._pause = lib.dlrr_gpu_pause
         self._out = native.DigestT()
         self._out_ref = ctypes.byref(self._out)
         self._pending = []   # (kind, path, call, output, tensor, stats, numel, nbytes, name)
@@ -179,14 +180,19 @@ class GpuDigests:
     # -- recording
     def digest(self, kind, path, call_index, output, tensor, keep):
         """Returns the native result in replay (0, 1, 2, -1), None when deferred or skipped."""
+        # Our kernels are not the job's: kept out of the captured launch sequence.
+        self._pause(1)
         try:
             stats, numel, nbytes, name = self.digester.launch(tensor)
+            if not self.deferred:
+                values = self.digester.finish(stats.cpu().tolist(), numel, nbytes, name)
         except (RuntimeError, TypeError, NotImplementedError, ValueError):
             return None  # no dense buffer (sparse, quantized, meta): skipped, as on the CPU path
+        finally:
+            self._pause(0)
         self.digests += 1
         if not self.deferred:
-            return self._send(kind, path, call_index, output, tensor,
-                              self.digester.finish(stats.cpu().tolist(), numel, nbytes, name))
+            return self._send(kind, path, call_index, output, tensor, values)
         self._pending.append((kind, path, call_index, output, tensor.shape, tensor.dtype, stats, numel, nbytes,
                               name))
         if keep and self.keep_ring:
@@ -213,6 +219,13 @@ class GpuDigests:
 
     def flush(self):
         """Sends the step's deferred digests; returns the step's CUDA loss (float) or None."""
+        self._pause(1)
+        try:
+            return self._flush()
+        finally:
+            self._pause(0)
+
+    def _flush(self):
         pending, self._pending = self._pending, []
         loss, self._loss = self._loss, None
         held, self._held, self._held_bytes = self._held, [], 0

@@ -112,6 +112,7 @@ SIGNATURES = {
     "dlrr_keep_tensor": (None, [c_int, c_char_p, c_uint32, c_uint32, c_char_p, c_int, POINTER(c_int64),
                                 c_void_p, c_uint64]),
     "dlrr_gpu_capture_status": (c_char_p, []),
+    "dlrr_gpu_pause": (None, [c_int]),
 }
 
 # enum dlrr_digest_algorithm_t (same numbering as schema TensorDigest.Algorithm)
