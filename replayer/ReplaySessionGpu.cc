@@ -90,6 +90,8 @@ void ReplaySession::checkLaunchesLocked(int64_t step, bool complete) {
   // Only when this replay captures launches; a step is checked once (at its end, or at a stop
   // inside it).
   if (!gpuCaptureKnown_ || !gpuCaptureOff_.empty() || launchesChecked_.count(step)) return;
+  auto rec = runtime_.find("gpu.capture");
+  if (rec == runtime_.end() || rec->second.rfind("on", 0) != 0) return;  // nothing was captured to compare with
   auto r = recordedLaunches_.find(step);
   auto p = replayedLaunches_.find(step);
   if (r == recordedLaunches_.end() && p == replayedLaunches_.end()) return;
@@ -130,6 +132,9 @@ int ReplaySession::checkDigestValues(int64_t step, int kind, const std::string& 
 void ReplaySession::writeGpuReport(std::ostream& o) {
   if (gpuCaptureKnown_)
     o << "gpu.capture\t" << (gpuCaptureOff_.empty() ? "on" : "off: " + escapeText(gpuCaptureOff_)) << "\n";
+  auto rec = runtime_.find("gpu.capture");
+  if (rec != runtime_.end() && rec->second.rfind("on", 0) != 0)
+    o << "gpu.recorded\t" << escapeText(rec->second) << " (launch sequences not checked)\n";
   else if (!recordedLaunches_.empty())
     o << "gpu.capture\tnot started (CUDA not initialised in this replay); the recording has kernel launches\n";
   if (launchStepsChecked_ || launchDivergence_) {

@@ -250,6 +250,43 @@ TEST(GpuInjection, ReplayWithoutGpuCaptureSaysLaunchesAreNotChecked) {
   testing::removeTree(root);
 }
 
+TEST(GpuInjection, NoComparisonWhenCaptureWasOffWhenRecorded) {
+  if (!decoderAvailable()) GTEST_SKIP() << "built without CUPTI headers";
+  std::string root = testing::makeTempDir("gi");
+  std::string dir = root + "/t";
+  {
+    RecordSession s(recordConfig(dir));
+    auto api = std::make_unique<FakeCuptiApi>();
+    api->subscribeResult = kErrorMultipleSubscribers;  // a profiler held CUPTI while recording
+    GpuInjection inj(std::move(api), {}, false);
+    inj.start(&s, nullptr, nullptr);
+    runJob(inj.tracker(), &s, nullptr);
+    s.onExit(true, 0);
+  }
+  std::string report = root + "/report.txt";
+  ::close(::open(report.c_str(), O_CREAT | O_WRONLY, 0600));
+  ::setenv("DLRR_REPORT", report.c_str(), 1);
+  {
+    Config c;
+    c.mode = Mode::Replay;
+    c.traceDir = dir;
+    ReplaySession rep(c, "end");
+    GpuInjection inj(std::make_unique<FakeCuptiApi>());
+    ASSERT_EQ(inj.start(nullptr, &rep, nullptr).rfind("on:", 0), 0u);
+    runJob(inj.tracker(), nullptr, &rep);
+    rep.writeReport("exit");
+  }
+  std::ifstream in(report);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  EXPECT_NE(text.find("gpu.recorded\toff: another CUPTI subscriber"), std::string::npos) << text;
+  EXPECT_EQ(text.find("launch.steps_checked"), std::string::npos) << text;
+  EXPECT_EQ(text.find("kernel launches differ"), std::string::npos) << text;
+  ::unsetenv("DLRR_REPORT");
+  testing::removeTree(root);
+}
+
 TEST(GpuInjection, AStopInsideAStepComparesTheLaunchesSoFar) {
   if (!decoderAvailable()) GTEST_SKIP() << "built without CUPTI headers";
   std::string root = testing::makeTempDir("gi");
