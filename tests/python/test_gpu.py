@@ -17,18 +17,17 @@ _M64 = (1 << 64) - 1
 
 
 def reference_digest(t):
-    """The algorithm of gpu.py's docstring, in plain numpy/Python integers."""
+    """The algorithm of gpu.py's docstring, in plain numpy (uint64 arithmetic wraps mod 2^64)."""
     t = t.detach().contiguous()
     raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
     nbytes = len(raw)
     raw += b"\0" * ((-nbytes) % 4)
-    words = np.frombuffer(raw, dtype="<u4").astype(np.uint64)
+    words = np.frombuffer(raw, dtype="<i4").astype(np.int64).view(np.uint64)  # signed, widened
     idx = np.arange(len(words), dtype=np.uint64)
     with np.errstate(over="ignore"):
-        w1 = (idx * np.uint64(0x9E3779B97F4A7C15)) | np.uint64(1)
-        s1 = int(np.sum(words * w1, dtype=np.uint64)) & _M64
-        w2 = idx * np.uint64(0xC2B2AE3D27D4EB4F) + np.uint64(0x165667B19E3779F9)
-        s2 = int(np.sum((words * words) ^ w2, dtype=np.uint64)) & _M64
+        w = (idx * np.uint64(0x9E3779B97F4A7C15)) | np.uint64(1)
+        s1 = int(np.sum(words * w, dtype=np.uint64)) & _M64
+        s2 = int(np.sum(words * words * w, dtype=np.uint64)) & _M64
     n = len(words)
     rot = ((s2 << 31) | (s2 >> 33)) & _M64
     return gpu._splitmix64(s1 ^ rot ^ ((n * 0x27D4EB2F165667C5) & _M64) ^ nbytes)
@@ -73,6 +72,20 @@ class DeviceDigestTest(unittest.TestCase):
         self.assertNotEqual(self.d.digest(t.double())[0], base)
         zero = torch.zeros(4)
         self.assertNotEqual(self.d.digest(zero)[0], self.d.digest(torch.zeros(5))[0])  # length counts
+
+    def test_weights_are_cached_within_a_budget(self):
+        cpu = torch.device("cpu")
+        d = gpu.DeviceDigester(torch, weight_cache_bytes=8 * 1000)
+        a = d.weights(100, cpu)
+        self.assertIs(d.weights(100, cpu), a)
+        signed = lambda v: v - (1 << 64) if v >= 1 << 63 else v  # noqa: E731
+        self.assertEqual(a[:3].tolist(), [signed(((i * 0x9E3779B97F4A7C15) & _M64) | 1) for i in range(3)])
+        for n in (200, 240, 250, 230):  # the last one is over budget: the least recently used goes
+            d.weights(n, cpu)
+        self.assertLessEqual(d._weight_bytes, 8 * 1000)
+        self.assertNotIn((cpu, 100), d._weights)
+        self.assertEqual(d.weights(5000, cpu).numel(), 5000)  # too big to cache
+        self.assertNotIn((cpu, 5000), d._weights)
 
     def test_launch_does_not_synchronise_and_finish_is_pure(self):
         stats, numel, nbytes, name = self.d.launch(torch.arange(10.0))
