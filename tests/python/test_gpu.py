@@ -168,6 +168,20 @@ class DeferredDigestsTest(_AllTensorsOnTheDevice, RecorderTestCase):
         kept = self.lib.of("keep_tensor")
         self.assertEqual(len(kept), 1)
 
+    def test_a_long_stretch_without_step_end_flushes_early(self):
+        model = small_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        train_step(model, optimizer, torch.randn(8, 3))
+        old, gpu.MAX_PENDING = gpu.MAX_PENDING, 10
+        try:
+            with torch.no_grad():
+                for _ in range(10):  # evaluation after training: 4 module outputs each, no step end
+                    model(torch.randn(2, 3))
+        finally:
+            gpu.MAX_PENDING = old
+        self.assertLess(len(self.rec.gpu._pending), 10)
+        self.assertGreaterEqual(len(self.lib.of("digest_values")), 30)
+
     def test_an_uncaught_exception_first_delivers_the_steps_digests(self):
         model = small_model()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

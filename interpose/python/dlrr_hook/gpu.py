@@ -51,6 +51,7 @@ _FLOATS = ("float32", "float64", "float16", "bfloat16")
 _INTS = ("int64", "int32", "int16", "int8", "uint8", "bool")
 
 DEFAULT_RING_BYTES = 256 << 20
+MAX_PENDING = 4096  # deferred digests held before a flush that is not a step end
 
 
 def _splitmix64(x):
@@ -224,6 +225,8 @@ class GpuDigests:
             return self._send(kind, path, call_index, output, tensor, values)
         self._pending.append((kind, path, call_index, output, tensor.shape, tensor.dtype, stats, numel, nbytes,
                               name))
+        if len(self._pending) >= MAX_PENDING:  # a long stretch without a step end (evaluation)
+            self.flush(step_end=False)
         if keep and self.keep_ring:
             size = nbytes
             if self._held_bytes + size <= self.ring_bytes:
@@ -246,18 +249,23 @@ class GpuDigests:
         return self._fn(kind, path, call_index, output, dtype_bytes, len(shape), self.marshal.shape_array(shape),
                         native.DIGEST_DEVICE_SUM, self._out_ref)
 
-    def flush(self):
-        """Sends the step's deferred digests; returns the step's CUDA loss (float) or None."""
+    def flush(self, step_end=True):
+        """Sends the deferred digests; at a step end, also returns the step's CUDA loss (float or
+        None) and releases the step's failure-ring references."""
         self._pause(1)
         try:
-            return self._flush()
+            return self._flush(step_end)
         finally:
             self._pause(0)
 
-    def _flush(self):
+    def _flush(self, step_end):
         pending, self._pending = self._pending, []
-        loss, self._loss = self._loss, None
-        held, self._held, self._held_bytes = self._held, [], 0
+        loss = None
+        if step_end:
+            loss, self._loss = self._loss, None
+        held = self._held
+        if step_end:
+            self._held, self._held_bytes = [], 0
         if not pending and loss is None:
             return None
         torch = self.torch
@@ -282,6 +290,7 @@ class GpuDigests:
             results.append(self.digester.finish(row, p[7], p[8], p[9]))
         if held and any(r[1] or r[2] for r in results):
             self._copy_ring(held)  # before the failure is declared: the native ring flushes then
+            self._held, self._held_bytes = [], 0
         for p, r in zip(pending, results):
             self._send(p[0], p[1], p[2], p[3], (p[4], p[5]), r)
         return loss_value
