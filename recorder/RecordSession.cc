@@ -337,6 +337,13 @@ void RecordSession::emit(Fill&& fill, int64_t stepBegin) {
   }
 }
 
+void RecordSession::appendEvent(int64_t step, const std::function<void(schema::Event::Builder, StreamWriter&)>& fill) {
+  emit([&](schema::Event::Builder e, StreamWriter& w) {
+    fill(e, w);
+    e.setStep(step);
+  });
+}
+
 void RecordSession::entropy(schema::Entropy::Source src, unsigned flags, const void* data, size_t n, size_t requested) {
   emit([&](schema::Event::Builder e, StreamWriter&) {
     auto en = e.initEntropy();
@@ -370,6 +377,7 @@ void RecordSession::recorderStatus(bool ok, const char* message) {
 
 void RecordSession::stepBegin(int64_t step, uint32_t loader, uint64_t batchIndex, int64_t epoch, bool byOptimizer) {
   step_.store(step, std::memory_order_relaxed);
+  if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->stepBegan(step);
   stepNonFinite_.store(0);
   stepDigests_.store(0);
   {
@@ -392,6 +400,7 @@ void RecordSession::stepBegin(int64_t step, uint32_t loader, uint64_t batchIndex
 }
 
 void RecordSession::stepEnd(int64_t step, double loss) {
+  if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->stepEnding(step);
   emit([&](schema::Event::Builder e, StreamWriter&) {
     auto se = e.initStepEnd();
     se.setStep(step);
@@ -613,6 +622,7 @@ void RecordSession::failureException(const char* type, const char* message, cons
     }
   });
   haveFailure_.store(true);
+  if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->flush();
   StreamWriter* w;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -708,6 +718,8 @@ void RecordSession::onExit(bool exited, int code) noexcept {
   // A vfork child (subprocess's exec failed: it calls _exit) shares our memory and runs no
   // atfork handler: its exit is not ours, and closing the writer would end our recording.
   if (::getpid() != ownerPid_) return;
+  if (exited_.load()) return;
+  if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->finish();  // before the stream closes
   if (exited_.exchange(true)) return;
   try {
     // The writer is closed but never destroyed here: other threads may be inside emit() with

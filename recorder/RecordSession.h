@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -15,6 +16,7 @@
 #include "format/StreamWriter.h"
 #include "recorder/BatchBuilder.h"
 #include "recorder/Config.h"
+#include "recorder/StepObserver.h"
 #include "recorder/TensorDigest.h"
 #include "recorder/TriageLog.h"
 #include "schema/dlrr.capnp.h"
@@ -74,6 +76,18 @@ class RecordSession {
   void packages(const char* reason, int n, const char* const* names, const char* const* versions,
                 const char* const* paths);
   const TriageLog& triageLog() const { return triage_; }
+  // GPU capture (recorder/GpuRecorder, interpose/cupti): follows step boundaries; set once.
+  void setStepObserver(StepObserver* o) noexcept { observer_.store(o, std::memory_order_release); }
+  // Appends one event stamped with `step` (fill may put blobs). Swallows errors.
+  void appendEvent(int64_t step, const std::function<void(schema::Event::Builder, StreamWriter&)>& fill);
+  // A digest computed elsewhere (on the device: algorithm 1 = TensorDigest.Algorithm.deviceSum),
+  // recorded like digest() records its own. Returns 0 or -1. (RecordSessionGpu.cc)
+  int digestValues(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype, int ndim,
+                   const int64_t* shape, int algorithm, const DigestResult& d);
+  // Bytes for the failure ring only, no digest (device tensors copied to the host when their
+  // step fails). (RecordSessionGpu.cc)
+  void keepTensor(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype, int ndim,
+                  const int64_t* shape, const void* data, uint64_t nbytes);
 
   // Async-signal-safe: records a fatal signal with native and Python stacks.
   void onFatalSignal(int sig, const siginfo_t* info, const uint64_t* ips, int nips) noexcept;
@@ -143,6 +157,7 @@ class RecordSession {
   std::vector<GpuPeak> gpus_;
   std::atomic<uint64_t> rssWritten_{0};
   int ownerPid_ = 0;
+  std::atomic<StepObserver*> observer_{nullptr};
 
   // Preallocated for the signal path (no allocation there).
   std::vector<capnp::word> signalArena_;

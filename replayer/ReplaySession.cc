@@ -177,6 +177,7 @@ void ReplaySession::load() {
         rd.min = d.getMin();
         rd.max = d.getMax();
         rd.dtype = d.getDtype().cStr();
+        rd.algorithm = static_cast<int>(d.getAlgorithm());
         for (auto x : d.getShape()) rd.shape.push_back(x);
         DigestKey k{e.getStep(), static_cast<int>(d.getKind()), d.getPath().cStr(), d.getCallIndex(), d.getOutput()};
         if (digests_.emplace(k, std::move(rd)).second && inStep) ++digestsPerStep_[e.getStep()];
@@ -192,6 +193,10 @@ void ReplaySession::load() {
         kept_[e.getStep()].push_back(std::move(k));
         break;
       }
+      case schema::Event::INTERNED_STRING:
+      case schema::Event::CUDA_LAUNCH:
+        loadGpuEvent(e);
+        break;
       case schema::Event::RUNTIME_INFO:
         for (auto kv : e.getRuntimeInfo().getItems()) runtime_[kv.getKey().cStr()] = kv.getValue().cStr();
         break;
@@ -213,6 +218,7 @@ void ReplaySession::load() {
       default: break;
     }
   });
+  resolveKernelNames();
   // A non-finite target found later than another failure kind is still the nan target.
   if (target_.kind == ReplayTarget::Kind::Nan && target_.step < 0) {
     stream_->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
@@ -313,11 +319,17 @@ double ReplaySession::recordedLoss(int64_t step) const {
 
 int ReplaySession::checkDigest(int64_t step, int kind, const std::string& path, uint32_t callIndex, uint32_t output,
                                const DigestResult& got) {
+  return checkDigestAlgorithm(step, kind, path, callIndex, output, 0, got);
+}
+
+int ReplaySession::checkDigestAlgorithm(int64_t step, int kind, const std::string& path, uint32_t callIndex,
+                                        uint32_t output, int algorithm, const DigestResult& got) {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = digests_.find(DigestKey{step, kind, path, callIndex, output});
   if (it == digests_.end()) return 2;
   if (step == inStepNumber_) ++seenPerStep_[step];
   const RecordedDigest& want = it->second;
+  if (want.algorithm != algorithm) return incomparableLocked(want.algorithm, algorithm);  // like with like
   if (want.hash == got.hash) return 0;
   if (!divergence_) {
     Divergence d;
@@ -338,13 +350,16 @@ int ReplaySession::checkDigest(int64_t step, int kind, const std::string& path, 
 }
 
 void ReplaySession::beginStep(int64_t step) {
+  if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->stepBegan(step);
   std::lock_guard<std::mutex> lk(mu_);
   step_.store(step);
   inStepNumber_ = step;
 }
 
 int ReplaySession::endStep(int64_t step, double loss) {
+  if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->stepEnding(step);  // delivers its launches
   std::lock_guard<std::mutex> lk(mu_);
+  checkLaunchesLocked(step, true);
   lastStepEnded_ = step;
   inStepNumber_ = INT64_MIN;
   bool ok = !divergence_;
@@ -415,7 +430,11 @@ void ReplaySession::fact(const std::string& key, const std::string& value) {
 void ReplaySession::writeReport(const std::string& stopReason) {
   const char* path = std::getenv("DLRR_REPORT");
   if (!path || !*path) return;
+  bool stopping = stopReason != "running" && stopReason != "exit";
+  if (stopping)
+    if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->flush();
   std::lock_guard<std::mutex> lk(mu_);
+  if (stopping && inStepNumber_ != INT64_MIN) checkLaunchesLocked(inStepNumber_, false);
   std::string reason = stopReason;
   if (!finalStop_.empty()) reason = finalStop_;
   else if (reason != "running" && reason != "exit") finalStop_ = reason;
@@ -433,6 +452,7 @@ void ReplaySession::writeReport(const std::string& stopReason) {
     o << "divergence.path\t" << escape(divergence_->path) << "\n";
     o << "divergence.detail\t" << escape(divergence_->detail) << "\n";
   }
+  writeGpuReport(o);
   for (const auto& [k, v] : facts_) o << escape(k) << "\t" << escape(v) << "\n";
   for (const auto& w : warnings_) o << "warning\t" << escape(w) << "\n";
   std::string text = o.str();

@@ -10,13 +10,16 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "format/Trace.h"
 #include "recorder/Config.h"
+#include "recorder/StepObserver.h"
 #include "recorder/TensorDigest.h"
+#include "replayer/LaunchCompare.h"
 #include "replayer/ReplayTarget.h"
 #include "schema/dlrr.capnp.h"
 
@@ -30,6 +33,7 @@ struct RecordedDigest {
   double max = 0;
   std::string dtype;
   std::vector<int64_t> shape;
+  int algorithm = 0;  // TensorDigest.Algorithm: 0 xxh3, 1 deviceSum
 };
 
 struct Divergence {
@@ -83,6 +87,20 @@ class ReplaySession {
   // The recorded digests of `step`, one per line: kind path call output hash nan inf min max.
   std::string recordedDigests(int64_t step) const;
 
+  // GPU (ReplaySessionGpu.cc). A digest computed on the device (algorithm 1, deviceSum):
+  // compared like checkDigest, but only with a recorded digest of the same algorithm.
+  int checkDigestValues(int64_t step, int kind, const std::string& path, uint32_t callIndex, uint32_t output,
+                        int algorithm, const DigestResult& got);
+  void setStepObserver(StepObserver* o) noexcept { observer_.store(o, std::memory_order_release); }
+  // Whether this replay captures kernel launches ("" = on; else why not).
+  void gpuCaptureOff(const std::string& why);
+  void gpuCaptureOn();
+  // Launches the replayed process made in `step` (the GPU replayer's drain); appended.
+  void addReplayedLaunches(int64_t step, std::vector<KernelLaunch> launches);
+  std::vector<KernelLaunch> recordedLaunches(int64_t step) const;
+  // The launch comparison of `step` so far (tests, reports).
+  LaunchComparison compareStepLaunches(int64_t step, bool complete) const;
+
   void fact(const std::string& key, const std::string& value);
   // Writes the report file now (at a stop, and again at exit with the final figures).
   void writeReport(const std::string& stopReason);
@@ -112,6 +130,13 @@ class ReplaySession {
   };
 
   void load();
+  void loadGpuEvent(schema::Event::Reader e);  // InternedString, CudaLaunch
+  void resolveKernelNames();
+  void checkLaunchesLocked(int64_t step, bool complete);
+  void writeGpuReport(std::ostream& o);
+  int incomparableLocked(int recordedAlgorithm, int algorithm);
+  int checkDigestAlgorithm(int64_t step, int kind, const std::string& path, uint32_t callIndex, uint32_t output,
+                           int algorithm, const DigestResult& got);
   const std::vector<uint8_t>* rngBytes(std::vector<RngRecord>& list, int kind, int device);
 
   Config cfg_;
@@ -148,6 +173,21 @@ class ReplaySession {
   std::map<int64_t, std::vector<KeptTensor>> kept_;
   std::map<int64_t, std::vector<uint8_t>> keptEncoded_;
   std::vector<std::string> warnings_;
+
+  // GPU (ReplaySessionGpu.cc).
+  std::atomic<StepObserver*> observer_{nullptr};
+  std::map<uint32_t, std::string> kernelNames_;
+  std::map<int64_t, std::vector<KernelLaunch>> recordedLaunches_;
+  std::map<int64_t, std::vector<KernelLaunch>> replayedLaunches_;
+  std::set<int64_t> launchesChecked_;
+  int64_t launchStepsChecked_ = 0;
+  int64_t launchStepsMatched_ = 0;
+  std::optional<LaunchComparison> launchDivergence_;
+  int64_t launchDivergenceStep_ = -1;
+  std::string launchAtStop_;
+  bool gpuCaptureKnown_ = false;
+  std::string gpuCaptureOff_;
+  uint64_t incomparableDigests_ = 0;
 };
 
 }  // namespace dlrr

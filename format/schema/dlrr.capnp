@@ -212,6 +212,7 @@ struct TensorDigest {
   min @8 :Float64;           # over finite values; NaN when none
   max @9 :Float64;
   output @10 :UInt32;        # which output of a module returning several tensors
+  algorithm @11 :Algorithm;  # how hash (and the figures) were computed; compare like with like
   enum Kind {
     moduleOutput @0;
     gradient @1;
@@ -220,6 +221,11 @@ struct TensorDigest {
     batch @4;
     other @5;
     moduleInput @6;
+  }
+  enum Algorithm {
+    xxh3 @0;                 # XXH3-64 of the raw bytes, on the host (CPU tensors)
+    deviceSum @1;            # position-weighted checksum of the 32-bit words, computed with
+                             # tensor ops where the tensor lives (CUDA tensors; docs/gpu.md)
   }
 }
 
@@ -244,6 +250,9 @@ struct CudaLaunch {
   stream @9 :UInt64;
   device @10 :UInt32;
   correlationId @11 :UInt32;
+  flags @12 :UInt32;         # 1 the launch failed, 2 completed by a nested (driver) call,
+                             # 4 grid/block from the mirrored __cudaLaunchKernel layout,
+                             # 8 grid/block from a documented parameter struct (0: unknown)
 }
 
 struct CudaMemcpy {
@@ -253,6 +262,9 @@ struct CudaMemcpy {
   digest @3 :UInt64;         # XXH3-64 of host->device payloads, 0 otherwise
   stream @4 :UInt64;
   device @5 :UInt32;
+  flags @6 :UInt32;          # 1 the copy failed, 2 completed by a nested call, 16 digest
+                             # taken, 32 the host source was unreadable (no digest)
+  correlationId @7 :UInt32;
   enum Direction {
     hostToDevice @0;
     deviceToHost @1;

@@ -36,6 +36,8 @@ class FakeLib:
         self.capture_level = capture_level
         self.pystack_path = pystack_path
         self.step = -1
+        self.digest_values_result = 0
+        self.gpu_capture_status = ""
         self._callbacks = []
         for name, (restype, argtypes) in native.SIGNATURES.items():
             impl = getattr(self, "_" + name)
@@ -236,3 +238,21 @@ class FakeLib:
 
     def _dlrr_replay_stop(self, reason):
         self.calls.append(("dlrr_replay_stop", reason))
+
+    # -- GPU
+    def _dlrr_digest_values(self, kind, path, call_index, output, dtype, ndim, shape, algorithm, digest):
+        d = digest[0]
+        self.calls.append(("digest_values", kind, path.decode(), call_index, output, dtype.decode(),
+                           _array(shape, ndim), algorithm,
+                           (d.hash, d.nan_count, d.inf_count, d.min, d.max)))
+        return self.digest_values_result
+
+    def _dlrr_keep_tensor(self, kind, path, call_index, output, dtype, ndim, shape, data, nbytes):
+        self.calls.append(("keep_tensor", kind, path.decode(), call_index, output, dtype.decode(),
+                           _array(shape, ndim), _bytes_at(data, nbytes)))
+
+    def _dlrr_gpu_pause(self, paused):
+        self.calls.append(("gpu_pause", paused))
+
+    def _dlrr_gpu_capture_status(self):
+        return self.gpu_capture_status.encode()

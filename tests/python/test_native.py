@@ -17,6 +17,7 @@ _C_TYPES = {
     "int64_t*": ctypes.POINTER(ctypes.c_int64), "const int32_t*": ctypes.POINTER(ctypes.c_int32),
     "const char* const*": ctypes.POINTER(ctypes.c_char_p),
     "dlrr_digest_t*": ctypes.POINTER(native.DigestT),
+    "const dlrr_digest_t*": ctypes.POINTER(native.DigestT),
     "dlrr_target_t*": ctypes.POINTER(native.TargetT),
     "const uint8_t**": ctypes.POINTER(ctypes.c_void_p), "uint64_t*": ctypes.POINTER(ctypes.c_uint64),
     "int*": ctypes.POINTER(ctypes.c_int), "const int64_t**": ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)),

@@ -254,9 +254,24 @@ std::string prependPath(const char* var, const std::string& first) {
   return old && *old ? first + ":" + old : first;
 }
 
+// CUDA loads the library named by CUDA_INJECTION64_PATH at driver initialisation and calls its
+// InitializeInjection (GPU capture, docs/gpu.md). There is one such variable: a library the
+// user configured is kept, and GPU capture is then off. Returns why it is off ("" when on).
+std::string cudaInjection(const InstallPaths& paths, std::vector<std::string>& env) {
+  const char* theirs = std::getenv("CUDA_INJECTION64_PATH");
+  if (theirs && *theirs && paths.library != theirs) {
+    std::error_code ec;
+    if (!std::filesystem::equivalent(paths.library, theirs, ec))
+      return "another injection library is configured (CUDA_INJECTION64_PATH=" + std::string(theirs) +
+             "); it is kept";
+  }
+  env.push_back("CUDA_INJECTION64_PATH=" + paths.library);
+  return "";
+}
+
 // The job's environment: ours plus what the interposer and the Python hook need.
 std::vector<std::string> childEnvironment(const Options& o, const std::string& trace, const InstallPaths& paths,
-                                          int statusFd) {
+                                          int statusFd, std::string& gpuOff) {
   std::vector<std::string> env;
   auto skip = [](const std::string& kv) {
     for (const char* k : {"LD_PRELOAD=", "PYTHONPATH=", "DLRR_MODE=", "DLRR_TRACE=", "DLRR_CAPTURE=",
@@ -264,8 +279,15 @@ std::vector<std::string> childEnvironment(const Options& o, const std::string& t
       if (kv.rfind(k, 0) == 0) return true;
     return false;
   };
+  gpuOff.clear();
   for (char** e = environ; *e; ++e)
     if (!skip(*e)) env.emplace_back(*e);
+  std::vector<std::string> injection;
+  gpuOff = cudaInjection(paths, injection);
+  if (!injection.empty()) {
+    std::erase_if(env, [](const std::string& kv) { return kv.rfind("CUDA_INJECTION64_PATH=", 0) == 0; });
+    env.insert(env.end(), injection.begin(), injection.end());
+  }
   env.push_back("LD_PRELOAD=" + prependPath("LD_PRELOAD", paths.library));
   env.push_back("PYTHONPATH=" + prependPath("PYTHONPATH", paths.pythonHook));
   env.push_back("DLRR_MODE=record");
@@ -336,7 +358,18 @@ int run(int argc, char** argv) {
     return 1;
   }
   std::vector<std::string> env;
-  if (recording) env = childEnvironment(o, trace, *paths, statusPipe[1]);
+  std::string gpuOff;
+  if (recording) env = childEnvironment(o, trace, *paths, statusPipe[1], gpuOff);
+  if (!gpuOff.empty()) {
+    problems.push_back("GPU capture off: " + gpuOff);
+    capnp::MallocMessageBuilder sm;
+    auto e = sm.initRoot<schema::Event>();
+    e.setStep(-1);
+    auto rs = e.initRecorderStatus();
+    rs.setOk(false);
+    rs.setMessage("GPU capture off: " + gpuOff);
+    launcher->append(sm);
+  }
   else
     for (char** e = environ; *e; ++e) env.emplace_back(*e);
   std::vector<char*> envp, args;

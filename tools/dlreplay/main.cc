@@ -381,6 +381,17 @@ int run(int argc, char** argv) {
   };
   prepend("LD_PRELOAD", paths.library);
   prepend("PYTHONPATH", paths.pythonHook);
+  // GPU capture (docs/gpu.md): CUDA calls our InitializeInjection; a library the recording's
+  // environment configured is kept (and launch sequences are then not checked).
+  {
+    auto it = env.find("CUDA_INJECTION64_PATH");
+    std::error_code iec;
+    if (it == env.end() || it->second.empty() || std::filesystem::equivalent(it->second, paths.library, iec))
+      env["CUDA_INJECTION64_PATH"] = paths.library;
+    else
+      std::fprintf(stderr, "dlreplay: GPU capture off: another injection library is configured (CUDA_INJECTION64_PATH=%s)\n",
+                   it->second.c_str());
+  }
   char reportPath[] = "/tmp/dlreplay-report-XXXXXX";
   int reportFd = ::mkstemp(reportPath);
   if (reportFd < 0) {
@@ -569,7 +580,7 @@ int run(int argc, char** argv) {
     }
     for (auto& [k, v] : report) {
       if (k.rfind("stop.", 0) == 0 || k.rfind("batch.", 0) == 0 || k.rfind("backward.", 0) == 0 ||
-          k.rfind("env.", 0) == 0)
+          k.rfind("env.", 0) == 0 || k.rfind("launch.", 0) == 0 || k.rfind("gpu.", 0) == 0)
         std::fprintf(stderr, "dlreplay:   %s: %s\n", k.substr(k.find('.') + 1).c_str(), v.c_str());
     }
     if (report.count("warning")) {

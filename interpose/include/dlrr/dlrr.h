@@ -183,4 +183,28 @@ DLRR_API void dlrr_replay_fact(const char* key, const char* value);
 /* Called at the stop: writes the report. `dlreplay --debug gdb` breaks here. */
 DLRR_API void dlrr_replay_stop(const char* reason);
 
+/* ---- GPU (docs/gpu.md). Kernel launches and copies are captured natively (CUPTI, started by
+ * CUDA through InitializeInjection); the hook adds digests of CUDA tensors computed on the
+ * device, so their bytes never cross to the host unless their step fails. */
+
+/* Digest algorithms: same numbering as schema TensorDigest.Algorithm. */
+enum dlrr_digest_algorithm_t { DLRR_DIGEST_XXH3 = 0, DLRR_DIGEST_DEVICE_SUM = 1 };
+
+/* A digest the caller computed (`algorithm`), recorded like dlrr_digest records its own (the
+ * first non-finite digest is the failure) or, in replay, compared with the recorded digest of
+ * the same path when that one was computed with the same algorithm (else: not comparable,
+ * returns 2 and warns once). Returns as dlrr_digest. */
+DLRR_API int dlrr_digest_values(int kind, const char* path, uint32_t call_index, uint32_t output, const char* dtype,
+                                int ndim, const int64_t* shape, int algorithm, const dlrr_digest_t* digest);
+/* Bytes for the failure ring only, no digest (a device tensor copied to the host because its
+ * step is failing). data is contiguous, nbytes long. */
+DLRR_API void dlrr_keep_tensor(int kind, const char* path, uint32_t call_index, uint32_t output, const char* dtype,
+                               int ndim, const int64_t* shape, const void* data, uint64_t nbytes);
+/* GPU capture: "" not started (CUDA not initialised, or not recording), "on: ...", "off: why". */
+DLRR_API const char* dlrr_gpu_capture_status(void);
+/* paused != 0: the kernel launches and copies the calling thread makes from now on are not the
+ * job's (the hook's own digest kernels) and are left out of the launch sequence, in record and
+ * replay alike, until dlrr_gpu_pause(0). Nests. */
+DLRR_API void dlrr_gpu_pause(int paused);
+
 #endif /* DLRR_DLRR_H */

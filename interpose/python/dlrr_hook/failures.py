@@ -25,7 +25,7 @@ import sys
 import threading
 import traceback
 
-from . import native
+from . import gpu, native
 
 
 _HOOK_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -129,8 +129,17 @@ class FailureHooks:
         triage = getattr(self._rec, "triage", None)
         if triage is not None:
             triage.report("failure")  # packages and GPU peaks, written with the failure
+        message = _safe_str(exc)
+        before_failure = getattr(self._rec, "before_failure", None)
+        if before_failure is not None:
+            before_failure()  # the failing step's deferred GPU digests first: a NaN came before
+        detail, items = gpu.out_of_memory_detail(getattr(self._rec, "torch", None), exc)
+        if detail:  # GPU OOM: the allocator's figures at the failing step
+            for key, value in items:
+                self._lib.dlrr_runtime_info(native.text(key), native.text(value))
+            message += "\n[dlrr] " + detail
         self._lib.dlrr_failure_exception(native.text(exception_type_name(exc_type)),
-                                         native.text(_safe_str(exc)), native.text(where), n,
+                                         native.text(message), native.text(where), n,
                                          files, lines, functions, code)
 
     def report_unhooked_exit_exception(self):

@@ -120,7 +120,18 @@ SIGNATURES = {
     "dlrr_replay_divergence": (c_char_p, []),
     "dlrr_replay_fact": (None, [c_char_p, c_char_p]),
     "dlrr_replay_stop": (None, [c_char_p]),
+    # GPU
+    "dlrr_digest_values": (c_int, [c_int, c_char_p, c_uint32, c_uint32, c_char_p, c_int, POINTER(c_int64),
+                                   c_int, POINTER(DigestT)]),
+    "dlrr_keep_tensor": (None, [c_int, c_char_p, c_uint32, c_uint32, c_char_p, c_int, POINTER(c_int64),
+                                c_void_p, c_uint64]),
+    "dlrr_gpu_capture_status": (c_char_p, []),
+    "dlrr_gpu_pause": (None, [c_int]),
 }
+
+# enum dlrr_digest_algorithm_t (same numbering as schema TensorDigest.Algorithm)
+DIGEST_XXH3 = 0
+DIGEST_DEVICE_SUM = 1
 
 # enum dlrr_target_kind_t
 TARGET_END = 0

@@ -18,7 +18,7 @@ import sys
 import traceback
 import weakref
 
-from . import native, runtime
+from . import gpu, native, runtime
 from .failures import FailureHooks
 from .imports import ImportWatcher
 from .loaders import LoaderTracker, indices_array
@@ -74,6 +74,9 @@ class Recorder:
         self._patcher = Patcher()
         self._watcher = None
         self._runtime_sent = False
+        self._cuda_info_sent = False
+        self.gpu = None  # GpuDigests: CUDA tensors digested on their device (gpu.py)
+        self._gpu_deferred = True  # record: one transfer per step; replay checks at once
         self.error = None  # the internal error that disabled capture, if any
         self._digest_fn = lib.dlrr_digest
         self._digest_out = native.DigestT()
@@ -172,6 +175,8 @@ class Recorder:
         self._prepare = self.marshal.prepare
         self.values = ValueWriter(self.lib, self.marshal, torch.Tensor)
         self.rng = RngCapture(self.lib, torch)
+        self.gpu = gpu.GpuDigests(self.lib, torch, self.marshal, deferred=self._gpu_deferred,
+                                  keep_ring=bool(self._keep_outputs))
         self.loaders = LoaderTracker(self, self._on_batch, self._on_loader_end,
                                      self.steps.note_loader_created)
         self.loaders.install(self._patcher, dataloader, worker)
@@ -204,6 +209,8 @@ class Recorder:
 
     def begin_step(self, step, loader, batch_index, epoch, by_optimizer, rng):
         self._send_runtime_info()
+        if not self._cuda_info_sent:
+            self._send_cuda_info()
         self.lib.dlrr_step_begin(step, loader, batch_index, epoch, 1 if by_optimizer else 0)
         self._module_calls.clear()
         self._grad_calls.clear()
@@ -214,6 +221,10 @@ class Recorder:
             self.rng.write(rng)
 
     def end_step(self, step, loss):
+        if self.gpu is not None:
+            gpu_loss = self._flush_gpu()
+            if gpu_loss is not None:
+                loss = gpu_loss
         self.lib.dlrr_step_end(step, loss)
         self._roots.clear()
         self._parameters = None
@@ -228,6 +239,33 @@ class Recorder:
         info = self.lib.dlrr_runtime_info
         for key, value in runtime.collect(self.torch):
             info(native.text(key), native.text(value))
+        self._send_cuda_info(devices=False)  # collect() just sent them
+
+    def _send_cuda_info(self, devices=True):
+        """CUDA's devices and versions, once the job has initialised CUDA (possibly after the
+        first step: then again, complete)."""
+        cuda = getattr(self.torch, "cuda", None)
+        if self._cuda_info_sent or cuda is None or not cuda.is_initialized():
+            return
+        self._cuda_info_sent = True
+        info = self.lib.dlrr_runtime_info
+        items = runtime.cuda_info(self.torch) if devices else []
+        for key, value in items + gpu.cuda_facts(self.torch):
+            info(native.text(key), native.text(value))
+
+    def _flush_gpu(self):
+        """The step's deferred device digests to the native side; the step's CUDA loss or None."""
+        g = self.gpu
+        lost = g.lost
+        loss = g.flush()
+        if g.lost != lost:
+            self._report(0, "GPU digests of a step lost: the device failed (%s)" % g.last_error)
+        return loss
+
+    def before_failure(self):
+        """An uncaught exception is being recorded: deliver the failing step's device digests."""
+        if self.gpu is not None and self.active:
+            self.guarded(self._flush_gpu)
 
     # ------------------------------------------------------------------ DataLoader
     def _on_batch(self, info, data):
@@ -250,7 +288,13 @@ class Recorder:
 
     # ------------------------------------------------------------------ digests
     def _digest(self, kind, path, call_index, output, tensor, keep):
-        """dlrr_digest of one tensor; returns the host tensor digested (None: skipped)."""
+        """dlrr_digest of one tensor; returns the host tensor digested (None: skipped or on a GPU)."""
+        g = self.gpu
+        if g is not None and g.applies(tensor) and self.capture_level < native.CAPTURE_FULL:
+            if kind == native.DIGEST_LOSS and output == 0:
+                g.note_loss(tensor)
+            g.digest(kind, path, call_index, output, tensor, keep)
+            return None
         p = self._prepare(tensor)
         if p is None:
             return None

@@ -29,7 +29,7 @@ import sys
 import time
 import warnings
 
-from . import native, rng as rngmod
+from . import gpu, native, rng as rngmod, runtime
 from .batches import BatchDecoder
 from .recorder import Recorder
 
@@ -121,6 +121,9 @@ class Replayer(Recorder):
         self._anomaly_warnings = []
         self._last_progress = 0.0
         self._start = time.monotonic()
+        self._gpu_deferred = False  # device digests checked at once, to stop at the divergence
+        self._gpu_checked = False
+        self._cuda_rng_warned = False
 
     # ------------------------------------------------------------------ set-up
     def install(self):
@@ -185,10 +188,31 @@ class Replayer(Recorder):
             recorded = native.decode(recorded)
             if key == "blas":  # the same libraries, possibly mapped in another order
                 recorded, value = sorted(recorded.split(":")), sorted(value.split(":"))
-            if recorded != value and key in ("python", "torch", "numpy", "blas", "cuda.compiled",
-                                             "cuda.device_name", "torch.deterministic_algorithms"):
+            # Settings the job makes after import (deterministic algorithms, cudnn flags) and the
+            # GPU are compared at the first step instead (_compare_gpu).
+            if recorded != value and key in ("python", "torch", "numpy", "blas", "cuda.compiled"):
                 self._fact("warning", "%s differs: recorded %s, here %s; bit-exact replay may not hold"
                            % (key, recorded, value))
+
+    def _compare_gpu(self, step):
+        """Up front (at the first steps): warn when this GPU, driver or library versions differ
+        from the recording's, since kernels then need not compute the same bits."""
+        torch = self.torch
+        cuda = getattr(torch, "cuda", None)
+        recorded = lambda key: (lambda v: None if v is None else native.decode(v))(  # noqa: E731
+            self.lib.dlrr_replay_runtime_info(native.text(key)))
+        initialized = cuda is not None and cuda.is_initialized()
+        if recorded("cuda.initialized") == "1" and not initialized and step < 2:
+            return  # the job may initialise CUDA a little later, as it did when recorded
+        self._gpu_checked = True
+        here = dict(runtime.collect(torch))
+        if initialized:
+            here.update(gpu.cuda_facts(torch))
+        for warning in gpu.compare_gpu(recorded, here):
+            self._fact("warning", warning)
+        status = native.decode(self.lib.dlrr_gpu_capture_status())
+        if status:
+            self._fact("gpu.capture_status", status)
 
     def _fact(self, key, value):
         self.lib.dlrr_replay_fact(native.text(key), native.text(value))
@@ -264,6 +288,14 @@ class Replayer(Recorder):
                     differed.append("torch")
                 torch.set_rng_state(torch.frombuffer(bytearray(data), dtype=torch.uint8))
             elif kind == native.RNG_TORCH_CUDA:
+                if not torch.cuda.is_available():
+                    if not self._cuda_rng_warned:
+                        self._cuda_rng_warned = True
+                        self._fact("warning", "the recording has CUDA RNG states but CUDA is not available here: "
+                                   "GPU randomness (dropout on the GPU) cannot be replayed")
+                    continue
+                if torch.cuda.is_initialized() and bytes(torch.cuda.get_rng_state(device).numpy().tobytes()) != data:
+                    differed.append("cuda:%d" % device)
                 torch.cuda.set_rng_state(torch.frombuffer(bytearray(data), dtype=torch.uint8), device)
             elif kind == native.RNG_NUMPY:
                 np = sys.modules.get("numpy")
@@ -289,6 +321,8 @@ class Replayer(Recorder):
         cuda = getattr(self.torch, "cuda", None)
         if cuda is not None and cuda.is_available():
             slots += [(native.RNG_TORCH_CUDA, d) for d in range(cuda.device_count())]
+        elif not self._cuda_rng_warned:
+            slots.append((native.RNG_TORCH_CUDA, 0))  # only to say it cannot be restored
         return slots
 
     # ------------------------------------------------------------------ steps
@@ -303,6 +337,8 @@ class Replayer(Recorder):
 
     def begin_step(self, step, loader, batch_index, epoch, by_optimizer, rng):
         super().begin_step(step, loader, batch_index, epoch, by_optimizer, None)
+        if not self._gpu_checked:
+            self._compare_gpu(step)
         self._nan_calls.clear()
         if by_optimizer:
             self._at_step_start(step)
@@ -339,6 +375,12 @@ class Replayer(Recorder):
 
     # ------------------------------------------------------------------ checks
     def _digest(self, kind, path, call_index, output, tensor, keep):
+        g = self.gpu
+        if g is not None and g.applies(tensor) and self.capture_level < native.CAPTURE_FULL:
+            rc = g.digest(kind, path, call_index, output, tensor, 0)  # like the recording: on the device
+            if rc == 1 and not self._stopped:
+                self.stop("divergence", native.decode(self.lib.dlrr_replay_divergence()), sys._getframe(1))
+            return tensor.detach()
         prepared = self.marshal.prepare(tensor)
         if prepared is None:
             return None

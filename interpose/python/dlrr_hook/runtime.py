@@ -41,6 +41,16 @@ def _call(fn, *args):
         return "<error: %s>" % (exc,)
 
 
+def _optional(obj, name):
+    """obj.name, or None when obj is None or has no such attribute (whatever it raises)."""
+    if obj is None:
+        return None
+    try:
+        return getattr(obj, name)
+    except Exception:
+        return None
+
+
 def _flag(value):
     if isinstance(value, bool):
         return "1" if value else "0"
@@ -77,6 +87,15 @@ def collect(torch, environ=None):
     matmul = getattr(getattr(backends, "cuda", None), "matmul", None)
     if matmul is not None and hasattr(matmul, "allow_tf32"):
         items.append(("cuda.matmul.allow_tf32", _flag(_call(lambda: matmul.allow_tf32))))
+    # Flags newer torch versions have; torch.backends.cuda.matmul raises AssertionError (not
+    # AttributeError) for names it does not know, so hasattr() cannot be trusted there.
+    for flag in ("allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction"):
+        value = _optional(matmul, flag)
+        if value is not None:
+            items.append(("cuda.matmul." + flag, _flag(value)))
+    value = _optional(_optional(getattr(torch, "utils", None), "deterministic"), "fill_uninitialized_memory")
+    if value is not None:
+        items.append(("torch.deterministic.fill_uninitialized_memory", _flag(value)))
 
     items.extend(cuda_info(torch))
     return items

@@ -2,8 +2,8 @@
 
 This runs for every module output of every step, so it avoids Python loops over elements
 and caches what repeats: dtype names and element sizes per dtype, ctypes shape arrays per
-shape, device names per device.  CUDA tensors are copied to the host for now (a device-side
-digest would avoid the copy and the synchronisation).
+shape, device names per device.  CUDA tensors passed here are copied to the host (batches,
+capture `full`); their digests are normally computed on the device instead (gpu.py).
 """
 
 import ctypes

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""A small GPU training job with dropout, for dlrr's GPU checks (scripts/gpu_check.sh).
+
+A CNN with dropout (whose masks come from the CUDA generator) and a transformer-style block
+(attention + MLP with dropout) train on a synthetic in-memory dataset through a DataLoader
+(shuffled, batches built on the CPU and copied to the GPU: host->device copies).  Everything
+is seeded, so a run is repeatable; bit-exactness on the GPU also needs the deterministic
+settings below (cuBLAS workspace, no cudnn.benchmark, deterministic algorithms).
+
+At step --explode-at (default: never) the learning rate jumps to --explode-lr, as a bad
+schedule would: the weights blow up and the loss turns non-finite a step or two later,
+which is what `dlreplay --until nan` then finds.
+
+    python3 examples/gpu_train.py --steps 40 --explode-at 25
+    python3 examples/gpu_train.py --launch-bench 20000     # launch-heavy loop, timed
+
+Prints `step N loss L` per step and `done steps N`; with --launch-bench, one line
+`launch-bench launches N seconds S us_per_launch U`.  Without CUDA it runs on the CPU (for
+smoke tests), or exits 2 with --require-cuda.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (before CUDA init)
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: attention and MLP, each followed by dropout."""
+
+    def __init__(self, dim, heads, p):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = nn.MultiheadAttention(dim, heads, dropout=p, batch_first=True)
+        self.drop1 = nn.Dropout(p)
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Dropout(p), nn.Linear(4 * dim, dim))
+        self.drop2 = nn.Dropout(p)
+
+    def forward(self, x):
+        h = self.norm1(x)
+        a, _ = self.attn(h, h, h, need_weights=False)
+        x = x + self.drop1(a)
+        return x + self.drop2(self.mlp(self.norm2(x)))
+
+
+class Net(nn.Module):
+    def __init__(self, classes=10, dim=64, p=0.1):
+        super().__init__()
+        self.conv = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Dropout2d(p),
+                                  nn.Conv2d(32, dim, 3, stride=2, padding=1), nn.ReLU())
+        self.block = Block(dim, 4, p)
+        self.head = nn.Sequential(nn.Dropout(p), nn.Linear(dim, classes))
+
+    def forward(self, x):
+        h = self.conv(x)                       # [B, dim, 8, 8]
+        h = h.flatten(2).transpose(1, 2)       # [B, 64 tokens, dim]
+        h = self.block(h)
+        return self.head(h.mean(dim=1))
+
+
+def deterministic(torch):
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def launch_bench(device, launches):
+    """Thousands of tiny kernels: the per-launch cost of GPU capture shows here."""
+    a = torch.ones(16, device=device)
+    b = torch.ones(16, device=device)
+    for _ in range(200):  # warm-up
+        a = torch.add(a, b)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(launches):
+        a = torch.add(a, b)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    print("launch-bench launches %d seconds %.6f us_per_launch %.3f" % (launches, seconds, seconds / launches * 1e6))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--samples", type=int, default=2048)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--explode-at", type=int, default=-1)
+    ap.add_argument("--explode-lr", type=float, default=1e6)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=0)
+    ap.add_argument("--launch-bench", type=int, default=0, metavar="N")
+    ap.add_argument("--require-cuda", action="store_true")
+    args = ap.parse_args(argv)
+
+    cuda = torch.cuda.is_available()
+    if args.require_cuda and not cuda:
+        print("no CUDA device", file=sys.stderr)
+        return 2
+    device = torch.device("cuda" if cuda else "cpu")
+    if args.launch_bench:
+        launch_bench(device, args.launch_bench)
+        return 0
+
+    torch.manual_seed(args.seed)
+    deterministic(torch)
+    g = torch.Generator().manual_seed(args.seed)
+    x = torch.randn(args.samples, 3, 16, 16, generator=g)
+    y = torch.randint(0, 10, (args.samples,), generator=g)
+    loader = DataLoader(TensorDataset(x, y), batch_size=args.batch_size, shuffle=True, drop_last=True,
+                        num_workers=args.workers, generator=torch.Generator().manual_seed(args.seed),
+                        pin_memory=cuda)
+    model = Net().to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    loss_fn = nn.CrossEntropyLoss()
+    step = 0
+    while step < args.steps:
+        for xb, yb in loader:
+            if step == args.explode_at:
+                for group in optimizer.param_groups:
+                    group["lr"] = args.explode_lr
+            xb = xb.to(device, non_blocking=True)
+            yb = yb.to(device, non_blocking=True)
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(model(xb), yb)
+            loss.backward()
+            optimizer.step()
+            print("step %d loss %.6f" % (step, loss.item()), flush=True)
+            step += 1
+            if step >= args.steps:
+                break  # before the next batch is drawn
+    print("done steps %d" % step)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# GPU checks in one command (docs/gpu.md). On a machine with a CUDA device:
+#   1. records examples/gpu_train.py (CNN + transformer block with dropout, LR spike -> NaN)
+#      and prints the kernel sequence captured: launches per step, host->device copies;
+#   2. replays it to the NaN: bit-exact steps, launch sequences compared per step;
+#   3. per-launch overhead on a launch-heavy loop (tiny torch.add kernels), with and without
+#      dlrecord;
+#   4. the record overhead ratio on the job.
+# Without a CUDA device it prints "no CUDA device: GPU checks skipped" and exits 0 (CI).
+#
+#   scripts/gpu_check.sh            build dir: $DLRR_BUILD or ./build (built if missing)
+#   PYTHON=python3.12 scripts/gpu_check.sh
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${DLRR_BUILD:-$ROOT/build}
+PY=${PYTHON:-python3}
+STEPS=${GPU_CHECK_STEPS:-40}
+EXPLODE=${GPU_CHECK_EXPLODE_AT:-28}
+LAUNCHES=${GPU_CHECK_LAUNCHES:-20000}
+
+if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  echo "no CUDA device: GPU checks skipped"
+  exit 0
+fi
+if [[ ! -x $BUILD/bin/dlrecord || ! -x $BUILD/bin/dlreplay ]]; then
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja >/dev/null
+  cmake --build "$BUILD" -j"$(nproc)" >/dev/null
+fi
+BIN=$BUILD/bin
+TMP=$(mktemp -d /tmp/dlrr-gpu-check.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+JOB=("$PY" "$ROOT/examples/gpu_train.py" --steps "$STEPS" --explode-at "$EXPLODE" --require-cuda)
+fail=0
+
+"$PY" - <<'EOF'
+import torch
+p = torch.cuda.get_device_properties(0)
+print("== device: %s, %d SMs, %.1f GiB; torch %s, CUDA %s, cuDNN %s" % (
+    p.name, p.multi_processor_count, p.total_memory / 2**30, torch.__version__, torch.version.cuda,
+    torch.backends.cudnn.version()))
+EOF
+
+echo "== 1. record: ${JOB[*]}"
+t0=$(date +%s.%N)
+"${JOB[@]}" >"$TMP/plain.out"
+t1=$(date +%s.%N)
+"$BIN/dlrecord" -o "$TMP/gpu.trace" -- "${JOB[@]}" >"$TMP/rec.out" 2>"$TMP/rec.err" || true
+t2=$(date +%s.%N)
+sed 's/^/   /' "$TMP/rec.err" | grep -v '^   step ' || true
+if ! cmp -s "$TMP/plain.out" "$TMP/rec.out"; then
+  echo "   FAIL: the recorded job printed something else than the plain run (losses differ run to run?)"
+  diff "$TMP/plain.out" "$TMP/rec.out" | head -5 | sed 's/^/   /'
+  fail=1
+fi
+"$BIN/dltrace" events "$TMP/gpu.trace" --json >"$TMP/events.jsonl"
+"$PY" - "$TMP/events.jsonl" <<'EOF' || fail=1
+import collections, json, sys
+launches, copies, h2d, names, runtime = collections.Counter(), collections.Counter(), 0, {}, {}
+first = {}
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    ev, kind = e["event"], e["kind"]
+    if kind == "internedString":
+        names[ev["internedString"]["id"]] = ev["internedString"]["text"]
+    elif kind == "cudaLaunch":
+        launches[ev["step"]] += 1
+        first.setdefault(ev["step"], []).append(ev["cudaLaunch"])
+    elif kind == "cudaMemcpy":
+        copies[ev["step"]] += 1
+        h2d += ev["cudaMemcpy"]["direction"] == "hostToDevice" and int(ev["cudaMemcpy"]["digest"]) != 0
+    elif kind == "runtimeInfo":
+        for kv in ev["runtimeInfo"]["items"]:
+            runtime[kv["key"]] = kv["value"]
+print("   GPU capture: %s" % runtime.get("gpu.capture", "not started (CUDA never initialised?)"))
+if not launches:
+    print("   FAIL: no kernel launch captured")
+    sys.exit(1)
+steps = sorted(launches)
+print("   kernel launches per step: " + " ".join("%d:%d" % (s, launches[s]) for s in steps))
+print("   copies per step:          " + " ".join("%d:%d" % (s, copies[s]) for s in sorted(copies)))
+print("   distinct kernels: %d; host->device copies digested: %d; outside steps: %s; dropped: %s" % (
+    len(names), h2d, runtime.get("gpu.outside_steps", "?"), runtime.get("gpu.dropped", "?")))
+for l in sorted(first[steps[0]], key=lambda l: l["seq"])[:5]:
+    print("     step %d #%d %s grid (%d,%d,%d) block (%d,%d,%d)" % (steps[0], l["seq"], names.get(l["nameId"], "?")[:70],
+          l["gridX"], l["gridY"], l["gridZ"], l["blockX"], l["blockY"], l["blockZ"]))
+if len(steps) >= 3:
+    same = len({launches[s] for s in steps[1:-1]}) == 1
+    print("   launch count constant across steps 1..%d: %s" % (steps[-2], "yes" if same else "no"))
+EOF
+
+echo "== 2. replay to the NaN"
+"$BIN/dlreplay" "$TMP/gpu.trace" --until nan --json >"$TMP/replay.json" 2>"$TMP/replay.err" || true
+"$PY" - "$TMP/replay.json" <<'EOF' || fail=1
+import json, sys
+lines = [l for l in open(sys.argv[1]) if l.startswith("{")]
+if not lines:
+    print("   FAIL: dlreplay printed no report")
+    sys.exit(1)
+doc = json.loads(lines[-1])
+r = doc["report"]
+print("   outcome: %s (%s)" % (doc["outcome"], doc["message"]))
+print("   bit-exact steps: %s of %s recorded; stopped at step %s" % (doc["verified_steps"], doc["recorded_steps"],
+                                                                 r.get("stop.step", "?")))
+print("   GPU capture in replay: %s" % r.get("gpu.capture", "?"))
+print("   launch sequences: %s of %s checked steps match" % (r.get("launch.steps_matched", "0"),
+                                                           r.get("launch.steps_checked", "0")))
+if "launch.divergence.detail" in r:
+    print("   first differing launch: %s" % r["launch.divergence.detail"])
+for w in r.get("warning", "").splitlines():
+    print("   warning: %s" % w)
+ok = doc["outcome"] == "reached" and "launch.divergence.step" not in r and "divergence.step" not in r
+sys.exit(0 if ok else 1)
+EOF
+
+echo "== 3. per-launch overhead ($LAUNCHES tiny torch.add launches)"
+bench() {
+  "$@" "$PY" "$ROOT/examples/gpu_train.py" --launch-bench "$LAUNCHES" --require-cuda 2>/dev/null |
+    awk '/^launch-bench/ {print $NF}'
+}
+plain_us=$(bench env)
+rec_us=$(bench "$BIN/dlrecord" -q -o "$TMP/bench.trace" --)
+"$PY" - "$plain_us" "$rec_us" <<'EOF'
+import sys
+p, r = float(sys.argv[1]), float(sys.argv[2])
+print("   plain %.3f us/launch, recorded %.3f us/launch: +%.3f us per launch (%.2fx)" % (p, r, r - p, r / p))
+EOF
+
+echo "== 4. record overhead on the job"
+"$PY" - "$t0" "$t1" "$t2" <<'EOF'
+import sys
+t0, t1, t2 = map(float, sys.argv[1:])
+print("   plain %.2f s, recorded %.2f s: ratio %.2fx (includes interpreter start and CUDA init)" % (
+    t1 - t0, t2 - t1, (t2 - t1) / (t1 - t0)))
+EOF
+
+if [[ $fail -ne 0 ]]; then
+  echo "GPU checks: FAILED"
+  exit 1
+fi
+echo "GPU checks: passed"
