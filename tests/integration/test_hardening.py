@@ -205,6 +205,20 @@ class FaultTransparencyTest(TraceTestCase):
         self.assertIn("child exit 0", rec.stdout)
         self.assertEqual([s["role"] for s in doc["processes"]].count("process"), 1)  # the fork writes nothing
 
+    def test_a_signal_the_job_blocks_to_sigwait_for_is_not_taken_by_our_thread(self):
+        # Process-directed: the kernel picks any thread that does not block it. The writer
+        # thread must block it too, or SIGUSR1's default action kills the job.
+        code = ("import os, random, signal\n"
+                "random.random(); os.urandom(8)\n"
+                "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGTERM})\n"
+                "for sig in (signal.SIGUSR1, signal.SIGTERM):\n"
+                "    os.kill(os.getpid(), sig)\n"
+                "    print('sigwait got', signal.sigwait({sig}) == sig, flush=True)\n")
+        plain = run([PY, "-c", code], timeout=60)
+        rec = run([tool("dlrecord"), "-q", "-o", self.trace_path(), "--", PY, "-c", code], timeout=60)
+        self.assertEqual(plain.stdout, "sigwait got True\nsigwait got True\n")
+        self.assertEqual((rec.returncode, rec.stdout, rec.stderr), (plain.returncode, plain.stdout, plain.stderr))
+
     def test_eight_threads_draw_entropy_while_the_writer_flushes_and_the_job_exits(self):
         for _ in range(3):  # the exit races the threads: a few rounds
             rec, doc = self.compare("threads_entropy", "--steps", "12")
