@@ -179,7 +179,7 @@ size_t describeIp(uint64_t ip, const char* maps, size_t mapsLen, char* out, size
 
 }  // namespace
 
-RecordSession::RecordSession(Config cfg) : cfg_(std::move(cfg)) {
+RecordSession::RecordSession(Config cfg) : cfg_(std::move(cfg)), ownerPid_(::getpid()) {
   startNs_ = monoNs();
   if (cfg_.statusFd >= 0) {
     // The number travels in the environment to exec'd children, where it may be closed or be
@@ -635,7 +635,7 @@ void RecordSession::afterForkChild() noexcept {
 }
 
 void RecordSession::onFatalSignal(int sig, const siginfo_t* info, const uint64_t* ips, int nips) noexcept {
-  if (disabled_.load() || exited_.load()) return;
+  if (disabled_.load() || exited_.load() || ::getpid() != ownerPid_) return;
   StreamWriter* w = writer_.get();  // no lock: may be held by the interrupted thread
   if (!w) return;
   try {
@@ -685,6 +685,10 @@ void RecordSession::onFatalSignal(int sig, const siginfo_t* info, const uint64_t
 }
 
 void RecordSession::onExit(bool exited, int code) noexcept {
+  // A vfork()ed child (Python's subprocess, posix_spawn) whose exec failed calls _exit() in
+  // our memory: closing "our" stream there closed the parent's, recording its exit code and
+  // losing everything the parent recorded afterwards.
+  if (::getpid() != ownerPid_) return;
   if (exited_.exchange(true)) return;
   try {
     // The writer is closed but never destroyed here: other threads may be inside emit() with

@@ -80,6 +80,7 @@ class RecordSession {
   void flushRing(StreamWriter& w);
 
   Config cfg_;
+  pid_t ownerPid_ = -1;  // a vfork()ed child shares our memory but has another pid: it must not touch it
   mutable std::mutex mu_;
   std::unique_ptr<StreamWriter> writer_;
   bool openTried_ = false;
