@@ -2,6 +2,8 @@
 
 #include <capnp/message.h>
 #include <capnp/serialize.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/uio.h>
 #include <time.h>
 
@@ -67,7 +69,22 @@ StreamWriter::StreamWriter(UniqueFd fd, capnp::MessageBuilder& header, WriterOpt
   auto bytes = words.asBytes();
   if (!writeFrame(FrameKind::Header, Codec{}, nullptr, 0, bytes.begin(), bytes.size(), static_cast<uint32_t>(bytes.size())))
     throw TraceError(ErrorKind::Io, "cannot write trace: " + error_);
-  thread_ = std::make_unique<std::thread>([this] { run(); });
+  // The writer thread takes none of the job's signals: a process-directed signal the job
+  // blocks in its own threads (to sigwait() for it, say) would otherwise be delivered to our
+  // thread and run the default action (SIGUSR1 killed the job), and SIGXFSZ/SIGPIPE from our
+  // writes must become errors, not the job's death. Faults stay deliverable (they cannot be
+  // blocked usefully). The thread inherits the mask; ours is restored right after.
+  sigset_t block, old;
+  sigfillset(&block);
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS}) sigdelset(&block, sig);
+  pthread_sigmask(SIG_BLOCK, &block, &old);
+  try {
+    thread_ = std::make_unique<std::thread>([this] { run(); });
+  } catch (...) {
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    throw;
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
 StreamWriter::~StreamWriter() {

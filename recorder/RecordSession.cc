@@ -179,7 +179,7 @@ size_t describeIp(uint64_t ip, const char* maps, size_t mapsLen, char* out, size
 
 }  // namespace
 
-RecordSession::RecordSession(Config cfg) : cfg_(std::move(cfg)) {
+RecordSession::RecordSession(Config cfg) : cfg_(std::move(cfg)), ownerPid_(::getpid()) {
   startNs_ = monoNs();
   if (cfg_.statusFd >= 0) {
     // The number travels in the environment to exec'd children, where it may be closed or be
@@ -194,7 +194,6 @@ RecordSession::RecordSession(Config cfg) : cfg_(std::move(cfg)) {
       ::fcntl(cfg_.statusFd, F_SETFL, fl | O_NONBLOCK);
     protectFd(cfg_.statusFd);
   }
-  ownerPid_ = ::getpid();
   signalArena_.resize(32768);  // 256 KiB for the failure message built in a signal handler
   signalText_.resize(64 * 1024);
   mapsText_.resize(512 * 1024);  // also the output buffer of the signal path
@@ -665,7 +664,7 @@ void RecordSession::afterForkChild() noexcept {
 }
 
 void RecordSession::onFatalSignal(int sig, const siginfo_t* info, const uint64_t* ips, int nips) noexcept {
-  if (disabled_.load() || exited_.load()) return;
+  if (disabled_.load() || exited_.load() || ::getpid() != ownerPid_) return;
   StreamWriter* w = writer_.get();  // no lock: may be held by the interrupted thread
   if (!w) return;
   try {

@@ -108,6 +108,7 @@ class RecordSession {
   void writeTriage(StreamWriter& w, const char* reason, bool full);
 
   Config cfg_;
+  pid_t ownerPid_ = -1;  // a vfork()ed child shares our memory but has another pid: it must not touch it
   mutable std::mutex mu_;
   std::unique_ptr<StreamWriter> writer_;
   bool openTried_ = false;
@@ -156,7 +157,6 @@ class RecordSession {
   };
   std::vector<GpuPeak> gpus_;
   std::atomic<uint64_t> rssWritten_{0};
-  int ownerPid_ = 0;
   std::atomic<StepObserver*> observer_{nullptr};
 
   // Preallocated for the signal path (no allocation there).

@@ -29,7 +29,7 @@ import time
 import unittest
 
 import killing
-from harness import PY, ROOT, TraceTestCase, info, run, steps, tool
+from harness import PY, ROOT, TraceTestCase, events, info, run, steps, tool
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAULTS = os.path.join(HERE, "jobs", "faults.py")
@@ -204,6 +204,42 @@ class FaultTransparencyTest(TraceTestCase):
         rec, doc = self.compare("fork_entropy")
         self.assertIn("child exit 0", rec.stdout)
         self.assertEqual([s["role"] for s in doc["processes"]].count("process"), 1)  # the fork writes nothing
+
+    def test_subprocess_of_a_missing_command_does_not_end_the_recording(self):
+        # Python's subprocess vfork()s; when exec fails the child _exit()s in the parent's
+        # memory. That must not close the parent's stream (it did: the trace ended there with
+        # the child's exit code 255, and every later event was lost).
+        code = ("import os, subprocess\n"
+                "for i in range(3):\n"
+                "    try:\n"
+                "        subprocess.run(['/nonexistent-dlrr-command'])\n"
+                "    except FileNotFoundError:\n"
+                "        print('not found', i, flush=True)\n"
+                "    os.urandom(17)\n"
+                "os._exit(4)\n")
+        plain = run([PY, "-c", code])
+        rec = run([tool("dlrecord"), "-q", "-o", self.trace_path(), "--", PY, "-c", code])
+        self.assertEqual((rec.returncode, rec.stdout, rec.stderr), (plain.returncode, plain.stdout, plain.stderr))
+        drawn = [e for e in events(self.trace_path(), kind="entropy") if e["event"]["entropy"]["requested"] == "17"
+                 or e["event"]["entropy"]["requested"] == 17]
+        self.assertEqual(len(drawn), 3)
+        exits = [e["event"]["processExit"] for e in events(self.trace_path(), kind="processExit")
+                 if e["stream"] != "launcher"]
+        self.assertEqual([x["exitCode"] for x in exits], [4])
+
+    def test_a_signal_the_job_blocks_to_sigwait_for_is_not_taken_by_our_thread(self):
+        # Process-directed: the kernel picks any thread that does not block it. The writer
+        # thread must block it too, or SIGUSR1's default action kills the job.
+        code = ("import os, random, signal\n"
+                "random.random(); os.urandom(8)\n"
+                "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGTERM})\n"
+                "for sig in (signal.SIGUSR1, signal.SIGTERM):\n"
+                "    os.kill(os.getpid(), sig)\n"
+                "    print('sigwait got', signal.sigwait({sig}) == sig, flush=True)\n")
+        plain = run([PY, "-c", code], timeout=60)
+        rec = run([tool("dlrecord"), "-q", "-o", self.trace_path(), "--", PY, "-c", code], timeout=60)
+        self.assertEqual(plain.stdout, "sigwait got True\nsigwait got True\n")
+        self.assertEqual((rec.returncode, rec.stdout, rec.stderr), (plain.returncode, plain.stdout, plain.stderr))
 
     def test_eight_threads_draw_entropy_while_the_writer_flushes_and_the_job_exits(self):
         for _ in range(3):  # the exit races the threads: a few rounds
