@@ -8,19 +8,20 @@ Jobs:
   slowload   bench/slow_loader_job.py: ~5 ms of sleep and a NumPy augmentation per sample,
              no workers, 40 steps of 32 samples, N = 36: loading dominates
 
-Each round records the job once (dlrecord, capture default) and replays that trace twice,
-`dlreplay --until step=0` and `dlreplay --until step=N`, interleaved so that drift of a
-shared machine hits both alike.  Recorded times come from the trace: the time stamp of the
-StepBegin event of step 0 and of step N (nanoseconds since the recorded process started).
-Replay times are the wall clock of dlreplay (launcher, trace loading, the replayed process
-up to its stop, its exit).  Printed: medians over rounds (min..max) of
+Each round records the job once (dlrecord, capture default) and replays that trace with
+`dlreplay --until step=N` (which verifies steps 0..N-1 and stops at the start of step N).
+Both jobs print `step K loss L` after each step; the bench time-stamps those lines as they
+arrive, from the launch of dlrecord / dlreplay.  Printed: medians over rounds (min..max) of
 
-  to step 0    start-up: interpreter, torch, the job's set-up (and, in replay, trace loading)
-  to step N    the whole way
-  0 -> N       the N steps alone (replay: the difference of its two runs)
+  to step 0    launch to the end of step 0: start-up (interpreter, torch, the job's set-up;
+               for replay also reading the trace) and one step
+  to step N-1  launch to the end of step N-1, the last step before the target
+  steps 1..N-1 the N-1 steps between those lines: the training loop alone
 
-and replay/record ratios of each.  The replay must verify every step before N bit-exact
-(outcome "target"); a round where it does not is reported.  A benchmark, not a test.
+and the replay/recorded ratio of each.  The recorded trace's own time stamps (StepBegin of
+step 0 and step N, since the process started) are shown for comparison.  Replay must reach
+the target with every step before it verified; a round where it does not is reported.
+A benchmark, not a test.
 """
 import argparse
 import json
@@ -31,9 +32,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import re
 
 PY = "/usr/bin/python3"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STEP_LINE = re.compile(r"^step (\d+) ")
 
 
 def step_times(dltrace, trace, steps):
@@ -52,22 +55,29 @@ def step_times(dltrace, trace, steps):
     return times
 
 
-def replay(dlreplay, trace, step):
-    """(wall seconds, report) of dlreplay --until step=STEP."""
+def run_timed(argv, env):
+    """Runs argv; (seconds from launch to each `step K ...` line, exit code, stdout lines)."""
     t0 = time.perf_counter()
-    p = subprocess.run([dlreplay, trace, "--until", "step=%d" % step, "--json", "-q"], capture_output=True,
-                       text=True)
-    wall = time.perf_counter() - t0
-    report = {}
-    for line in reversed(p.stdout.splitlines()):
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    times, lines = {}, []
+    for line in p.stdout:
+        now = time.perf_counter() - t0
+        lines.append(line)
+        m = STEP_LINE.match(line)
+        if m:
+            times[int(m.group(1))] = now
+    p.wait()
+    return times, p.returncode, lines
+
+
+def report_of(lines):
+    for line in reversed(lines):
         if line.startswith("{"):
             try:
-                report = json.loads(line)
-                break
+                return json.loads(line)
             except ValueError:
                 continue
-    report["exit"] = p.returncode
-    return wall, report
+    return {}
 
 
 def med(values):
@@ -95,39 +105,41 @@ def main():
         env = {k: v for k, v in os.environ.items() if not k.startswith("DLRR_")}
         for name in args.jobs.split(","):
             job, n = jobs[name]
-            rec0, recn, rep0, repn, rec_wall = [], [], [], [], []
+            rec0, recn, rep0, repn, trace0, tracen = [], [], [], [], [], []
             problems = []
             for rnd in range(args.runs):
                 trace = os.path.join(work, "%s-%d" % (name, rnd))
-                t0 = time.perf_counter()
-                subprocess.run([dlrecord, "-q", "-o", trace, "--"] + job, check=True, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                rec_wall.append(time.perf_counter() - t0)
-                times = step_times(dltrace, trace, {0, n})
+                times, rc, _ = run_timed([dlrecord, "-q", "-o", trace, "--"] + job, env)
+                if rc != 0 or 0 not in times or n - 1 not in times:
+                    sys.exit("recording failed (exit %d)" % rc)
                 rec0.append(times[0])
-                recn.append(times[n])
-                order = [0, n] if rnd % 2 == 0 else [n, 0]
-                for step in order:
-                    wall, report = replay(dlreplay, trace, step)
-                    if report.get("outcome") != "target" or report["exit"] != 0:
-                        problems.append("round %d step=%d: exit %s outcome %s: %s" % (
-                            rnd, step, report["exit"], report.get("outcome"), report.get("message", "")[:200]))
-                    elif step == n and report.get("verified_steps") != n:
-                        problems.append("round %d: %s steps verified before step %d"
-                                        % (rnd, report.get("verified_steps"), n))
-                    (rep0 if step == 0 else repn).append(wall)
+                recn.append(times[n - 1])
+                stamps = step_times(dltrace, trace, {0, n})
+                trace0.append(stamps[0])
+                tracen.append(stamps[n])
+                times, rc, lines = run_timed([dlreplay, trace, "--until", "step=%d" % n, "--json", "-q"], env)
+                report = report_of(lines)
+                if rc != 0 or report.get("outcome") != "reached" or report.get("verified_steps") != n:
+                    problems.append("round %d: exit %d, outcome %s, %s steps verified: %s" % (
+                        rnd, rc, report.get("outcome"), report.get("verified_steps"), report.get("message", "")))
+                if 0 in times and n - 1 in times:
+                    rep0.append(times[0])
+                    repn.append(times[n - 1])
                 shutil.rmtree(trace, ignore_errors=True)
                 print("  %s: round %d/%d done (load %.2f)" % (name, rnd + 1, args.runs, os.getloadavg()[0]),
                       file=sys.stderr)
-            steps_rec = [b - a for a, b in zip(rec0, recn)]
-            steps_rep = [b - a for a, b in zip(rep0, repn)]
             print()
-            print("job %s: N = %d; recorded run %s s wall in all (dlrecord, to its end)" % (name, n, med(rec_wall)))
-            print("%-12s %24s %24s %24s" % ("seconds", "recorded", "replay", "replay / recorded"))
-            for label, a, b in (("to step 0", rec0, rep0), ("to step N", recn, repn), ("0 -> N", steps_rec, steps_rep)):
-                print("%-12s %24s %24s %24s" % (label, med(a), med(b), med([y / x for x, y in zip(a, b)])))
-            print("%-12s %24s %24s" % ("ms per step", "%.1f" % (statistics.median(steps_rec) / n * 1e3),
-                                         "%.1f" % (statistics.median(steps_rep) / n * 1e3)))
+            print("job %s: N = %d; recorded trace's own stamps: StepBegin 0 at %s s, StepBegin N at %s s"
+                  % (name, n, med(trace0), med(tracen)))
+            if rep0:
+                steps_rec = [b - a for a, b in zip(rec0, recn)]
+                steps_rep = [b - a for a, b in zip(rep0, repn)]
+                print("%-12s %24s %24s %24s" % ("seconds", "recorded", "replay", "replay / recorded"))
+                for label, a, b in (("to step 0", rec0, rep0), ("to step N-1", recn, repn),
+                                    ("steps 1..N-1", steps_rec, steps_rep)):
+                    print("%-12s %24s %24s %24s" % (label, med(a), med(b), med([y / x for x, y in zip(a, b)])))
+                print("%-12s %24s %24s" % ("ms per step", "%.1f" % (statistics.median(steps_rec) / (n - 1) * 1e3),
+                                             "%.1f" % (statistics.median(steps_rep) / (n - 1) * 1e3)))
             for p in problems:
                 print("  problem: " + p)
             sys.stdout.flush()

@@ -8,7 +8,8 @@ examples/train.py's SmallCNN on an in-memory synthetic dataset whose __getitem__
 an expensive input pipeline: it sleeps --sleep-ms per sample (I/O: a network filesystem, a
 remote store) and runs a heavy NumPy augmentation (a few blurs and a random crop of a
 larger image, drawn from np.random).  Batches of 32: with the defaults ~160 ms of loading
-per step against a few ms of compute.  Prints `done steps N` at the end, like train.py.
+per step against a few ms of compute.  Prints `step N loss L` per step and `done steps N`
+at the end, like train.py.
 """
 
 import argparse
@@ -68,6 +69,7 @@ def main():
             loss = criterion(model(x), y)
             loss.backward()
             optimizer.step()
+            print("step %d loss %.6f" % (step, loss.item()), flush=True)
             step += 1
     print("done steps %d" % step, flush=True)
     return 0
