@@ -109,7 +109,7 @@ def inner(argv):
     rec.rng.snapshot = t.wrap("rng snapshot", rec.rng.snapshot)
     rec.rng.write = t.wrap("rng write", rec.rng.write)
     torch.get_rng_state = t.wrap("torch.get_rng_state", torch.get_rng_state)
-    rng_module.python_state_to_bytes = t.wrap("random state bytes", rng_module.python_state_to_bytes)
+    rng_module.PythonGlobalRng.snapshot = t.wrap("random state bytes", rng_module.PythonGlobalRng.snapshot)
     rng_module.NumpyGlobalRng.snapshot = t.wrap("numpy state bytes",
                                                 rng_module.NumpyGlobalRng.snapshot)
     rec.values.write = t.wrap("batch values", rec.values.write)

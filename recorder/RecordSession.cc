@@ -382,7 +382,10 @@ void RecordSession::stepBegin(int64_t step, uint32_t loader, uint64_t batchIndex
   {
     std::lock_guard<std::mutex> lk(ringMu_);
     while (!ring_.empty() && static_cast<int64_t>(ring_.size()) >= cfg_.ringSteps) {
-      for (auto& k : ring_.begin()->second) ringBytes_ -= k.bytes.size();
+      for (auto& k : ring_.begin()->second) {
+        ringBytes_ -= k.bytes.size();
+        recycleLocked(std::move(k.bytes));
+      }
       ring_.erase(ring_.begin());
     }
   }
@@ -508,8 +511,16 @@ int RecordSession::digest(int kind, const char* path, uint32_t callIndex, uint32
   } else if (keep && cfg_.ringSteps > 0 && data) {
     std::lock_guard<std::mutex> lk(ringMu_);
     if (ringBytes_ + nbytes <= kRingCapBytes) {
-      Kept k{kind, path ? path : "", callIndex, output, std::string(dt), std::vector<int64_t>(shape, shape + ndim),
-             std::vector<uint8_t>(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + nbytes), step};
+      std::vector<uint8_t> bytes = spareLocked(nbytes);
+      bytes.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + nbytes);
+      Kept k{kind,
+             path ? path : "",
+             callIndex,
+             output,
+             std::string(dt),
+             std::vector<int64_t>(shape, shape + ndim),
+             std::move(bytes),
+             step};
       ringBytes_ += nbytes;
       ring_[step].push_back(std::move(k));
     }
@@ -560,6 +571,27 @@ int RecordSession::digest(int kind, const char* path, uint32_t callIndex, uint32
     }
   }
   return 0;
+}
+
+std::vector<uint8_t> RecordSession::spareLocked(size_t n) {
+  // Best fit among the buffers of evicted steps: a step keeps the same tensors as the last,
+  // so this is usually an exact fit.
+  size_t best = spare_.size();
+  for (size_t i = 0; i < spare_.size(); ++i)
+    if (spare_[i].capacity() >= n && (best == spare_.size() || spare_[i].capacity() < spare_[best].capacity()))
+      best = i;
+  if (best == spare_.size()) return {};
+  std::vector<uint8_t> out = std::move(spare_[best]);
+  spare_[best] = std::move(spare_.back());
+  spare_.pop_back();
+  spareBytes_ -= out.capacity();
+  return out;
+}
+
+void RecordSession::recycleLocked(std::vector<uint8_t>&& bytes) {
+  if (spare_.size() >= kMaxSpare || spareBytes_ + bytes.capacity() > kRingCapBytes) return;  // freed
+  spareBytes_ += bytes.capacity();
+  spare_.push_back(std::move(bytes));
 }
 
 void RecordSession::flushRing(StreamWriter& w) {
@@ -657,6 +689,8 @@ void RecordSession::afterForkChild() noexcept {
   if (writer_) writer_->afterForkChild();
   (void)writer_.release();  // owned by the parent's copy of memory; never destroy it here
   ring_.clear();
+  spare_.clear();
+  spareBytes_ = 0;
   ringMu_.unlock();
   mu_.unlock();
   disabled_.store(true);

@@ -147,6 +147,13 @@ class RecordSession {
   size_t ringBytes_ = 0;
   bool ringFlushed_ = false;
   static constexpr size_t kRingCapBytes = 512u << 20;
+  // Buffers of evicted steps, reused for the next step's copies: the ring copies every module
+  // output of every step, and fresh buffers cost malloc/free and page faults each time.
+  std::vector<std::vector<uint8_t>> spare_;
+  size_t spareBytes_ = 0;
+  static constexpr size_t kMaxSpare = 256;
+  std::vector<uint8_t> spareLocked(size_t n);        // ringMu_ held; empty when none fits
+  void recycleLocked(std::vector<uint8_t>&& bytes);  // ringMu_ held
 
   // Triage facts.
   TriageLog triage_;

@@ -90,6 +90,31 @@ class NumpyShortcutTest(unittest.TestCase):
         self.assertEqual(fast.snapshot(), rng.numpy_state_to_bytes(np.random.get_state()))
 
 
+class PythonShortcutTest(unittest.TestCase):
+    def test_memory_read_equals_getstate(self):
+        fast = rng.PythonGlobalRng(random)
+        self.assertIsNotNone(fast._address, "shortcut unavailable on this interpreter")
+        random.seed(12)
+        cases = [lambda: None, lambda: random.random(), lambda: None,
+                 lambda: random.gauss(0, 1),   # draws a pair: caches one in gauss_next
+                 lambda: random.gauss(0, 1),   # served from gauss_next: the state is unmoved
+                 lambda: random.getrandbits(100), lambda: random.seed(12),
+                 lambda: random.setstate(random.getstate()), lambda: random.shuffle(list(range(50)))]
+        for draw in cases:
+            draw()
+            self.assertEqual(fast.snapshot(), rng.python_state_to_bytes(random.getstate()))
+
+    def test_a_replaced_generator_falls_back(self):
+        fast = rng.PythonGlobalRng(random)
+        other = random.Random(5)
+        saved = random.getstate
+        random.getstate = other.getstate  # a job that swapped the module's generator
+        try:
+            self.assertEqual(fast.snapshot(), rng.python_state_to_bytes(other.getstate()))
+        finally:
+            random.getstate = saved
+
+
 class CaptureTest(RecorderTestCase):
     def test_snapshot_has_every_imported_generator(self):
         torch.manual_seed(3)

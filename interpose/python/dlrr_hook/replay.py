@@ -301,13 +301,13 @@ class Replayer(Recorder):
                 np = sys.modules.get("numpy")
                 if np is not None:
                     state = rngmod.numpy_state_from_bytes(data)
-                    if rngmod.numpy_state_to_bytes(np.random.get_state()) != data:
+                    if self.rng.numpy_bytes() != data:
                         differed.append("numpy")
                     np.random.set_state(state)
             elif kind == native.RNG_PYTHON:
                 rnd = sys.modules.get("random")
                 if rnd is not None:
-                    if rngmod.python_state_to_bytes(rnd.getstate()) != data:
+                    if self.rng.python_bytes() != data:
                         differed.append("random")
                     rnd.setstate(rngmod.python_state_from_bytes(data))
         if differed and not self._rng_warned:

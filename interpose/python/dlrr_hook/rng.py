@@ -68,52 +68,116 @@ def python_state_from_bytes(data):
     return (version, tuple(internal), gauss if has_gauss else None)
 
 
-class NumpyGlobalRng:
-    """Bytes of numpy's global RandomState, cheap when it has not moved since the last call.
+def _pointer_at(address):
+    return ctypes.c_void_p.from_address(address).value
 
-    np.random.get_state() costs ~50 us (numpy copies the MT19937 key word by word).  When
-    the main process does not draw from numpy between two snapshots - the common case, since
-    augmentation runs in DataLoader workers - the previous bytes are reused: the generator's
-    raw MT19937 state (624-word key + position, read through the public
-    BitGenerator.ctypes.state_address) is compared with the one seen last time.  A legacy
-    gaussian served from the cache (has_gauss=1) moves nothing in the bit generator, so
-    while has_gauss is set get_state() runs every time.  The layout is checked once against
-    get_state(); anything unexpected turns the shortcut off (always get_state()).
+
+class NumpyGlobalRng:
+    """Bytes of numpy's global RandomState, read from its memory instead of get_state().
+
+    np.random.get_state() costs ~60 us (numpy copies the MT19937 key word by word), at every
+    batch of every step.  The same bytes are in memory: the MT19937 key and position at the
+    bit generator's public ctypes.state_address, and the legacy gaussian cache (has_gauss,
+    gauss) in the RandomState object, in its aug_bitgen_t {bitgen_t *bit_generator; int
+    has_gauss; double gauss}.  That struct is found, not assumed: the object's bitgen_t is
+    the word pointing at state_address, and aug_bitgen_t the word pointing at that bitgen_t;
+    and the bytes so read must equal numpy_state_to_bytes(get_state()) once at start.
+    Anything unexpected (another numpy layout, another bit generator) turns the shortcut off
+    for good: get_state() every time, as before.  When nothing moved since the last call the
+    previous bytes object is returned as it is.
     """
 
     _RAW_SIZE = _NUMPY_KEY_WORDS * 4 + 4
+    _GAUSS = struct.Struct("@id")  # int has_gauss, padding, double gauss: the C layout
 
     def __init__(self, np):
         self._np = np
-        self._rand = self._bitgen = self._address = None
+        self._rand = self._bitgen = self._address = self._gauss_address = None
         self._raw = self._bytes = None
         try:
             rand = np.random.mtrand._rand
             bitgen = rand._bit_generator
             address = bitgen.ctypes.state_address
-            raw = ctypes.string_at(address, self._RAW_SIZE)
-            state = np.random.get_state()
-            if (state[0] == "MT19937"
-                    and raw[:-4] == np.asarray(state[1], dtype="<u4").tobytes()
-                    and int.from_bytes(raw[-4:], sys.byteorder, signed=True) == state[2]):
-                self._rand, self._bitgen, self._address = rand, bitgen, address
+            base, size = id(rand), type(rand).__basicsize__
+            words = range(object.__basicsize__, size - 8, 8)
+            bitgen_t = next(base + o for o in words if _pointer_at(base + o) == address)
+            aug = next(base + o for o in words if _pointer_at(base + o) == bitgen_t)
+            if aug + 8 + self._GAUSS.size > base + size:
+                return
+            self._rand, self._bitgen, self._address, self._gauss_address = rand, bitgen, address, aug + 8
+            if self._read() != numpy_state_to_bytes(np.random.get_state()):
+                self._address = None
         except Exception:  # no shortcut: get_state() every time
-            pass
+            self._address = None
+
+    def _read(self):
+        raw = ctypes.string_at(self._address, self._RAW_SIZE)
+        has_gauss, gauss = self._GAUSS.unpack(ctypes.string_at(self._gauss_address, self._GAUSS.size))
+        pos = int.from_bytes(raw[-4:], sys.byteorder, signed=True)
+        return raw[:-4] + _NUMPY_TAIL.pack(pos, has_gauss, gauss)
 
     def snapshot(self):
         """The serialised state (numpy_state_to_bytes layout), or None for other generators."""
-        raw = None
         if self._address is not None and self._rand._bit_generator is self._bitgen:
-            raw = ctypes.string_at(self._address, self._RAW_SIZE)
-            if raw == self._raw:
-                return self._bytes
+            raw = ctypes.string_at(self._address, self._RAW_SIZE) + ctypes.string_at(
+                self._gauss_address, self._GAUSS.size)
+            if raw != self._raw:
+                self._raw = raw
+                self._bytes = self._read()
+            return self._bytes
         state = self._np.random.get_state()
         if not (isinstance(state, tuple) and state and state[0] == "MT19937"):
             return None
-        data = numpy_state_to_bytes(state)
-        self._raw = raw if not state[3] else None
-        self._bytes = data
-        return data
+        return numpy_state_to_bytes(state)
+
+
+class PythonGlobalRng:
+    """Bytes of the random module's global generator, read from its memory.
+
+    random.getstate() builds a tuple of 625 ints (~12 us) and packing it costs as much
+    again.  CPython's _random.Random object holds them as {PyObject_HEAD; int index;
+    uint32_t state[624]}, and gauss_next is a plain attribute: the bytes are read from there
+    when doing so gives exactly python_state_to_bytes(random.getstate()) at start; otherwise
+    (another interpreter, a replaced generator) getstate() every time.
+    """
+
+    _RAW_SIZE = 4 + 624 * 4
+    _VERSION = struct.Struct("<i")
+    _TAIL = struct.Struct("<id")
+
+    def __init__(self, rnd):
+        self._rnd = rnd
+        self._inst = getattr(rnd, "_inst", None)
+        self._address = None
+        self._key = self._bytes = None
+        try:
+            inst = self._inst
+            if inst is not None and getattr(rnd.getstate, "__self__", None) is inst:
+                self._address = id(inst) + object.__basicsize__
+                if self._read(ctypes.string_at(self._address, self._RAW_SIZE),
+                              inst.gauss_next) != python_state_to_bytes(rnd.getstate()):
+                    self._address = None
+        except Exception:
+            self._address = None
+
+    def _read(self, raw, gauss_next):
+        has_gauss = gauss_next is not None
+        if sys.byteorder != "little":
+            raise ValueError("little-endian layout expected")
+        # raw: int index | 624 x uint32; serialised: version | 624 words | index | gauss.
+        return (self._VERSION.pack(self._inst.VERSION) + raw[4:] + raw[:4]
+                + self._TAIL.pack(int(has_gauss), gauss_next if has_gauss else 0.0))
+
+    def snapshot(self):
+        rnd = self._rnd
+        inst = self._inst
+        if self._address is not None and getattr(rnd.getstate, "__self__", None) is inst:
+            key = (ctypes.string_at(self._address, self._RAW_SIZE), inst.gauss_next)
+            if self._key is None or key[0] != self._key[0] or key[1] is not self._key[1]:
+                self._key = key
+                self._bytes = self._read(*key)
+            return self._bytes
+        return python_state_to_bytes(rnd.getstate())
 
 
 class RngCapture:
@@ -124,6 +188,7 @@ class RngCapture:
         self._torch = torch
         self._cuda = getattr(torch, "cuda", None)
         self._numpy = None
+        self._python = None
 
     def snapshot(self):
         """[(kind, device, payload)]; payload is bytes or a CPU uint8 tensor."""
@@ -133,19 +198,33 @@ class RngCapture:
         if cuda is not None and cuda.is_initialized():
             for device, state in enumerate(cuda.get_rng_state_all()):
                 states.append((native.RNG_TORCH_CUDA, device, state))
+        data = self.numpy_bytes()
+        if data is not None:
+            states.append((native.RNG_NUMPY, native.NO_DEVICE, data))
+        data = self.python_bytes()
+        if data is not None:
+            states.append((native.RNG_PYTHON, native.NO_DEVICE, data))
+        return states
+
+    def numpy_bytes(self):
+        """numpy's global generator state, serialised; None when numpy is not imported."""
         numpy_rng = self._numpy
         if numpy_rng is None:
             np = sys.modules.get("numpy")
-            if np is not None and hasattr(np, "random"):
-                numpy_rng = self._numpy = NumpyGlobalRng(np)
-        if numpy_rng is not None:
-            data = numpy_rng.snapshot()
-            if data is not None:
-                states.append((native.RNG_NUMPY, native.NO_DEVICE, data))
+            if np is None or not hasattr(np, "random"):
+                return None
+            numpy_rng = self._numpy = NumpyGlobalRng(np)
+        return numpy_rng.snapshot()
+
+    def python_bytes(self):
+        """random's global generator state, serialised; None when random is not imported."""
         rnd = sys.modules.get("random")
-        if rnd is not None and hasattr(rnd, "getstate"):
-            states.append((native.RNG_PYTHON, native.NO_DEVICE, python_state_to_bytes(rnd.getstate())))
-        return states
+        if rnd is None or not hasattr(rnd, "getstate"):
+            return None
+        python_rng = self._python
+        if python_rng is None or python_rng._rnd is not rnd:
+            python_rng = self._python = PythonGlobalRng(rnd)
+        return python_rng.snapshot()
 
     def write(self, states):
         write = self._write
