@@ -69,23 +69,51 @@ def deterministic(torch):
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
     torch.use_deterministic_algorithms(True, warn_only=True)
+    # Fused attention kernels accumulate with atomics in backward: use the math path.
+    for name in ("enable_flash_sdp", "enable_mem_efficient_sdp", "enable_cudnn_sdp"):
+        fn = getattr(torch.backends.cuda, name, None)
+        if fn is not None:
+            fn(False)
 
 
-def launch_bench(device, launches):
-    """Thousands of tiny kernels: the per-launch cost of GPU capture shows here."""
-    a = torch.ones(16, device=device)
-    b = torch.ones(16, device=device)
-    for _ in range(200):  # warm-up
-        a = torch.add(a, b)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(launches):
-        a = torch.add(a, b)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    seconds = time.perf_counter() - start
-    print("launch-bench launches %d seconds %.6f us_per_launch %.3f" % (launches, seconds, seconds / launches * 1e6))
+class LaunchLoop(nn.Module):
+    """`n` tiny kernels (torch.add on 16 floats) inside a training step, then a step."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.n = n
+        self.b = nn.Parameter(torch.ones(16))
+        self.seconds = 0.0
+
+    def forward(self, x):
+        sync = x.is_cuda
+        if sync:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        with torch.no_grad():
+            c = torch.ones_like(x)
+            for _ in range(self.n):
+                x = torch.add(x, c)
+        if sync:
+            torch.cuda.synchronize()
+        self.seconds += time.perf_counter() - start
+        return x + self.b
+
+
+def launch_bench(device, launches, steps=10):
+    """Thousands of tiny kernels inside training steps (a root module's forward opens the step,
+    as in a real job): the per-launch cost of GPU capture shows here."""
+    model = LaunchLoop(max(launches // steps, 1)).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    x = torch.ones(16, device=device)
+    model(x)  # warm-up, outside the timing
+    model.seconds = 0.0
+    for _ in range(steps):
+        model(x).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    n = model.n * steps
+    print("launch-bench launches %d seconds %.6f us_per_launch %.3f" % (n, model.seconds, model.seconds / n * 1e6))
 
 
 def main(argv=None):

@@ -23,7 +23,9 @@ if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
   exit 0
 fi
 if [[ ! -x $BUILD/bin/dlrecord || ! -x $BUILD/bin/dlreplay ]]; then
-  cmake -S "$ROOT" -B "$BUILD" -G Ninja >/dev/null
+  GEN=()
+  command -v ninja >/dev/null && GEN=(-G Ninja)
+  cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" >/dev/null
   cmake --build "$BUILD" -j"$(nproc)" >/dev/null
 fi
 BIN=$BUILD/bin
@@ -42,7 +44,10 @@ EOF
 
 echo "== 1. record: ${JOB[*]}"
 t0=$(date +%s.%N)
-"${JOB[@]}" >"$TMP/plain.out"
+if ! "${JOB[@]}" >"$TMP/plain.out"; then
+  echo "   FAIL: the job itself failed (without dlrr)"
+  exit 1
+fi
 t1=$(date +%s.%N)
 "$BIN/dlrecord" -o "$TMP/gpu.trace" -- "${JOB[@]}" >"$TMP/rec.out" 2>"$TMP/rec.err" || true
 t2=$(date +%s.%N)
@@ -112,7 +117,7 @@ ok = doc["outcome"] == "reached" and "launch.divergence.step" not in r and "dive
 sys.exit(0 if ok else 1)
 EOF
 
-echo "== 3. per-launch overhead ($LAUNCHES tiny torch.add launches)"
+echo "== 3. per-launch overhead ($LAUNCHES tiny torch.add launches inside 10 training steps)"
 bench() {
   "$@" "$PY" "$ROOT/examples/gpu_train.py" --launch-bench "$LAUNCHES" --require-cuda 2>/dev/null |
     awk '/^launch-bench/ {print $NF}'

@@ -20,4 +20,7 @@ if [ -x scripts/fuzz.sh ]; then
   echo "== fuzzing the trace reader (short run; scripts/fuzz.sh SECONDS for a long one)"
   bash scripts/fuzz.sh "${DLRR_FUZZ_SECONDS:-60}"
 fi
+echo "== GPU checks (record/replay on a CUDA device; skipped without one)"
+PYTHON=${PYTHON:-/usr/bin/python3} bash scripts/gpu_check.sh
+
 echo "== all tests passed"
