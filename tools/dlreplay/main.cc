@@ -90,13 +90,13 @@ const char* kUsageText =
     "  --yes            consent to run the recorded command of a trace from another host/user\n"
     "  --dry-run        show the command and environment changes, run nothing\n"
     "  --json           print the report as one JSON line on stdout, after the job's output\n"
-    "  -q, --quiet      no progress line\n"
+    "  -q, --quiet      no progress line, no environment warnings\n"
     "  -h, --help       this help;  --version  the version\n"
     "\n"
     "exit status: 0 target reached, every step verified; 10 target not reached; 11 divergence;\n"
     "12 the replayed process never attached; 13 --check: the failure did not reproduce;\n"
-    "9 consent needed; 2 usage; 3 I/O error;\n"
-    "4 not a trace; 5 newer trace format; 6 corrupt trace; 7 no such step/stream/failure.\n";
+    "9 consent needed; 2 usage; 3 I/O error; 4 not a trace; 5 newer trace format;\n"
+    "6 corrupt trace; 7 no such step/stream/failure.\n";
 
 struct Options {
   std::string trace;
