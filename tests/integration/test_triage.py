@@ -182,6 +182,20 @@ class TriageTest(TraceTestCase):
         self.assertCategory(doc, "syntax_error", "general_code_error")
         self.assertEvidence(doc, "SyntaxError:", "broken_module.py", "the code ran under Python 3.")
 
+    def test_native_crash(self):
+        tiny = os.path.join(HERE, "jobs", "tiny_train.py")
+        p, trace = self.record([PY, tiny, "--steps", "5", "--segv-at", "2"])
+        self.assertEqual(p.returncode, 128 + signal.SIGSEGV)
+        doc = self.triage(trace)
+        self.assertCategory(doc, "native_crash", "general_code_error", "training")
+        self.assertEqual(doc["step"], 2)
+        self.assertEvidence(doc, "killed by SIGSEGV", "Python stack of the crashing thread:",
+                            "in the job's code: File \"%s\"" % tiny)
+        self.assertEqual(doc["determinism"], "unknown")
+        c = self.check(trace)
+        self.assertEqual(c.returncode, 0, c.stderr)
+        self.assertIn("deterministic: reproduced at step 2", c.stderr)
+
     # ---------------------------------------------------------------- deep-learning specific
     def test_tensor_mismatch_in_evaluation(self):
         p, trace = self.record([PY, job("tensor_mismatch.py")])
