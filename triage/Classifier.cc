@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 
 #include "triage/Names.h"
@@ -272,7 +273,55 @@ bool isUserFrame(const Frame& f) {
   return true;
 }
 
+namespace {
+
+// A DataLoader worker's exception re-raised in the main process (as its own type, or as a
+// RuntimeError when that type cannot be rebuilt from a message) carries the worker's
+// traceback as text: "Caught X in DataLoader worker process 0.\nOriginal Traceback (most
+// recent call last):\n  File "f", line N, in fn\n    code\nmodule.X: message". Parses it.
+bool parseWorkerException(const std::string& m, std::string& type, std::string& msg, std::vector<Frame>& frames) {
+  const std::string marker = "Original Traceback (most recent call last):";
+  auto o = m.find(marker);
+  if (o == std::string::npos) return false;
+  std::vector<std::string> lines;
+  size_t start = o + marker.size();
+  while (start < m.size()) {
+    size_t nl = m.find('\n', start);
+    if (nl == std::string::npos) nl = m.size();
+    lines.push_back(m.substr(start, nl - start));
+    start = nl + 1;
+  }
+  std::string last;
+  for (const auto& l : lines) {
+    auto p = l.find("File \"");
+    if (p != std::string::npos) {
+      auto q = l.find('"', p + 6);
+      Frame f;
+      f.file = q == std::string::npos ? "" : l.substr(p + 6, q - p - 6);
+      auto ln = l.find("line ", q == std::string::npos ? p : q);
+      if (ln != std::string::npos) f.line = std::atoi(l.c_str() + ln + 5);
+      auto in = l.find(", in ");
+      if (in != std::string::npos) f.function = l.substr(in + 5);
+      frames.push_back(f);
+    } else if (!l.empty() && l[0] != ' ' && l[0] != '\t') {
+      last = l;
+    }
+  }
+  if (last.empty()) return false;
+  auto colon = last.find(": ");
+  type = colon == std::string::npos ? last : last.substr(0, colon);
+  msg = colon == std::string::npos ? "" : last.substr(colon + 2);
+  return !type.empty() && type.find(' ') == std::string::npos;
+}
+
+}  // namespace
+
 ExceptionClass classifyException(const std::string& type, const std::string& message, const std::vector<Frame>& tb) {
+  {
+    std::string wType, wMessage;
+    std::vector<Frame> wFrames;
+    if (parseWorkerException(message, wType, wMessage, wFrames)) return classifyException(wType, wMessage, wFrames);
+  }
   const std::string base = baseType(type);
   const std::string m = lower(message);
   const std::string t = lower(type);
@@ -433,6 +482,45 @@ ExceptionClass classifyException(const std::string& type, const std::string& mes
 
 namespace {
 
+// An exception re-raised from a DataLoader worker carries the worker's traceback in its
+// message ("Caught KeyError in DataLoader worker process 0.\nOriginal Traceback ...\nKeyError:
+// 'x'"): the last line is the exception itself.
+constexpr const char* kOriginalTraceback = "Original Traceback (most recent call last):";
+
+std::string shownMessage(const std::string& m) {
+  if (m.find(kOriginalTraceback) == std::string::npos) return m;
+  std::string last;
+  size_t start = 0;
+  while (start < m.size()) {
+    size_t nl = m.find('\n', start);
+    if (nl == std::string::npos) nl = m.size();
+    std::string line = m.substr(start, nl - start);
+    if (line.find_first_not_of(" \t") != std::string::npos) last = line;
+    start = nl + 1;
+  }
+  auto colon = last.find(": ");
+  return colon == std::string::npos ? last : last.substr(colon + 2);
+}
+
+// "worker.py:12 in __getitem__" from the last File line of a worker's traceback, or "".
+std::string workerFrame(const std::string& m) {
+  auto o = m.find(kOriginalTraceback);
+  if (o == std::string::npos) return "";
+  auto p = m.rfind("File \"");
+  if (p == std::string::npos || p < o) return "";
+  auto q = m.find('"', p + 6);
+  if (q == std::string::npos) return "";
+  std::string file = m.substr(p + 6, q - p - 6);
+  auto slash = file.rfind('/');
+  std::string out = slash == std::string::npos ? file : file.substr(slash + 1);
+  auto ln = m.find("line ", q);
+  if (ln != std::string::npos) out += ":" + std::to_string(std::atoi(m.c_str() + ln + 5));
+  auto in = m.find(", in ", q);
+  auto eol = m.find('\n', q);
+  if (in != std::string::npos && (eol == std::string::npos || in < eol)) out += " in " + m.substr(in + 5, eol == std::string::npos ? std::string::npos : eol - in - 5);
+  return out;
+}
+
 std::string frameText(const Frame& f) {
   auto slash = f.file.rfind('/');
   std::string out = (slash == std::string::npos ? f.file : f.file.substr(slash + 1)) + ":" + std::to_string(f.line);
@@ -578,6 +666,15 @@ void libraryEvidence(const TriageInput& in, const std::string& message, std::vec
   if (!py.empty()) ev.push_back("Python " + py);
 }
 
+// The failure came out of a DataLoader while it produced a batch (its iterator, a worker).
+bool loadingBatch(const TriageInput& in) {
+  if (!in.failure) return false;
+  if (in.failure->message.find("in DataLoader worker process") != std::string::npos) return true;
+  for (const auto& f : in.failure->traceback)
+    if (f.file.find("torch/utils/data/dataloader.py") != std::string::npos) return true;
+  return false;
+}
+
 std::string whereText(const TriageInput& in, Phase& phase, int64_t& step) {
   const Timeline& t = in.timeline;
   step = -1;
@@ -588,6 +685,7 @@ std::string whereText(const TriageInput& in, Phase& phase, int64_t& step) {
   if (t.stepOpen) {
     phase = Phase::Training;
     step = t.lastStepBegun;
+    if (loadingBatch(in)) return "training step " + std::to_string(t.lastStepBegun) + ", loading the next batch";
     return "training step " + std::to_string(t.lastStepBegun);
   }
   if (t.evalBatchSeen) {
@@ -598,11 +696,15 @@ std::string whereText(const TriageInput& in, Phase& phase, int64_t& step) {
   }
   if (t.stepsBegun == 0) {
     phase = Phase::Initialisation;
-    return "initialisation (before the first training step)";
+    return loadingBatch(in) ? "initialisation (loading the first batch, before the first training step)"
+                            : "initialisation (before the first training step)";
   }
   if (t.byOptimizer || !t.trainingLoaderEnded) {
     phase = Phase::Training;
     step = t.lastStepEnded;
+    if (loadingBatch(in))
+      return "training, loading the batch of step " + std::to_string(t.lastStepEnded + 1) + " (after step " +
+             std::to_string(t.lastStepEnded) + ")";
     return "training step " + std::to_string(t.lastStepEnded) + " (after its optimizer update, before the next step)";
   }
   phase = Phase::Evaluation;
@@ -640,7 +742,7 @@ TriageResult classify(const TriageInput& in) {
     ExceptionClass ec = classifyException(f->exceptionType, f->message, f->traceback);
     r.category = ec.category;
     detail = ec.detail;
-    r.summary = clip(f->exceptionType + ": " + f->message, 240);
+    r.summary = clip(f->exceptionType + ": " + shownMessage(f->message), 240);
     // A NaN that came first and reached the loss explains a generic error that followed it.
     if ((ec.category == C::OtherPythonError || ec.category == C::IllegalArgument) && nonfiniteIsDivergence(in) &&
         in.nonfinite->tNs <= f->tNs) {
@@ -712,7 +814,9 @@ TriageResult classify(const TriageInput& in) {
   // ---- evidence, most telling first
   std::vector<std::string> head;
   if (f && f->kind == "exception") {
-    std::string named = pathInMessage(f->message);
+    const std::string shown = shownMessage(f->message);
+    std::string workerLine = workerFrame(f->message);
+    std::string named = pathInMessage(shown);
     switch (r.category) {
       case C::PathNotFound:
         head.push_back(f->exceptionType + ": " + (named.empty() ? clip(f->message, 200) : named));
@@ -725,23 +829,23 @@ TriageResult classify(const TriageInput& in) {
                                                                : in.user + " (uid " + std::to_string(in.uid) + ")"));
         break;
       case C::DiskFull:
-        head.push_back(f->exceptionType + ": " + clip(f->message, 200));
+        head.push_back(f->exceptionType + ": " + clip(shown, 200));
         break;
       case C::LibraryNotFound:
-        head.push_back(f->exceptionType + ": " + clip(f->message, 200));
+        head.push_back(f->exceptionType + ": " + clip(shown, 200));
         if (!detail.empty()) head.push_back(detail);
         libraryEvidence(in, f->message, head);
         break;
       case C::GpuOutOfMemory:
-        head.push_back(f->exceptionType + ": " + clip(f->message, 200));
+        head.push_back(f->exceptionType + ": " + clip(shown, 200));
         gpuEvidence(in, head);
         break;
       case C::DeviceUnavailable:
-        head.push_back(f->exceptionType + ": " + clip(f->message, 200));
+        head.push_back(f->exceptionType + ": " + clip(shown, 200));
         gpuEvidence(in, head);
         break;
       case C::CpuOutOfMemory:
-        head.push_back(f->exceptionType + ": " + clip(f->message, 200));
+        head.push_back(f->exceptionType + ": " + clip(shown, 200));
         memoryEvidence(in, head);
         if (in.processPeak && in.processPeak->addressSpaceLimit) {
           r.determinism = T::Deterministic;
@@ -751,13 +855,13 @@ TriageResult classify(const TriageInput& in) {
         }
         break;
       case C::SyntaxError:
-        head.push_back(f->exceptionType + ": " + clip(f->message, 200));
+        head.push_back(f->exceptionType + ": " + clip(shown, 200));
         if (!runtimeValue(in, "python").empty())
           head.push_back("the code ran under Python " + runtimeValue(in, "python") +
                          " (syntax errors are often code written for another version)");
         break;
       case C::UnexpectedEncoding: {
-        head.push_back(f->exceptionType + ": " + clip(f->message, 200));
+        head.push_back(f->exceptionType + ": " + clip(shown, 200));
         std::string locale;
         for (const char* k : {"LC_ALL", "LC_CTYPE", "LANG", "PYTHONIOENCODING", "PYTHONUTF8"}) {
           std::string v = envValue(in, k);
@@ -768,15 +872,17 @@ TriageResult classify(const TriageInput& in) {
         break;
       }
       case C::LossNaN:
-        head.push_back(f->exceptionType + ": " + clip(f->message, 200));
+        head.push_back(f->exceptionType + ": " + clip(shown, 200));
         break;
       default:
-        head.push_back(f->exceptionType + ": " + clip(f->message, 200));
+        head.push_back(f->exceptionType + ": " + clip(shown, 200));
         if (!detail.empty() && detail != f->message && detail.find(f->message) == std::string::npos &&
             r.category != C::OtherPythonError)
           head.push_back(detail);
         break;
     }
+    if (!workerLine.empty())
+      head.push_back("raised in a DataLoader worker process, at " + clip(workerLine, 200));
     if (r.category == C::IllegalArgument && f->exceptionType == "argparse.ArgumentError" && !in.command.empty()) {
       std::string cmd;
       for (const auto& a : in.command) cmd += (cmd.empty() ? "" : " ") + a;
@@ -846,6 +952,7 @@ TriageResult classify(const TriageInput& in) {
     r.where = "training step " + std::to_string(r.step);
   }
   if (f) r.location = locationOf(*f);
+  if (f && !workerFrame(f->message).empty()) r.location = workerFrame(f->message) + " (in a DataLoader worker)";
   else if (in.nonfinite) r.location = in.nonfinite->where;
   const Timeline& t = in.timeline;
   r.stepsCompleted = t.stepsCompleted;

@@ -182,6 +182,20 @@ class TriageTest(TraceTestCase):
         self.assertCategory(doc, "syntax_error", "general_code_error")
         self.assertEvidence(doc, "SyntaxError:", "broken_module.py", "the code ran under Python 3.")
 
+    def test_native_crash(self):
+        tiny = os.path.join(HERE, "jobs", "tiny_train.py")
+        p, trace = self.record([PY, tiny, "--steps", "5", "--segv-at", "2"])
+        self.assertEqual(p.returncode, 128 + signal.SIGSEGV)
+        doc = self.triage(trace)
+        self.assertCategory(doc, "native_crash", "general_code_error", "training")
+        self.assertEqual(doc["step"], 2)
+        self.assertEvidence(doc, "killed by SIGSEGV", "Python stack of the crashing thread:",
+                            "in the job's code: File \"%s\"" % tiny)
+        self.assertEqual(doc["determinism"], "unknown")
+        c = self.check(trace)
+        self.assertEqual(c.returncode, 0, c.stderr)
+        self.assertIn("deterministic: reproduced at step 2", c.stderr)
+
     # ---------------------------------------------------------------- deep-learning specific
     def test_tensor_mismatch_in_evaluation(self):
         p, trace = self.record([PY, job("tensor_mismatch.py")])
@@ -231,6 +245,25 @@ class TriageTest(TraceTestCase):
         doc = self.triage(trace)
         self.assertCategory(doc, "corrupt_data", "data")
         self.assertEvidence(doc, "json.decoder.JSONDecodeError: Unterminated string")
+
+    def test_corrupt_record_in_a_dataloader_worker(self):
+        root = os.path.join(self.tmp, "records")
+        os.makedirs(root)
+        for i in range(8):
+            with open(os.path.join(root, "%d.json" % i), "w") as f:
+                f.write(json.dumps({"x": [float(i)] * 4, "y": i % 2}))
+        with open(os.path.join(root, "5.json"), "w") as f:
+            f.write('{"x": [5.0, 5.0, 5.0')  # truncated
+        p, trace = self.record([PY, job("corrupt_record_worker.py"), root])
+        self.assertEqual(p.returncode, 1, p.stderr)
+        doc = self.triage(trace)
+        self.assertCategory(doc, "corrupt_data", "data", "training")
+        self.assertEvidence(doc, "raised in a DataLoader worker process, at decoder.py:")
+        self.assertEqual(doc["where"], "training step 1, loading the next batch")
+        self.assertEqual(doc["step"], 1)
+        c = self.check(trace)  # replay serves the recorded batches and stops where loading failed
+        self.assertEqual(c.returncode, 0, c.stderr)
+        self.assertIn("deterministic: reproduced", c.stderr)
 
     def test_undecodable_bytes(self):
         path = os.path.join(self.tmp, "captions.txt")

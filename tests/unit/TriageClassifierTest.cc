@@ -399,6 +399,27 @@ TEST(TriageClassifier, Data) {
   EXPECT_TRUE(evidenceHas(r, "LANG=C"));
 }
 
+TEST(TriageClassifier, ExceptionsFromDataLoaderWorkers) {
+  TriageInput in = exceptionInput(
+      "KeyError",
+      "Caught KeyError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
+      "  File \"/usr/lib/python3/dist-packages/torch/utils/data/_utils/worker.py\", line 302, in _worker_loop\n"
+      "    data = fetcher.fetch(index)\n"
+      "  File \"/job/dataset.py\", line 12, in __getitem__\n    return self.meta[i]['label']\nKeyError: 'label'\n");
+  TriageResult r = classify(in);
+  EXPECT_EQ(r.category, Category::KeyNotFound);
+  EXPECT_EQ(r.summary, "KeyError: 'label'");
+  EXPECT_TRUE(evidenceHas(r, "raised in a DataLoader worker process, at dataset.py:12 in __getitem__"));
+  EXPECT_EQ(r.location, "dataset.py:12 in __getitem__ (in a DataLoader worker)");
+  // JSONDecodeError cannot be rebuilt from a message: torch re-raises a RuntimeError.
+  EXPECT_EQ(cat("RuntimeError",
+                "Caught JSONDecodeError in DataLoader worker process 1.\nOriginal Traceback (most recent call last):\n"
+                "  File \"/job/ds.py\", line 9, in __getitem__\n    return json.load(f)\n"
+                "  File \"/usr/lib/python3.11/json/decoder.py\", line 353, in raw_decode\n    obj, end = self.scan_once(s, idx)\n"
+                "json.decoder.JSONDecodeError: Expecting ',' delimiter: line 1 column 30 (char 29)\n"),
+            Category::CorruptData);
+}
+
 // ---------------------------------------------------------------- where in the job
 TEST(TriageClassifier, Phases) {
   TriageInput in = exceptionInput("KeyError", "'x'");

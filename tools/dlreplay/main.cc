@@ -92,7 +92,7 @@ const char* kUsageText =
     "  --yes            consent to run the recorded command of a trace from another host/user\n"
     "  --dry-run        show the command and environment changes, run nothing\n"
     "  --json           print the report as one JSON line on stdout, after the job's output\n"
-    "  -q, --quiet      no progress line\n"
+    "  -q, --quiet      no progress line, no environment warnings\n"
     "  -h, --help       this help;  --version  the version\n"
     "\n"
     "exit status: 0 target reached, every step verified; 10 target not reached; 11 divergence;\n"
