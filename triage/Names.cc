@@ -86,11 +86,17 @@ std::string bytesText(uint64_t n) {
 }
 
 std::string secondsText(double s) {
-  char b[48];
-  if (s < 0) return "unknown";
-  if (s < 120) std::snprintf(b, sizeof b, "%.1f s", s);
-  else if (s < 7200) std::snprintf(b, sizeof b, "%d min %d s", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
-  else std::snprintf(b, sizeof b, "%d h %d min", static_cast<int>(s) / 3600, (static_cast<int>(s) % 3600) / 60);
+  char b[64];
+  // Durations come from trace bytes: a corrupt one may be NaN, negative or absurdly large, so
+  // convert through a clamped 64-bit integer (a double past INT_MAX cast to int is UB).
+  if (!(s >= 0) || s > 1e15) return "unknown";
+  if (s < 120) {
+    std::snprintf(b, sizeof b, "%.1f s", s);
+    return b;
+  }
+  auto whole = static_cast<long long>(s);
+  if (s < 7200) std::snprintf(b, sizeof b, "%lld min %lld s", whole / 60, whole % 60);
+  else std::snprintf(b, sizeof b, "%lld h %lld min", whole / 3600, (whole % 3600) / 60);
   return b;
 }
 

@@ -3,8 +3,11 @@
 // libcudart, NCCL timeouts, no driver), the phase rules and the determinism advice.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "triage/Classifier.h"
 #include "triage/Environment.h"
+#include "triage/Names.h"
 
 namespace dlrr::triage {
 namespace {
@@ -514,6 +517,19 @@ TEST(TriageEnvironment, VersionsAndDifferences) {
   EXPECT_EQ(by["cuda.device.0"].impact, Impact::Breaks);
   EXPECT_EQ(by["host"].impact, Impact::Info);
   EXPECT_EQ(d.front().impact, Impact::Breaks);  // most serious first
+}
+
+// Durations come from trace bytes; a fuzzed trace once carried 3.4e9 s, which overflowed an
+// int conversion (UB). Out-of-range values must print, not trap.
+TEST(TriageNames, SecondsTextHandlesAnyDouble) {
+  EXPECT_EQ(secondsText(5.25), "5.2 s");
+  EXPECT_EQ(secondsText(125), "2 min 5 s");
+  EXPECT_EQ(secondsText(3 * 3600 + 61), "3 h 1 min");
+  EXPECT_EQ(secondsText(3.38671e9), "940752 h 46 min");
+  EXPECT_EQ(secondsText(-1), "unknown");
+  EXPECT_EQ(secondsText(std::numeric_limits<double>::quiet_NaN()), "unknown");
+  EXPECT_EQ(secondsText(std::numeric_limits<double>::infinity()), "unknown");
+  EXPECT_EQ(secondsText(1e300), "unknown");
 }
 
 }  // namespace
