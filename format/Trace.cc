@@ -102,6 +102,29 @@ StreamReader* Trace::mainStream() {
   return main_->empty() ? nullptr : find(*main_);
 }
 
+StreamReader* Trace::launcher() {
+  if (StreamReader* l = find(kLauncherName)) return l;
+  // torchrun ... dlrecord: one launcher per rank (launcher.rank0, ...); the first stands for all.
+  StreamReader* best = nullptr;
+  for (auto& s : streams_)
+    if (s->header().getRole() == schema::StreamHeader::Role::LAUNCHER && (!best || s->name() < best->name()))
+      best = s.get();
+  return best;
+}
+
+StreamReader* Trace::findRank(int rank, int restart) {
+  StreamReader* best = nullptr;
+  for (auto& s : streams_) {
+    auto h = s->header();
+    if (h.getRole() != schema::StreamHeader::Role::PROCESS || h.getRank() != rank) continue;
+    if (restart >= 0 && h.getRestartCount() == restart) return s.get();
+    if (!best || h.getRestartCount() > best->header().getRestartCount() ||
+        (h.getRestartCount() == best->header().getRestartCount() && h.getStartNs() < best->header().getStartNs()))  // the rank itself, not a child it started
+      best = s.get();
+  }
+  return best;
+}
+
 std::vector<StepInfo> Trace::steps(StreamReader& s) {
   std::vector<StepInfo> out;
   forEachStep(s, [&](const StepInfo& si) { out.push_back(si); });
@@ -205,7 +228,8 @@ TraceSummary Trace::summarize() {
     if (first && (s.get() == mainS)) sum.failure = first;
     if (first && !anyFailure) anyFailure = first;
     if (s.get() == mainS) sum.steps = ss.steps;
-    if (ss.role == "launcher") sum.exitCode = ss.exitCode;
+    // One launcher per rank (torchrun ... dlrecord): the job failed if any rank did.
+    if (ss.role == "launcher" && ss.exitCode && (!sum.exitCode || *sum.exitCode == 0)) sum.exitCode = ss.exitCode;
     sum.bytes += ss.bytes + kFileHeaderSize;
     sum.rawBytes += ss.rawBytes + kFileHeaderSize;
     sum.fileBytes += ss.fileBytes;

@@ -94,9 +94,14 @@ class Trace {
   const std::string& path() const { return path_; }
   std::vector<std::unique_ptr<StreamReader>>& streams() { return streams_; }
   StreamReader* find(const std::string& name);
-  StreamReader* launcher() { return find(kLauncherName); }
+  // The launcher stream (dlrecord's): "launcher", or with one dlrecord per rank the first of
+  // "launcher.rank<R>". Null when the trace has none.
+  StreamReader* launcher();
   // The stream whose process trained (has steps); the first process stream when none has.
   StreamReader* mainStream();
+  // The process stream of distributed rank `rank`: the one of restart `restart` when there is
+  // one, else its latest restart. Null when the trace holds no such rank.
+  StreamReader* findRank(int rank, int restart = -1);
 
   const std::vector<BrokenStream>& broken() const { return broken_; }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "interpose/ProcessRecorder.h"
 
@@ -345,6 +346,52 @@ const char* dlrr_replay_divergence(void) {
 
 void dlrr_replay_fact(const char* key, const char* value) {
   withReplayer([&](ReplaySession& r) { r.fact(key ? key : "", value ? value : ""); });
+}
+
+uint64_t dlrr_collective_begin(const char* op, const char* group, const char* reduce_op, int peer, int bucket,
+                               int async_op) {
+  uint64_t seq = 0;
+  if (withReplayer([&](ReplaySession& r) { seq = r.collectiveBegin(op ? op : ""); })) return seq;
+  withRecorder([&](RecordSession& s) { seq = s.collectiveBegin(op, group, reduce_op, peer, bucket, async_op != 0); });
+  return seq;
+}
+
+int dlrr_collective_tensor(uint64_t seq, int is_result, const char* dtype, int ndim, const int64_t* shape,
+                           const void* data, uint64_t nbytes) {
+  if (ndim < 0 || ndim > 64 || (ndim > 0 && !shape)) return -1;
+  int rc = -1;
+  if (withReplayer([&](ReplaySession& r) {
+        DigestResult d = computeDigest(dtype ? dtype : "", data, data ? nbytes : 0);
+        rc = r.collectiveTensor(seq, is_result != 0, dtype ? dtype : "", std::vector<int64_t>(shape, shape + ndim), d);
+      }))
+    return rc;
+  withRecorder([&](RecordSession& s) {
+    s.collectiveTensor(seq, is_result != 0, dtype, ndim, shape, data, nbytes);
+    rc = 0;
+  });
+  return rc;
+}
+
+void dlrr_collective_end(uint64_t seq, const char* status) {
+  withRecorder([&](RecordSession& s) { s.collectiveEnd(seq, status); });
+}
+
+int dlrr_replay_collective_result(uint64_t seq, uint32_t index, const uint8_t** data, uint64_t* n) {
+  thread_local std::vector<uint8_t> served;
+  int rc = -1;
+  withReplayer([&](ReplaySession& r) {
+    rc = r.collectiveResult(seq, index, served);
+    if (rc == 1) {
+      if (data) *data = served.data();
+      if (n) *n = served.size();
+    }
+  });
+  return rc;
+}
+
+int dlrr_replay_rank(void) {
+  ReplaySession* r = processReplayer();
+  return r ? r->recordedRank() : -1;
 }
 
 // Kept out of line and visible so debuggers can break on it by name.

@@ -37,6 +37,7 @@ Config Config::fromEnvironment() {
       c.statusIno = ino;
     }
   }
+  if (const char* col = std::getenv("DLRR_COLLECTIVES")) c.keepCollectives = std::strcmp(col, "full") == 0;
   if (const char* s = std::getenv("DLRR_REPLAY_STREAM")) c.replayStream = s;
   return c;
 }

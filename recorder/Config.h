@@ -15,6 +15,7 @@ struct Config {
   int ringSteps = 2;               // DLRR_RING_STEPS: steps of full tensors kept for a failure
   int statusFd = -1;               // DLRR_STATUS_FD=FD:INODE: pipe to dlrecord for "what was not recorded"
   unsigned long long statusIno = 0;  // the pipe's inode: fd FD is used only while it is that pipe
+  bool keepCollectives = false;    // DLRR_COLLECTIVES=full: every collective's results in the trace
   std::string replayStream;        // DLRR_REPLAY_STREAM: stream to replay (replay mode)
 
   static Config fromEnvironment();

@@ -1,5 +1,7 @@
 #include "recorder/RecordSession.h"
 
+#include "format/DistEnv.h"
+
 #include <capnp/message.h>
 #include <capnp/serialize.h>
 #include <fcntl.h>
@@ -270,7 +272,10 @@ StreamWriter* RecordSession::writer() {
   try {
     int dir = traceDirFd();
     std::string name;
-    std::string base = "p" + std::to_string(::getpid());
+    // A rank of a distributed job is named for its rank (rank3.dls), other processes for their pid.
+    DistEnv dist = DistEnv::fromEnvironment();
+    std::string base = rankStreamBase(dist);
+    if (base.empty()) base = "p" + std::to_string(::getpid());
     UniqueFd fd = createStreamFile(dir, base, name);
     capnp::MallocMessageBuilder hm;
     auto h = hm.initRoot<schema::StreamHeader>();
@@ -287,6 +292,18 @@ StreamWriter* RecordSession::writer() {
     h.setCwd(readLink("/proc/self/cwd"));
     h.setExe(readLink("/proc/self/exe"));
     h.setDlrrVersion(kDlrrVersion);
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) == 0) h.setHost(host);
+    h.setRank(dist.rank);
+    h.setLocalRank(dist.localRank);
+    h.setWorldSize(dist.worldSize);
+    h.setRestartCount(dist.restartCount);
+    h.setRunId(dist.runId);
+    auto dv = h.initDistEnv(static_cast<unsigned>(dist.vars.size()));
+    for (size_t i = 0; i < dist.vars.size(); ++i) {
+      dv[static_cast<unsigned>(i)].setKey(dist.vars[i].first);
+      dv[static_cast<unsigned>(i)].setValue(dist.vars[i].second);
+    }
     int raw = fd.get();
     protectFd(raw);  // before the writer holds it: the job's close() must never free the number
     try {

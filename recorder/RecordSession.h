@@ -89,6 +89,17 @@ class RecordSession {
   void keepTensor(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype, int ndim,
                   const int64_t* shape, const void* data, uint64_t nbytes);
 
+  // ---- torch.distributed (RecordSessionDist.cc, docs/distributed.md). A collective this rank
+  // issued: collectiveBegin numbers it (issue order), collectiveTensor adds an input (before
+  // the call) or a result (once the work completed, possibly on another thread), and
+  // collectiveEnd writes one Collective event. Results' bytes go into the trace when the
+  // recording keeps collective results (--collectives full), else into the failure ring.
+  uint64_t collectiveBegin(const char* op, const char* group, const char* reduceOp, int peer, int bucket,
+                           bool asyncOp);
+  void collectiveTensor(uint64_t seq, bool result, const char* dtype, int ndim, const int64_t* shape,
+                        const void* data, uint64_t nbytes);
+  void collectiveEnd(uint64_t seq, const char* status);
+
   // Async-signal-safe: records a fatal signal with native and Python stacks.
   void onFatalSignal(int sig, const siginfo_t* info, const uint64_t* ips, int nips) noexcept;
   // Records the process's exit and closes the stream. Idempotent.
@@ -165,6 +176,26 @@ class RecordSession {
   std::vector<GpuPeak> gpus_;
   std::atomic<uint64_t> rssWritten_{0};
   std::atomic<StepObserver*> observer_{nullptr};
+
+  // Collectives begun and not yet ended, by seq.
+  struct CollectiveTensorRec {
+    std::string dtype;
+    std::vector<int64_t> shape;
+    DigestResult digest;
+    BlobId blob;  // size 0: bytes not kept
+  };
+  struct PendingCollective {
+    std::string op, group, reduceOp;
+    int peer = -1;
+    int bucket = -1;
+    bool asyncOp = false;
+    int64_t step = -1;
+    std::vector<CollectiveTensorRec> inputs, results;
+  };
+  std::mutex collMu_;
+  std::map<uint64_t, PendingCollective> collectives_;
+  uint64_t nextCollective_ = 0;
+  static constexpr size_t kMaxPendingCollectives = 4096;  // async works never waited on
 
   // Preallocated for the signal path (no allocation there).
   std::vector<capnp::word> signalArena_;

@@ -1,5 +1,7 @@
 #include "replayer/ReplaySession.h"
 
+#include "format/DistEnv.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -85,7 +87,16 @@ ReplaySession::ReplaySession(const Config& cfg, const std::string& until) : cfg_
   if (!t) throw TraceError(ErrorKind::Usage, err);
   target_ = *t;
   trace_ = Trace::open(cfg_.traceDir, OpenMode::Tolerant);  // as dlreplay: a stream torn at birth is skipped
-  stream_ = cfg_.replayStream.empty() ? trace_->mainStream() : trace_->find(cfg_.replayStream);
+  if (cfg_.replayStream == kEachRank) {
+    // dlreplay --all-ranks: every rank the launcher starts replays its own stream; the
+    // launcher agent and anything else without a rank runs untouched.
+    DistEnv d = DistEnv::fromEnvironment();
+    stream_ = d.isRank() ? trace_->findRank(d.rank, d.restartCount) : nullptr;
+    if (!stream_) return;
+    reportSuffix_ = ".rank" + std::to_string(d.rank);
+  } else {
+    stream_ = cfg_.replayStream.empty() ? trace_->mainStream() : trace_->find(cfg_.replayStream);
+  }
   if (!stream_) throw TraceError(ErrorKind::NotFound, "stream " + cfg_.replayStream + " is not in the trace");
   std::vector<std::string> recorded;
   for (auto a : stream_->header().getArgv()) recorded.emplace_back(a.cStr());
@@ -196,6 +207,9 @@ void ReplaySession::load() {
       case schema::Event::INTERNED_STRING:
       case schema::Event::CUDA_LAUNCH:
         loadGpuEvent(e);
+        break;
+      case schema::Event::COLLECTIVE:
+        loadCollective(e);
         break;
       case schema::Event::RUNTIME_INFO:
         for (auto kv : e.getRuntimeInfo().getItems()) runtime_[kv.getKey().cStr()] = kv.getValue().cStr();
@@ -428,8 +442,10 @@ void ReplaySession::fact(const std::string& key, const std::string& value) {
 }
 
 void ReplaySession::writeReport(const std::string& stopReason) {
-  const char* path = std::getenv("DLRR_REPORT");
-  if (!path || !*path) return;
+  const char* reportEnv = std::getenv("DLRR_REPORT");
+  if (!reportEnv || !*reportEnv) return;
+  std::string reportPath = std::string(reportEnv) + reportSuffix_;
+  const char* path = reportPath.c_str();
   bool stopping = stopReason != "running" && stopReason != "exit";
   if (stopping)
     if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->flush();
@@ -453,6 +469,7 @@ void ReplaySession::writeReport(const std::string& stopReason) {
     o << "divergence.detail\t" << escape(divergence_->detail) << "\n";
   }
   writeGpuReport(o);
+  writeDistReport(o);
   for (const auto& [k, v] : facts_) o << escape(k) << "\t" << escape(v) << "\n";
   for (const auto& w : warnings_) o << "warning\t" << escape(w) << "\n";
   std::string text = o.str();

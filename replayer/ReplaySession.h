@@ -45,6 +45,9 @@ struct Divergence {
   std::string detail;  // "hash 0x.. != 0x..; NaN 0 vs 3; min/max ..."
 };
 
+// DLRR_REPLAY_STREAM value of dlreplay --all-ranks: each rank process replays its own stream.
+inline constexpr const char* kEachRank = "@rank";
+
 class ReplaySession {
  public:
   // Opens the trace and loads the named stream. Throws TraceError.
@@ -101,6 +104,19 @@ class ReplaySession {
   // The launch comparison of `step` so far (tests, reports).
   LaunchComparison compareStepLaunches(int64_t step, bool complete) const;
 
+  // ---- torch.distributed (ReplaySessionDist.cc, docs/distributed.md). The hook reports each
+  // collective as in record; here it is numbered the same way and checked against the
+  // recording: the op, what this rank sends (inputs) and, when peers really communicate
+  // (--all-ranks), what it receives. Replaying one rank alone, results are served instead.
+  uint64_t collectiveBegin(const std::string& op);
+  // 0 matches, 1 differs (first divergence kept), 2 not in the recording.
+  int collectiveTensor(uint64_t seq, bool result, const std::string& dtype, const std::vector<int64_t>& shape,
+                       const DigestResult& got);
+  // The recorded bytes of result `index` of collective `seq`: 1 (into out), 0 the recording
+  // kept only its digest, -1 no such collective or result.
+  int collectiveResult(uint64_t seq, uint32_t index, std::vector<uint8_t>& out);
+  int recordedRank() const;  // rank of the replayed stream (-1: not a rank)
+
   void fact(const std::string& key, const std::string& value);
   // Writes the report file now (at a stop, and again at exit with the final figures).
   void writeReport(const std::string& stopReason);
@@ -130,6 +146,9 @@ class ReplaySession {
   };
 
   void load();
+  void loadCollective(schema::Event::Reader e);  // ReplaySessionDist.cc
+  void collectiveDivergenceLocked(uint64_t seq, int64_t step, const std::string& what);
+  void writeDistReport(std::ostream& o);
   void loadGpuEvent(schema::Event::Reader e);  // InternedString, CudaLaunch
   void resolveKernelNames();
   void checkLaunchesLocked(int64_t step, bool complete);
@@ -164,6 +183,7 @@ class ReplaySession {
   int64_t inStepNumber_ = INT64_MIN;
   std::atomic<int64_t> step_{-1};
   std::vector<std::pair<std::string, std::string>> facts_;
+  std::string reportSuffix_;  // --all-ranks: each rank writes DLRR_REPORT.rank<R>
   std::string finalStop_;  // the first real stop reason sticks (later "exit" does not undo it)
   int captureLevel_ = 1;
   struct KeptTensor {
@@ -173,6 +193,25 @@ class ReplaySession {
   std::map<int64_t, std::vector<KeptTensor>> kept_;
   std::map<int64_t, std::vector<uint8_t>> keptEncoded_;
   std::vector<std::string> warnings_;
+
+  // torch.distributed (ReplaySessionDist.cc).
+  struct RecordedCollectiveTensor {
+    std::string dtype;
+    std::vector<int64_t> shape;
+    uint64_t hash = 0, nanCount = 0, infCount = 0;
+    Hash128 blob{};
+    uint64_t blobSize = 0;  // 0: bytes not kept
+  };
+  struct RecordedCollective {
+    std::string op, group, reduceOp, status;
+    int peer = -1, bucket = -1;
+    int64_t step = -1;
+    std::vector<RecordedCollectiveTensor> inputs, results;
+  };
+  std::map<uint64_t, RecordedCollective> collectives_;
+  std::map<uint64_t, std::pair<uint32_t, uint32_t>> collectiveSeen_;  // inputs, results checked so far
+  uint64_t nextCollective_ = 0;
+  uint64_t collectivesIssued_ = 0, collectiveTensorsVerified_ = 0, collectiveResultsServed_ = 0;
 
   // GPU (ReplaySessionGpu.cc).
   std::atomic<StepObserver*> observer_{nullptr};

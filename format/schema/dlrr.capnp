@@ -21,6 +21,16 @@ struct StreamHeader {
   trace @9 :TraceInfo;       # set in the launcher stream only
   dlrrVersion @10 :Text;
   formatMinor @11 :UInt16;
+  # torch.distributed (docs/distributed.md): what the launcher (torchrun) told this process
+  # through its environment. rank -1: not a rank of a distributed job (as far as we know).
+  rank @12 :Int32 = -1;
+  localRank @13 :Int32 = -1;
+  worldSize @14 :Int32 = 0;
+  restartCount @15 :Int32 = 0;   # TORCHELASTIC_RESTART_COUNT: restarts of the job so far
+  runId @16 :Text;               # TORCHELASTIC_RUN_ID
+  host @17 :Text;                # hostname of this process (ranks may run on many hosts)
+  distEnv @18 :List(KeyValue);   # the launcher-set variables a rank needs to run alone
+                                 # (RANK, WORLD_SIZE, MASTER_*, TORCHELASTIC_*, OMP_NUM_THREADS, ...)
 
   enum Role {
     launcher @0;             # dlrecord itself: command, environment, exit status
@@ -83,6 +93,8 @@ struct Event {
     libraryLoadError @23 :LibraryLoadError;
     resourcePeak @24 :ResourcePeak;
     packages @25 :Packages;
+    # torch.distributed (docs/distributed.md)
+    collective @26 :Collective;
   }
 }
 
@@ -385,6 +397,34 @@ struct Package {
   name @0 :Text;             # top-level module name (torch, numpy, ...)
   version @1 :Text;          # __version__ or the distribution's version; "" when unknown
   path @2 :Text;             # where it was imported from (the package directory or module file)
+}
+
+# ---------------------------------------------------------------- distributed
+# One collective communication as this rank saw it, in the order the rank issued them (seq):
+# torch.distributed calls (all_reduce, broadcast, all_gather, ...) and DDP gradient buckets
+# (through a DDP communication hook). Replay of one rank alone serves `results` in seq order.
+struct Collective {
+  seq @0 :UInt64;            # collective number within the process, in issue order
+  op @1 :Text;               # all_reduce | broadcast | all_gather | reduce_scatter | reduce |
+                             # barrier | send | recv | all_to_all | gather | scatter | ddp_bucket
+  group @2 :Text;            # "world" or the group's ranks ("0,2,3")
+  reduceOp @3 :Text;         # sum | avg | product | min | max | ... ("" when not a reduction)
+  peer @4 :Int32 = -1;       # root / src / dst rank (global numbering), -1 when none
+  bucket @5 :Int32 = -1;     # DDP bucket index
+  inputs @6 :List(CollectiveTensor);   # what this rank sent (before the call)
+  results @7 :List(CollectiveTensor);  # what the call left in this rank's tensors
+  asyncOp @8 :Bool;          # async_op=True: results recorded when the work completed
+  status @9 :Text;           # "" ok; else why results are missing (error text)
+}
+
+struct CollectiveTensor {
+  dtype @0 :Text;
+  shape @1 :List(Int64);
+  hash @2 :UInt64;           # XXH3-64 of the raw bytes (bit-exact)
+  nanCount @3 :UInt64;
+  infCount @4 :UInt64;
+  data @5 :BlobRef;          # the bytes, when kept (results only: --collectives full, or the
+                             # failure ring); size 0 and hash 0 when not kept
 }
 
 # ---------------------------------------------------------------- footer

@@ -256,3 +256,24 @@ class FakeLib:
 
     def _dlrr_gpu_capture_status(self):
         return self.gpu_capture_status.encode()
+
+    # -- torch.distributed
+    def _dlrr_collective_begin(self, op, group, reduce_op, peer, bucket, async_op):
+        seq = self.next_collective = getattr(self, "next_collective", -1) + 1
+        self.calls.append(("collective_begin", seq, op.decode(), group.decode(), reduce_op.decode(), peer, bucket,
+                           async_op))
+        return seq
+
+    def _dlrr_collective_tensor(self, seq, is_result, dtype, ndim, shape, data, nbytes):
+        self.calls.append(("collective_tensor", seq, is_result, dtype.decode(), _array(shape, ndim),
+                           _bytes_at(data, nbytes)))
+        return 0
+
+    def _dlrr_collective_end(self, seq, status):
+        self.calls.append(("collective_end", seq, status.decode()))
+
+    def _dlrr_replay_collective_result(self, seq, index, data, n):
+        return -1
+
+    def _dlrr_replay_rank(self):
+        return -1

@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "format/DistEnv.h"
+#include "format/Ranks.h"
 #include "format/Redact.h"
 #include "format/StreamWriter.h"
 #include "format/Trace.h"
@@ -55,6 +57,11 @@ const char* kUsage =
     "                         minimal: entropy, batches, RNG states, loss, failures\n"
     "                         default: + digests of module outputs, gradients, parameters\n"
     "                         full:    + every module output tensor of every step\n"
+    "  --collectives MODE  torch.distributed jobs: digest | full  (default: digest)\n"
+    "                         digest: op, shapes and bit-exact digests of what each rank sent\n"
+    "                                 and received; results of the last K steps kept for a failure\n"
+    "                         full:   + every collective's results, so that one rank can be\n"
+    "                                 replayed alone (dlreplay --rank R)\n"
     "  --ring-steps K       full tensors of the last K steps are kept in memory and written\n"
     "                       only when a failure happens (default 2, 0 = off)\n"
     "  --redact LIST        comma-separated name fragments of environment variables whose\n"
@@ -71,6 +78,7 @@ struct Options {
   std::string output;
   std::string capture = "default";
   int ringSteps = 2;
+  std::string collectives = "digest";
   std::vector<std::string> redact = defaultRedactPatterns();
   bool quiet = false;
   std::vector<std::string> command;
@@ -110,6 +118,10 @@ Options parse(int argc, char** argv) {
       o.capture = a == "--capture" ? value(a) : a.substr(10);
       if (o.capture != "minimal" && o.capture != "default" && o.capture != "full")
         usageError("--capture must be minimal, default or full (got '" + o.capture + "')");
+    } else if (a == "--collectives" || a.rfind("--collectives=", 0) == 0) {
+      o.collectives = a == "--collectives" ? value(a) : a.substr(14);
+      if (o.collectives != "digest" && o.collectives != "full")
+        usageError("--collectives must be digest or full (got '" + o.collectives + "')");
     } else if (a == "--ring-steps" || a.rfind("--ring-steps=", 0) == 0) {
       std::string v = a == "--ring-steps" ? value(a) : a.substr(13);
       char* end = nullptr;
@@ -167,11 +179,21 @@ int64_t realNs() {
 // Creates the trace directory and the launcher stream. Throws TraceError.
 std::unique_ptr<StreamWriter> openLauncherStream(const Options& o, const std::string& trace) {
   UniqueFd dir = createTraceDir(trace);
-  if (!listStreams(dir.get()).empty())
+  // Under torchrun (`torchrun ... --no-python dlrecord -o T -- python3 train.py`) one dlrecord
+  // runs per rank, possibly on many hosts sharing T: each writes launcher.rank<R>.dls into the
+  // same trace, and only its own name must be free.
+  std::string launcherName = kLauncherStream;
+  if (std::string rb = rankStreamBase(DistEnv::fromEnvironment()); !rb.empty()) {
+    launcherName += "." + rb;
+    if (::faccessat(dir.get(), (launcherName + kStreamExt).c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+      throw TraceError(ErrorKind::Usage, trace + " already holds the recording of this rank (" + launcherName +
+                                             "); remove it or choose another -o");
+  } else if (!listStreams(dir.get()).empty()) {
     throw TraceError(ErrorKind::Usage, trace + " already holds a trace; remove it or choose another -o");
+  }
   capnp::MallocMessageBuilder hm;
   auto h = hm.initRoot<schema::StreamHeader>();
-  h.setStreamName(kLauncherStream);
+  h.setStreamName(launcherName);
   h.setRole(schema::StreamHeader::Role::LAUNCHER);
   h.setPid(::getpid());
   h.setPpid(::getppid());
@@ -217,11 +239,13 @@ std::unique_ptr<StreamWriter> openLauncherStream(const Options& o, const std::st
   utsname u{};
   if (::uname(&u) == 0) ti.setKernel(std::string(u.sysname) + " " + u.release + " " + u.machine);
   ti.setCaptureMode(o.capture);
-  auto opts = ti.initOptions(1);
+  auto opts = ti.initOptions(2);
   opts[0].setKey("ring_steps");
   opts[0].setValue(std::to_string(o.ringSteps));
+  opts[1].setKey("collectives");
+  opts[1].setValue(o.collectives);
   std::string name;
-  return std::make_unique<StreamWriter>(createStreamFile(dir.get(), kLauncherStream, name), hm);
+  return std::make_unique<StreamWriter>(createStreamFile(dir.get(), launcherName, name), hm);
 }
 
 // For triage: the job's peak memory (the largest of its processes, from wait4) and the OOM
@@ -274,7 +298,7 @@ std::vector<std::string> childEnvironment(const Options& o, const std::string& t
                                           int statusFd, std::string& gpuOff) {
   std::vector<std::string> env;
   auto skip = [](const std::string& kv) {
-    for (const char* k : {"LD_PRELOAD=", "PYTHONPATH=", "DLRR_MODE=", "DLRR_TRACE=", "DLRR_CAPTURE=",
+    for (const char* k : {"LD_PRELOAD=", "PYTHONPATH=", "DLRR_MODE=", "DLRR_TRACE=", "DLRR_CAPTURE=", "DLRR_COLLECTIVES=",
                           "DLRR_RING_STEPS=", "DLRR_STATUS_FD=", "DLRR_LIBRARY="})
       if (kv.rfind(k, 0) == 0) return true;
     return false;
@@ -294,6 +318,7 @@ std::vector<std::string> childEnvironment(const Options& o, const std::string& t
   env.push_back("DLRR_TRACE=" + trace);
   env.push_back("DLRR_CAPTURE=" + o.capture);
   env.push_back("DLRR_RING_STEPS=" + std::to_string(o.ringSteps));
+  env.push_back("DLRR_COLLECTIVES=" + o.collectives);
   env.push_back("DLRR_LIBRARY=" + paths.library);
   struct stat st {};
   if (statusFd >= 0 && ::fstat(statusFd, &st) == 0)  // FD:INODE, so the library can tell it is still our pipe
@@ -340,7 +365,7 @@ int run(int argc, char** argv) {
     paths = findInstallPaths();
     launcher = openLauncherStream(o, trace);
   } catch (const TraceError& e) {
-    if (e.kind() == ErrorKind::Usage && std::string(e.what()).find("already holds a trace") != std::string::npos) {
+    if (e.kind() == ErrorKind::Usage && std::string(e.what()).find(" already holds ") != std::string::npos) {
       std::fprintf(stderr, "dlrecord: %s\n", e.what());
       return kExitUsage;
     }
@@ -468,7 +493,12 @@ int run(int argc, char** argv) {
       TraceSummary s = t->summarize();
       std::string line = "dlrecord: trace " + trace + ": " + std::to_string(s.steps) + " step" +
                          (s.steps == 1 ? "" : "s") + ", " + humanBytes(s.bytes);
-      if (s.failure) line += "; " + formatFailure(*s.failure);
+      RankReport ranks = analyzeRanks(*t);
+      if (ranks.origin)
+        line += "; first non-finite value: " + formatOrigin(*ranks.origin);
+      else if (s.failure)
+        line += "; " + formatFailure(*s.failure);
+      if (ranks.distributed()) line += " (" + std::to_string(ranks.ranks.size()) + " rank streams)";
       if (s.mainStream.empty()) line += "; no process recorded anything (not a Python/torch job?)";
       // Notes the status pipe did not already deliver (e.g. "no steps captured: ...").
       for (const auto& n : s.notes) {

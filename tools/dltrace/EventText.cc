@@ -375,6 +375,34 @@ std::string describeEvent(schema::Event::Reader e, const InternTable& names) {
     case E::RESOURCE_PEAK:
     case E::PACKAGES:
       return describeTriageEvent(e);  // TriageEventText.cc
+    case E::COLLECTIVE: {
+      auto c = e.getCollective();
+      std::string out = "#" + std::to_string(c.getSeq()) + " " + text(c.getOp());
+      if (c.getBucket() >= 0) out += " bucket " + std::to_string(c.getBucket());
+      if (c.getReduceOp().size()) out += " " + text(c.getReduceOp());
+      if (c.getPeer() >= 0) out += " peer " + std::to_string(c.getPeer());
+      out += " group " + text(c.getGroup());
+      auto side = [&](const char* label, capnp::List<schema::CollectiveTensor>::Reader ts) {
+        if (ts.size() == 0) return;
+        out += std::string("; ") + label;
+        unsigned shown = 0;
+        for (auto t : ts) {
+          if (shown++ == 4) {
+            out += " ... (" + std::to_string(ts.size()) + ")";
+            break;
+          }
+          out += " " + text(t.getDtype()) + shape(t.getShape()) + " " + hex64(t.getHash());
+          if (t.getNanCount() || t.getInfCount())
+            out += " NaN " + std::to_string(t.getNanCount()) + " Inf " + std::to_string(t.getInfCount());
+          if (t.hasData() && t.getData().getSize()) out += " (kept)";
+        }
+      };
+      side("sent", c.getInputs());
+      side("received", c.getResults());
+      if (c.getAsyncOp()) out += "; async";
+      if (c.getStatus().size()) out += "; " + text(c.getStatus());
+      return out;
+    }
   }
   return "(written by a newer dlrr; use --json to see its fields)";
 }

@@ -1,6 +1,7 @@
 // dltrace info: what a trace is (command, host, processes, steps, size, failure) at a glance.
 #include <cstdio>
 
+#include "format/Ranks.h"
 #include "format/Trace.h"
 #include "tools/common/Json.h"
 #include "tools/common/Text.h"
@@ -28,7 +29,7 @@ std::string ratio(uint64_t raw, uint64_t stored) {
 
 std::string pad(const std::string& s, size_t w) { return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' '); }
 
-void writeJson(Output& out, Trace& trace, const TraceSummary& s, const std::string& dlrrVersion) {
+void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankReport& ranks, const std::string& dlrrVersion) {
   std::string buf;
   JsonWriter j(buf, 2);
   j.beginObject();
@@ -113,12 +114,59 @@ void writeJson(Output& out, Trace& trace, const TraceSummary& s, const std::stri
   j.key("notes").beginArray();
   for (const auto& n : s.notes) j.value(n);
   j.endArray();
+  if (ranks.distributed()) {
+    j.key("distributed").beginObject();
+    j.field("world_size", ranks.worldSize);
+    j.key("ranks").beginArray();
+    for (const auto& r : ranks.ranks) {
+      j.beginObject();
+      j.field("rank", r.rank);
+      j.field("local_rank", r.localRank);
+      j.field("restart", r.restart);
+      j.field("stream", r.stream);
+      j.field("host", r.host);
+      j.field("pid", r.pid);
+      j.field("steps", r.steps);
+      j.field("collectives", r.collectives);
+      j.field("results_kept", r.keptResults);
+      j.key("exit_code");
+      if (r.exitCode)
+        j.value(*r.exitCode);
+      else
+        j.null();
+      j.key("failure");
+      if (r.failure)
+        j.value(formatFailure(*r.failure));
+      else
+        j.null();
+      j.field("received_nonfinite", r.failureReceived);
+      j.endObject();
+    }
+    j.endArray();
+    j.key("nonfinite_origin");
+    if (ranks.origin) {
+      j.beginObject();
+      j.field("rank", ranks.origin->rank);
+      j.field("step", ranks.origin->failure.step);
+      j.field("where", ranks.origin->failure.where);
+      j.key("reached").beginArray();
+      for (int r : ranks.origin->reached) j.value(r);
+      j.endArray();
+      j.field("via", ranks.origin->via);
+      j.field("via_step", ranks.origin->viaStep);
+      j.field("summary", formatOrigin(*ranks.origin));
+      j.endObject();
+    } else {
+      j.null();
+    }
+    j.endObject();
+  }
   j.endObject();
   buf += '\n';
   out.write(buf);
 }
 
-void writeText(Output& out, Trace& trace, const TraceSummary& s, const std::string& dlrrVersion) {
+void writeText(Output& out, Trace& trace, const TraceSummary& s, const RankReport& ranks, const std::string& dlrrVersion) {
   out.line("trace       " + printable(trace.path()));
   out.line("format      " + s.formatVersion +
            (dlrrVersion.empty() ? "" : " (written by dlrr " + printable(dlrrVersion) + ")"));
@@ -129,8 +177,11 @@ void writeText(Output& out, Trace& trace, const TraceSummary& s, const std::stri
   out.line("exit code   " + (s.exitCode ? std::to_string(*s.exitCode)
                                         : std::string("unknown (still running, or the launcher was killed)")));
   out.line("steps       " + std::to_string(s.steps) + (s.mainStream.empty() ? "" : " (stream " + s.mainStream + ")"));
-  out.line("failure     " +
-           (s.failure ? printable(formatFailure(*s.failure)) + " [" + s.failure->stream + "]" : std::string("none")));
+  if (ranks.origin)  // distributed: where it began, not the first rank it reached
+    out.line("failure     first non-finite value: " + printable(formatOrigin(*ranks.origin)));
+  else
+    out.line("failure     " +
+             (s.failure ? printable(formatFailure(*s.failure)) + " [" + s.failure->stream + "]" : std::string("none")));
   out.line("size        " + humanBytes(s.fileBytes) + " on disk; " + humanBytes(s.rawBytes) + " raw in " +
            humanBytes(s.bytes) + " stored (" + ratio(s.rawBytes, s.bytes) + ")");
   out.line("processes");
@@ -144,6 +195,19 @@ void writeText(Output& out, Trace& trace, const TraceSummary& s, const std::stri
     if (!p.damage.empty()) out.line(std::string(p.torn ? "      torn tail: " : "      damage: ") + printable(p.damage));
   }
   for (const auto& b : s.broken) out.line("  " + pad(b.name, 12) + "unreadable: " + printable(b.message));
+  if (ranks.distributed()) {
+    out.line("ranks (world size " + std::to_string(ranks.worldSize) + ")");
+    out.line("  " + pad("RANK", 6) + pad("STREAM", 16) + pad("HOST", 12) + pad("STEPS", 7) + pad("COLL", 6) +
+             pad("KEPT", 6) + pad("EXIT", 6) + "FAILURE");
+    for (const auto& r : ranks.ranks) {
+      std::string f = r.failure ? printable(formatFailure(*r.failure)) : "none";
+      if (r.failureReceived) f += " (received through " + collectiveDisplayName(r.receivedOp) + ")";
+      out.line("  " + pad(std::to_string(r.rank) + (r.restart ? "." + std::to_string(r.restart) : ""), 6) +
+               pad(r.stream, 16) + pad(printable(r.host), 12) + pad(std::to_string(r.steps), 7) +
+               pad(std::to_string(r.collectives), 6) + pad(std::to_string(r.keptResults), 6) +
+               pad(r.exitCode ? std::to_string(*r.exitCode) : "-", 6) + f);
+    }
+  }
   if (!s.notes.empty()) {
     out.line("recorder notes");
     for (const auto& n : s.notes) out.line("  " + printable(n));
@@ -155,10 +219,11 @@ int run(const Args& args, Output& out) {
   TraceSummary s = trace->summarize();
   std::string dlrrVersion;
   if (StreamReader* l = trace->launcher()) dlrrVersion = l->header().getDlrrVersion().cStr();
+  RankReport ranks = analyzeRanks(*trace);
   if (args.has("--json"))
-    writeJson(out, *trace, s, dlrrVersion);
+    writeJson(out, *trace, s, ranks, dlrrVersion);
   else
-    writeText(out, *trace, s, dlrrVersion);
+    writeText(out, *trace, s, ranks, dlrrVersion);
   return kExitOk;
 }
 

@@ -207,4 +207,21 @@ DLRR_API const char* dlrr_gpu_capture_status(void);
  * replay alike, until dlrr_gpu_pause(0). Nests. */
 DLRR_API void dlrr_gpu_pause(int paused);
 
+/* ---- torch.distributed (docs/distributed.md). One collective as this rank issued it: begin
+ * numbers it (issue order) and returns that number; inputs are added before the call, results
+ * once its work completed (any thread); end writes it. In replay the same calls check the
+ * collective against the recording: begin the op, tensors what is sent (and, when peers really
+ * communicate, what is received), returning as dlrr_digest (0 match, 1 differs, 2 none). */
+DLRR_API uint64_t dlrr_collective_begin(const char* op, const char* group, const char* reduce_op, int peer, int bucket,
+                                        int async_op);
+DLRR_API int dlrr_collective_tensor(uint64_t seq, int is_result, const char* dtype, int ndim, const int64_t* shape,
+                                    const void* data, uint64_t nbytes);
+DLRR_API void dlrr_collective_end(uint64_t seq, const char* status);
+/* Replay: the recorded bytes of result `index` of collective `seq`, valid until the calling
+ * thread's next call. 1 ok, 0 the recording kept only digests (recorded without
+ * --collectives full), -1 no such collective or result. */
+DLRR_API int dlrr_replay_collective_result(uint64_t seq, uint32_t index, const uint8_t** data, uint64_t* n);
+/* Replay: the rank the replayed stream recorded (-1: not a rank of a distributed job). */
+DLRR_API int dlrr_replay_rank(void);
+
 #endif /* DLRR_DLRR_H */

@@ -19,6 +19,7 @@ import traceback
 import weakref
 
 from . import gpu, native, runtime
+from .dist import DistHooks
 from .failures import FailureHooks
 from .imports import ImportWatcher
 from .loaders import LoaderTracker, indices_array
@@ -71,6 +72,7 @@ class Recorder:
         self.loaders = None
         self.modules = None
         self.training = None
+        self.dist = None
         self._patcher = Patcher()
         self._watcher = None
         self._runtime_sent = False
@@ -186,6 +188,12 @@ class Recorder:
         self.training = TrainingPatches(self, torch, self._before_backward, self._after_backward,
                                         self._before_optimizer_step, self._after_optimizer_step)
         self.training.install(self._patcher)
+        self.dist = DistHooks(self, torch, self.dist_replay_mode())
+        self.dist.install(self._patcher)
+
+    def dist_replay_mode(self):
+        """None: record (the Replayer says how it replays collectives)."""
+        return None
 
     def _at_exit(self):
         if not self.active:

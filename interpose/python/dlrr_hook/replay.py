@@ -164,6 +164,12 @@ class Replayer(Recorder):
         module_module = __import__("torch.nn.modules.module", fromlist=["Module"])
         self._pre_handle = module_module.register_module_forward_pre_hook(self._pre_forward)
 
+    def dist_replay_mode(self):
+        """How collectives replay: with real peers (all) or served from the trace (alone)."""
+        from .dist import DIST_REPLAY_ALONE, DIST_REPLAY_ALL
+        mode = os.environ.get("DLRR_DIST_REPLAY", "")
+        return DIST_REPLAY_ALONE if mode == DIST_REPLAY_ALONE else DIST_REPLAY_ALL
+
     def _restore_threads(self, torch):
         want = native.decode(self.lib.dlrr_replay_runtime_info(b"torch.num_threads"))
         if want.isdigit() and int(want) != torch.get_num_threads():

@@ -1,0 +1,164 @@
+#!/usr/bin/python3
+"""Tiny DistributedDataParallel training job (gloo backend, CPU).
+
+Meant to be started by torchrun, which sets RANK, WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT, ... for every rank.  With torch 1.13 under Python 3.11 torchrun
+needs a non-zero --redirects (see examples/README.md):
+
+    /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node=2 \
+        --redirects 1 --tee 1 --monitor_interval 0.2 \
+        examples/ddp_train.py --steps 6
+
+Started without torchrun (no RANK in the environment) it runs as a
+single-rank job on a free local port.
+
+Model: nn.Sequential(fc1=Linear(8,16), act=ReLU, fc2=Linear(16,4)), SGD,
+cross-entropy.  Data: a synthetic in-memory TensorDataset (the same in every
+rank) read through a DataLoader with a DistributedSampler, so each rank sees
+its own shard; the sampler is re-shuffled every epoch (set_epoch) and the
+loop runs as many epochs as --steps needs.  Every rank calls
+torch.manual_seed(--seed), so the initial parameters are equal in all ranks
+(DDP also broadcasts rank 0's at construction).
+
+Output, flushed, one line per optimizer step and one at the end:
+
+    rank {r} step {global_step} loss {loss:.6f}      global_step counts from 0
+    user comm hook calls: {n}                        only with --comm-hook
+    rank {r} done
+
+--nan-rank R --nan-step S: on rank R at global step S, x[0, 0] of that rank's
+batch is set to NaN before the forward pass, so fc1's and fc2's outputs and
+that rank's loss are non-finite at step S; DDP's gradient all-reduce then
+spreads the NaN gradients to every rank, so all ranks' parameters are NaN
+after step S and every rank's loss is NaN from step S+1 on.  The job keeps
+training and exits 0.
+
+--comm-hook registers a user-defined DDP communication hook: a Python
+function doing what torch's default allreduce_hook does (divide the bucket
+by the world size, all_reduce it asynchronously, return the future), plus a
+call counter that each rank prints at the end.
+"""
+
+import argparse
+import os
+import socket
+import sys
+from collections import OrderedDict
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+IN_FEATURES = 8
+HIDDEN = 16
+CLASSES = 4
+DATA_SEED = 1234  # the dataset is the same whatever --seed is
+
+COMM_HOOK_CALLS = 0
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=0,
+                   help="DataLoader num_workers (default 0)")
+    p.add_argument("--batch-size", type=int, default=4, help="per rank")
+    p.add_argument("--n", type=int, default=64, help="dataset size")
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--nan-rank", type=int, default=None)
+    p.add_argument("--nan-step", type=int, default=None)
+    p.add_argument("--comm-hook", action="store_true",
+                   help="register a user-defined allreduce comm hook")
+    return p.parse_args(argv)
+
+
+def default_single_rank_env():
+    """Let the script run as a 1-rank job when not started by torchrun."""
+    if "RANK" in os.environ:
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1",
+                      LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+
+
+def user_allreduce_hook(process_group, bucket):
+    """Same as torch's default_hooks.allreduce_hook, plus a call counter."""
+    global COMM_HOOK_CALLS
+    COMM_HOOK_CALLS += 1
+    group = process_group if process_group is not None else dist.group.WORLD
+    tensor = bucket.buffer()
+    tensor.div_(group.size())
+    fut = dist.all_reduce(tensor, group=group, async_op=True).get_future()
+    return fut.then(lambda f: f.value()[0])
+
+
+def make_dataset(n):
+    g = torch.Generator().manual_seed(DATA_SEED)
+    x = torch.randn(n, IN_FEATURES, generator=g)
+    w = torch.randn(IN_FEATURES, CLASSES, generator=g)
+    y = (x @ w).argmax(dim=1)
+    return TensorDataset(x, y)
+
+
+def main(argv):
+    args = parse_args(argv)
+    torch.set_num_threads(1)
+    default_single_rank_env()
+    dist.init_process_group(backend="gloo", init_method="env://")
+    rank = dist.get_rank()
+    world = dist.get_world_size()
+
+    torch.manual_seed(args.seed)
+    model = nn.Sequential(OrderedDict([
+        ("fc1", nn.Linear(IN_FEATURES, HIDDEN)),
+        ("act", nn.ReLU()),
+        ("fc2", nn.Linear(HIDDEN, CLASSES)),
+    ]))
+    ddp = DDP(model)
+    if args.comm_hook:
+        ddp.register_comm_hook(None, user_allreduce_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
+    loss_fn = nn.CrossEntropyLoss()
+
+    dataset = make_dataset(args.n)
+    sampler = DistributedSampler(dataset, num_replicas=world, rank=rank,
+                                 shuffle=True, seed=args.seed, drop_last=True)
+    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler,
+                        num_workers=args.workers, drop_last=True)
+    if len(loader) == 0:
+        sys.exit(f"rank {rank}: dataset too small for {world} ranks")
+
+    step = 0
+    epoch = 0
+    while step < args.steps:
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            if step >= args.steps:
+                break
+            if rank == args.nan_rank and step == args.nan_step:
+                x = x.clone()
+                x[0, 0] = float("nan")
+            opt.zero_grad()
+            loss = loss_fn(ddp(x), y)
+            loss.backward()  # DDP all-reduces the gradients here
+            opt.step()
+            print(f"rank {rank} step {step} loss {loss.item():.6f}", flush=True)
+            step += 1
+        epoch += 1
+
+    if args.comm_hook:
+        print(f"user comm hook calls: {COMM_HOOK_CALLS}", flush=True)
+    print(f"rank {rank} done", flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

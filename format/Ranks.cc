@@ -1,0 +1,127 @@
+#include "format/Ranks.h"
+
+#include <algorithm>
+#include <map>
+
+namespace dlrr {
+namespace {
+
+bool anyNonFinite(capnp::List<schema::CollectiveTensor>::Reader ts) {
+  for (auto t : ts)
+    if (t.getNanCount() || t.getInfCount()) return true;
+  return false;
+}
+
+std::string failureKindText(schema::Failure::Kind k) {
+  switch (k) {
+    case schema::Failure::Kind::NONFINITE: return "nonfinite";
+    case schema::Failure::Kind::EXCEPTION: return "exception";
+    case schema::Failure::Kind::SIGNAL: return "signal";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string collectiveDisplayName(const std::string& op) {
+  if (op == "ddp_bucket") return "DDP all-reduce";
+  if (op == "ddp_init_sync") return "DDP start-up broadcast";
+  return op;
+}
+
+RankReport analyzeRanks(Trace& t) {
+  RankReport rep;
+  for (auto& s : t.streams()) {
+    auto h = s->header();
+    if (h.getRole() != schema::StreamHeader::Role::PROCESS || h.getRank() < 0) continue;
+    RankStatus r;
+    r.rank = h.getRank();
+    r.localRank = h.getLocalRank();
+    r.restart = h.getRestartCount();
+    r.stream = s->name();
+    r.host = h.getHost().cStr();
+    r.pid = h.getPid();
+    r.cleanClose = s->status().cleanClose;
+    rep.worldSize = std::max(rep.worldSize, static_cast<int>(h.getWorldSize()));
+    try {
+      s->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
+        switch (e.which()) {
+          case schema::Event::STEP_END: ++r.steps; break;
+          case schema::Event::PROCESS_EXIT: r.exitCode = e.getProcessExit().getExitCode(); break;
+          case schema::Event::COLLECTIVE: {
+            auto c = e.getCollective();
+            ++r.collectives;
+            for (auto res : c.getResults()) {
+              ++r.results;
+              if (res.hasData() && res.getData().getSize()) ++r.keptResults;
+            }
+            if (r.receivedOp.empty() && !anyNonFinite(c.getInputs()) && anyNonFinite(c.getResults())) {
+              r.receivedOp = c.getOp().cStr();
+              r.receivedSeq = c.getSeq();
+              r.receivedStep = e.getStep();
+            }
+            break;
+          }
+          case schema::Event::FAILURE: {
+            if (r.failure) break;
+            auto f = e.getFailure();
+            FailureInfo fi;
+            fi.kind = failureKindText(f.getKind());
+            fi.step = f.getStep();
+            fi.where = f.getWhere().cStr();
+            fi.message = f.getMessage().cStr();
+            fi.exceptionType = f.getExceptionType().cStr();
+            fi.signal = f.getSignal();
+            fi.stream = r.stream;
+            r.failure = fi;
+            // Events are in the order the rank saw them: a non-finite result received before
+            // its own first non-finite value is where that value came from.
+            r.failureReceived = fi.kind == "nonfinite" && !r.receivedOp.empty();
+            break;
+          }
+          default: break;
+        }
+      });
+    } catch (const TraceError&) {  // damaged: what precedes the damage counts
+    }
+    rep.ranks.push_back(std::move(r));
+  }
+  std::sort(rep.ranks.begin(), rep.ranks.end(), [](const RankStatus& a, const RankStatus& b) {
+    return a.rank != b.rank ? a.rank < b.rank : a.restart < b.restart;
+  });
+  // The origin: a rank whose first non-finite value was its own (not received), earliest step
+  // first; every rank that received one is "reached".
+  const RankStatus* origin = nullptr;
+  for (const auto& r : rep.ranks) {
+    if (!r.failure || r.failure->kind != "nonfinite" || r.failureReceived) continue;
+    if (!origin || r.failure->step < origin->failure->step) origin = &r;
+  }
+  if (origin) {
+    NonFiniteOrigin o;
+    o.rank = origin->rank;
+    o.failure = *origin->failure;
+    for (const auto& r : rep.ranks) {
+      if (&r == origin || !r.failureReceived) continue;
+      if (std::find(o.reached.begin(), o.reached.end(), r.rank) == o.reached.end()) o.reached.push_back(r.rank);
+      if (o.via.empty() || r.receivedStep < o.viaStep) {
+        o.via = collectiveDisplayName(r.receivedOp);
+        o.viaStep = r.receivedStep;
+      }
+    }
+    rep.origin = o;
+  }
+  return rep;
+}
+
+std::string formatOrigin(const NonFiniteOrigin& o) {
+  std::string out = "rank " + std::to_string(o.rank) + ", step " + std::to_string(o.failure.step) + ", " +
+                    o.failure.where + (o.failure.message.empty() ? "" : " (" + o.failure.message + ")");
+  if (!o.reached.empty()) {
+    out += "; reached rank" + std::string(o.reached.size() > 1 ? "s " : " ");
+    for (size_t i = 0; i < o.reached.size(); ++i) out += (i ? "," : "") + std::to_string(o.reached[i]);
+    out += " through " + o.via + (o.viaStep >= 0 ? " at step " + std::to_string(o.viaStep) : "");
+  }
+  return out;
+}
+
+}  // namespace dlrr

@@ -1,0 +1,57 @@
+#pragma once
+// The ranks of a distributed trace (docs/distributed.md): one process stream per rank, its
+// status, and where the first non-finite value came from before communication spread it.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "format/Trace.h"
+
+namespace dlrr {
+
+struct RankStatus {
+  int rank = -1;
+  int localRank = -1;
+  int restart = 0;
+  std::string stream;
+  std::string host;
+  int pid = 0;
+  uint64_t steps = 0;
+  uint64_t collectives = 0;
+  uint64_t keptResults = 0;  // collective results whose bytes the trace holds
+  uint64_t results = 0;      // collective results recorded (digest or bytes)
+  std::optional<int> exitCode;
+  bool cleanClose = false;
+  std::optional<FailureInfo> failure;  // the rank's first failure
+  // The first collective that brought non-finite values to this rank while what it sent was
+  // finite (op, seq, step); empty op when none.
+  std::string receivedOp;
+  uint64_t receivedSeq = 0;
+  int64_t receivedStep = -1;
+  bool failureReceived = false;  // its first non-finite value arrived through that collective
+};
+
+struct NonFiniteOrigin {
+  int rank = -1;
+  FailureInfo failure;
+  std::vector<int> reached;  // ranks whose first non-finite value came through communication
+  std::string via;           // the collective that carried it first ("DDP all-reduce", ...)
+  int64_t viaStep = -1;
+};
+
+struct RankReport {
+  std::vector<RankStatus> ranks;  // by rank, then restart
+  int worldSize = 0;
+  std::optional<NonFiniteOrigin> origin;
+  bool distributed() const { return !ranks.empty(); }
+};
+
+// Reads every rank stream of `t` (damaged streams count what precedes the damage).
+RankReport analyzeRanks(Trace& t);
+// "rank 1, step 3, output of fc2 (...); reached ranks 0,2 through DDP all-reduce at step 3"
+std::string formatOrigin(const NonFiniteOrigin& o);
+// Human name of a collective op ("ddp_bucket" -> "DDP all-reduce").
+std::string collectiveDisplayName(const std::string& op);
+
+}  // namespace dlrr

@@ -1,0 +1,599 @@
+"""torch.distributed: collectives and DDP gradient buckets (docs/distributed.md).
+
+Every collective goes to the native side as dlrr_collective_begin (numbered in issue order),
+dlrr_collective_tensor (what this rank sends, then what it received) and dlrr_collective_end.
+The native side decides: in record it digests (and with --collectives full keeps) the bytes;
+in replay it checks the op and the bytes against the recording.
+
+Patch points:
+  torch.distributed collectives   all_reduce, broadcast, all_gather, reduce_scatter, send,
+      recv, ... patched in torch.distributed.distributed_c10d (whose module globals the
+      object collectives such as all_gather_object call) and re-exported in torch.distributed.
+      Only the outermost call of a thread counts.
+  DDP gradient buckets             DDP all-reduces buckets in C++, out of Python's sight; its
+      public way in is a communication hook. A user's hook is wrapped (it runs as before and
+      what its future returns is recorded); a DDP without one gets ours at its first forward,
+      which does what the built-in all-reduce does, bit for bit (_DdpDefaultHook).
+  DDP's start-up broadcast         DistributedDataParallel.__init__ copies rank 0's parameters
+      and buffers to every rank (in C++): recorded as the pseudo-collective ddp_init_sync, the
+      module state right after.
+
+Replay (DLRR_DIST_REPLAY):
+  all    every rank replays under a real launcher (dlreplay --all-ranks): collectives really
+         communicate and both sides of each are checked.
+  alone  one rank runs by itself (dlreplay --rank R): init_process_group gets a local stand-in
+         group (ReplayGroup) that answers rank and world size as recorded, every collective
+         returns its recorded results (--collectives full), DDP's buckets are served by a hook
+         and the user's own comm hook is not run (it would communicate).
+"""
+
+import ctypes
+import inspect
+import os
+import threading
+
+from . import native
+
+DIST_REPLAY_ALONE = "alone"
+DIST_REPLAY_ALL = "all"
+
+
+def _none(p):
+    return []
+
+
+def _one(name):
+    return lambda p: [p[name]]
+
+
+def _many(name):
+    return lambda p: list(p[name] or [])
+
+
+# op: (inputs, results, peer parameter, reduce-op parameter, returns the peer)
+_OPS = {
+    "all_reduce": (_one("tensor"), _one("tensor"), None, "op"),
+    "broadcast": (_one("tensor"), _one("tensor"), "src", None),
+    "reduce": (_one("tensor"), _one("tensor"), "dst", "op"),
+    "all_gather": (_one("tensor"), _many("tensor_list"), None, None),
+    "all_gather_into_tensor": (_one("input_tensor"), _one("output_tensor"), None, None),
+    "_all_gather_base": (_one("input_tensor"), _one("output_tensor"), None, None),
+    "reduce_scatter": (_many("input_list"), _one("output"), None, "op"),
+    "reduce_scatter_tensor": (_one("input"), _one("output"), None, "op"),
+    "_reduce_scatter_base": (_one("input"), _one("output"), None, "op"),
+    "all_to_all_single": (_one("input"), _one("output"), None, None),
+    "all_to_all": (_many("input_tensor_list"), _many("output_tensor_list"), None, None),
+    "gather": (_one("tensor"), _many("gather_list"), "dst", None),
+    "scatter": (_many("scatter_list"), _one("tensor"), "src", None),
+    "barrier": (_none, _none, None, None),
+    "monitored_barrier": (_none, _none, None, None),
+    "send": (_one("tensor"), _none, "dst", None),
+    "isend": (_one("tensor"), _none, "dst", None),
+    "recv": (_none, _one("tensor"), "src", None),
+    "irecv": (_none, _one("tensor"), "src", None),
+}
+_PUBLIC_NAME = {"_all_gather_base": "all_gather_into_tensor", "_reduce_scatter_base": "reduce_scatter_tensor",
+                "isend": "send", "irecv": "recv", "monitored_barrier": "barrier"}
+
+
+class ServeError(Exception):
+    """A collective the recording cannot serve to a rank replayed alone."""
+
+
+class DistHooks:
+    """Installs the torch.distributed patches for a Recorder or a Replayer."""
+
+    def __init__(self, rec, torch, replay_mode=None):
+        self._rec = rec
+        self._torch = torch
+        self._lib = rec.lib
+        self._marshal = rec.marshal
+        self.replay_mode = replay_mode  # None (record), DIST_REPLAY_ALL or DIST_REPLAY_ALONE
+        self._local = threading.local()
+        self._ddp_hooked = {}  # id(ddp) -> "user" | "dlrr" | "builtin"
+        self._original = {}
+        self._c10d = None
+        self.replay_group_class = None
+
+    # ------------------------------------------------------------------ install
+    def install(self, patcher):
+        torch = self._torch
+        dist = getattr(torch, "distributed", None)
+        if dist is None or not dist.is_available():
+            return
+        c10d = self._c10d = __import__("torch.distributed.distributed_c10d", fromlist=["all_reduce"])
+        for name in _OPS:
+            if not hasattr(c10d, name):
+                continue
+            self._original[name] = getattr(c10d, name)
+            patcher.wrap(c10d, name, lambda original, name=name: self._wrap_collective(name, original))
+            self._reexport(patcher, dist, c10d, name)
+        patcher.wrap(c10d, "init_process_group", self._wrap_init)
+        self._reexport(patcher, dist, c10d, "init_process_group")
+        if self.replay_mode == DIST_REPLAY_ALONE:
+            patcher.wrap(c10d, "get_backend", self._wrap_get_backend)
+            self._reexport(patcher, dist, c10d, "get_backend")
+        ddp_module = __import__("torch.nn.parallel.distributed", fromlist=["DistributedDataParallel"])
+        ddp = ddp_module.DistributedDataParallel
+        patcher.wrap(ddp, "__init__", self._wrap_ddp_init)
+        patcher.wrap(ddp, "forward", self._wrap_ddp_forward)
+        patcher.wrap(ddp, "register_comm_hook", self._wrap_register_comm_hook)
+        if hasattr(ddp, "_register_builtin_comm_hook"):
+            patcher.wrap(ddp, "_register_builtin_comm_hook", self._wrap_register_builtin)
+
+    @staticmethod
+    def _reexport(patcher, dist, c10d, name):
+        """torch.distributed re-exports c10d's functions: the job's dist.NAME gets our wrapper too."""
+        from .patching import original_of
+        wrapped = getattr(c10d, name, None)
+        if wrapped is not None and getattr(dist, name, None) is original_of(wrapped):
+            patcher.wrap(dist, name, lambda original: _Same(wrapped))
+
+    # ------------------------------------------------------------------ native calls
+    def _group_text(self, group):
+        if group is None:
+            return b"world"
+        c10d = self._c10d
+        try:
+            if hasattr(c10d, "get_process_group_ranks"):
+                ranks = c10d.get_process_group_ranks(group)
+            else:
+                ranks = sorted(c10d._pg_group_ranks[group].keys())
+            if group is getattr(c10d, "GroupMember").WORLD:
+                return b"world"
+            return ",".join(str(r) for r in ranks).encode()
+        except Exception:
+            return b"group"
+
+    def _tensor(self, seq, is_result, tensor):
+        """dlrr_collective_tensor of one tensor; returns its rc (-1: not a tensor we can read)."""
+        if not isinstance(tensor, self._torch.Tensor):
+            return -1
+        p = self._marshal.prepare(tensor)
+        if p is None:
+            return -1
+        return self._lib.dlrr_collective_tensor(seq, is_result, p[1], p[3], p[4], p[5], p[6])
+
+    def _begin(self, op, group=None, reduce_op=None, peer=-1, bucket=-1, async_op=False):
+        reduce_text = b""
+        if reduce_op is not None:
+            reduce_text = str(reduce_op).split(".")[-1].lower().encode()
+        return self._lib.dlrr_collective_begin(op.encode(), self._group_text(group), reduce_text,
+                                               int(peer) if peer is not None else -1, bucket,
+                                               1 if async_op else 0)
+
+    def _results(self, seq, tensors):
+        for t in tensors:
+            self._tensor(seq, 1, t)
+
+    # ------------------------------------------------------------------ serving (alone)
+    def _serve(self, seq, index, tensor, what):
+        """Copies the recorded result `index` of `seq` into tensor; ServeError when unavailable."""
+        data = ctypes.c_void_p()
+        n = ctypes.c_uint64()
+        rc = self._lib.dlrr_replay_collective_result(seq, index, ctypes.byref(data), ctypes.byref(n))
+        if rc != 1:
+            raise ServeError(
+                "collective #%d (%s): %s" % (seq, what, "the recording kept only its digests; record with "
+                                             "`dlrecord --collectives full` to replay one rank alone, or replay "
+                                             "every rank with `dlreplay --all-ranks`" if rc == 0 else
+                                             "the recording has no result %d" % index))
+        torch = self._torch
+        nbytes = tensor.numel() * tensor.element_size()
+        if n.value != nbytes:
+            raise ServeError("collective #%d (%s): result %d holds %d bytes, the replayed tensor %d"
+                             % (seq, what, index, n.value, nbytes))
+        if nbytes:
+            raw = bytearray(ctypes.string_at(data.value, nbytes))
+            host = torch.frombuffer(raw, dtype=tensor.dtype).view(tensor.shape)
+            with torch.no_grad():
+                tensor.copy_(host)
+
+    def _unservable(self, exc):
+        """Stops the replay: the rank cannot go on without its peers."""
+        import sys
+        self._rec.stop("unservable", str(exc), sys._getframe(2))
+        raise RuntimeError("dlrr: %s" % exc)
+
+    def _completed_work(self, value):
+        torch = self._torch
+        fut = torch.futures.Future()
+        fut.set_result(value)
+        make = getattr(torch._C._distributed_c10d, "_create_work_from_future", None)
+        if make is not None:
+            return make(fut)
+        return _DoneWork(fut)
+
+    # ------------------------------------------------------------------ collectives
+    def _wrap_collective(self, name, original):
+        hooks = self
+        rec = self._rec
+        local = self._local
+        inputs_of, results_of, peer_param, reduce_param = _OPS[name]
+        op = _PUBLIC_NAME.get(name, name)
+        try:
+            signature = inspect.signature(original)
+        except (TypeError, ValueError):
+            signature = None
+
+        def collective(*args, **kwargs):
+            if not rec.active or signature is None or getattr(local, "depth", 0):
+                return original(*args, **kwargs)
+            try:
+                bound = signature.bind(*args, **kwargs)
+                bound.apply_defaults()
+            except TypeError:
+                return original(*args, **kwargs)  # the job's own mistake: torch says what
+            p = bound.arguments
+            local.depth = 1
+            try:
+                if hooks.replay_mode == DIST_REPLAY_ALONE:
+                    return hooks._served_call(name, op, p, inputs_of, results_of, peer_param, reduce_param)
+                return hooks._observed_call(name, op, original, args, kwargs, p, inputs_of, results_of,
+                                            peer_param, reduce_param)
+            finally:
+                local.depth = 0
+        return collective
+
+    def _observed_call(self, name, op, original, args, kwargs, p, inputs_of, results_of, peer_param, reduce_param):
+        """Record, or replay with real peers: the call runs; both sides go to the native side."""
+        rec = self._rec
+        async_op = bool(p.get("async_op")) or name in ("isend", "irecv")
+        seq = rec.guarded(self._begin, op, p.get("group"), p.get(reduce_param) if reduce_param else None,
+                          p.get(peer_param) if peer_param else -1, -1, async_op)
+        if seq is None:
+            return original(*args, **kwargs)
+        rec.guarded(self._results_as_inputs, seq, inputs_of(p))
+        try:
+            result = original(*args, **kwargs)
+        except BaseException as exc:
+            rec.guarded(self._lib.dlrr_collective_end, seq, native.text("failed: %s: %s" % (type(exc).__name__, exc)))
+            raise
+        if async_op and result is not None:
+            rec.guarded(self._complete_later, seq, result, results_of(p))
+        else:
+            if name == "recv" and isinstance(result, int):
+                pass  # the sender's rank; replay returns the recorded peer
+            rec.guarded(self._results, seq, results_of(p))
+            rec.guarded(self._lib.dlrr_collective_end, seq, b"")
+        return result
+
+    def _results_as_inputs(self, seq, tensors):
+        for t in tensors:
+            self._tensor(seq, 0, t)
+
+    def _complete_later(self, seq, work, tensors):
+        """async_op=True: results once the work completed (its future), on whatever thread."""
+        try:
+            fut = work.get_future()
+        except Exception as exc:  # a backend without futures: the results stay unrecorded
+            self._lib.dlrr_collective_end(seq, native.text("async: results not recorded (%s)" % exc))
+            return
+        rec = self._rec
+
+        def done(f):
+            try:
+                f.value()
+            except Exception as exc:  # the job sees it through its own wait()
+                rec.guarded(self._lib.dlrr_collective_end, seq, native.text("failed: %s" % exc))
+                return
+            rec.guarded(self._results, seq, tensors)
+            rec.guarded(self._lib.dlrr_collective_end, seq, b"")
+        if hasattr(fut, "add_done_callback"):
+            fut.add_done_callback(done)
+        else:
+            fut.then(done)
+
+    def _served_call(self, name, op, p, inputs_of, results_of, peer_param, reduce_param):
+        """Replay alone: the op and what is sent are checked; the results come from the trace."""
+        async_op = bool(p.get("async_op")) or name in ("isend", "irecv")
+        seq = self._begin(op, p.get("group"), None, -1, -1, async_op)
+        for t in inputs_of(p):
+            self._tensor(seq, 0, t)
+        try:
+            for i, t in enumerate(results_of(p)):
+                self._serve(seq, i, t, op)
+        except ServeError as exc:
+            self._unservable(exc)
+        if name == "recv":
+            return p.get("src") if p.get("src") is not None else -1
+        if async_op:
+            return self._completed_work(results_of(p))
+        return None
+
+    # ------------------------------------------------------------------ init_process_group
+    def _wrap_init(self, original):
+        hooks = self
+
+        def init_process_group(*args, **kwargs):
+            if not hooks._rec.active:
+                return original(*args, **kwargs)
+            if hooks.replay_mode == DIST_REPLAY_ALONE:
+                return hooks._init_alone(original, args, kwargs)
+            result = original(*args, **kwargs)
+            hooks._rec.guarded(hooks._note_init)
+            return result
+        return init_process_group
+
+    def _note_init(self):
+        c10d = self._c10d
+        info = self._lib.dlrr_runtime_info
+        info(b"dist.backend", native.text(self._original_get_backend()()))
+        info(b"dist.rank", native.text(c10d.get_rank()))
+        info(b"dist.world_size", native.text(c10d.get_world_size()))
+
+    def _original_get_backend(self):
+        from .patching import original_of
+        return original_of(self._c10d.get_backend)
+
+    def _recorded(self, key):
+        return native.decode(self._lib.dlrr_replay_runtime_info(native.text(key)))
+
+    def _init_alone(self, original, args, kwargs):
+        """init_process_group of a rank replayed alone: a local group with the recorded shape."""
+        rank, world = self._recorded("dist.rank"), self._recorded("dist.world_size")
+        if not (rank.isdigit() and world.isdigit()):
+            rank = str(self._lib.dlrr_replay_rank())
+            world = os.environ.get("WORLD_SIZE", "")
+        if not (rank.isdigit() and world.isdigit()):
+            raise RuntimeError("dlrr: the recording does not say which rank this is; replay it with --all-ranks")
+        c10d = self._c10d
+        self._register_replay_backend()
+        # No peers will ever check in: the store-based barrier of 1.x would wait for them.
+        if hasattr(c10d, "_store_based_barrier"):
+            c10d._store_based_barrier = lambda *a, **k: None
+        timeout = kwargs.get("timeout")
+        call = {"backend": "dlrr_replay", "store": c10d.HashStore(), "rank": int(rank), "world_size": int(world)}
+        if timeout is not None:
+            call["timeout"] = timeout
+        self._rec.guarded(self._rec._fact, "dist.group",
+                          "rank %s of %s replayed alone: collectives served from the trace" % (rank, world))
+        return original(**call)
+
+    def _register_replay_backend(self):
+        if self.replay_group_class is not None:
+            return
+        self.replay_group_class = make_replay_group_class(self._torch)
+        cls = self.replay_group_class
+        self._torch.distributed.Backend.register_backend("dlrr_replay", lambda store, rank, size, timeout: cls(rank, size))
+
+    def _wrap_get_backend(self, original):
+        hooks = self
+
+        def get_backend(group=None):
+            value = original(group)
+            if value == "dlrr_replay":
+                recorded = hooks._recorded("dist.backend")
+                return recorded or value
+            return value
+        return get_backend
+
+    # ------------------------------------------------------------------ DDP
+    def _wrap_ddp_init(self, original):
+        hooks = self
+
+        def __init__(ddp, *args, **kwargs):
+            original(ddp, *args, **kwargs)
+            if hooks._rec.active:
+                hooks._rec.guarded(hooks._after_ddp_init, ddp)
+        return __init__
+
+    def _after_ddp_init(self, ddp):
+        # DDP copied rank 0's parameters and buffers to this rank (C++ broadcast): the state
+        # after it is what the rank trains from.
+        state = [t for t in list(ddp.module.parameters()) + list(ddp.module.buffers())]
+        seq = self._begin("ddp_init_sync", getattr(ddp, "process_group", None))
+        if self.replay_mode == DIST_REPLAY_ALONE:
+            try:
+                for i, t in enumerate(state):
+                    self._serve(seq, i, t, "ddp_init_sync")
+            except ServeError as exc:
+                self._unservable(exc)
+            self._register(ddp, self._served_hook, "dlrr")
+            return
+        self._results(seq, state)
+        self._lib.dlrr_collective_end(seq, b"")
+
+    def _register(self, ddp, hook, kind):
+        from .patching import original_of
+        register = original_of(type(ddp).register_comm_hook)
+        register(ddp, None, hook)
+        self._ddp_hooked[id(ddp)] = kind
+
+    def _wrap_ddp_forward(self, original):
+        hooks = self
+
+        def forward(ddp, *args, **kwargs):
+            if hooks._rec.active and id(ddp) not in hooks._ddp_hooked and hooks.replay_mode != DIST_REPLAY_ALONE:
+                hooks._rec.guarded(hooks._register, ddp, _ddp_default_hook(hooks, ddp), "dlrr")
+            return original(ddp, *args, **kwargs)
+        return forward
+
+    def _wrap_register_comm_hook(self, original):
+        hooks = self
+
+        def register_comm_hook(ddp, state, hook):
+            if not hooks._rec.active:
+                return original(ddp, state, hook)
+            if hooks.replay_mode == DIST_REPLAY_ALONE and hooks._ddp_hooked.get(id(ddp)) == "dlrr":
+                hooks._rec.guarded(hooks._rec._fact, "dist.comm_hook",
+                                   "the job's DDP comm hook %s is not run: its results are served from the trace"
+                                   % getattr(hook, "__name__", "?"))
+                return None
+            result = original(ddp, state, _user_hook(hooks, hook))
+            hooks._ddp_hooked[id(ddp)] = "user"
+            return result
+        return register_comm_hook
+
+    def _wrap_register_builtin(self, original):
+        hooks = self
+
+        def _register_builtin_comm_hook(ddp, comm_hook_type):
+            if hooks._rec.active and hooks.replay_mode == DIST_REPLAY_ALONE and hooks._ddp_hooked.get(id(ddp)) == "dlrr":
+                return None
+            result = original(ddp, comm_hook_type)
+            if hooks._rec.active:
+                hooks._ddp_hooked[id(ddp)] = "builtin"
+                hooks._rec.guarded(hooks._lib.dlrr_note, native.text(
+                    "DDP built-in comm hook %s: its gradient buckets are not recorded" % (comm_hook_type,)))
+            return result
+        return _register_builtin_comm_hook
+
+    def bucket_begin(self, bucket, ddp=None):
+        index = bucket.index() if hasattr(bucket, "index") else -1
+        seq = self._begin("ddp_bucket", getattr(ddp, "process_group", None) if ddp is not None else None,
+                          "sum", -1, index, True)
+        self._tensor(seq, 0, bucket.buffer())
+        return seq
+
+    def bucket_end(self, seq, value):
+        tensors = value if isinstance(value, (list, tuple)) else [value]
+        self._results(seq, tensors)
+        self._lib.dlrr_collective_end(seq, b"")
+
+    def _served_hook(self, state, bucket):
+        """Replay alone: a DDP bucket's all-reduced gradients, from the trace."""
+        torch = self._torch
+        seq = self.bucket_begin(bucket)
+        buffer = bucket.buffer()
+        try:
+            self._serve(seq, 0, buffer, "ddp_bucket %d" % (bucket.index() if hasattr(bucket, "index") else -1))
+        except ServeError as exc:
+            self._unservable(exc)
+        fut = torch.futures.Future()
+        fut.set_result(buffer)
+        return fut
+
+
+def _user_hook(hooks, hook):
+    """The job's DDP comm hook, recorded around: its input bucket, then what its future returns."""
+    rec = hooks._rec
+
+    def dlrr_recorded_comm_hook(state, bucket):
+        if not rec.active:
+            return hook(state, bucket)
+        seq = rec.guarded(hooks.bucket_begin, bucket)
+        fut = hook(state, bucket)
+        if seq is None:
+            return fut
+
+        def done(f):
+            value = f.value()
+            rec.guarded(hooks.bucket_end, seq, value)
+            return value
+        return fut.then(done)
+    dlrr_recorded_comm_hook.__name__ = getattr(hook, "__name__", "comm_hook")
+    return dlrr_recorded_comm_hook
+
+
+def _ddp_default_hook(hooks, ddp):
+    """DDP's built-in gradient all-reduce as a comm hook, so that its buckets can be recorded.
+
+    Bit for bit what the reducer does without a hook (torch 1.13): each gradient is
+    multiplied by 1/world_size (a double, applied as a wrapped scalar) while it is copied into
+    the bucket, then the bucket is summed across the group. With a hook the reducer copies
+    gradients unscaled, so the same multiplication happens here on the whole bucket: the
+    same element-wise operation on the same values. tests/integration/test_dist.py compares
+    the parameters with a plain DDP run of world size 3 (where 1/3 is inexact).
+    """
+    from .patching import original_of
+    rec = hooks._rec
+    group = getattr(ddp, "process_group", None)
+    all_reduce = original_of(hooks._c10d.all_reduce)
+
+    def dlrr_default_allreduce(state, bucket):
+        seq = rec.guarded(hooks.bucket_begin, bucket, ddp) if rec.active else None
+        tensor = bucket.buffer()
+        g = group if group is not None else hooks._c10d.GroupMember.WORLD
+        tensor.mul_(1.0 / g.size())
+        fut = all_reduce(tensor, group=g, async_op=True).get_future()
+
+        def done(f):
+            value = f.value()[0]
+            if seq is not None:
+                rec.guarded(hooks.bucket_end, seq, value)
+            return value
+        return fut.then(done)
+    return dlrr_default_allreduce
+
+
+def _Same(fn):
+    """A Patcher wrapper factory's result that is an existing wrapper (re-exports)."""
+    return fn
+
+
+class _DoneWork:
+    """A completed Work for torch versions without _create_work_from_future."""
+
+    def __init__(self, fut):
+        self._fut = fut
+
+    def wait(self, timeout=None):
+        return True
+
+    def is_completed(self):
+        return True
+
+    def is_success(self):
+        return True
+
+    def get_future(self):
+        return self._fut
+
+    def result(self):
+        return self._fut.value()
+
+
+def make_replay_group_class(torch):
+    """A process group with no peers for a rank replayed alone (torch 1.13: Python subclasses of
+    ProcessGroup are dispatched to from C++, so DDP's own calls reach it too).
+
+    What reaches it are DDP's internal calls (the parameter-shape check, the start-up and
+    buffer broadcasts); collectives the job calls are served before they get here. Each
+    answers as if this rank's own tensors were everyone's: the recorded state is then put in
+    place by the caller (ddp_init_sync), and digests catch anything else.
+    """
+    c10d = torch._C._distributed_c10d
+    base = c10d.ProcessGroup
+    make_work = getattr(c10d, "_create_work_from_future", None)
+
+    class ReplayGroup(base):
+        def __init__(self, rank, size):
+            super().__init__(rank, size)
+            self.calls = 0
+
+        def _done(self, value):
+            self.calls += 1
+            fut = torch.futures.Future()
+            fut.set_result(value)
+            return make_work(fut) if make_work is not None else _DoneWork(fut)
+
+        def allreduce(self, tensors, opts=None):
+            return self._done(tensors)
+
+        def allreduce_coalesced(self, tensors, opts=None):
+            return self._done(tensors)
+
+        def broadcast(self, tensors, opts=None):
+            return self._done(tensors)
+
+        def reduce(self, tensors, opts=None):
+            return self._done(tensors)
+
+        def allgather(self, output_lists, inputs, opts=None):
+            for outs, inp in zip(output_lists, inputs):
+                for out in outs:
+                    out.copy_(inp)
+            return self._done(output_lists)
+
+        def _allgather_base(self, output, inp, opts=None):
+            output.copy_(inp.repeat(output.numel() // max(inp.numel(), 1)).view_as(output))
+            return self._done([output])
+
+        def barrier(self, opts=None):
+            return self._done(None)
+
+        def getBackendName(self):
+            return "dlrr_replay"
+
+    return ReplayGroup

@@ -1,0 +1,117 @@
+// RecordSession's entry points for torch.distributed collectives (docs/distributed.md). The
+// Python hook sees each collective twice: when the rank issues it (inputs) and when its work
+// has completed (results; for async_op=True on whichever thread completes the future). The
+// seq number taken at issue time is what replay serves by, so completion order never matters.
+#include <string>
+
+#include "recorder/RecordSession.h"
+
+namespace dlrr {
+namespace {
+
+void setTensor(schema::CollectiveTensor::Builder b, const std::string& dtype, const std::vector<int64_t>& shape,
+               const DigestResult& d, const BlobId& blob) {
+  b.setDtype(dtype);
+  auto s = b.initShape(static_cast<unsigned>(shape.size()));
+  for (size_t i = 0; i < shape.size(); ++i) s.set(static_cast<unsigned>(i), shape[i]);
+  b.setHash(d.hash);
+  b.setNanCount(d.nanCount);
+  b.setInfCount(d.infCount);
+  if (blob.size) {
+    auto r = b.initData();
+    r.setHashLo(blob.hash.lo);
+    r.setHashHi(blob.hash.hi);
+    r.setSize(blob.size);
+  }
+}
+
+}  // namespace
+
+uint64_t RecordSession::collectiveBegin(const char* op, const char* group, const char* reduceOp, int peer, int bucket,
+                                        bool asyncOp) {
+  std::lock_guard<std::mutex> lk(collMu_);
+  uint64_t seq = nextCollective_++;
+  if (!active()) return seq;
+  if (collectives_.size() >= kMaxPendingCollectives) collectives_.erase(collectives_.begin());  // never completed
+  PendingCollective& c = collectives_[seq];
+  c.op = op ? op : "";
+  c.group = group ? group : "";
+  c.reduceOp = reduceOp ? reduceOp : "";
+  c.peer = peer;
+  c.bucket = bucket;
+  c.asyncOp = asyncOp;
+  c.step = step_.load();
+  return seq;
+}
+
+void RecordSession::collectiveTensor(uint64_t seq, bool result, const char* dtype, int ndim, const int64_t* shape,
+                                     const void* data, uint64_t nbytes) {
+  if (!active()) return;
+  if (ndim < 0 || ndim > 64 || (ndim > 0 && !shape)) ndim = 0;
+  CollectiveTensorRec t;
+  t.dtype = dtype ? dtype : "";
+  t.shape.assign(shape, shape + ndim);
+  t.digest = computeDigest(t.dtype, data, data ? nbytes : 0);
+  size_t index;
+  std::string op;
+  {
+    std::lock_guard<std::mutex> lk(collMu_);
+    auto it = collectives_.find(seq);
+    if (it == collectives_.end()) return;
+    index = result ? it->second.results.size() : it->second.inputs.size();
+    op = it->second.op;
+  }
+  if (result && data) {
+    if (cfg_.keepCollectives) {
+      // Bytes are hashed and queued (content-addressed: a result equal to an earlier one is
+      // stored once); the writer thread compresses them.
+      StreamWriter* w;
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        w = writer();
+      }
+      if (w) t.blob = w->putBlob(data, nbytes, dtypeElemSize(t.dtype));
+    } else {
+      // Kept for the last steps only, written if this process fails (dltrace dump can show
+      // what the collective returned right before the failure).
+      std::string path = "collective/" + std::to_string(seq) + "/" + op;
+      keepTensor(5, path.c_str(), 0, static_cast<uint32_t>(index), t.dtype.c_str(), ndim, shape, data, nbytes);
+    }
+  }
+  std::lock_guard<std::mutex> lk(collMu_);
+  auto it = collectives_.find(seq);
+  if (it == collectives_.end()) return;
+  (result ? it->second.results : it->second.inputs).push_back(std::move(t));
+}
+
+void RecordSession::collectiveEnd(uint64_t seq, const char* status) {
+  PendingCollective c;
+  {
+    std::lock_guard<std::mutex> lk(collMu_);
+    auto it = collectives_.find(seq);
+    if (it == collectives_.end()) return;
+    c = std::move(it->second);
+    collectives_.erase(it);
+  }
+  if (!active()) return;
+  appendEvent(c.step, [&](schema::Event::Builder e, StreamWriter&) {
+    auto col = e.initCollective();
+    col.setSeq(seq);
+    col.setOp(c.op);
+    col.setGroup(c.group);
+    col.setReduceOp(c.reduceOp);
+    col.setPeer(c.peer);
+    col.setBucket(c.bucket);
+    col.setAsyncOp(c.asyncOp);
+    col.setStatus(status ? status : "");
+    auto in = col.initInputs(static_cast<unsigned>(c.inputs.size()));
+    for (size_t i = 0; i < c.inputs.size(); ++i)
+      setTensor(in[static_cast<unsigned>(i)], c.inputs[i].dtype, c.inputs[i].shape, c.inputs[i].digest, c.inputs[i].blob);
+    auto out = col.initResults(static_cast<unsigned>(c.results.size()));
+    for (size_t i = 0; i < c.results.size(); ++i)
+      setTensor(out[static_cast<unsigned>(i)], c.results[i].dtype, c.results[i].shape, c.results[i].digest,
+                c.results[i].blob);
+  });
+}
+
+}  // namespace dlrr
