@@ -25,9 +25,12 @@
 #include <string>
 #include <vector>
 
+#include "format/Ranks.h"
+#include "format/Redact.h"
 #include "format/Trace.h"
 #include "format/TraceError.h"
 #include "format/Version.h"
+#include "replayer/ReplaySession.h"
 #include "replayer/ReplayTarget.h"
 #include "tools/dlreplay/Check.h"
 #include "triage/TraceFacts.h"
@@ -89,6 +92,11 @@ const char* kUsageText =
     "  --check          replay to the recorded failure and say whether it is deterministic:\n"
     "                   'deterministic: reproduced at step N' (exit 0) or 'not reproduced' (13)\n"
     "  --stream NAME    the recorded process to replay (default: the one that trained)\n"
+    "  --rank R         distributed trace: replay rank R alone, on this machine, collectives\n"
+    "                   served from the trace (needs dlrecord --collectives full)\n"
+    "  --all-ranks      distributed trace: relaunch every rank with the recorded launcher\n"
+    "                   (torchrun) on this machine; each rank replays and verifies its stream\n"
+    "                   (default for a distributed trace without kept collective results)\n"
     "  --yes            consent to run the recorded command of a trace from another host/user\n"
     "  --dry-run        show the command and environment changes, run nothing\n"
     "  --json           print the report as one JSON line on stdout, after the job's output\n"
@@ -106,6 +114,8 @@ struct Options {
   std::string until;
   std::string debug;
   std::string stream;
+  std::optional<int> rank;
+  bool allRanks = false;
   bool yes = false;
   bool check = false;
   bool dryRun = false;
@@ -148,6 +158,14 @@ Options parse(int argc, char** argv) {
         usageError("--debug must be pdb, gdb or wait (got '" + o.debug + "')");
     } else if (is("--stream")) {
       o.stream = value("--stream");
+    } else if (is("--rank")) {
+      std::string v = value("--rank");
+      char* end = nullptr;
+      long r = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end || r < 0 || r > (1 << 24)) usageError("--rank must be a rank number (got '" + v + "')");
+      o.rank = static_cast<int>(r);
+    } else if (a == "--all-ranks") {
+      o.allRanks = true;
     } else if (a == "--yes") {
       o.yes = true;
     } else if (a == "--check") {
@@ -169,6 +187,10 @@ Options parse(int argc, char** argv) {
   if (o.trace.empty()) usageError("missing TRACE");
   if (o.check && !o.until.empty()) usageError("--check replays to the recorded failure; it takes no --until");
   if (o.check && !o.debug.empty()) usageError("--check runs without a debugger");
+  if (o.rank && o.allRanks) usageError("--rank and --all-ranks exclude each other");
+  if ((o.rank || o.allRanks) && !o.stream.empty()) usageError("--stream names a process; --rank/--all-ranks pick ranks");
+  if (o.allRanks && !o.debug.empty()) usageError("--all-ranks runs without a debugger (replay one rank with --rank R --debug ...)");
+  if (o.allRanks && o.check) usageError("--check replays one process; use --rank R --check");
   if (!o.until.empty()) {
     std::string err;
     if (!parseReplayTarget(o.until, err)) usageError(err);
@@ -229,6 +251,71 @@ std::string currentHost() {
   return host;
 }
 
+using RankReports = std::vector<std::pair<int, std::string>>;
+
+// --all-ranks: one line per rank, then the verdict. 0 when every rank replayed its stream to
+// the end with every step verified; 11 when one diverged; 12 when none attached; else 10.
+int allRanksOutcome(const RankReport& ranks, const RankReports& files, int status, bool json) {
+  int diverged = 0, attached = 0, complete = 0;
+  std::string out;
+  tools::JsonWriter j(out, 0);
+  j.beginObject();
+  j.key("ranks").beginArray();
+  for (const auto& [rank, path] : files) {
+    auto rep = readReport(path);
+    ::unlink(path.c_str());
+    uint64_t recorded = 0;
+    for (const auto& r : ranks.ranks)
+      if (r.rank == rank) recorded = r.steps;
+    std::string verified = rep.count("verified_steps") ? rep["verified_steps"] : "0";
+    std::string line;
+    std::string state;
+    if (rep.empty()) {
+      state = "not-attached";
+      line = "never attached to its stream";
+    } else if (rep.count("divergence.step")) {
+      ++attached;
+      ++diverged;
+      state = "divergence";
+      line = "diverged at step " + rep["divergence.step"] + ": " + rep["divergence.detail"];
+    } else {
+      ++attached;
+      bool all = std::strtoull(verified.c_str(), nullptr, 10) == recorded;
+      complete += all;
+      state = all ? "verified" : "incomplete";
+      line = verified + " of " + std::to_string(recorded) + " recorded steps verified bit-exact";
+    }
+    if (rep.count("dist.collectives")) line += "; collectives: " + rep["dist.collectives"];
+    if (!json) std::fprintf(stderr, "dlreplay: rank %d: %s\n", rank, line.c_str());
+    j.beginObject();
+    j.field("rank", rank);
+    j.field("outcome", state);
+    j.field("message", line);
+    j.field("verified_steps", std::strtoll(verified.c_str(), nullptr, 10));
+    j.field("recorded_steps", static_cast<long long>(recorded));
+    j.endObject();
+  }
+  j.endArray();
+  int code = diverged ? kDivergence : attached == 0 ? kNoReplay : complete == static_cast<int>(files.size()) ? kOk : kNotReached;
+  std::string verdict = code == kOk           ? "every rank replayed to the end, every step verified"
+                        : code == kDivergence ? std::to_string(diverged) + " rank(s) diverged from the recording"
+                        : code == kNoReplay   ? "no rank attached to the trace (is it the recorded launcher command?)"
+                                              : "not every rank replayed all its recorded steps";
+  if (WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0))
+    verdict += std::string(" (the launcher ") +
+               (WIFSIGNALED(status) ? std::string("was killed by ") + strsignal(WTERMSIG(status))
+                                    : "exited with " + std::to_string(WEXITSTATUS(status))) +
+               ")";
+  j.field("exit_code", code);
+  j.field("message", verdict);
+  j.endObject();
+  if (json)
+    std::printf("%s\n", out.c_str());
+  else
+    std::fprintf(stderr, "dlreplay: %s\n", verdict.c_str());
+  return code;
+}
+
 int run(int argc, char** argv) {
   Options o = parse(argc, argv);
   std::unique_ptr<Trace> trace;
@@ -244,7 +331,65 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "dlreplay: %s\n", e.what());
     return exitFor(e.kind());
   }
-  StreamReader* stream = o.stream.empty() ? trace->mainStream() : trace->find(o.stream);
+  // Distributed traces (docs/distributed.md): one rank alone, or all of them.
+  RankReport ranks = analyzeRanks(*trace);
+  if (ranks.distributed() && !o.rank && !o.allRanks && o.stream.empty()) {
+    bool kept = true;
+    for (const auto& r : ranks.ranks) kept = kept && r.keptResults == r.results;
+    if (kept) {
+      int pick = ranks.origin ? ranks.origin->rank : ranks.ranks.front().rank;
+      for (const auto& r : ranks.ranks)
+        if (!ranks.origin && r.failure) {
+          pick = r.rank;
+          break;
+        }
+      o.rank = pick;
+      std::fprintf(stderr, "dlreplay: distributed trace (%zu ranks): replaying rank %d alone (--rank %d; --all-ranks for every rank)\n",
+                   ranks.ranks.size(), pick, pick);
+    } else {
+      o.allRanks = true;
+      std::fprintf(stderr,
+                   "dlreplay: distributed trace (%zu ranks) recorded without collective results: relaunching every rank "
+                   "(--all-ranks)\n",
+                   ranks.ranks.size());
+    }
+  }
+  if ((o.rank || o.allRanks) && !ranks.distributed()) {
+    std::fprintf(stderr, "dlreplay: the trace holds no rank of a distributed job (no torch.distributed launcher was recorded)\n");
+    return kNotFound;
+  }
+  const RankStatus* rankSel = nullptr;
+  if (o.rank) {
+    for (const auto& r : ranks.ranks)
+      if (r.rank == *o.rank && (!rankSel || r.restart > rankSel->restart)) rankSel = &r;
+    if (!rankSel) {
+      std::fprintf(stderr, "dlreplay: the trace holds no rank %d (ranks 0 to %d; see dltrace info)\n", *o.rank,
+                   ranks.ranks.back().rank);
+      return kNotFound;
+    }
+    if (rankSel->keptResults != rankSel->results) {
+      std::fprintf(stderr,
+                   "dlreplay: rank %d cannot run without its peers: the recording kept %llu of its %llu collective results "
+                   "(record with 'dlrecord --collectives full'); replay every rank with --all-ranks instead\n",
+                   *o.rank, static_cast<unsigned long long>(rankSel->keptResults),
+                   static_cast<unsigned long long>(rankSel->results));
+      return kNotFound;
+    }
+    // Targets and step counts are this rank's.
+    sum.steps = rankSel->steps;
+    sum.failure = rankSel->failure;
+  }
+  if (o.allRanks) {
+    if (!o.until.empty() && o.until != "end") {
+      std::fprintf(stderr,
+                   "dlreplay: --all-ranks replays every rank to the end (a rank stopped early would leave its peers "
+                   "waiting); to stop at a target replay one rank with --rank R --until %s\n",
+                   o.until.c_str());
+      return kUsage;
+    }
+    o.until = "end";
+  }
+  StreamReader* stream = rankSel ? trace->find(rankSel->stream) : o.stream.empty() ? trace->mainStream() : trace->find(o.stream);
   if (!stream) {
     std::fprintf(stderr, "dlreplay: %s\n",
                  o.stream.empty() ? "the trace holds no recorded process to replay"
@@ -324,18 +469,34 @@ int run(int argc, char** argv) {
   auto ti = launcher->header().getTrace();
   std::vector<std::string> command = o.command;
   bool explicitCommand = !command.empty();
-  if (!explicitCommand)
+  std::string cwd = ti.getCwd().cStr();
+  if (!explicitCommand && rankSel) {
+    // The rank's own command line, not the launcher's (torchrun would start every rank).
+    auto h = stream->header();
+    for (auto a : h.getArgv()) command.emplace_back(a.cStr());
+    if (h.getCwd().size()) cwd = h.getCwd().cStr();
+  } else if (!explicitCommand && o.allRanks && launcher->name() != Trace::kLauncherName) {
+    std::fprintf(stderr,
+                 "dlreplay: this trace was recorded with one dlrecord per rank (torchrun ... dlrecord ...): give the "
+                 "launcher command after '--' (e.g. -- torchrun --nproc_per_node=%d %s)\n",
+                 ranks.worldSize, "train.py");
+    return kUsage;
+  } else if (!explicitCommand) {
     for (auto a : ti.getCommand()) command.emplace_back(a.cStr());
+  }
   if (command.empty()) {
     std::fprintf(stderr, "dlreplay: the trace records no command; give one after '--'\n");
     return kCorrupt;
   }
-  std::string cwd = ti.getCwd().cStr();
   std::string host = ti.getHost().cStr();
   bool foreign = host != currentHost() || ti.getUid() != ::getuid();
   std::fprintf(stderr, "dlreplay: %s %s\n", o.dryRun ? "would run" : "running", joinCommand(command).c_str());
-  std::fprintf(stderr, "dlreplay:   in %s, replaying stream %s to %s\n", cwd.c_str(), stream->name().c_str(),
-               target.describe().c_str());
+  if (o.allRanks)
+    std::fprintf(stderr, "dlreplay:   in %s, every rank (%zu) replaying its own stream to %s\n", cwd.c_str(),
+                 ranks.ranks.size(), target.describe().c_str());
+  else
+    std::fprintf(stderr, "dlreplay:   in %s, replaying stream %s to %s\n", cwd.c_str(), stream->name().c_str(),
+                 target.describe().c_str());
   if (foreign && !explicitCommand && !o.yes && !o.dryRun) {
     std::fprintf(stderr,
                  "dlreplay: this trace was recorded by %s on %s, not by you on this host; check the command above,\n"
@@ -401,9 +562,30 @@ int run(int argc, char** argv) {
   ::close(reportFd);
   env["DLRR_MODE"] = "replay";
   env["DLRR_TRACE"] = traceAbs;
-  env["DLRR_REPLAY_STREAM"] = stream->name();
+  env["DLRR_REPLAY_STREAM"] = o.allRanks ? kEachRank : stream->name();
+  env.erase("DLRR_DIST_REPLAY");
+  if (rankSel) {
+    // What torchrun told the rank (RANK, WORLD_SIZE, MASTER_*, OMP_NUM_THREADS, ...).
+    for (auto kv : stream->header().getDistEnv())
+      if (std::string(kv.getValue().cStr()) != kRedacted) env[kv.getKey().cStr()] = kv.getValue().cStr();
+    env["DLRR_DIST_REPLAY"] = "alone";
+  } else if (o.allRanks) {
+    env["DLRR_DIST_REPLAY"] = "all";
+  }
   env["DLRR_UNTIL"] = until;
   env["DLRR_REPORT"] = reportPath;
+  // --all-ranks: each rank writes REPORT.rank<R>; the files exist beforehand (the library
+  // never creates one: it writes only where dlreplay asked).
+  RankReports rankReports;
+  if (o.allRanks)
+    for (const auto& r : ranks.ranks) {
+      std::string path = std::string(reportPath) + ".rank" + std::to_string(r.rank);
+      int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+      if (fd >= 0) {
+        ::close(fd);
+        rankReports.emplace_back(r.rank, path);
+      }
+    }
   env["DLRR_LIBRARY"] = paths.library;
   if (!o.debug.empty()) env["DLRR_DEBUG"] = o.debug;
   else env.erase("DLRR_DEBUG");
@@ -480,6 +662,10 @@ int run(int argc, char** argv) {
   ::close(execPipe[0]);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (o.allRanks) {
+    ::unlink(reportPath);
+    return allRanksOutcome(ranks, rankReports, status, o.json);
   }
   auto report = readReport(reportPath);
   ::unlink(reportPath);

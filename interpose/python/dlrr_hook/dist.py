@@ -30,6 +30,7 @@ Replay (DLRR_DIST_REPLAY):
 import ctypes
 import inspect
 import os
+import sys
 import threading
 
 from . import native
@@ -191,7 +192,6 @@ class DistHooks:
 
     def _unservable(self, exc):
         """Stops the replay: the rank cannot go on without its peers."""
-        import sys
         self._rec.stop("unservable", str(exc), sys._getframe(2))
         raise RuntimeError("dlrr: %s" % exc)
 
@@ -343,7 +343,7 @@ class DistHooks:
         if hasattr(c10d, "_store_based_barrier"):
             c10d._store_based_barrier = lambda *a, **k: None
         timeout = kwargs.get("timeout")
-        call = {"backend": "dlrr_replay", "store": c10d.HashStore(), "rank": int(rank), "world_size": int(world)}
+        call = {"backend": "dlrr_replay", "store": self._torch.distributed.HashStore(), "rank": int(rank), "world_size": int(world)}
         if timeout is not None:
             call["timeout"] = timeout
         self._rec.guarded(self._rec._fact, "dist.group",
@@ -362,7 +362,10 @@ class DistHooks:
 
         def get_backend(group=None):
             value = original(group)
-            if value == "dlrr_replay":
+            # The job sees the recorded backend; torch.distributed itself must see ours (it
+            # would otherwise ask gloo-only things of the stand-in group).
+            caller = sys._getframe(1).f_globals.get("__name__", "")
+            if value == "dlrr_replay" and not caller.startswith("torch."):
                 recorded = hooks._recorded("dist.backend")
                 return recorded or value
             return value
