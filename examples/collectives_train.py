@@ -3,7 +3,8 @@
 
 Meant to be started by torchrun (see examples/ddp_train.py for the command):
 
-    /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node=2 \
+    /usr/bin/python3 -m torch.distributed.run --rdzv_backend=c10d \
+        --rdzv_endpoint=localhost:0 --nnodes=1 --nproc_per_node=2 \
         --redirects 1 --tee 1 --monitor_interval 0.2 \
         examples/collectives_train.py --steps 6
 

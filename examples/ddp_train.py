@@ -3,9 +3,12 @@
 
 Meant to be started by torchrun, which sets RANK, WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT, ... for every rank.  With torch 1.13 under Python 3.11 torchrun
-needs a non-zero --redirects (see examples/README.md):
+needs a non-zero --redirects (1 or 2; 0, the default, and 3 crash the agent);
+--rdzv_endpoint=localhost:0 picks a free port, where --standalone always uses
+29400 and so clashes with any other torchrun running at the same time:
 
-    /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node=2 \
+    /usr/bin/python3 -m torch.distributed.run --rdzv_backend=c10d \
+        --rdzv_endpoint=localhost:0 --nnodes=1 --nproc_per_node=2 \
         --redirects 1 --tee 1 --monitor_interval 0.2 \
         examples/ddp_train.py --steps 6
 

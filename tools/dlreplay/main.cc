@@ -476,10 +476,16 @@ int run(int argc, char** argv) {
     for (auto a : h.getArgv()) command.emplace_back(a.cStr());
     if (h.getCwd().size()) cwd = h.getCwd().cStr();
   } else if (!explicitCommand && o.allRanks && launcher->name() != Trace::kLauncherName) {
+    // The ranks must run the recorded command lines exactly: --no_python keeps torchrun from
+    // adding its own interpreter flags.
+    std::vector<std::string> rankArgv;
+    if (StreamReader* r0 = trace->findRank(ranks.ranks.front().rank))
+      for (auto a : r0->header().getArgv()) rankArgv.emplace_back(a.cStr());
     std::fprintf(stderr,
                  "dlreplay: this trace was recorded with one dlrecord per rank (torchrun ... dlrecord ...): give the "
-                 "launcher command after '--' (e.g. -- torchrun --nproc_per_node=%d %s)\n",
-                 ranks.worldSize, "train.py");
+                 "launcher command after '--', e.g.\n"
+                 "dlreplay:   dlreplay %s --all-ranks -- torchrun --nnodes=1 --nproc_per_node=%d --no_python %s\n",
+                 shellQuote(o.trace).c_str(), ranks.worldSize, joinCommand(rankArgv).c_str());
     return kUsage;
   } else if (!explicitCommand) {
     for (auto a : ti.getCommand()) command.emplace_back(a.cStr());
@@ -497,6 +503,9 @@ int run(int argc, char** argv) {
   else
     std::fprintf(stderr, "dlreplay:   in %s, replaying stream %s to %s\n", cwd.c_str(), stream->name().c_str(),
                  target.describe().c_str());
+  if (rankSel && ranks.origin && ranks.origin->rank != rankSel->rank && rankSel->failureReceived)
+    std::fprintf(stderr, "dlreplay: note: rank %d received its non-finite values; they began on %s\n", rankSel->rank,
+                 formatOrigin(*ranks.origin).c_str());
   if (foreign && !explicitCommand && !o.yes && !o.dryRun) {
     std::fprintf(stderr,
                  "dlreplay: this trace was recorded by %s on %s, not by you on this host; check the command above,\n"
@@ -766,7 +775,8 @@ int run(int argc, char** argv) {
     }
     for (auto& [k, v] : report) {
       if (k.rfind("stop.", 0) == 0 || k.rfind("batch.", 0) == 0 || k.rfind("backward.", 0) == 0 ||
-          k.rfind("env.", 0) == 0 || k.rfind("launch.", 0) == 0 || k.rfind("gpu.", 0) == 0)
+          k.rfind("env.", 0) == 0 || k.rfind("launch.", 0) == 0 || k.rfind("gpu.", 0) == 0 ||
+          (k.rfind("dist.", 0) == 0 && k != "dist.rank"))
         std::fprintf(stderr, "dlreplay:   %s: %s\n", k.substr(k.find('.') + 1).c_str(), v.c_str());
     }
     if (report.count("warning")) {

@@ -156,9 +156,7 @@ class DistHooks:
         return self._lib.dlrr_collective_tensor(seq, is_result, p[1], p[3], p[4], p[5], p[6])
 
     def _begin(self, op, group=None, reduce_op=None, peer=-1, bucket=-1, async_op=False):
-        reduce_text = b""
-        if reduce_op is not None:
-            reduce_text = str(reduce_op).split(".")[-1].lower().encode()
+        reduce_text = b"" if reduce_op is None else _reduce_name(self._torch, reduce_op).encode()
         return self._lib.dlrr_collective_begin(op.encode(), self._group_text(group), reduce_text,
                                                int(peer) if peer is not None else -1, bucket,
                                                1 if async_op else 0)
@@ -194,6 +192,28 @@ class DistHooks:
         """Stops the replay: the rank cannot go on without its peers."""
         self._rec.stop("unservable", str(exc), sys._getframe(2))
         raise RuntimeError("dlrr: %s" % exc)
+
+    def _finite(self, tensors):
+        torch = self._torch
+        return all(bool(torch.isfinite(t).all()) for t in tensors
+                   if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()))
+
+    def _received_nonfinite(self, seq, op, sent_finite, results):
+        """Replay with a nan target: stop where non-finite values reach this rank from its peers.
+
+        The rank's own computation was finite up to here (what it sent was); anomaly detection
+        or module hooks would never name a cause on this rank, so the stop is right after the
+        collective that delivered them.
+        """
+        rec = self._rec
+        target = getattr(rec, "target", None)
+        if not sent_finite or not results or target is None or target.kind != native.TARGET_NAN:
+            return
+        if getattr(rec, "_stopped", True) or rec.steps.current != target.step or self._finite(results):
+            return
+        rec.stop("target", "after collective #%d (%s) of step %d: its result holds the first non-finite values "
+                 "this rank saw, received from other ranks (dltrace info names the rank where they began; "
+                 "replay that one with --rank)" % (seq, _display(op), target.step), sys._getframe(2))
 
     def _completed_work(self, value):
         torch = self._torch
@@ -244,6 +264,7 @@ class DistHooks:
         if seq is None:
             return original(*args, **kwargs)
         rec.guarded(self._results_as_inputs, seq, inputs_of(p))
+        sent_finite = rec.guarded(self._finite, inputs_of(p)) if self.replay_mode is not None else None
         try:
             result = original(*args, **kwargs)
         except BaseException as exc:
@@ -256,6 +277,8 @@ class DistHooks:
                 pass  # the sender's rank; replay returns the recorded peer
             rec.guarded(self._results, seq, results_of(p))
             rec.guarded(self._lib.dlrr_collective_end, seq, b"")
+            if sent_finite:
+                rec.guarded(self._received_nonfinite, seq, op, sent_finite, results_of(p))
         return result
 
     def _results_as_inputs(self, seq, tensors):
@@ -295,6 +318,7 @@ class DistHooks:
                 self._serve(seq, i, t, op)
         except ServeError as exc:
             self._unservable(exc)
+        self._received_nonfinite(seq, op, self._finite(inputs_of(p)), results_of(p))
         if name == "recv":
             return p.get("src") if p.get("src") is not None else -1
         if async_op:
@@ -443,26 +467,32 @@ class DistHooks:
         return _register_builtin_comm_hook
 
     def bucket_begin(self, bucket, ddp=None):
+        """Numbers a DDP bucket's all-reduce and reports what this rank sends; returns
+        (seq, whether what it sent was finite: replay only)."""
         index = bucket.index() if hasattr(bucket, "index") else -1
         seq = self._begin("ddp_bucket", getattr(ddp, "process_group", None) if ddp is not None else None,
                           "sum", -1, index, True)
-        self._tensor(seq, 0, bucket.buffer())
-        return seq
+        buffer = bucket.buffer()
+        self._tensor(seq, 0, buffer)
+        return seq, (self._finite([buffer]) if self.replay_mode is not None else None)
 
-    def bucket_end(self, seq, value):
+    def bucket_end(self, seq, value, sent=None):
         tensors = value if isinstance(value, (list, tuple)) else [value]
         self._results(seq, tensors)
         self._lib.dlrr_collective_end(seq, b"")
+        if sent is not None:
+            self._received_nonfinite(seq, "ddp_bucket", sent, tensors)
 
     def _served_hook(self, state, bucket):
         """Replay alone: a DDP bucket's all-reduced gradients, from the trace."""
         torch = self._torch
-        seq = self.bucket_begin(bucket)
+        seq, sent = self.bucket_begin(bucket)
         buffer = bucket.buffer()
         try:
             self._serve(seq, 0, buffer, "ddp_bucket %d" % (bucket.index() if hasattr(bucket, "index") else -1))
         except ServeError as exc:
             self._unservable(exc)
+        self._received_nonfinite(seq, "ddp_bucket", sent, [buffer])
         fut = torch.futures.Future()
         fut.set_result(buffer)
         return fut
@@ -475,14 +505,22 @@ def _user_hook(hooks, hook):
     def dlrr_recorded_comm_hook(state, bucket):
         if not rec.active:
             return hook(state, bucket)
-        seq = rec.guarded(hooks.bucket_begin, bucket)
-        fut = hook(state, bucket)
-        if seq is None:
+        begun = rec.guarded(hooks.bucket_begin, bucket)
+        # The bucket is the unit: the collectives the hook issues to reduce it are not numbered
+        # on their own (a rank replayed alone gets the bucket's result without running the hook).
+        local = hooks._local
+        depth = getattr(local, "depth", 0)
+        local.depth = depth + 1
+        try:
+            fut = hook(state, bucket)
+        finally:
+            local.depth = depth
+        if begun is None:
             return fut
 
         def done(f):
             value = f.value()
-            rec.guarded(hooks.bucket_end, seq, value)
+            rec.guarded(hooks.bucket_end, begun[0], value, begun[1])
             return value
         return fut.then(done)
     dlrr_recorded_comm_hook.__name__ = getattr(hook, "__name__", "comm_hook")
@@ -505,7 +543,7 @@ def _ddp_default_hook(hooks, ddp):
     all_reduce = original_of(hooks._c10d.all_reduce)
 
     def dlrr_default_allreduce(state, bucket):
-        seq = rec.guarded(hooks.bucket_begin, bucket, ddp) if rec.active else None
+        begun = rec.guarded(hooks.bucket_begin, bucket, ddp) if rec.active else None
         tensor = bucket.buffer()
         g = group if group is not None else hooks._c10d.GroupMember.WORLD
         tensor.mul_(1.0 / g.size())
@@ -513,11 +551,28 @@ def _ddp_default_hook(hooks, ddp):
 
         def done(f):
             value = f.value()[0]
-            if seq is not None:
-                rec.guarded(hooks.bucket_end, seq, value)
+            if begun is not None:
+                rec.guarded(hooks.bucket_end, begun[0], value, begun[1])
             return value
         return fut.then(done)
     return dlrr_default_allreduce
+
+
+def _reduce_name(torch, op):
+    """"sum", "avg", ... for a ReduceOp (1.13's default argument is a legacy object whose str
+    is not its name: compare with the members instead)."""
+    members = getattr(torch.distributed, "ReduceOp", None)
+    for name in ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM"):
+        try:
+            if op == getattr(members, name):
+                return name.lower()
+        except Exception:
+            continue
+    return str(getattr(op, "name", op)).split(".")[-1].lower()[:32]
+
+
+def _display(op):
+    return "DDP all-reduce" if op == "ddp_bucket" else op
 
 
 def _Same(fn):

@@ -200,7 +200,9 @@ class Recorder:
             return
         self.guarded(self.failures.report_unhooked_exit_exception)
         self.triage.report("exit")
-        if self.torch is None:
+        if "torch.distributed.elastic.agent.server.api" in sys.modules and "RANK" not in os.environ:
+            pass  # a torchrun agent: the ranks it started trained, each in its own stream
+        elif self.torch is None:
             self._report(1, "no steps captured: torch was never imported")
         else:
             self.guarded(self.steps.on_exit)
