@@ -1,0 +1,297 @@
+// torch.distributed support below the Python hook: what a rank's environment says
+// (DistEnv), collectives recorded by a real RecordSession per rank, the origin of a
+// non-finite value across ranks (analyzeRanks), and the replay side (ReplaySession serving
+// and checking collectives, picking its rank's stream).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "format/DistEnv.h"
+#include "format/Ranks.h"
+#include "format/Trace.h"
+#include "recorder/RecordSession.h"
+#include "replayer/ReplaySession.h"
+#include "support/SampleTrace.h"
+
+namespace dlrr {
+namespace {
+
+std::map<std::string, std::string> gFakeEnv;
+const char* fakeGet(const char* name) {
+  auto it = gFakeEnv.find(name);
+  return it == gFakeEnv.end() ? nullptr : it->second.c_str();
+}
+
+TEST(DistEnv, ReadsWhatTorchrunSets) {
+  gFakeEnv = {{"RANK", "3"}, {"LOCAL_RANK", "1"}, {"WORLD_SIZE", "8"}, {"TORCHELASTIC_RESTART_COUNT", "2"},
+              {"TORCHELASTIC_RUN_ID", "job7"}};
+  DistEnv d = DistEnv::fromEnvironment(fakeGet);
+  EXPECT_TRUE(d.isRank());
+  EXPECT_EQ(d.rank, 3);
+  EXPECT_EQ(d.localRank, 1);
+  EXPECT_EQ(d.worldSize, 8);
+  EXPECT_EQ(d.restartCount, 2);
+  EXPECT_EQ(d.runId, "job7");
+  EXPECT_EQ(rankStreamBase(d), "rank3.restart2");
+  gFakeEnv["TORCHELASTIC_RESTART_COUNT"] = "0";
+  EXPECT_EQ(rankStreamBase(DistEnv::fromEnvironment(fakeGet)), "rank3");
+}
+
+TEST(DistEnv, MalformedOrInconsistentIsNotARank) {
+  for (auto env : std::vector<std::map<std::string, std::string>>{
+           {},
+           {{"RANK", "0"}},                              // no world size
+           {{"RANK", "x"}, {"WORLD_SIZE", "2"}},         // not a number
+           {{"RANK", "-1"}, {"WORLD_SIZE", "2"}},        // negative
+           {{"RANK", "2"}, {"WORLD_SIZE", "2"}},         // outside the world
+           {{"RANK", "1 "}, {"WORLD_SIZE", "2"}},        // trailing junk
+           {{"RANK", "99999999999"}, {"WORLD_SIZE", "2"}}}) {
+    gFakeEnv = env;
+    DistEnv d = DistEnv::fromEnvironment(fakeGet);
+    EXPECT_FALSE(d.isRank());
+    EXPECT_EQ(rankStreamBase(d), "");
+  }
+}
+
+TEST(DistEnv, RecordsOnlyLauncherVariables) {
+  EXPECT_TRUE(isDistVariable("RANK"));
+  EXPECT_TRUE(isDistVariable("MASTER_PORT"));
+  EXPECT_TRUE(isDistVariable("TORCHELASTIC_RUN_ID"));
+  EXPECT_TRUE(isDistVariable("NCCL_DEBUG"));
+  EXPECT_TRUE(isDistVariable("OMP_NUM_THREADS"));
+  EXPECT_FALSE(isDistVariable("HOME"));
+  EXPECT_FALSE(isDistVariable("RANKING"));
+  ::setenv("NCCL_IB_AUTH_TOKEN", "hunter2", 1);  // secret-looking: never recorded as it is
+  ::setenv("GLOO_SOCKET_IFNAME", "lo", 1);
+  DistEnv d = DistEnv::fromEnvironment();
+  std::map<std::string, std::string> vars(d.vars.begin(), d.vars.end());
+  EXPECT_EQ(vars["NCCL_IB_AUTH_TOKEN"], "<redacted>");
+  EXPECT_EQ(vars["GLOO_SOCKET_IFNAME"], "lo");
+  ::unsetenv("NCCL_IB_AUTH_TOKEN");
+  ::unsetenv("GLOO_SOCKET_IFNAME");
+}
+
+// ---------------------------------------------------------------- record and analyse
+struct RankEnv {
+  explicit RankEnv(int rank, int world = 2) {
+    ::setenv("RANK", std::to_string(rank).c_str(), 1);
+    ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+    ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+  }
+  ~RankEnv() {
+    ::unsetenv("RANK");
+    ::unsetenv("LOCAL_RANK");
+    ::unsetenv("WORLD_SIZE");
+  }
+};
+
+Config recordConfig(const std::string& dir, bool keep) {
+  Config c;
+  c.mode = Mode::Record;
+  c.traceDir = dir;
+  c.keepCollectives = keep;
+  return c;
+}
+
+const int64_t kShape[] = {4};
+
+void bucket(RecordSession& s, const std::vector<float>& sent, const std::vector<float>& got) {
+  uint64_t seq = s.collectiveBegin("ddp_bucket", "world", "sum", -1, 0, true);
+  s.collectiveTensor(seq, false, "float32", 1, kShape, sent.data(), sent.size() * 4);
+  s.collectiveTensor(seq, true, "float32", 1, kShape, got.data(), got.size() * 4);
+  s.collectiveEnd(seq, "");
+}
+
+void digest(RecordSession& s, int kind, const char* path, const std::vector<float>& v) {
+  DigestResult r;
+  s.digest(kind, path, 0, 0, "float32", 1, kShape, v.data(), v.size() * 4, false, r);
+}
+
+// Two ranks of a DDP job: rank 1's fc2 output goes NaN at step 1; the all-reduce of that
+// step carries it to rank 0, whose gradient is then the first non-finite value it sees.
+std::string recordTwoRanks(bool keep) {
+  std::string dir = testing::makeTempDir("dist") + "/t";
+  const float nan = std::nanf("");
+  std::vector<float> ok{1, 2, 3, 4}, sum{2, 4, 6, 8}, bad{nan, 1, 1, 1}, badSum{nan, 3, 4, 5};
+  for (int rank : {0, 1}) {
+    RankEnv env(rank);
+    RecordSession s(recordConfig(dir, keep));
+    uint64_t init = s.collectiveBegin("ddp_init_sync", "world", "", -1, -1, false);
+    s.collectiveTensor(init, true, "float32", 1, kShape, ok.data(), 16);
+    s.collectiveEnd(init, "");
+    for (int step = 0; step < 3; ++step) {
+      s.stepBegin(step, 0, static_cast<uint64_t>(step), 0, false);
+      bool failing = step >= 1;
+      digest(s, 0, "fc2", rank == 1 && failing ? bad : ok);
+      bucket(s, rank == 1 && failing ? bad : ok, failing ? badSum : sum);
+      digest(s, 1, "fc2.weight", failing ? badSum : sum);
+      s.stepEnd(step, 0.5);
+    }
+    s.onExit(true, 0);
+  }
+  return dir;
+}
+
+TEST(Distributed, EachRankHasItsOwnStreamTaggedWithItsPlace) {
+  std::string dir = recordTwoRanks(false);
+  auto t = Trace::open(dir);
+  ASSERT_NE(t->find("rank0"), nullptr);
+  ASSERT_NE(t->find("rank1"), nullptr);
+  auto h = t->find("rank1")->header();
+  EXPECT_EQ(h.getRank(), 1);
+  EXPECT_EQ(h.getWorldSize(), 2);
+  EXPECT_EQ(h.getLocalRank(), 1);
+  EXPECT_GT(h.getHost().size(), 0u);
+  bool sawRank = false;
+  for (auto kv : h.getDistEnv()) sawRank = sawRank || (std::string(kv.getKey().cStr()) == "RANK" && std::string(kv.getValue().cStr()) == "1");
+  EXPECT_TRUE(sawRank);
+  EXPECT_EQ(t->findRank(1), t->find("rank1"));
+  EXPECT_EQ(t->findRank(2), nullptr);
+  testing::removeTree(dir.substr(0, dir.size() - 2));
+}
+
+TEST(Distributed, TheOriginOfANonFiniteValueIsTheRankThatMadeIt) {
+  std::string dir = recordTwoRanks(false);
+  auto t = Trace::open(dir);
+  RankReport rep = analyzeRanks(*t);
+  ASSERT_EQ(rep.ranks.size(), 2u);
+  EXPECT_EQ(rep.worldSize, 2);
+  EXPECT_EQ(rep.ranks[0].collectives, 4u);  // init + 3 buckets
+  EXPECT_EQ(rep.ranks[0].keptResults, 0u);  // digests only
+  EXPECT_TRUE(rep.ranks[0].failureReceived);
+  EXPECT_EQ(rep.ranks[0].receivedOp, "ddp_bucket");
+  EXPECT_FALSE(rep.ranks[1].failureReceived);
+  ASSERT_TRUE(rep.origin);
+  EXPECT_EQ(rep.origin->rank, 1);
+  EXPECT_EQ(rep.origin->failure.step, 1);
+  EXPECT_EQ(rep.origin->failure.where, "fc2");
+  EXPECT_EQ(rep.origin->reached, std::vector<int>{0});
+  EXPECT_EQ(formatOrigin(*rep.origin).rfind("rank 1, step 1, fc2 (", 0), 0u) << formatOrigin(*rep.origin);
+  EXPECT_NE(formatOrigin(*rep.origin).find("; reached rank 0 through DDP all-reduce at step 1"), std::string::npos);
+  testing::removeTree(dir.substr(0, dir.size() - 2));
+}
+
+TEST(Distributed, NotADistributedTraceHasNoRanks) {
+  std::string dir = testing::makeTempDir("dist") + "/t";
+  {
+    RecordSession s(recordConfig(dir, false));
+    s.stepBegin(0, 0, 0, 0, false);
+    s.stepEnd(0, 1.0);
+    s.onExit(true, 0);
+  }
+  auto t = Trace::open(dir);
+  EXPECT_FALSE(analyzeRanks(*t).distributed());
+  EXPECT_EQ(t->findRank(0), nullptr);
+  testing::removeTree(dir.substr(0, dir.size() - 2));
+}
+
+// ---------------------------------------------------------------- replay
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Config replayConfig(const std::string& dir, const std::string& stream) {
+  Config c;
+  c.mode = Mode::Replay;
+  c.traceDir = dir;
+  c.replayStream = stream;
+  return c;
+}
+
+TEST(Distributed, ReplayServesKeptResultsAndChecksWhatTheRankSends) {
+  std::string dir = recordTwoRanks(true);
+  {
+    ReplaySession rep(replayConfig(dir, "rank0"), "end");
+    ASSERT_TRUE(rep.active());
+    EXPECT_EQ(rep.recordedRank(), 0);
+    uint64_t init = rep.collectiveBegin("ddp_init_sync");
+    EXPECT_EQ(init, 0u);
+    std::vector<uint8_t> bytes;
+    ASSERT_EQ(rep.collectiveResult(init, 0, bytes), 1);
+    ASSERT_EQ(bytes.size(), 16u);
+    float v[4];
+    std::memcpy(v, bytes.data(), 16);
+    EXPECT_EQ(v[3], 4.0f);
+    EXPECT_EQ(rep.collectiveResult(init, 1, bytes), -1);  // no second result
+    rep.beginStep(0);
+    uint64_t b = rep.collectiveBegin("ddp_bucket");
+    std::vector<float> ok{1, 2, 3, 4};
+    EXPECT_EQ(rep.collectiveTensor(b, false, "float32", {4}, computeDigest("float32", ok.data(), 16)), 0);
+    ASSERT_EQ(rep.collectiveResult(b, 0, bytes), 1);
+    std::memcpy(v, bytes.data(), 16);
+    EXPECT_EQ(v[0], 2.0f);
+    EXPECT_FALSE(rep.divergence());
+    // Step 1: this rank sends something else than it did: a divergence naming the collective.
+    rep.beginStep(1);
+    uint64_t b1 = rep.collectiveBegin("ddp_bucket");
+    std::vector<float> other{1, 2, 3, 5};
+    EXPECT_EQ(rep.collectiveTensor(b1, false, "float32", {4}, computeDigest("float32", other.data(), 16)), 1);
+    ASSERT_TRUE(rep.divergence());
+    EXPECT_EQ(rep.divergence()->step, 1);
+    EXPECT_NE(rep.divergence()->detail.find("collective #2 ddp_bucket bucket 0 (step 1): input 0 (what this rank sent) differs"),
+              std::string::npos)
+        << rep.divergence()->detail;
+    ASSERT_EQ(rep.collectiveResult(b1, 0, bytes), 1);  // the recorded result, NaN and all
+    std::memcpy(v, bytes.data(), 16);
+    EXPECT_TRUE(std::isnan(v[0]));
+  }
+  {
+    // The op itself differing is a divergence too.
+    ReplaySession rep(replayConfig(dir, "rank1"), "end");
+    EXPECT_EQ(rep.collectiveBegin("all_reduce"), 0u);
+    ASSERT_TRUE(rep.divergence());
+    EXPECT_NE(rep.divergence()->detail.find("the recording issued ddp_init_sync"), std::string::npos);
+  }
+  testing::removeTree(dir.substr(0, dir.size() - 2));
+}
+
+TEST(Distributed, DigestOnlyRecordingsCannotServeResults) {
+  std::string dir = recordTwoRanks(false);
+  ReplaySession rep(replayConfig(dir, "rank1"), "end");
+  uint64_t init = rep.collectiveBegin("ddp_init_sync");
+  std::vector<uint8_t> bytes;
+  EXPECT_EQ(rep.collectiveResult(init, 0, bytes), 0);
+  std::vector<float> ok{1, 2, 3, 4};
+  EXPECT_EQ(rep.collectiveTensor(init, true, "float32", {4}, computeDigest("float32", ok.data(), 16)), 0);  // received: checked
+  testing::removeTree(dir.substr(0, dir.size() - 2));
+}
+
+TEST(Distributed, EachRankReplaysItsOwnStreamUnderAllRanks) {
+  std::string dir = recordTwoRanks(false);
+  std::string report = dir + "/../report";
+  ::close(::open((report + ".rank1").c_str(), O_CREAT | O_WRONLY, 0600));
+  ::setenv("DLRR_REPORT", report.c_str(), 1);
+  {
+    RankEnv env(1);
+    ReplaySession rep(replayConfig(dir, kEachRank), "end");
+    ASSERT_TRUE(rep.active());
+    EXPECT_EQ(rep.recordedRank(), 1);
+    rep.collectiveBegin("ddp_init_sync");
+    rep.writeReport("exit");
+  }
+  std::string text = readFile(report + ".rank1");
+  EXPECT_NE(text.find("dist.rank\t1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("dist.collectives\t1 of 4 recorded issued"), std::string::npos) << text;
+  {
+    // The launcher agent (no RANK) replays nothing and writes no report.
+    ReplaySession rep(replayConfig(dir, kEachRank), "end");
+    EXPECT_FALSE(rep.active());
+  }
+  ::unsetenv("DLRR_REPORT");
+  testing::removeTree(dir.substr(0, dir.size() - 2));
+}
+
+}  // namespace
+}  // namespace dlrr
