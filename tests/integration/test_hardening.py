@@ -578,6 +578,38 @@ class SecurityTest(TraceTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertTrue(os.path.exists(marker))
 
+    def test_env_diff_never_runs_the_recorded_command(self):
+        # A trace whose command is a "python3" of its author's: env-diff once asked it for
+        # versions (python3 -c ...), running their program on opening the trace. It must ask
+        # this machine's python3, and not import from the directory it is run in either.
+        fake_dir = os.path.join(self.tmp, "bin")
+        os.mkdir(fake_dir)
+        marker = os.path.join(self.tmp, "fake-python-ran")
+        with open(os.path.join(fake_dir, "python3"), "w") as f:
+            f.write("#!/bin/sh\ntouch %s\necho fake\n" % marker)
+        os.chmod(os.path.join(fake_dir, "python3"), 0o755)
+        path = {"PATH": fake_dir + ":" + os.environ.get("PATH", "/usr/bin:/bin")}
+        p = run([tool("dlrecord"), "-q", "-o", self.trace_path(), "--", "python3", "train.py"], env=path)
+        self.assertEqual((p.returncode, p.stdout), (0, "fake\n"), p.stderr)
+        self.assertEqual(info(self.trace_path())["command"], ["python3", "train.py"])
+        os.unlink(marker)  # it ran when recorded, as asked
+        cwd = os.path.join(self.tmp, "unpacked")
+        os.mkdir(cwd)
+        planted = os.path.join(self.tmp, "imported-from-cwd")
+        for mod in ("numpy", "torch"):
+            with open(os.path.join(cwd, mod + ".py"), "w") as f:
+                f.write("open(%r, 'w').close()\n" % planted)
+        for args in ([], ["--json"]):
+            d = run([tool("dltrace"), "env-diff", self.trace_path()] + args, env=path, cwd=cwd, timeout=120)
+            self.assertIn(d.returncode, (0, 1), d.stderr)
+            self.assertFalse(os.path.exists(marker), "dltrace env-diff ran the trace's recorded command")
+            self.assertFalse(os.path.exists(planted), "the version probe imported from the current directory")
+            self.assertIn("versions from /usr/bin/python3", d.stdout)  # says which interpreter it asked
+        self.assertIn("not run unless named with --python", d.stdout)
+        # Named by the user, it is run.
+        run([tool("dltrace"), "env-diff", self.trace_path(), "--python", os.path.join(fake_dir, "python3")])
+        self.assertTrue(os.path.exists(marker))
+
     def test_no_code_path_deserialises_or_evaluates_trace_data(self):
         """Reasoned, not grepped: parse every product Python module and check what it calls."""
         forbidden_modules = {"pickle", "cPickle", "_pickle", "marshal", "shelve", "dill", "cloudpickle", "yaml",
