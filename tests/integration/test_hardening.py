@@ -368,7 +368,11 @@ class StatusFdTest(TraceTestCase):
 
 
 class BadInputTest(TraceTestCase):
-    """dlreplay and dlrecord on bad input: documented exit codes, one clear line, no crash."""
+    """dlreplay and dlrecord on bad input: documented exit codes, one clear line, no crash.
+    Every run has 1 GiB of address space at most (as dltrace_cli_test.sh): a length read from
+    a damaged trace must never become an allocation."""
+
+    AS_LIMIT_KIB = 1 << 20
 
     @classmethod
     def setUpClass(cls):
@@ -376,6 +380,13 @@ class BadInputTest(TraceTestCase):
         cls.good = os.path.join(cls.dir, "good.trace")
         run([tool("dlrecord"), "-q", "-o", cls.good, "--", PY, TINY, "--steps", "12", "--no-loader"], check=True)
         cls.stream = [n for n in os.listdir(cls.good) if n.startswith("p")][0]
+
+    def limited(self, argv):
+        return ["bash", "-c", 'ulimit -v %d && exec "$@"' % self.AS_LIMIT_KIB, "bash"] + argv
+
+    def test_the_address_space_limit_is_in_force(self):
+        code = "import resource; print(resource.getrlimit(resource.RLIMIT_AS)[0])"
+        self.assertEqual(run(self.limited([PY, "-c", code])).stdout, "%d\n" % (self.AS_LIMIT_KIB * 1024))
 
     @classmethod
     def tearDownClass(cls):
@@ -387,11 +398,12 @@ class BadInputTest(TraceTestCase):
         return path, os.path.join(path, self.stream)
 
     def expect(self, argv, code, needle=None, env=None, lines=1, name=None):
-        p = run(argv, timeout=60, env=env)
+        name = name or os.path.basename(argv[0])
+        p = run(self.limited(argv), timeout=60, env=env)
         self.assertEqual(p.returncode, code, "%s\nstdout: %s\nstderr: %s" % (argv, p.stdout[-500:], p.stderr))
         for bad in ("terminate called", "Aborted", "Segmentation", "Sanitizer", "Traceback"):
             self.assertNotIn(bad, p.stderr, argv)
-        own = [l for l in p.stderr.splitlines() if l.startswith((name or os.path.basename(argv[0])) + ":")
+        own = [l for l in p.stderr.splitlines() if l.startswith(name + ":")
                and "warning:" not in l and not l.startswith("dlreplay:   ")]
         self.assertGreaterEqual(len(own), 1, p.stderr)
         self.assertLessEqual(len(own), lines, p.stderr)
@@ -410,7 +422,7 @@ class BadInputTest(TraceTestCase):
         left = info(t)["steps"]
         self.assertGreater(left, 0)
         self.assertLess(left, 12)
-        p = run([tool("dlreplay"), t, "--dry-run", "--until", "step=%d" % (left - 1)])
+        p = run(self.limited([tool("dlreplay"), t, "--dry-run", "--until", "step=%d" % (left - 1)]))
         self.assertEqual(p.returncode, 0, p.stderr)
         self.dlreplay(t, "--until", "step=%d" % left, code=7, needle="beyond the trace")
         # The process stream's header frame bit-flipped: nothing to replay.
@@ -430,7 +442,7 @@ class BadInputTest(TraceTestCase):
             b = f.read(1)
             f.seek(victim)
             f.write(bytes([b[0] ^ 0x01]))
-        p = run([tool("dlreplay"), t, "--dry-run", "--until", "step=0"])
+        p = run(self.limited([tool("dlreplay"), t, "--dry-run", "--until", "step=0"]))
         self.assertIn(p.returncode, (0, 6), p.stderr)
         self.assertNotIn("terminate called", p.stderr)
         # Looking for a NaN that is not there reads every stream, the damaged one included.
@@ -440,7 +452,7 @@ class BadInputTest(TraceTestCase):
         data = slurp(s, "rb")
         with open(s, "wb") as f:
             f.write(data + data)
-        p = run([tool("dlreplay"), t, "--dry-run", "--until", "step=0"])
+        p = run(self.limited([tool("dlreplay"), t, "--dry-run", "--until", "step=0"]))
         self.assertEqual(p.returncode, 0, p.stderr)
         # From a future format version.
         t, s = self.copy("future")
