@@ -26,7 +26,7 @@ uint64_t nowNs() noexcept {
 }
 
 // Writes all of buf with writev, retrying on EINTR and short writes. Returns 0 or errno.
-int writeAll(int fd, iovec* iov, int n) noexcept {
+int writeAllUnmasked(int fd, iovec* iov, int n) noexcept {
   while (n > 0) {
     ssize_t w = ::writev(fd, iov, n);
     if (w < 0) {
@@ -45,6 +45,24 @@ int writeAll(int fd, iovec* iov, int n) noexcept {
     }
   }
   return 0;
+}
+
+// writeAllUnmasked with SIGXFSZ blocked. A write past RLIMIT_FSIZE (ulimit -f) fails with
+// EFBIG and also sends SIGXFSZ to the writing thread, which at a commit is the job's own: at
+// its default action (any non-Python job) it killed the job. The signal our write raised is
+// consumed; one the thread already blocked is left alone (then it is not ours to take).
+int writeAll(int fd, iovec* iov, int n) noexcept {
+  sigset_t xfsz, old;
+  sigemptyset(&xfsz);
+  sigaddset(&xfsz, SIGXFSZ);
+  if (::pthread_sigmask(SIG_BLOCK, &xfsz, &old) != 0) return writeAllUnmasked(fd, iov, n);
+  int err = writeAllUnmasked(fd, iov, n);
+  if (err == EFBIG && !sigismember(&old, SIGXFSZ)) {
+    timespec zero{0, 0};
+    ::sigtimedwait(&xfsz, nullptr, &zero);
+  }
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return err;
 }
 
 }  // namespace

@@ -170,6 +170,9 @@ int runCapture(const std::vector<std::string>& argv, int timeoutSeconds, std::st
       ::dup2(devnull, 0);
       ::dup2(devnull, 2);
     }
+    // Not in the user's directory: nothing there (a numpy.py beside an unpacked trace) is
+    // importable by the probe.
+    if (::chdir("/") != 0) ::_exit(127);
     ::execve(args[0], args.data(), envp.data());
     ::_exit(127);
   }
@@ -204,8 +207,13 @@ int runCapture(const std::vector<std::string>& argv, int timeoutSeconds, std::st
 }
 
 // The probe: one "key\tvalue" line per fact; never raises.
+// Not `python -I`: that also drops PYTHONPATH and the user's site-packages (pip --user), where
+// the job may have found torch, and the answer would be wrong. Only the implicit current
+// directory ('' first on sys.path for -c) is dropped, before anything is imported.
 const char* kProbe = R"PY(
-import sys, os
+import sys
+sys.path[:] = [p for p in sys.path if p not in ("", ".")]
+import os
 def out(k, v):
     sys.stdout.write("%s\t%s\n" % (k, str(v).replace("\n", " ").replace("\t", " ")))
 out("python", sys.version.split()[0])
@@ -502,13 +510,17 @@ void flatten(RecordedEnvironment& r) {
 
 }  // namespace
 
-std::string chooseInterpreter(const RecordedEnvironment& rec) {
-  if (!rec.command.empty() && baseName(rec.command[0]).rfind("python", 0) == 0) {
-    std::string p = onPath(rec.command[0]);
-    if (!p.empty() && ::access(p.c_str(), X_OK) == 0) return p;
-  }
+std::string chooseInterpreter() {
   if (::access("/usr/bin/python3", X_OK) == 0) return "/usr/bin/python3";
-  return onPath("python3");
+  // Only an absolute PATH entry: "" or "." there would pick a python3 in the current directory.
+  std::string p = onPath("python3");
+  return !p.empty() && p[0] == '/' ? p : "";
+}
+
+std::string recordedInterpreter(const RecordedEnvironment& rec) {
+  if (rec.command.empty() || baseName(rec.command[0]).rfind("python", 0) != 0) return "";
+  std::string p = onPath(rec.command[0]);
+  return !p.empty() && ::access(p.c_str(), X_OK) == 0 ? p : "";
 }
 
 EnvFacts currentEnvironment(const RecordedEnvironment& rec, const ProbeOptions& opt, std::vector<std::string>& notes) {
@@ -548,7 +560,18 @@ EnvFacts currentEnvironment(const RecordedEnvironment& rec, const ProbeOptions& 
       break;
     }
 
-  std::string py = opt.python.empty() ? chooseInterpreter(rec) : opt.python;
+  // Run: only the user's --python or this machine's python3, never the trace's command (a
+  // trace is data; its "python3" may be anyone's program). Read, not run: without the probe,
+  // the recorded interpreter's file name still tells its version.
+  std::string recPy = recordedInterpreter(rec);
+  std::string py;
+  if (!opt.python.empty()) {
+    py = onPath(opt.python);
+    if (py.empty()) py = opt.python;                  // not found: the probe says so
+    if (py[0] != '/') py = realPath(".") + "/" + py;  // the probe runs in /
+  } else {
+    py = opt.runPython || recPy.empty() ? chooseInterpreter() : recPy;
+  }
   bool probed = false;
   if (opt.runPython && !py.empty()) {
     std::vector<std::string> argv = {py, "-c", kProbe};
@@ -563,7 +586,10 @@ EnvFacts currentEnvironment(const RecordedEnvironment& rec, const ProbeOptions& 
         auto tab = line.find('\t');
         if (tab != std::string::npos) f[line.substr(0, tab)] = line.substr(tab + 1);
       }
-      notes.push_back("versions from " + py);
+      std::string note = "versions from " + py;
+      if (opt.python.empty() && !recPy.empty() && realPath(recPy) != realPath(py))
+        note += " (this machine's; the recorded command's " + recPy + " is not run unless named with --python)";
+      notes.push_back(note);
     } else {
       notes.push_back(py + (rc == -2 ? " did not answer in time" : " could not be asked (exit status " + std::to_string(rc) + ")") +
                       "; versions from files instead");

@@ -52,7 +52,7 @@ const std::vector<std::string>& comparedEnvVars();
 
 struct ProbeOptions {
   bool runPython = true;       // ask an interpreter for versions (about a second with torch)
-  std::string python;          // which one; "" = the recorded command's, else /usr/bin/python3
+  std::string python;          // which one (--python); "" = chooseInterpreter(), never the trace's
   int timeoutSeconds = 60;
 };
 
@@ -60,9 +60,13 @@ struct ProbeOptions {
 // the recording imported (torch/version.py, NAME-VERSION.dist-info or .egg-info beside them)
 // and the interpreter's version from its file name: cheap enough for dlreplay.
 EnvFacts currentEnvironment(const RecordedEnvironment& rec, const ProbeOptions& opt, std::vector<std::string>& notes);
-// The interpreter env-diff would ask: the recorded command's argv[0] resolved on PATH when it is
-// a Python, else /usr/bin/python3. "" when none exists.
-std::string chooseInterpreter(const RecordedEnvironment& rec);
+// The interpreter env-diff runs unless told otherwise: this machine's /usr/bin/python3, else
+// python3 in an absolute PATH directory; "" when none exists. Never the recorded command: a
+// trace's command is run only when the user asks (dlreplay's consent, --python).
+std::string chooseInterpreter();
+// The recorded command's argv[0] found here when it is a Python ("" otherwise): its file name
+// gives a version without running it (the no-Python path); it is named, never run.
+std::string recordedInterpreter(const RecordedEnvironment& rec);
 
 enum class Impact { Breaks, Matters, Info };
 const char* impactId(Impact i);  // "breaks-replay" | "matters" | "info"

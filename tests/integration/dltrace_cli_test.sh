@@ -160,7 +160,7 @@ expect 1 verify "$WORK/cat"
 grep -q 'concatenated' "$OUT" || fail "verify does not detect concatenation: $(cat "$OUT")"
 
 cp -r "$T" "$WORK/future" && printf '\x09' | dd of="$WORK/future/$P" bs=1 seek=8 conv=notrunc 2>/dev/null
-for cmd in info steps events verify; do expect 5 $cmd "$WORK/future"; done
+for cmd in info steps events verify triage env env-diff; do expect 5 $cmd "$WORK/future"; done
 expect 5 dump "$WORK/future" --step 1 --batch inputs.0 -o "$WORK/x.npy"
 grep -q '9.0' "$ERR" || fail "future version error does not name the version"
 
@@ -168,7 +168,7 @@ grep -q '9.0' "$ERR" || fail "future version error does not name the version"
 mkdir -p "$WORK/empty"
 echo hello >"$WORK/plain"
 mkdir -p "$WORK/junk" && head -c 300 /dev/urandom >"$WORK/junk/x.dls"
-for cmd in info steps events verify; do
+for cmd in info steps events verify triage env env-diff; do
   expect 3 $cmd "$WORK/missing"
   expect 4 $cmd "$WORK/empty"
   expect 4 $cmd "$WORK/plain"
@@ -181,7 +181,7 @@ grep -q 'pass the trace directory' "$ERR" || true
 mkdir -p "$WORK/dirstream/launcher.dls"
 expect 4 info "$WORK/dirstream"
 grep -q 'is a directory' "$ERR" || fail "a directory named like a stream is not named: $(cat "$ERR")"
-for cmd in steps events verify; do expect 4 $cmd "$WORK/dirstream"; done
+for cmd in steps events verify triage env env-diff; do expect 4 $cmd "$WORK/dirstream"; done
 cp -r "$T" "$WORK/fifo" && mkfifo "$WORK/fifo/p999.dls"
 expect 1 verify "$WORK/fifo"
 grep -q 'p999: unreadable: .*not a regular file' "$OUT" || fail "verify on a planted FIFO: $(cat "$OUT")"
@@ -202,7 +202,7 @@ if [ "$(id -u)" = 0 ]; then
     cp -r "$T" "$WORK/private"   # 0700 directory of 0600 files, owned by root
     cp -r "$T" "$WORK/opendir" && chmod 755 "$WORK/opendir"   # the directory readable, the streams not
     for t in "$T" "$WORK/private" "$WORK/opendir"; do
-      for cmd in info steps events verify "dump --step 1 --batch inputs.0 -o /dev/null"; do
+      for cmd in info steps events verify triage env env-diff "dump --step 1 --batch inputs.0 -o /dev/null"; do
         timeout 30 setpriv --reuid=65534 --regid=65534 --clear-groups "$DLTRACE" $cmd "$t" >/dev/null 2>"$ERR"
         rc=$?
         [ "$rc" = 3 ] || fail "dltrace $cmd on an unreadable trace as nobody exited $rc, expected 3: $(cat "$ERR")"

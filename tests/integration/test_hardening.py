@@ -154,6 +154,45 @@ class DiskFullTest(TraceTestCase):
         self.assertIn("No space left on device", rec.stderr)
 
 
+class FileSizeLimitTest(TraceTestCase):
+    """The disk-full case without root: RLIMIT_FSIZE (ulimit -f) makes a write past the limit
+    fail with EFBIG, and also sends SIGXFSZ to the writing thread, which is the job's own
+    thread when a commit writes. Python ignores SIGXFSZ; most other programs die of it, so the
+    job here is also run with it restored to the default."""
+
+    RESTORE_DEFAULT = ("import runpy, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_DFL); "
+                       "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+
+    def check(self, argv):
+        plain = run(argv)
+        self.assertEqual(plain.returncode, 0, plain.stderr)
+        trace = self.trace_path()
+        # 40 KiB per file: the launcher stream fits, the job's stream stops after a few steps.
+        rec = run(["bash", "-c", 'ulimit -f 40 && exec "$@"', "bash", tool("dlrecord"), "-o", trace, "--"] + argv,
+                  timeout=300)
+        self.assertEqual(rec.returncode, 0, rec.stderr)
+        self.assertEqual(rec.stdout.count("\n"), plain.stdout.count("\n"))  # every step printed (unseeded losses)
+        self.assertTrue(rec.stdout.endswith("done\n"))
+        self.assertRegex(rec.stderr, r"dlrecord: pid \d+: recording stopped: File too large.*\(trace incomplete\)")
+        doc = info(trace)
+        self.assertEqual(doc["exit_code"], 0)
+        self.assertGreater(doc["steps"], 0)
+        self.assertLess(doc["steps"], 30)
+        self.assertEqual([s["step"] for s in steps(trace)], list(range(doc["steps"])))
+        v = run([tool("dltrace"), "verify", trace])
+        self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+
+    def test_file_size_limit(self):
+        self.check([PY, TINY, "--steps", "30", "--no-loader"])
+
+    def test_file_size_limit_with_sigxfsz_at_its_default(self):
+        # Whether the job's thread or the writer thread makes the write that crosses the limit
+        # is a race: a few rounds (the job died of SIGXFSZ in 5 runs out of 6).
+        for _ in range(3):
+            self.check([PY, "-c", self.RESTORE_DEFAULT, TINY, "--steps", "30", "--no-loader"])
+            shutil.rmtree(self.trace_path())
+
+
 class FaultTransparencyTest(TraceTestCase):
     """The job's stdout, stderr and exit code are those of a plain run, whatever it does."""
 
@@ -329,7 +368,11 @@ class StatusFdTest(TraceTestCase):
 
 
 class BadInputTest(TraceTestCase):
-    """dlreplay and dlrecord on bad input: documented exit codes, one clear line, no crash."""
+    """dlreplay and dlrecord on bad input: documented exit codes, one clear line, no crash.
+    Every run has 1 GiB of address space at most (as dltrace_cli_test.sh): a length read from
+    a damaged trace must never become an allocation."""
+
+    AS_LIMIT_KIB = 1 << 20
 
     @classmethod
     def setUpClass(cls):
@@ -337,6 +380,13 @@ class BadInputTest(TraceTestCase):
         cls.good = os.path.join(cls.dir, "good.trace")
         run([tool("dlrecord"), "-q", "-o", cls.good, "--", PY, TINY, "--steps", "12", "--no-loader"], check=True)
         cls.stream = [n for n in os.listdir(cls.good) if n.startswith("p")][0]
+
+    def limited(self, argv):
+        return ["bash", "-c", 'ulimit -v %d && exec "$@"' % self.AS_LIMIT_KIB, "bash"] + argv
+
+    def test_the_address_space_limit_is_in_force(self):
+        code = "import resource; print(resource.getrlimit(resource.RLIMIT_AS)[0])"
+        self.assertEqual(run(self.limited([PY, "-c", code])).stdout, "%d\n" % (self.AS_LIMIT_KIB * 1024))
 
     @classmethod
     def tearDownClass(cls):
@@ -348,11 +398,12 @@ class BadInputTest(TraceTestCase):
         return path, os.path.join(path, self.stream)
 
     def expect(self, argv, code, needle=None, env=None, lines=1, name=None):
-        p = run(argv, timeout=60, env=env)
+        name = name or os.path.basename(argv[0])
+        p = run(self.limited(argv), timeout=60, env=env)
         self.assertEqual(p.returncode, code, "%s\nstdout: %s\nstderr: %s" % (argv, p.stdout[-500:], p.stderr))
         for bad in ("terminate called", "Aborted", "Segmentation", "Sanitizer", "Traceback"):
             self.assertNotIn(bad, p.stderr, argv)
-        own = [l for l in p.stderr.splitlines() if l.startswith((name or os.path.basename(argv[0])) + ":")
+        own = [l for l in p.stderr.splitlines() if l.startswith(name + ":")
                and "warning:" not in l and not l.startswith("dlreplay:   ")]
         self.assertGreaterEqual(len(own), 1, p.stderr)
         self.assertLessEqual(len(own), lines, p.stderr)
@@ -371,7 +422,7 @@ class BadInputTest(TraceTestCase):
         left = info(t)["steps"]
         self.assertGreater(left, 0)
         self.assertLess(left, 12)
-        p = run([tool("dlreplay"), t, "--dry-run", "--until", "step=%d" % (left - 1)])
+        p = run(self.limited([tool("dlreplay"), t, "--dry-run", "--until", "step=%d" % (left - 1)]))
         self.assertEqual(p.returncode, 0, p.stderr)
         self.dlreplay(t, "--until", "step=%d" % left, code=7, needle="beyond the trace")
         # The process stream's header frame bit-flipped: nothing to replay.
@@ -391,7 +442,7 @@ class BadInputTest(TraceTestCase):
             b = f.read(1)
             f.seek(victim)
             f.write(bytes([b[0] ^ 0x01]))
-        p = run([tool("dlreplay"), t, "--dry-run", "--until", "step=0"])
+        p = run(self.limited([tool("dlreplay"), t, "--dry-run", "--until", "step=0"]))
         self.assertIn(p.returncode, (0, 6), p.stderr)
         self.assertNotIn("terminate called", p.stderr)
         # Looking for a NaN that is not there reads every stream, the damaged one included.
@@ -401,7 +452,7 @@ class BadInputTest(TraceTestCase):
         data = slurp(s, "rb")
         with open(s, "wb") as f:
             f.write(data + data)
-        p = run([tool("dlreplay"), t, "--dry-run", "--until", "step=0"])
+        p = run(self.limited([tool("dlreplay"), t, "--dry-run", "--until", "step=0"]))
         self.assertEqual(p.returncode, 0, p.stderr)
         # From a future format version.
         t, s = self.copy("future")
@@ -576,6 +627,38 @@ class SecurityTest(TraceTestCase):
         self.assertFalse(os.path.exists(marker), "dlreplay ran the command of a foreign trace without consent")
         r = run([tool("dlreplay"), t, "--yes", "--until", "end"])
         self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(os.path.exists(marker))
+
+    def test_env_diff_never_runs_the_recorded_command(self):
+        # A trace whose command is a "python3" of its author's: env-diff once asked it for
+        # versions (python3 -c ...), running their program on opening the trace. It must ask
+        # this machine's python3, and not import from the directory it is run in either.
+        fake_dir = os.path.join(self.tmp, "bin")
+        os.mkdir(fake_dir)
+        marker = os.path.join(self.tmp, "fake-python-ran")
+        with open(os.path.join(fake_dir, "python3"), "w") as f:
+            f.write("#!/bin/sh\ntouch %s\necho fake\n" % marker)
+        os.chmod(os.path.join(fake_dir, "python3"), 0o755)
+        path = {"PATH": fake_dir + ":" + os.environ.get("PATH", "/usr/bin:/bin")}
+        p = run([tool("dlrecord"), "-q", "-o", self.trace_path(), "--", "python3", "train.py"], env=path)
+        self.assertEqual((p.returncode, p.stdout), (0, "fake\n"), p.stderr)
+        self.assertEqual(info(self.trace_path())["command"], ["python3", "train.py"])
+        os.unlink(marker)  # it ran when recorded, as asked
+        cwd = os.path.join(self.tmp, "unpacked")
+        os.mkdir(cwd)
+        planted = os.path.join(self.tmp, "imported-from-cwd")
+        for mod in ("numpy", "torch"):
+            with open(os.path.join(cwd, mod + ".py"), "w") as f:
+                f.write("open(%r, 'w').close()\n" % planted)
+        for args in ([], ["--json"]):
+            d = run([tool("dltrace"), "env-diff", self.trace_path()] + args, env=path, cwd=cwd, timeout=120)
+            self.assertIn(d.returncode, (0, 1), d.stderr)
+            self.assertFalse(os.path.exists(marker), "dltrace env-diff ran the trace's recorded command")
+            self.assertFalse(os.path.exists(planted), "the version probe imported from the current directory")
+            self.assertIn("versions from /usr/bin/python3", d.stdout)  # says which interpreter it asked
+        self.assertIn("not run unless named with --python", d.stdout)
+        # Named by the user, it is run.
+        run([tool("dltrace"), "env-diff", self.trace_path(), "--python", os.path.join(fake_dir, "python3")])
         self.assertTrue(os.path.exists(marker))
 
     def test_no_code_path_deserialises_or_evaluates_trace_data(self):

@@ -321,7 +321,7 @@ class TriageTest(TraceTestCase):
         self.assertIn("env.OMP_NUM_THREADS", keys)
         self.assertEqual(keys["env.OMP_NUM_THREADS"]["current"], "4")
         self.assertIn("float results", keys["env.OMP_NUM_THREADS"]["why"])
-        self.assertNotIn("torch", keys)  # the same torch, asked of the recorded python
+        self.assertNotIn("torch", keys)  # the same torch, asked of this machine's python3
         self.assertTrue(any("versions from " + PY in n for n in diff["notes"]))
 
 

@@ -7,6 +7,7 @@
 #include <capnp/serialize.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 
 #include "format/Hash.h"
 #include "format/StreamReader.h"
+#include "format/TraceDir.h"
 #include "format/TraceError.h"
 #include "support/SampleTrace.h"
 #include "support/StreamFixture.h"
@@ -392,6 +394,36 @@ TEST(StreamWriter, ForkedChildNeverTouchesTheParentsStream) {
   r->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) { notes.push_back(e.getNote().cStr()); });
   EXPECT_EQ(notes, (std::vector<std::string>{"parent before fork", "parent after fork", "parent after child exit"}));
   EXPECT_TRUE(r->verify().empty());
+}
+
+// A write past RLIMIT_FSIZE sends SIGXFSZ to the writing thread, and the job's threads write
+// (the stream's header here, the queue at a commit, the signal path). With SIGXFSZ at its
+// default, as in any non-Python job, it killed the job; it must be an error instead.
+TEST(StreamWriter, FileSizeLimitIsAnErrorNotSigxfsz) {
+  std::string root = testing::makeTempDir("fsize");
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    UniqueFd dirFd = createTraceDir(root + "/trace");
+    std::string name;
+    UniqueFd fd = createStreamFile(dirFd.get(), "p1", name);
+    capnp::MallocMessageBuilder hm;
+    hm.initRoot<schema::StreamHeader>().setStreamName("p1");
+    signal(SIGXFSZ, SIG_DFL);
+    rlimit lim{20, 20};  // the file header (16 bytes) fits, the header frame does not
+    if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(4);
+    try {
+      StreamWriter w(std::move(fd), hm, {});
+    } catch (const TraceError& e) {
+      _exit(std::string(e.what()).find("File too large") != std::string::npos ? 0 : 3);
+    }
+    _exit(2);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  testing::removeTree(root);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 TEST(StreamWriter, StepIndexPointsAtTheStepBeginFrame) {

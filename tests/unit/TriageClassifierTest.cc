@@ -3,6 +3,12 @@
 // libcudart, NCCL timeouts, no driver), the phase rules and the determinism advice.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <limits>
 
 #include "triage/Classifier.h"
@@ -517,6 +523,40 @@ TEST(TriageEnvironment, VersionsAndDifferences) {
   EXPECT_EQ(by["cuda.device.0"].impact, Impact::Breaks);
   EXPECT_EQ(by["host"].impact, Impact::Info);
   EXPECT_EQ(d.front().impact, Impact::Breaks);  // most serious first
+}
+
+// env-diff once ran the trace's command[0] with -c when it was named python*: anyone's program,
+// run by opening their trace. Only this machine's interpreter (or --python) may run.
+TEST(TriageEnvironment, ProbeNeverRunsTheRecordedCommand) {
+  char dirTemplate[] = "/tmp/dlrr-probe-XXXXXX";
+  ASSERT_NE(::mkdtemp(dirTemplate), nullptr);
+  std::string dir = dirTemplate, fake = dir + "/python3", marker = dir + "/ran";
+  {
+    std::ofstream f(fake);
+    f << "#!/bin/sh\ntouch " << marker << "\nprintf 'python\\t9.9.9\\n'\n";
+  }
+  ASSERT_EQ(::chmod(fake.c_str(), 0755), 0);
+  RecordedEnvironment rec;
+  rec.command = {fake, "train.py"};
+  EXPECT_EQ(recordedInterpreter(rec), fake);  // found, named...
+  EXPECT_NE(chooseInterpreter(), fake);       // ...never chosen to run
+  ProbeOptions opt;
+  opt.timeoutSeconds = 20;
+  std::vector<std::string> notes;
+  EnvFacts cur = currentEnvironment(rec, opt, notes);
+  EXPECT_NE(::access(marker.c_str(), F_OK), 0) << "the recorded command was run";
+  EXPECT_NE(cur["python"], "9.9.9");
+  ASSERT_FALSE(notes.empty());
+  EXPECT_NE(notes[0].find("not run unless named with --python"), std::string::npos) << notes[0];
+  // Named by the user: then it runs.
+  opt.python = fake;
+  notes.clear();
+  cur = currentEnvironment(rec, opt, notes);
+  EXPECT_EQ(::access(marker.c_str(), F_OK), 0);
+  EXPECT_EQ(cur["python"], "9.9.9");
+  std::remove(marker.c_str());
+  std::remove(fake.c_str());
+  ::rmdir(dir.c_str());
 }
 
 // Durations come from trace bytes; a fuzzed trace once carried 3.4e9 s, which overflowed an

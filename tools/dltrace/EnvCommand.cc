@@ -222,15 +222,15 @@ CommandDef envDiffCommand() {
           "what differs between the recorded environment and this machine, and why it matters",
           "dltrace env-diff TRACE [--json] [--no-python] [--python PATH]",
           "Compares the recorded environment with this machine: Python, torch, NumPy and the imported\n"
-          "packages' versions (asked of the recorded command's Python when it exists here, else\n"
-          "/usr/bin/python3), BLAS, CUDA/cuDNN/GPU/driver, thread and CPU counts, key variables\n"
-          "(OMP_NUM_THREADS, CUDA_VISIBLE_DEVICES, PYTHONHASHSEED, LD_LIBRARY_PATH, PATH, LANG, ...),\n"
-          "and the paths the job used or missed (working directory, script, packages, missing paths\n"
-          "that exist now, libraries that failed to load). Each difference says whether it breaks\n"
-          "bit-exact replay, matters for a rerun, or is informational.\n"
+          "packages' versions (asked of this machine's /usr/bin/python3, else python3 on PATH; the\n"
+          "recorded command is never run), BLAS, CUDA/cuDNN/GPU/driver, thread and CPU counts, key\n"
+          "variables (OMP_NUM_THREADS, CUDA_VISIBLE_DEVICES, PYTHONHASHSEED, LD_LIBRARY_PATH, PATH,\n"
+          "LANG, ...), and the paths the job used or missed (working directory, script, packages,\n"
+          "missing paths that exist now, libraries that failed to load). Each difference says\n"
+          "whether it breaks bit-exact replay, matters for a rerun, or is informational.\n"
           "\n"
           "  --no-python    do not start Python: versions from the packages' files (fast)\n"
-          "  --python PATH  the interpreter to ask\n"
+          "  --python PATH  the interpreter to ask (e.g. the job's own virtualenv's python)\n"
           "  --json         one JSON object (keys: differences, recorded, current, notes)\n"
           "\n"
           "exit status: 0 nothing differs, 1 differences were found\n",
