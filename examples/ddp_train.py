@@ -36,6 +36,8 @@ spreads the NaN gradients to every rank, so all ranks' parameters are NaN
 after step S and every rank's loss is NaN from step S+1 on.  The job keeps
 training and exits 0.
 
+--param-hash prints `rank {r} params {sha256}` of the final parameters' bytes.
+
 --comm-hook registers a user-defined DDP communication hook: a Python
 function doing what torch's default allreduce_hook does (divide the bucket
 by the world size, all_reduce it asynchronously, return the future), plus a
@@ -43,6 +45,7 @@ call counter that each rank prints at the end.
 """
 
 import argparse
+import hashlib
 import os
 import socket
 import sys
@@ -76,6 +79,8 @@ def parse_args(argv):
     p.add_argument("--nan-step", type=int, default=None)
     p.add_argument("--comm-hook", action="store_true",
                    help="register a user-defined allreduce comm hook")
+    p.add_argument("--param-hash", action="store_true",
+                   help="print a SHA-256 of the final parameters' bytes (bit-exactness checks)")
     return p.parse_args(argv)
 
 
@@ -158,6 +163,11 @@ def main(argv):
 
     if args.comm_hook:
         print(f"user comm hook calls: {COMM_HOOK_CALLS}", flush=True)
+    if args.param_hash:
+        h = hashlib.sha256()
+        for p in model.parameters():
+            h.update(p.detach().numpy().tobytes())
+        print(f"rank {rank} params {h.hexdigest()}", flush=True)
     print(f"rank {rank} done", flush=True)
     dist.destroy_process_group()
     return 0

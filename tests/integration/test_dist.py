@@ -1,0 +1,181 @@
+"""Distributed jobs (docs/distributed.md): real torchrun, real gloo process groups, 2-3 ranks.
+
+A DDP job with a NaN planted on one rank: the trace names that rank as the origin, replay of
+that rank alone reaches the NaN bit-exactly, replay of another rank alone verifies every step
+(or stops where the NaN reached it), and --all-ranks relaunches and verifies every stream.
+Explicit all_reduce/broadcast/all_gather/barrier; a user's DDP comm hook keeps running; the
+DDP hook dlrr installs computes bit for bit what DDP's built-in all-reduce does; one dlrecord
+per rank (torchrun --no_python dlrecord ...)."""
+import os
+import re
+import unittest
+
+from harness import EXAMPLES, PY, TraceTestCase, info, run, tool
+
+DDP = os.path.join(EXAMPLES, "ddp_train.py")
+COLLECTIVES = os.path.join(EXAMPLES, "collectives_train.py")
+
+
+def torchrun(nproc, log_dir):
+    # torch 1.13 under Python 3.11 needs --redirects/--tee 1 or 2; the c10d rendezvous on port 0
+    # picks a free port (the default static one would clash with parallel tests).
+    return [PY, "-m", "torch.distributed.run", "--rdzv_backend=c10d", "--rdzv_endpoint=localhost:0", "--nnodes=1",
+            "--nproc_per_node=%d" % nproc, "--redirects", "1", "--tee", "1", "--log_dir", log_dir,
+            "--monitor_interval", "0.2"]
+
+
+def rank_lines(stdout):
+    """{rank: [lines]} of torchrun's prefixed output ("[default1]:rank 1 step 0 loss ...")."""
+    out = {}
+    for m in re.finditer(r"^\[default(\d+)\]:(.*)$", stdout, re.M):
+        out.setdefault(int(m.group(1)), []).append(m.group(2))
+    return out
+
+
+class DistTest(TraceTestCase):
+    def launcher(self, nproc=2):
+        return torchrun(nproc, os.path.join(self.tmp, "torchrun-logs"))
+
+    def record(self, job_args, collectives="full", nproc=2, name="t.trace"):
+        trace = self.trace_path(name)
+        argv = [tool("dlrecord"), "--collectives", collectives, "-o", trace, "--"] + self.launcher(nproc) + job_args
+        p = run(argv, timeout=240)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        return trace, p
+
+    def test_nan_on_one_rank_named_and_replayed_rank_by_rank(self):
+        job = [DDP, "--steps", "6", "--nan-rank", "1", "--nan-step", "3"]
+        plain = run(self.launcher() + job, timeout=240)
+        trace, rec = self.record(job)
+        # The job is unchanged: every rank prints the same lines as without dlrecord.
+        self.assertEqual(rank_lines(rec.stdout), rank_lines(plain.stdout))
+        self.assertIn("first non-finite value: rank 1, step 3, module.fc1", rec.stderr)
+        self.assertIn("reached rank 0 through DDP all-reduce at step 3", rec.stderr)
+
+        doc = info(trace)
+        dist = doc["distributed"]
+        self.assertEqual(dist["world_size"], 2)
+        self.assertEqual([r["rank"] for r in dist["ranks"]], [0, 1])
+        origin = dist["nonfinite_origin"]
+        self.assertEqual((origin["rank"], origin["step"], origin["where"]), (1, 3, "module.fc1"))
+        self.assertEqual(origin["reached"], [0])
+        self.assertEqual(origin["via"], "DDP all-reduce")
+        self.assertTrue(dist["ranks"][0]["received_nonfinite"])
+        for r in dist["ranks"]:
+            self.assertEqual(r["steps"], 7)
+            self.assertEqual(r["exit_code"], 0)
+            self.assertGreater(r["collectives"], 6)  # start-up sync + one bucket per step
+            self.assertGreater(r["results_kept"], 0)
+
+        # The default replay picks the origin rank and runs it alone, without its peer.
+        p = run([tool("dlreplay"), trace], timeout=240)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("replaying rank 1 alone", p.stderr)
+        self.assertIn("reached nan", p.stderr)
+        self.assertIn("before module module.fc1 (call 0) of step 3", p.stderr)
+        self.assertIn("3 of 7 recorded steps verified bit-exact", p.stderr)
+        recorded = rank_lines(rec.stdout)[1]
+        replayed = [l for l in p.stdout.splitlines() if l.startswith("rank 1 step")]
+        self.assertEqual(replayed, recorded[:3])  # the same losses, to the last printed digit
+
+        # The other rank alone: every step verified to the end, collectives served.
+        p = run([tool("dlreplay"), trace, "--rank", "0", "--until", "end"], timeout=240)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("replayed to the end; 7 of 7 recorded steps verified bit-exact", p.stderr)
+        self.assertEqual([l for l in p.stdout.splitlines() if l.startswith("rank 0 ")], rank_lines(rec.stdout)[0])
+        self.assertRegex(p.stderr, r"collectives: \d+ of \d+ recorded issued; \d+ tensors verified; [1-9]\d* results served")
+
+        # Its nan target is where the NaN arrived: after the all-reduce, with the origin named.
+        p = run([tool("dlreplay"), trace, "--rank", "0"], timeout=240)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("rank 0 received its non-finite values; they began on rank 1, step 3", p.stderr)
+        self.assertIn("after collective #4 (DDP all-reduce) of step 3", p.stderr)
+
+        # Every rank relaunched with the recorded torchrun command: every stream verified.
+        p = run([tool("dlreplay"), trace, "--all-ranks"], timeout=240)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("rank 0: 7 of 7 recorded steps verified bit-exact", p.stderr)
+        self.assertIn("rank 1: 7 of 7 recorded steps verified bit-exact", p.stderr)
+        self.assertIn("every rank replayed to the end, every step verified", p.stderr)
+
+    def test_digest_only_recording_replays_all_ranks_not_one(self):
+        trace, _ = self.record([DDP, "--steps", "3"], collectives="digest")
+        p = run([tool("dlreplay"), trace, "--rank", "1"], timeout=60)
+        self.assertEqual(p.returncode, 7, p.stderr)
+        self.assertIn("rank 1 cannot run without its peers: the recording kept 0 of its", p.stderr)
+        self.assertIn("--collectives full", p.stderr)
+        p = run([tool("dlreplay"), trace], timeout=240)  # default: --all-ranks
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("recorded without collective results: relaunching every rank", p.stderr)
+        self.assertIn("every rank replayed to the end, every step verified", p.stderr)
+        p = run([tool("dlreplay"), trace, "--all-ranks", "--until", "nan"], timeout=60)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        p = run([tool("dlreplay"), trace, "--rank", "5"], timeout=60)
+        self.assertEqual(p.returncode, 7, p.stderr)
+        self.assertIn("no rank 5", p.stderr)
+
+    def test_explicit_collectives_recorded_and_served(self):
+        trace, rec = self.record([COLLECTIVES, "--steps", "3"])
+        ev = run([tool("dltrace"), "events", trace, "--stream", "rank1", "--kind", "collective"], check=True).stdout
+        for op in ("broadcast peer 0", "all_reduce sum", "all_gather", "barrier"):
+            self.assertIn(op, ev)
+        self.assertNotIn("object at 0x", ev)
+        p = run([tool("dlreplay"), trace, "--rank", "1", "--until", "end"], timeout=240)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("3 of 3 recorded steps verified bit-exact", p.stderr)
+        self.assertEqual([l for l in p.stdout.splitlines() if l.startswith("rank 1 ")], rank_lines(rec.stdout)[1])
+
+    def test_user_comm_hook_still_runs_and_buckets_are_recorded(self):
+        job = [DDP, "--steps", "4", "--comm-hook"]
+        plain = run(self.launcher() + job, timeout=240)
+        trace, rec = self.record(job)
+        self.assertEqual(rank_lines(rec.stdout), rank_lines(plain.stdout))
+        self.assertIn("user comm hook calls: 4", rank_lines(rec.stdout)[0])
+        ev = run([tool("dltrace"), "events", trace, "--stream", "rank0", "--kind", "collective"], check=True).stdout
+        self.assertEqual(len(re.findall(r"ddp_bucket bucket 0", ev)), 4, ev)
+        self.assertNotIn(" all_reduce ", ev)  # the hook's own all_reduce belongs to its bucket
+        # Alone, the hook is not run (it would communicate): its buckets are served.
+        p = run([tool("dlreplay"), trace, "--rank", "1", "--until", "end"], timeout=240)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("user comm hook calls: 0", p.stdout)
+        self.assertIn("comm_hook: the job's DDP comm hook user_allreduce_hook is not run", p.stderr)
+
+    def test_dlrr_ddp_hook_is_bit_exact_with_the_builtin_all_reduce(self):
+        # World size 3: 1/3 is inexact, so dividing instead of multiplying would show.
+        job = [DDP, "--steps", "5", "--lr", "0.3", "--param-hash"]
+        plain = run(self.launcher(3) + job, timeout=240)
+        self.assertEqual(plain.returncode, 0, plain.stderr)
+        _, rec = self.record(job, nproc=3)
+        hashes = lambda out: sorted(l for l in out.splitlines() if " params " in l)
+        self.assertEqual(len(hashes(plain.stdout)), 3)
+        self.assertEqual(hashes(rec.stdout), hashes(plain.stdout))
+
+    def test_one_dlrecord_per_rank(self):
+        trace = self.trace_path()
+        job = [PY, DDP, "--steps", "3", "--nan-rank", "0", "--nan-step", "1"]
+        p = run(self.launcher() + ["--no_python", tool("dlrecord"), "--collectives", "full", "-o", trace, "--"] + job,
+                timeout=240)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        names = sorted(os.listdir(trace))
+        self.assertEqual(names, ["launcher.rank0.dls", "launcher.rank1.dls", "rank0.dls", "rank1.dls"])
+        doc = info(trace)
+        self.assertEqual(doc["exit_code"], 0)
+        self.assertEqual(doc["distributed"]["nonfinite_origin"]["rank"], 0)
+        # A second recording into the same trace is refused for a rank already there.
+        again = run(self.launcher() + ["--no_python", tool("dlrecord"), "-o", trace, "--"] + job, timeout=240)
+        self.assertNotEqual(again.returncode, 0)
+        self.assertIn("already holds the recording of this rank", again.stdout + again.stderr)
+        p = run([tool("dlreplay"), trace, "--rank", "0"], timeout=240)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("before module module.fc1 (call 0) of step 1", p.stderr)
+        # --all-ranks needs the launcher command: dlreplay says which one.
+        p = run([tool("dlreplay"), trace, "--all-ranks"], timeout=60)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--no_python " + PY + " " + DDP, p.stderr)
+        p = run([tool("dlreplay"), trace, "--all-ranks", "--"] + self.launcher() + ["--no_python"] + job, timeout=240)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("every rank replayed to the end, every step verified", p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
