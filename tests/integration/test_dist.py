@@ -67,6 +67,14 @@ class DistTest(TraceTestCase):
             self.assertGreater(r["collectives"], 6)  # start-up sync + one bucket per step
             self.assertGreater(r["results_kept"], 0)
 
+        # dltrace steps puts the ranks side by side: rank 1 went non-finite at step 3, rank 0 after.
+        table = run([tool("dltrace"), "steps", trace], check=True).stdout.splitlines()
+        self.assertRegex(table[0], r"^STEP +RANK 0 LOSS +NONFIN +RANK 1 LOSS +NONFIN")
+        row3 = table[4].split()
+        self.assertEqual((row3[0], row3[3]), ("3", "nan"))
+        self.assertNotEqual(row3[1], "nan")
+        self.assertIn("first non-finite value: rank 1, step 3", table[-1])
+
         # The default replay picks the origin rank and runs it alone, without its peer.
         p = run([tool("dlreplay"), trace], timeout=240)
         self.assertEqual(p.returncode, 0, p.stderr)
