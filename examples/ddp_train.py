@@ -49,6 +49,7 @@ import hashlib
 import os
 import socket
 import sys
+import time
 from collections import OrderedDict
 
 import torch
@@ -79,6 +80,9 @@ def parse_args(argv):
     p.add_argument("--nan-step", type=int, default=None)
     p.add_argument("--comm-hook", action="store_true",
                    help="register a user-defined allreduce comm hook")
+    p.add_argument("--hidden", type=int, default=HIDDEN, help="fc1's width (benchmarks use a larger model)")
+    p.add_argument("--loop-time", action="store_true",
+                   help="print `rank {r} loop {seconds}`: the training loop's wall time (benchmarks)")
     p.add_argument("--param-hash", action="store_true",
                    help="print a SHA-256 of the final parameters' bytes (bit-exactness checks)")
     return p.parse_args(argv)
@@ -125,9 +129,9 @@ def main(argv):
 
     torch.manual_seed(args.seed)
     model = nn.Sequential(OrderedDict([
-        ("fc1", nn.Linear(IN_FEATURES, HIDDEN)),
+        ("fc1", nn.Linear(IN_FEATURES, args.hidden)),
         ("act", nn.ReLU()),
-        ("fc2", nn.Linear(HIDDEN, CLASSES)),
+        ("fc2", nn.Linear(args.hidden, CLASSES)),
     ]))
     ddp = DDP(model)
     if args.comm_hook:
@@ -145,6 +149,7 @@ def main(argv):
 
     step = 0
     epoch = 0
+    started = time.perf_counter()
     while step < args.steps:
         sampler.set_epoch(epoch)
         for x, y in loader:
@@ -161,6 +166,8 @@ def main(argv):
             step += 1
         epoch += 1
 
+    if args.loop_time:
+        print(f"rank {rank} loop {time.perf_counter() - started:.6f}", flush=True)
     if args.comm_hook:
         print(f"user comm hook calls: {COMM_HOOK_CALLS}", flush=True)
     if args.param_hash:
