@@ -72,7 +72,16 @@ class RecordExampleTest(TraceTestCase):
         self.assertEqual(doc["failure"]["kind"], "exception")
         self.assertEqual(doc["failure"]["exception_type"], "RuntimeError")
         self.assertEqual(doc["exit_code"], 1)
-        self.assertIn("exception at step", rec.stderr)
+        # The worker's exception carries its traceback: the summary is still one line, with
+        # the message's first line and its last (the error).
+        self.assertIn("\n", doc["failure"]["message"])
+        summary = [l for l in rec.stderr.splitlines() if "exception at step" in l]
+        self.assertEqual(len(summary), 1, rec.stderr)
+        self.assertTrue(summary[0].startswith("dlrecord: trace "), rec.stderr)
+        self.assertIn("Caught RuntimeError in DataLoader worker process", summary[0])
+        self.assertRegex(summary[0], r" \.\.\. RuntimeError: \S")
+        after = rec.stderr[rec.stderr.index(summary[0]) + len(summary[0]):]
+        self.assertEqual(after, "\n", "nothing may follow the summary line")
 
     def test_shell_launcher_script(self):
         data = dataset()

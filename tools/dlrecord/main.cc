@@ -33,6 +33,7 @@
 #include "format/TraceError.h"
 #include "format/Version.h"
 #include "recorder/ResourceUsage.h"
+#include "tools/common/Text.h"
 #include "tools/dlrecord/InstallPaths.h"
 
 extern char** environ;
@@ -310,6 +311,10 @@ void forwardSignal(int sig, siginfo_t* info, void*) {
   if (gChild > 0) ::kill(gChild, sig);
 }
 
+// Bytes of the failure in the summary line: room for an exception's type, its first line and
+// its last.
+constexpr size_t kSummaryFailureMax = 300;
+
 std::string humanBytes(uint64_t b) {
   char buf[32];
   if (b >= (1u << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", b / 1048576.0);
@@ -466,15 +471,17 @@ int run(int argc, char** argv) {
     try {
       auto t = Trace::open(trace, OpenMode::Tolerant);
       TraceSummary s = t->summarize();
-      std::string line = "dlrecord: trace " + trace + ": " + std::to_string(s.steps) + " step" +
+      std::string line = "dlrecord: trace " + tools::printable(trace) + ": " + std::to_string(s.steps) + " step" +
                          (s.steps == 1 ? "" : "s") + ", " + humanBytes(s.bytes);
-      if (s.failure) line += "; " + formatFailure(*s.failure);
+      // One line whatever the job raised (a DataLoader worker's exception carries a traceback);
+      // `dltrace info` / `events` show the whole message.
+      if (s.failure) line += "; " + tools::printableSummary(formatFailure(*s.failure), kSummaryFailureMax);
       if (s.mainStream.empty()) line += "; no process recorded anything (not a Python/torch job?)";
       // Notes the status pipe did not already deliver (e.g. "no steps captured: ...").
       for (const auto& n : s.notes) {
         bool shown = false;
         for (const auto& p : problems) shown = shown || n.find(p.substr(p.find(": ") + 2)) != std::string::npos;
-        if (!shown) std::fprintf(stderr, "dlrecord: note: %s\n", n.c_str());
+        if (!shown) std::fprintf(stderr, "dlrecord: note: %s\n", tools::printable(n).c_str());
       }
       std::fprintf(stderr, "%s\n", line.c_str());
     } catch (const TraceError& e) {
