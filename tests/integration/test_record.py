@@ -58,6 +58,15 @@ class RecordExampleTest(TraceTestCase):
         # The failure ring: full tensors of the failing step (and the one before) were kept.
         kept = events(self.trace_path(), kind="tensor")
         self.assertTrue(any(e["event"]["tensor"]["path"] == "conv1" for e in kept))
+        # It keeps module outputs and the loss, as `dltrace dump --help` says; gradients and
+        # parameters are only digested.
+        self.assertEqual({e["event"]["tensor"]["kind"] for e in kept}, {"moduleOutput", "loss"})
+        dump_help = run([tool("dltrace"), "dump", "--help"], check=True).stdout
+        self.assertIn("--tensor-kind K (moduleOutput, loss)", dump_help)
+        self.assertNotIn("parameter name", dump_help)
+        npy = os.path.join(self.tmp, "conv1.npy")
+        run([tool("dltrace"), "dump", self.trace_path(), "--step", str(SEED_NAN_STEP), "--tensor", "conv1",
+             "-o", npy], check=True)
         run([tool("dltrace"), "verify", self.trace_path()], check=True)
 
     def test_exception_variant(self):
