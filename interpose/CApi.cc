@@ -394,10 +394,15 @@ int dlrr_replay_rank(void) {
   return r ? r->recordedRank() : -1;
 }
 
-// Kept out of line and visible so debuggers can break on it by name.
+// Kept out of line and visible so debuggers can break on it by name. The report is written
+// before the breakpoint: a debugger that ends the job there must not lose it.
 __attribute__((noinline)) void dlrr_replay_stop(const char* reason) {
   withReplayer([&](ReplaySession& r) { r.writeReport(reason ? reason : "stop"); });
-  asm volatile("" ::: "memory");
+  dlrr_replay_stopped(reason);
+  asm volatile("" ::: "memory");  // no tail call: this frame stays in the debugger's backtrace
 }
+
+// Does nothing; the asm keeps the compiler from dropping the call to an empty function.
+__attribute__((noinline)) void dlrr_replay_stopped(const char* reason) { asm volatile("" : : "r"(reason) : "memory"); }
 
 }  // extern "C"

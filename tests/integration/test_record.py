@@ -58,6 +58,15 @@ class RecordExampleTest(TraceTestCase):
         # The failure ring: full tensors of the failing step (and the one before) were kept.
         kept = events(self.trace_path(), kind="tensor")
         self.assertTrue(any(e["event"]["tensor"]["path"] == "conv1" for e in kept))
+        # It keeps module outputs and the loss, as `dltrace dump --help` says; gradients and
+        # parameters are only digested.
+        self.assertEqual({e["event"]["tensor"]["kind"] for e in kept}, {"moduleOutput", "loss"})
+        dump_help = run([tool("dltrace"), "dump", "--help"], check=True).stdout
+        self.assertIn("--tensor-kind K (moduleOutput, loss)", dump_help)
+        self.assertNotIn("parameter name", dump_help)
+        npy = os.path.join(self.tmp, "conv1.npy")
+        run([tool("dltrace"), "dump", self.trace_path(), "--step", str(SEED_NAN_STEP), "--tensor", "conv1",
+             "-o", npy], check=True)
         run([tool("dltrace"), "verify", self.trace_path()], check=True)
 
     def test_exception_variant(self):
@@ -72,7 +81,16 @@ class RecordExampleTest(TraceTestCase):
         self.assertEqual(doc["failure"]["kind"], "exception")
         self.assertEqual(doc["failure"]["exception_type"], "RuntimeError")
         self.assertEqual(doc["exit_code"], 1)
-        self.assertIn("exception at step", rec.stderr)
+        # The worker's exception carries its traceback: the summary is still one line, with
+        # the message's first line and its last (the error).
+        self.assertIn("\n", doc["failure"]["message"])
+        summary = [l for l in rec.stderr.splitlines() if "exception at step" in l]
+        self.assertEqual(len(summary), 1, rec.stderr)
+        self.assertTrue(summary[0].startswith("dlrecord: trace "), rec.stderr)
+        self.assertIn("Caught RuntimeError in DataLoader worker process", summary[0])
+        self.assertRegex(summary[0], r" \.\.\. RuntimeError: \S")
+        after = rec.stderr[rec.stderr.index(summary[0]) + len(summary[0]):]
+        self.assertEqual(after, "\n", "nothing may follow the summary line")
 
     def test_shell_launcher_script(self):
         data = dataset()

@@ -94,12 +94,15 @@ class ReplayExampleTest(TraceTestCase):
         self.assertIn("'conv1'", p.stdout)
         self.assertIn("module output:conv1#0.0", p.stdout)
 
-    def test_gdb_batch_reaches_dlrr_replay_stop(self):
+    def test_gdb_batch_reaches_dlrr_replay_stopped(self):
         if not shutil.which("gdb"):
             self.skipTest("gdb is not installed")
         p = run([tool("dlreplay"), self.trace, "--until", "step=3", "--debug", "gdb"], timeout=600)
-        self.assertIn("dlrr_replay_stop", p.stdout + p.stderr)
-        self.assertRegex(p.stdout + p.stderr, r"#0 .*dlrr_replay_stop")
+        self.assertRegex(p.stdout + p.stderr, r"#0 .*dlrr_replay_stopped")
+        self.assertRegex(p.stdout + p.stderr, r"#1 .*dlrr_replay_stop ")
+        # The report was written before the breakpoint, so gdb's kill does not lose it.
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        self.assertIn("reached step=3; 3 of 128 recorded steps verified", p.stderr)
 
     def test_wait_accepts_a_gdb_attach(self):
         if not shutil.which("gdb"):
@@ -156,6 +159,22 @@ class ReplayTinyJobTest(TraceTestCase):
         self.assertEqual(info(self.trace_path())["failure"]["kind"], "signal")
         r = run([tool("dlreplay"), self.trace_path(), "--until", "crash"])
         self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("reproduced the crash: Segmentation fault", r.stderr)
+
+    def test_until_crash_under_gdb_batch(self):
+        if not shutil.which("gdb"):
+            self.skipTest("gdb is not installed")
+        self.assertEqual(self.record("--raise-at", "6").returncode, 1)
+        r = run([tool("dlreplay"), self.trace_path(), "--until", "crash", "--debug", "gdb"], timeout=600)
+        self.assertRegex(r.stdout + r.stderr, r"#0 .*dlrr_replay_stopped")
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        self.assertIn("reached crash; 6 of 7 recorded steps verified", r.stderr)
+        # A native crash: gdb stops the job at the signal and kills it there.
+        shutil.rmtree(self.trace_path())
+        self.assertEqual(self.record("--segv-at", "5").returncode, 128 + signal.SIGSEGV)
+        r = run([tool("dlreplay"), self.trace_path(), "--until", "crash", "--debug", "gdb"], timeout=600)
+        self.assertIn("received signal SIGSEGV", r.stdout + r.stderr)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
         self.assertIn("reproduced the crash: Segmentation fault", r.stderr)
 
     def test_nan_in_backward_names_the_function_and_forward_line(self):

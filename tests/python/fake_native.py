@@ -239,6 +239,9 @@ class FakeLib:
     def _dlrr_replay_stop(self, reason):
         self.calls.append(("dlrr_replay_stop", reason))
 
+    def _dlrr_replay_stopped(self, reason):
+        self.calls.append(("dlrr_replay_stopped", reason))
+
     # -- GPU
     def _dlrr_digest_values(self, kind, path, call_index, output, dtype, ndim, shape, algorithm, digest):
         d = digest[0]

@@ -48,6 +48,24 @@ TEST(Text, PrintableEscapesControlsAndKeepsUtf8) {
   EXPECT_EQ(humanBytes(1536), "1.5 KiB");
 }
 
+TEST(Text, PrintableSummaryIsOneLineWithTheFirstAndLastLine) {
+  EXPECT_EQ(printableSummary("short \x1b[31m", 100), "short \\x1b[31m");
+  EXPECT_EQ(printableSummary("a\nb\n", 100), "a\\nb");  // nothing left out
+  std::string tb =
+      "RuntimeError: Caught RuntimeError in DataLoader worker process 1.\n"
+      "Original Traceback (most recent call last):\n  File \"w.py\", line 3, in f\n"
+      "    x()\nRuntimeError: bad sample\n";
+  EXPECT_EQ(printableSummary(tb, 200),
+            "RuntimeError: Caught RuntimeError in DataLoader worker process 1. ... RuntimeError: bad sample");
+  // Cuts fall between characters and escapes, never inside one.
+  EXPECT_EQ(printableSummary("abcdef\x01gh", 10), "abcdef...");
+  EXPECT_EQ(printableSummary("ab\xc3\xa9\xc3\xa9xyz", 8), "ab\xc3\xa9...");
+  std::string cut = printableSummary(std::string(500, 'x') + "\n\n" + std::string(500, 'y'), 100);
+  EXPECT_LE(cut.size(), 100u);
+  EXPECT_EQ(cut.find('\n'), std::string::npos);
+  EXPECT_NE(cut.find(" ... yyy"), std::string::npos);
+}
+
 TEST(Npy, HeaderIsAlignedAndDescribesTheArray) {
   for (const auto& shape : std::vector<std::vector<int64_t>>{{}, {3}, {2, 128}, {1, 2, 3, 4}}) {
     std::string h = npyHeader("<f4", shape);

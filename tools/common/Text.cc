@@ -1,5 +1,6 @@
 #include "tools/common/Text.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -66,6 +67,43 @@ std::string printable(std::string_view s) {
     ++i;
   }
   return out;
+}
+
+namespace {
+
+// printable(s) cut to at most `max` bytes at a character or escape boundary, "..." marking a cut.
+std::string printableCut(std::string_view s, size_t max) {
+  std::string p = printable(s);
+  if (p.size() <= max) return p;
+  size_t keep = max > 3 ? max - 3 : 0, end = 0;
+  while (end < p.size()) {
+    // In printable() output a backslash always starts an escape (\\, \n, \xNN); bytes >= 0x80
+    // are whole UTF-8 sequences.
+    size_t len = 1;
+    if (p[end] == '\\')
+      len = p[end + 1] == 'x' ? 4 : 2;
+    else if (static_cast<unsigned char>(p[end]) >= 0x80)
+      len = utf8SequenceLength(p, end);
+    if (end + len > keep) break;
+    end += len;
+  }
+  return p.substr(0, end) + "...";
+}
+
+}  // namespace
+
+std::string printableSummary(std::string_view s, size_t max) {
+  auto isSpace = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+  while (!s.empty() && isSpace(s.back())) s.remove_suffix(1);
+  size_t nl = s.find('\n'), lastNl = s.rfind('\n');
+  if (nl == lastNl) return printableCut(s, max);  // one or two lines: nothing to leave out
+  std::string_view first = s.substr(0, nl), last = s.substr(lastNl + 1);
+  while (!last.empty() && isSpace(last.front())) last.remove_prefix(1);
+  static constexpr std::string_view kSep = " ... ";
+  size_t lastRoom = std::min(printable(last).size(), max / 2);
+  std::string head = printableCut(first, max > lastRoom + kSep.size() ? max - lastRoom - kSep.size() : 0);
+  return head + std::string(kSep) +
+         printableCut(last, max > head.size() + kSep.size() ? max - head.size() - kSep.size() : 0);
 }
 
 std::string hex64(uint64_t v) {

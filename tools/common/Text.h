@@ -13,6 +13,10 @@ namespace dlrr::tools {
 size_t utf8SequenceLength(std::string_view s, size_t i);
 // Valid UTF-8 kept, control characters and malformed bytes escaped (\n, \t, \xNN).
 std::string printable(std::string_view s);
+// printable() for a one-line summary of a possibly long, multi-line message (an exception
+// carrying a traceback): its first line and, when there are more, " ... " and its last
+// non-empty line (a traceback's last line names the error), each cut to fit `max` bytes.
+std::string printableSummary(std::string_view s, size_t max);
 // "0x" + 16 hex digits.
 std::string hex64(uint64_t v);
 // Lower-case hex of up to `max` bytes, with "..." when there are more.

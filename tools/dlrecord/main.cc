@@ -35,6 +35,7 @@
 #include "format/TraceError.h"
 #include "format/Version.h"
 #include "recorder/ResourceUsage.h"
+#include "tools/common/Text.h"
 #include "tools/dlrecord/InstallPaths.h"
 
 extern char** environ;
@@ -62,8 +63,8 @@ const char* kUsage =
     "                                 and received; results of the last K steps kept for a failure\n"
     "                         full:   + every collective's results, so that one rank can be\n"
     "                                 replayed alone (dlreplay --rank R)\n"
-    "  --ring-steps K       full tensors of the last K steps are kept in memory and written\n"
-    "                       only when a failure happens (default 2, 0 = off)\n"
+    "  --ring-steps K       module outputs and losses of the last K steps are kept in full in\n"
+    "                       memory and written only when a failure happens (default 2, 0 = off)\n"
     "  --redact LIST        comma-separated name fragments of environment variables whose\n"
     "                       values are never stored; '+LIST' adds to the defaults\n"
     "                       (TOKEN,SECRET,PASSWORD,PASSWD,KEY,CREDENTIAL,AUTH,COOKIE,SESSION)\n"
@@ -335,6 +336,10 @@ void forwardSignal(int sig, siginfo_t* info, void*) {
   if (gChild > 0) ::kill(gChild, sig);
 }
 
+// Bytes of the failure in the summary line: room for an exception's type, its first line and
+// its last.
+constexpr size_t kSummaryFailureMax = 300;
+
 std::string humanBytes(uint64_t b) {
   char buf[32];
   if (b >= (1u << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", b / 1048576.0);
@@ -491,20 +496,22 @@ int run(int argc, char** argv) {
     try {
       auto t = Trace::open(trace, OpenMode::Tolerant);
       TraceSummary s = t->summarize();
-      std::string line = "dlrecord: trace " + trace + ": " + std::to_string(s.steps) + " step" +
+      std::string line = "dlrecord: trace " + tools::printable(trace) + ": " + std::to_string(s.steps) + " step" +
                          (s.steps == 1 ? "" : "s") + ", " + humanBytes(s.bytes);
       RankReport ranks = analyzeRanks(*t);
+      // One line whatever the job raised (a DataLoader worker's exception carries a traceback);
+      // `dltrace info` / `events` show the whole message.
       if (ranks.origin)
-        line += "; first non-finite value: " + formatOrigin(*ranks.origin);
+        line += "; first non-finite value: " + tools::printableSummary(formatOrigin(*ranks.origin), kSummaryFailureMax);
       else if (s.failure)
-        line += "; " + formatFailure(*s.failure);
+        line += "; " + tools::printableSummary(formatFailure(*s.failure), kSummaryFailureMax);
       if (ranks.distributed()) line += " (" + std::to_string(ranks.ranks.size()) + " rank streams)";
       if (s.mainStream.empty()) line += "; no process recorded anything (not a Python/torch job?)";
       // Notes the status pipe did not already deliver (e.g. "no steps captured: ...").
       for (const auto& n : s.notes) {
         bool shown = false;
         for (const auto& p : problems) shown = shown || n.find(p.substr(p.find(": ") + 2)) != std::string::npos;
-        if (!shown) std::fprintf(stderr, "dlrecord: note: %s\n", n.c_str());
+        if (!shown) std::fprintf(stderr, "dlrecord: note: %s\n", tools::printable(n).c_str());
       }
       std::fprintf(stderr, "%s\n", line.c_str());
     } catch (const TraceError& e) {

@@ -85,8 +85,9 @@ const char* kUsageText =
     "                   crash    at the recorded exception or fatal signal (default when one)\n"
     "                   end      run to the end, verifying every step (default otherwise)\n"
     "  --debug MODE     pdb: an interactive pdb in your frame at the stop\n"
-    "                   gdb: run under gdb, stopping in dlrr_replay_stop (batch mode when\n"
-    "                        stdin is not a terminal: prints the stack and ends)\n"
+    "                   gdb: run under gdb, stopping in dlrr_replay_stopped (report written)\n"
+    "                        or at a fatal signal (batch mode when stdin is not a terminal:\n"
+    "                        prints the stack and ends)\n"
     "                   wait: pause at the stop, print the PID and attach commands; resumes\n"
     "                        when the debugger detaches or on SIGCONT/SIGUSR1\n"
     "  --check          replay to the recorded failure and say whether it is deterministic:\n"
@@ -610,17 +611,39 @@ int run(int argc, char** argv) {
   }
 
   std::vector<std::string> full = command;
+  // Under gdb our child is gdb, whose exit status is not the job's. At the job's first stop gdb
+  // writes into this file the signal it stopped at (SIGTRAP: our breakpoint) or died of, and
+  // its exit code when it ended instead; the job's status is taken from there.
+  char gdbStatusPath[] = "/tmp/dlreplay-gdb-XXXXXX";
   if (o.debug == "gdb") {
+    int fd = ::mkstemp(gdbStatusPath);
+    if (fd < 0) {
+      std::perror("dlreplay: mkstemp");
+      ::unlink(reportPath);
+      return kIo;
+    }
+    ::close(fd);
+    std::string path = gdbStatusPath;
     full = {"gdb", "-q"};
     bool interactive = ::isatty(0);
     if (!interactive) full.push_back("-batch");
-    for (const char* c : {"set breakpoint pending on", "set confirm off", "break dlrr_replay_stop",
-                          "handle SIGSEGV stop print", "run"})
+    // $_siginfo exists only while the job lives; gdb evaluates one branch of ?: only.
+    for (const std::string& c : std::initializer_list<std::string>{
+             "set breakpoint pending on", "set confirm off", "break dlrr_replay_stopped", "handle SIGSEGV stop print",
+             "run",
+             "set $dlrr_signal = !$_isvoid($_exitsignal) ? $_exitsignal : "
+             "$_isvoid($_exitcode) ? $_siginfo.si_signo : 0",
+             "set $dlrr_exit = $_isvoid($_exitcode) ? -1 : $_exitcode", "dump binary value " + path + " $dlrr_signal",
+             "append binary value " + path + " $dlrr_exit"})
       full.insert(full.end(), {"-ex", c});
     if (!interactive) full.insert(full.end(), {"-ex", "bt 30", "-ex", "kill"});
     full.push_back("--args");
     full.insert(full.end(), command.begin(), command.end());
   }
+  auto removeTemps = [&] {
+    ::unlink(reportPath);
+    if (o.debug == "gdb") ::unlink(gdbStatusPath);
+  };
   std::vector<std::string> envStrings;
   for (auto& [k, v] : env) envStrings.push_back(k + "=" + v);
   std::vector<char*> envp, args;
@@ -641,13 +664,13 @@ int run(int argc, char** argv) {
   int execPipe[2];
   if (::pipe2(execPipe, O_CLOEXEC) != 0) {
     std::perror("dlreplay: pipe");
-    ::unlink(reportPath);
+    removeTemps();
     return kIo;
   }
   pid_t pid = ::fork();
   if (pid < 0) {
     std::perror("dlreplay: fork");
-    ::unlink(reportPath);
+    removeTemps();
     return kIo;
   }
   if (pid == 0) {
@@ -665,7 +688,7 @@ int run(int argc, char** argv) {
   if (::read(execPipe[0], &execErr, sizeof execErr) == static_cast<ssize_t>(sizeof execErr)) {
     ::waitpid(pid, nullptr, 0);
     std::fprintf(stderr, "dlreplay: cannot run '%s': %s\n", args[0], std::strerror(execErr));
-    ::unlink(reportPath);
+    removeTemps();
     return execErr == ENOENT ? 127 : 126;
   }
   ::close(execPipe[0]);
@@ -677,7 +700,17 @@ int run(int argc, char** argv) {
     return allRanksOutcome(ranks, rankReports, status, o.json);
   }
   auto report = readReport(reportPath);
-  ::unlink(reportPath);
+  if (o.debug == "gdb") {
+    int32_t job[2] = {0, -1};  // signal, exit code
+    std::ifstream in(gdbStatusPath, std::ios::binary);
+    if (in.read(reinterpret_cast<char*>(job), sizeof job)) {
+      if (job[0] > 0 && job[0] < 128 && job[0] != SIGTRAP)
+        status = W_EXITCODE(0, job[0]);  // ended in gdb there
+      else if (job[1] >= 0 && job[1] < 256)
+        status = W_EXITCODE(job[1], 0);
+    }
+  }
+  removeTemps();
 
   // Outcome.
   int exitCode = kNotReached;

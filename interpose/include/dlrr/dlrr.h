@@ -180,8 +180,11 @@ DLRR_API const char* dlrr_replay_recorded_digests(int64_t step);
 DLRR_API const char* dlrr_replay_divergence(void);
 /* Adds a line to the replay report (key "warning" collects warnings). */
 DLRR_API void dlrr_replay_fact(const char* key, const char* value);
-/* Called at the stop: writes the report. `dlreplay --debug gdb` breaks here. */
+/* Called at the stop: writes the report, then calls dlrr_replay_stopped. */
 DLRR_API void dlrr_replay_stop(const char* reason);
+/* Does nothing: the breakpoint of `dlreplay --debug gdb`, reached once the report is written,
+ * so that ending the job there (gdb's `kill`, `quit`) keeps the report. */
+DLRR_API void dlrr_replay_stopped(const char* reason);
 
 /* ---- GPU (docs/gpu.md). Kernel launches and copies are captured natively (CUPTI, started by
  * CUDA through InitializeInjection); the hook adds digests of CUDA tensors computed on the

@@ -120,6 +120,7 @@ SIGNATURES = {
     "dlrr_replay_divergence": (c_char_p, []),
     "dlrr_replay_fact": (None, [c_char_p, c_char_p]),
     "dlrr_replay_stop": (None, [c_char_p]),
+    "dlrr_replay_stopped": (None, [c_char_p]),  # gdb's breakpoint; the hook never calls it
     # GPU
     "dlrr_digest_values": (c_int, [c_int, c_char_p, c_uint32, c_uint32, c_char_p, c_int, POINTER(c_int64),
                                    c_int, POINTER(DigestT)]),

@@ -481,7 +481,7 @@ class Replayer(Recorder):
         if scan_batch:
             for line in self._scan_batch():
                 self._fact("batch.samples", line)
-        self.lib.dlrr_replay_stop(native.text(reason))  # writes the report; gdb breaks here
+        self.lib.dlrr_replay_stop(native.text(reason))  # writes the report; then gdb breaks
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -492,7 +492,7 @@ class Replayer(Recorder):
         elif self.debug == "wait":
             self._wait_for_debugger(reason, detail)
         elif self.debug == "gdb":
-            pass  # gdb stopped in dlrr_replay_stop; the job goes on when gdb continues
+            pass  # gdb stopped in dlrr_replay_stopped; the job goes on when gdb continues
         else:
             os._exit(0)
 
