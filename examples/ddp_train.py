@@ -80,6 +80,7 @@ def parse_args(argv):
     p.add_argument("--nan-step", type=int, default=None)
     p.add_argument("--comm-hook", action="store_true",
                    help="register a user-defined allreduce comm hook")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda (one GPU per rank: cuda:LOCAL_RANK, NCCL)")
     p.add_argument("--hidden", type=int, default=HIDDEN, help="fc1's width (benchmarks use a larger model)")
     p.add_argument("--loop-time", action="store_true",
                    help="print `rank {r} loop {seconds}`: the training loop's wall time (benchmarks)")
@@ -123,7 +124,11 @@ def main(argv):
     args = parse_args(argv)
     torch.set_num_threads(1)
     default_single_rank_env()
-    dist.init_process_group(backend="gloo", init_method="env://")
+    cuda = args.device == "cuda"
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(backend="nccl" if cuda else "gloo", init_method="env://")
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     rank = dist.get_rank()
     world = dist.get_world_size()
 
@@ -133,7 +138,8 @@ def main(argv):
         ("act", nn.ReLU()),
         ("fc2", nn.Linear(args.hidden, CLASSES)),
     ]))
-    ddp = DDP(model)
+    model = model.to(device)
+    ddp = DDP(model, device_ids=[device.index] if cuda else None)
     if args.comm_hook:
         ddp.register_comm_hook(None, user_allreduce_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
@@ -155,6 +161,7 @@ def main(argv):
         for x, y in loader:
             if step >= args.steps:
                 break
+            x, y = x.to(device), y.to(device)
             if rank == args.nan_rank and step == args.nan_step:
                 x = x.clone()
                 x[0, 0] = float("nan")
@@ -173,7 +180,7 @@ def main(argv):
     if args.param_hash:
         h = hashlib.sha256()
         for p in model.parameters():
-            h.update(p.detach().numpy().tobytes())
+            h.update(p.detach().cpu().numpy().tobytes())
         print(f"rank {rank} params {h.hexdigest()}", flush=True)
     print(f"rank {rank} done", flush=True)
     dist.destroy_process_group()

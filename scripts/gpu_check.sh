@@ -5,7 +5,9 @@
 #   2. replays it to the NaN: bit-exact steps, launch sequences compared per step;
 #   3. per-launch overhead on a launch-heavy loop (tiny torch.add kernels), with and without
 #      dlrecord;
-#   4. the record overhead ratio on the job.
+#   4. the record overhead ratio on the job;
+#   5. a one-rank NCCL DDP job under torchrun (docs/distributed.md): recorded with
+#      --collectives full, replayed alone (--rank 0) to its NaN and with --all-ranks.
 # Without a CUDA device it prints "no CUDA device: GPU checks skipped" and exits 0 (CI).
 #
 #   scripts/gpu_check.sh            build dir: $DLRR_BUILD or ./build (built if missing)
@@ -137,6 +139,26 @@ t0, t1, t2 = map(float, sys.argv[1:])
 print("   plain %.2f s, recorded %.2f s: ratio %.2fx (includes interpreter start and CUDA init)" % (
     t1 - t0, t2 - t1, (t2 - t1) / (t1 - t0)))
 EOF
+
+echo "== 5. distributed: one-rank NCCL DDP under torchrun, a NaN planted at step 3"
+TR=("$PY" -m torch.distributed.run --rdzv_backend=c10d --rdzv_endpoint=localhost:0 --nnodes=1 --nproc_per_node=1
+    --redirects 1 --tee 1 --log_dir "$TMP/torchrun" --monitor_interval 0.2)
+DJOB=("$ROOT/examples/ddp_train.py" --device cuda --steps 6 --nan-rank 0 --nan-step 3)
+if "$BIN/dlrecord" --collectives full -o "$TMP/dist.trace" -- "${TR[@]}" "${DJOB[@]}" >"$TMP/dist.out" 2>"$TMP/dist.err"; then
+  grep '^dlrecord: trace' "$TMP/dist.err" | sed 's/^/   /'
+  if "$BIN/dlreplay" "$TMP/dist.trace" --rank 0 >"$TMP/dist-r0.out" 2>"$TMP/dist-r0.err"; then
+    grep -E '^dlreplay: (reached|  where)' "$TMP/dist-r0.err" | sed 's/^/   /'
+  else
+    echo "   FAIL: dlreplay --rank 0 exited $?"; tail -5 "$TMP/dist-r0.err" | sed 's/^/   /'; fail=1
+  fi
+  if "$BIN/dlreplay" "$TMP/dist.trace" --all-ranks >"$TMP/dist-all.out" 2>"$TMP/dist-all.err"; then
+    grep -E '^dlreplay: (rank|every)' "$TMP/dist-all.err" | sed 's/^/   /'
+  else
+    echo "   FAIL: dlreplay --all-ranks exited $?"; tail -5 "$TMP/dist-all.err" | sed 's/^/   /'; fail=1
+  fi
+else
+  echo "   FAIL: the recorded NCCL job failed"; tail -5 "$TMP/dist.err" | sed 's/^/   /'; fail=1
+fi
 
 if [[ $fail -ne 0 ]]; then
   echo "GPU checks: FAILED"
