@@ -184,6 +184,22 @@ class DistTest(TraceTestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("every rank replayed to the end, every step verified", p.stderr)
 
+    @unittest.skipIf(any(os.path.exists(p) for p in ("/dev/nvidiactl", "/proc/driver/nvidia/version", "/dev/dxg")),
+                     "this machine has a CUDA device")
+    def test_a_gpu_trace_says_it_needs_a_gpu_machine(self):
+        # A job whose process reported CUDA in use (as the hook does on a GPU), replayed here.
+        job = [PY, "-c", "import ctypes; lib = ctypes.CDLL(None); "
+               "lib.dlrr_runtime_info(b'cuda.initialized', b'1'); "
+               "lib.dlrr_runtime_info(b'cuda.device.0', b'NVIDIA H100 80GB HBM3'); "
+               "lib.dlrr_runtime_info(b'dist.backend', b'nccl')"]
+        trace = self.trace_path()
+        run([tool("dlrecord"), "-o", trace, "--"] + job, check=True)
+        p = run([tool("dlreplay"), trace], timeout=60)
+        self.assertEqual(p.returncode, 7, p.stderr)
+        self.assertIn("ran on a GPU (NVIDIA H100 80GB HBM3, NCCL): it replays on a machine with a CUDA device only",
+                      p.stderr)
+        self.assertNotIn("dlreplay: running", p.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -252,6 +252,35 @@ std::string currentHost() {
   return host;
 }
 
+// What of a GPU the replayed stream used ("" when none): its process initialised CUDA, or
+// its collectives went through NCCL.
+std::string gpuUsed(StreamReader& s) {
+  std::string device, backend;
+  bool initialised = false;
+  try {
+    s.forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
+      if (!e.isRuntimeInfo()) return;
+      for (auto kv : e.getRuntimeInfo().getItems()) {
+        std::string k = kv.getKey().cStr(), v = kv.getValue().cStr();
+        if (k == "cuda.initialized" && v == "1") initialised = true;
+        if (k == "cuda.device.0" && device.empty()) device = v;
+        if (k == "dist.backend") backend = v;
+      }
+    });
+  } catch (const TraceError&) {  // damaged: what precedes the damage tells
+  }
+  if (!initialised && backend != "nccl") return "";
+  std::string what = device.empty() ? std::string("a CUDA device") : device;
+  if (backend == "nccl") what += ", NCCL";
+  return what;
+}
+
+bool haveCudaDevice() {
+  for (const char* p : {"/dev/nvidiactl", "/proc/driver/nvidia/version", "/dev/dxg"})
+    if (::access(p, F_OK) == 0) return true;
+  return false;
+}
+
 using RankReports = std::vector<std::pair<int, std::string>>;
 
 // --all-ranks: one line per rank, then the verdict. 0 when every rank replayed its stream to
@@ -465,6 +494,21 @@ int run(int argc, char** argv) {
       std::fprintf(stderr, "dlreplay: step %lld is beyond the trace, which holds steps 0 to %lld\n",
                    static_cast<long long>(target.step), static_cast<long long>(sum.steps) - 1);
     return kNotFound;
+  }
+
+  // A GPU job (rank) replays on a GPU machine only: say so before anything runs.
+  if (!haveCudaDevice()) {
+    std::string gpu = o.allRanks ? std::string() : gpuUsed(*stream);
+    if (o.allRanks)
+      for (const auto& r : ranks.ranks)
+        if (StreamReader* rs = trace->find(r.stream); rs && gpu.empty()) gpu = gpuUsed(*rs);
+    if (!gpu.empty()) {
+      std::fprintf(stderr,
+                   "dlreplay: %s ran on a GPU (%s): it replays on a machine with a CUDA device only, and this one "
+                   "has none (no NVIDIA driver found)\n",
+                   o.allRanks ? "the job" : ("stream " + stream->name()).c_str(), gpu.c_str());
+      return kNotFound;
+    }
   }
 
   auto ti = launcher->header().getTrace();
