@@ -1,10 +1,10 @@
 #include "format/DistEnv.h"
 
-#include "format/Redact.h"
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+
+#include "format/Redact.h"
 
 extern char** environ;
 
@@ -24,9 +24,18 @@ const char* stdGetenv(const char* name) { return std::getenv(name); }
 }  // namespace
 
 bool isDistVariable(const std::string& name) {
-  static const char* const exact[] = {"RANK",        "LOCAL_RANK",        "WORLD_SIZE",   "LOCAL_WORLD_SIZE",
-                                      "GROUP_RANK",  "GROUP_WORLD_SIZE",  "ROLE_RANK",    "ROLE_NAME",
-                                      "ROLE_WORLD_SIZE", "MASTER_ADDR",   "MASTER_PORT",  "OMP_NUM_THREADS",
+  static const char* const exact[] = {"RANK",
+                                      "LOCAL_RANK",
+                                      "WORLD_SIZE",
+                                      "LOCAL_WORLD_SIZE",
+                                      "GROUP_RANK",
+                                      "GROUP_WORLD_SIZE",
+                                      "ROLE_RANK",
+                                      "ROLE_NAME",
+                                      "ROLE_WORLD_SIZE",
+                                      "MASTER_ADDR",
+                                      "MASTER_PORT",
+                                      "OMP_NUM_THREADS",
                                       "CUDA_VISIBLE_DEVICES"};
   for (const char* e : exact)
     if (name == e) return true;

@@ -14,9 +14,12 @@ bool anyNonFinite(capnp::List<schema::CollectiveTensor>::Reader ts) {
 
 std::string failureKindText(schema::Failure::Kind k) {
   switch (k) {
-    case schema::Failure::Kind::NONFINITE: return "nonfinite";
-    case schema::Failure::Kind::EXCEPTION: return "exception";
-    case schema::Failure::Kind::SIGNAL: return "signal";
+    case schema::Failure::Kind::NONFINITE:
+      return "nonfinite";
+    case schema::Failure::Kind::EXCEPTION:
+      return "exception";
+    case schema::Failure::Kind::SIGNAL:
+      return "signal";
   }
   return "?";
 }
@@ -46,8 +49,12 @@ RankReport analyzeRanks(Trace& t) {
     try {
       s->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
         switch (e.which()) {
-          case schema::Event::STEP_END: ++r.steps; break;
-          case schema::Event::PROCESS_EXIT: r.exitCode = e.getProcessExit().getExitCode(); break;
+          case schema::Event::STEP_END:
+            ++r.steps;
+            break;
+          case schema::Event::PROCESS_EXIT:
+            r.exitCode = e.getProcessExit().getExitCode();
+            break;
           case schema::Event::COLLECTIVE: {
             auto c = e.getCollective();
             ++r.collectives;
@@ -79,7 +86,8 @@ RankReport analyzeRanks(Trace& t) {
             r.failureReceived = fi.kind == "nonfinite" && !r.receivedOp.empty();
             break;
           }
-          default: break;
+          default:
+            break;
         }
       });
     } catch (const TraceError&) {  // damaged: what precedes the damage counts

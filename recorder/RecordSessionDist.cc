@@ -106,7 +106,8 @@ void RecordSession::collectiveEnd(uint64_t seq, const char* status) {
     col.setStatus(status ? status : "");
     auto in = col.initInputs(static_cast<unsigned>(c.inputs.size()));
     for (size_t i = 0; i < c.inputs.size(); ++i)
-      setTensor(in[static_cast<unsigned>(i)], c.inputs[i].dtype, c.inputs[i].shape, c.inputs[i].digest, c.inputs[i].blob);
+      setTensor(in[static_cast<unsigned>(i)], c.inputs[i].dtype, c.inputs[i].shape, c.inputs[i].digest,
+                c.inputs[i].blob);
     auto out = col.initResults(static_cast<unsigned>(c.results.size()));
     for (size_t i = 0; i < c.results.size(); ++i)
       setTensor(out[static_cast<unsigned>(i)], c.results[i].dtype, c.results[i].shape, c.results[i].digest,

@@ -74,8 +74,9 @@ uint64_t ReplaySession::collectiveBegin(const std::string& op) {
   auto it = collectives_.find(seq);
   if (it == collectives_.end()) {
     collectiveDivergenceLocked(seq, step,
-                               "collective #" + std::to_string(seq) + " (" + op + ") was never issued in the recording (" +
-                                   std::to_string(collectives_.size()) + " recorded)");
+                               "collective #" + std::to_string(seq) + " (" + op +
+                                   ") was never issued in the recording (" + std::to_string(collectives_.size()) +
+                                   " recorded)");
   } else if (it->second.op != op) {
     collectiveDivergenceLocked(seq, step,
                                "collective #" + std::to_string(seq) + ": the recording issued " + it->second.op +
@@ -93,10 +94,12 @@ int ReplaySession::collectiveTensor(uint64_t seq, bool result, const std::string
   uint32_t index = result ? seen.second++ : seen.first++;
   const auto& list = result ? it->second.results : it->second.inputs;
   const RecordedCollective& rc = it->second;
-  std::string label = "collective #" + std::to_string(seq) + " " + rc.op + (rc.bucket >= 0 ? " bucket " + std::to_string(rc.bucket) : "") +
-                      " (step " + std::to_string(rc.step) + "): " + (result ? "result " : "input ") + std::to_string(index);
+  std::string label = "collective #" + std::to_string(seq) + " " + rc.op +
+                      (rc.bucket >= 0 ? " bucket " + std::to_string(rc.bucket) : "") + " (step " +
+                      std::to_string(rc.step) + "): " + (result ? "result " : "input ") + std::to_string(index);
   if (index >= list.size()) {
-    collectiveDivergenceLocked(seq, step_.load(), label + " was not in the recording (" + std::to_string(list.size()) + " recorded)");
+    collectiveDivergenceLocked(seq, step_.load(),
+                               label + " was not in the recording (" + std::to_string(list.size()) + " recorded)");
     return 1;
   }
   const RecordedCollectiveTensor& want = list[index];
@@ -105,10 +108,10 @@ int ReplaySession::collectiveTensor(uint64_t seq, bool result, const std::string
     return 0;
   }
   std::ostringstream o;
-  o << label << (result ? " (what this rank received)" : " (what this rank sent)") << " differs: recorded " << want.dtype
-    << shapeText(want.shape) << " hash " << hexOf(want.hash) << " NaN " << want.nanCount << " Inf " << want.infCount
-    << "; replayed " << dtype << shapeText(shape) << " hash " << hexOf(got.hash) << " NaN " << got.nanCount << " Inf "
-    << got.infCount;
+  o << label << (result ? " (what this rank received)" : " (what this rank sent)") << " differs: recorded "
+    << want.dtype << shapeText(want.shape) << " hash " << hexOf(want.hash) << " NaN " << want.nanCount << " Inf "
+    << want.infCount << "; replayed " << dtype << shapeText(shape) << " hash " << hexOf(got.hash) << " NaN "
+    << got.nanCount << " Inf " << got.infCount;
   collectiveDivergenceLocked(seq, step_.load(), o.str());
   return 1;
 }

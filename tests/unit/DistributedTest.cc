@@ -32,7 +32,10 @@ const char* fakeGet(const char* name) {
 }
 
 TEST(DistEnv, ReadsWhatTorchrunSets) {
-  gFakeEnv = {{"RANK", "3"}, {"LOCAL_RANK", "1"}, {"WORLD_SIZE", "8"}, {"TORCHELASTIC_RESTART_COUNT", "2"},
+  gFakeEnv = {{"RANK", "3"},
+              {"LOCAL_RANK", "1"},
+              {"WORLD_SIZE", "8"},
+              {"TORCHELASTIC_RESTART_COUNT", "2"},
               {"TORCHELASTIC_RUN_ID", "job7"}};
   DistEnv d = DistEnv::fromEnvironment(fakeGet);
   EXPECT_TRUE(d.isRank());
@@ -47,14 +50,14 @@ TEST(DistEnv, ReadsWhatTorchrunSets) {
 }
 
 TEST(DistEnv, MalformedOrInconsistentIsNotARank) {
-  for (auto env : std::vector<std::map<std::string, std::string>>{
-           {},
-           {{"RANK", "0"}},                              // no world size
-           {{"RANK", "x"}, {"WORLD_SIZE", "2"}},         // not a number
-           {{"RANK", "-1"}, {"WORLD_SIZE", "2"}},        // negative
-           {{"RANK", "2"}, {"WORLD_SIZE", "2"}},         // outside the world
-           {{"RANK", "1 "}, {"WORLD_SIZE", "2"}},        // trailing junk
-           {{"RANK", "99999999999"}, {"WORLD_SIZE", "2"}}}) {
+  for (auto env :
+       std::vector<std::map<std::string, std::string>>{{},
+                                                       {{"RANK", "0"}},                        // no world size
+                                                       {{"RANK", "x"}, {"WORLD_SIZE", "2"}},   // not a number
+                                                       {{"RANK", "-1"}, {"WORLD_SIZE", "2"}},  // negative
+                                                       {{"RANK", "2"}, {"WORLD_SIZE", "2"}},   // outside the world
+                                                       {{"RANK", "1 "}, {"WORLD_SIZE", "2"}},  // trailing junk
+                                                       {{"RANK", "99999999999"}, {"WORLD_SIZE", "2"}}}) {
     gFakeEnv = env;
     DistEnv d = DistEnv::fromEnvironment(fakeGet);
     EXPECT_FALSE(d.isRank());
@@ -152,7 +155,8 @@ TEST(Distributed, EachRankHasItsOwnStreamTaggedWithItsPlace) {
   EXPECT_EQ(h.getLocalRank(), 1);
   EXPECT_GT(h.getHost().size(), 0u);
   bool sawRank = false;
-  for (auto kv : h.getDistEnv()) sawRank = sawRank || (std::string(kv.getKey().cStr()) == "RANK" && std::string(kv.getValue().cStr()) == "1");
+  for (auto kv : h.getDistEnv())
+    sawRank = sawRank || (std::string(kv.getKey().cStr()) == "RANK" && std::string(kv.getValue().cStr()) == "1");
   EXPECT_TRUE(sawRank);
   EXPECT_EQ(t->findRank(1), t->find("rank1"));
   EXPECT_EQ(t->findRank(2), nullptr);
@@ -240,7 +244,8 @@ TEST(Distributed, ReplayServesKeptResultsAndChecksWhatTheRankSends) {
     EXPECT_EQ(rep.collectiveTensor(b1, false, "float32", {4}, computeDigest("float32", other.data(), 16)), 1);
     ASSERT_TRUE(rep.divergence());
     EXPECT_EQ(rep.divergence()->step, 1);
-    EXPECT_NE(rep.divergence()->detail.find("collective #2 ddp_bucket bucket 0 (step 1): input 0 (what this rank sent) differs"),
+    EXPECT_NE(rep.divergence()->detail.find(
+                  "collective #2 ddp_bucket bucket 0 (step 1): input 0 (what this rank sent) differs"),
               std::string::npos)
         << rep.divergence()->detail;
     ASSERT_EQ(rep.collectiveResult(b1, 0, bytes), 1);  // the recorded result, NaN and all
@@ -264,7 +269,8 @@ TEST(Distributed, DigestOnlyRecordingsCannotServeResults) {
   std::vector<uint8_t> bytes;
   EXPECT_EQ(rep.collectiveResult(init, 0, bytes), 0);
   std::vector<float> ok{1, 2, 3, 4};
-  EXPECT_EQ(rep.collectiveTensor(init, true, "float32", {4}, computeDigest("float32", ok.data(), 16)), 0);  // received: checked
+  EXPECT_EQ(rep.collectiveTensor(init, true, "float32", {4}, computeDigest("float32", ok.data(), 16)),
+            0);  // received: checked
   testing::removeTree(dir.substr(0, dir.size() - 2));
 }
 
