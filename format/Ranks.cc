@@ -27,7 +27,7 @@ std::string failureKindText(schema::Failure::Kind k) {
 }  // namespace
 
 std::string collectiveDisplayName(const std::string& op) {
-  if (op == "ddp_bucket") return "DDP all-reduce";
+  if (op == "ddp_bucket" || op == "ddp_allreduce") return "DDP all-reduce";
   if (op == "ddp_init_sync") return "DDP start-up broadcast";
   return op;
 }
@@ -66,6 +66,7 @@ RankReport analyzeRanks(Trace& t) {
               r.receivedOp = c.getOp().cStr();
               r.receivedSeq = c.getSeq();
               r.receivedStep = e.getStep();
+              r.receivedBlind = c.getInputs().size() == 0;
             }
             break;
           }
@@ -97,6 +98,14 @@ RankReport analyzeRanks(Trace& t) {
   std::sort(rep.ranks.begin(), rep.ranks.end(), [](const RankStatus& a, const RankStatus& b) {
     return a.rank != b.rank ? a.rank < b.rank : a.restart < b.restart;
   });
+  // A collective that records only results (DDP's built-in all-reduce: gradients after it)
+  // cannot tell a rank's own non-finite gradients from received ones. When no rank made the
+  // value in front of it, they are its own: nothing says it came from elsewhere.
+  bool anyOwn = false;
+  for (const auto& r : rep.ranks) anyOwn = anyOwn || (r.failure && r.failure->kind == "nonfinite" && !r.failureReceived);
+  if (!anyOwn)
+    for (auto& r : rep.ranks)
+      if (r.receivedBlind) r.failureReceived = false;
   // The origin: a rank whose first non-finite value was its own (not received), earliest step
   // first; every rank that received one is "reached".
   const RankStatus* origin = nullptr;

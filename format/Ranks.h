@@ -29,6 +29,7 @@ struct RankStatus {
   std::string receivedOp;
   uint64_t receivedSeq = 0;
   int64_t receivedStep = -1;
+  bool receivedBlind = false;    // that collective records no inputs (DDP's built-in all-reduce)
   bool failureReceived = false;  // its first non-finite value arrived through that collective
 };
 

@@ -99,6 +99,9 @@ __attribute__((visibility("default"), noreturn)) void exit(int code) {
 __attribute__((visibility("default"), noreturn)) void _exit(int code) {
   static auto real = realFn<void (*)(int)>("_exit");
   if (RecordSession* s = processRecorder()) s->onExit(true, code);
+  // os._exit() skips atexit: the replay's final report is written here instead (forked
+  // children's replayers are inactive, so only the replayed process itself writes).
+  if (ReplaySession* r = processReplayer()) r->writeReport("exit");
   real(code);
   __builtin_unreachable();
 }

@@ -4,8 +4,7 @@ A DDP job with a NaN planted on one rank: the trace names that rank as the origi
 that rank alone reaches the NaN bit-exactly, replay of another rank alone verifies every step
 (or stops where the NaN reached it), and --all-ranks relaunches and verifies every stream.
 Explicit all_reduce/broadcast/all_gather/barrier; a user's DDP comm hook keeps running; the
-DDP hook dlrr installs computes bit for bit what DDP's built-in all-reduce does; one dlrecord
-per rank (torchrun --no_python dlrecord ...)."""
+DDP's results are bit-identical under dlrecord at world size 3; one dlrecord per rank (torchrun --no_python dlrecord ...)."""
 import os
 import re
 import unittest
@@ -148,8 +147,24 @@ class DistTest(TraceTestCase):
         self.assertIn("user comm hook calls: 0", p.stdout)
         self.assertIn("comm_hook: the job's DDP comm hook user_allreduce_hook is not run", p.stderr)
 
-    def test_dlrr_ddp_hook_is_bit_exact_with_the_builtin_all_reduce(self):
-        # World size 3: 1/3 is inexact, so dividing instead of multiplying would show.
+    def test_user_comm_hook_registered_after_the_first_step(self):
+        # DDP takes a hook any time before the next backward: recording follows the switch.
+        job = [DDP, "--steps", "4", "--comm-hook", "--late-comm-hook", "--param-hash"]
+        plain = run(self.launcher() + job, timeout=240)
+        self.assertEqual(plain.returncode, 0, plain.stderr)
+        trace, rec = self.record(job)
+        self.assertEqual(rank_lines(rec.stdout), rank_lines(plain.stdout))
+        self.assertIn("user comm hook calls: 3", rank_lines(rec.stdout)[0])
+        ev = run([tool("dltrace"), "events", trace, "--stream", "rank0", "--kind", "collective"], check=True).stdout
+        # Step 0 ran DDP's built-in all-reduce (its gradients recorded), then the job's hook.
+        self.assertEqual(len(re.findall(r"ddp_allreduce avg", ev)), 1, ev)
+        self.assertEqual(len(re.findall(r"ddp_bucket bucket 0", ev)), 3, ev)
+        p = run([tool("dlreplay"), trace, "--rank", "1", "--until", "end"], timeout=240)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("4 of 4 recorded steps verified bit-exact", p.stderr)
+
+    def test_recording_leaves_ddp_results_bit_identical(self):
+        # World size 3 (1/3 is inexact): any change to how gradients are scaled or summed shows.
         job = [DDP, "--steps", "5", "--lr", "0.3", "--param-hash"]
         plain = run(self.launcher(3) + job, timeout=240)
         self.assertEqual(plain.returncode, 0, plain.stderr)

@@ -10,10 +10,15 @@ Patch points:
       recv, ... patched in torch.distributed.distributed_c10d (whose module globals the
       object collectives such as all_gather_object call) and re-exported in torch.distributed.
       Only the outermost call of a thread counts.
-  DDP gradient buckets             DDP all-reduces buckets in C++, out of Python's sight; its
-      public way in is a communication hook. A user's hook is wrapped (it runs as before and
-      what its future returns is recorded); a DDP without one gets ours at its first forward,
-      which does what the built-in all-reduce does, bit for bit (_DdpDefaultHook).
+  DDP gradients                    DDP all-reduces gradient buckets in C++, out of Python's
+      sight. Its built-in all-reduce is left alone: after backward() (DDP waited for every
+      bucket) the gradients it left are recorded as one ddp_allreduce per DDP. A job's own
+      communication hook (the public way in) is wrapped instead: it runs as before, and the
+      bucket it is given and what its future returns are recorded (ddp_bucket), on the job's
+      thread after backward(), never in a callback on the communication thread.
+      (dlrr does not install a hook of its own: one that reproduced the built-in all-reduce bit
+      for bit made 1 in 10 recorded torch 1.13 gloo jobs hang at exit, in the process group's
+      destructor, which joins its worker while holding the GIL a worker was waiting for.)
   DDP's start-up broadcast         DistributedDataParallel.__init__ copies rank 0's parameters
       and buffers to every rank (in C++): recorded as the pseudo-collective ddp_init_sync, the
       module state right after.
@@ -23,8 +28,9 @@ Replay (DLRR_DIST_REPLAY):
          communicate and both sides of each are checked.
   alone  one rank runs by itself (dlreplay --rank R): init_process_group gets a local stand-in
          group (ReplayGroup) that answers rank and world size as recorded, every collective
-         returns its recorded results (--collectives full), DDP's buckets are served by a hook
-         and the user's own comm hook is not run (it would communicate).
+         returns its recorded results (--collectives full); DDP's built-in all-reduce runs over
+         the stand-in group and the recorded gradients replace what it leaves; a job's own
+         comm hook is replaced by one serving its buckets (it would communicate).
 """
 
 import ctypes
@@ -32,6 +38,7 @@ import inspect
 import os
 import sys
 import threading
+import weakref
 
 from . import native
 
@@ -91,7 +98,18 @@ class DistHooks:
         self._marshal = rec.marshal
         self.replay_mode = replay_mode  # None (record), DIST_REPLAY_ALL or DIST_REPLAY_ALONE
         self._local = threading.local()
-        self._ddp_hooked = {}  # id(ddp) -> "user" | "dlrr" | "builtin"
+        self._ddp_hooked = weakref.WeakKeyDictionary()  # ddp -> "user" | "dlrr" | "builtin"
+        # DDPs whose forward asked for a gradient all-reduce in this backward (DDP's built-in
+        # all-reduce, no hook of the job's): their gradients are recorded after backward().
+        self._sync_pending = weakref.WeakSet()
+        self.local_grads_finite = True  # replay alone: what the rank would have sent was finite
+        # DDP buckets whose all-reduce is under way: (seq, future or bucket tensor, sent finite).
+        # Their results are recorded on the job's thread once backward() returned (flush_buckets),
+        # never in a callback on the communication thread: a Python callback there holds
+        # references that the process group's worker drops only with the GIL, and at
+        # shutdown the thread destroying the group holds the GIL while joining that worker.
+        self._pending = []
+        self._pending_lock = threading.Lock()
         self._original = {}
         self._c10d = None
         self.replay_group_class = None
@@ -377,7 +395,7 @@ class DistHooks:
     def _register_replay_backend(self):
         if self.replay_group_class is not None:
             return
-        self.replay_group_class = make_replay_group_class(self._torch)
+        self.replay_group_class = make_replay_group_class(self._torch, self)
         cls = self.replay_group_class
         self._torch.distributed.Backend.register_backend("dlrr_replay", lambda store, rank, size, timeout: cls(rank, size))
 
@@ -416,23 +434,17 @@ class DistHooks:
                     self._serve(seq, i, t, "ddp_init_sync")
             except ServeError as exc:
                 self._unservable(exc)
-            self._register(ddp, self._served_hook, "dlrr")
             return
         self._results(seq, state)
         self._lib.dlrr_collective_end(seq, b"")
-
-    def _register(self, ddp, hook, kind):
-        from .patching import original_of
-        register = original_of(type(ddp).register_comm_hook)
-        register(ddp, None, hook)
-        self._ddp_hooked[id(ddp)] = kind
 
     def _wrap_ddp_forward(self, original):
         hooks = self
 
         def forward(ddp, *args, **kwargs):
-            if hooks._rec.active and id(ddp) not in hooks._ddp_hooked and hooks.replay_mode != DIST_REPLAY_ALONE:
-                hooks._rec.guarded(hooks._register, ddp, _ddp_default_hook(hooks, ddp), "dlrr")
+            if (hooks._rec.active and hooks._ddp_hooked.get(ddp) != "user" and
+                    getattr(ddp, "require_backward_grad_sync", True) and hooks._torch.is_grad_enabled()):
+                hooks._sync_pending.add(ddp)
             return original(ddp, *args, **kwargs)
         return forward
 
@@ -442,13 +454,16 @@ class DistHooks:
         def register_comm_hook(ddp, state, hook):
             if not hooks._rec.active:
                 return original(ddp, state, hook)
-            if hooks.replay_mode == DIST_REPLAY_ALONE and hooks._ddp_hooked.get(id(ddp)) == "dlrr":
+            if hooks.replay_mode == DIST_REPLAY_ALONE:
+                # Alone, the job's hook would communicate: dlrr's serves its buckets instead.
                 hooks._rec.guarded(hooks._rec._fact, "dist.comm_hook",
                                    "the job's DDP comm hook %s is not run: its results are served from the trace"
                                    % getattr(hook, "__name__", "?"))
-                return None
-            result = original(ddp, state, _user_hook(hooks, hook))
-            hooks._ddp_hooked[id(ddp)] = "user"
+                result = original(ddp, None, hooks._served_hook)
+            else:
+                result = original(ddp, state, _user_hook(hooks, hook))
+            hooks._ddp_hooked[ddp] = "user"
+            hooks._sync_pending.discard(ddp)
             return result
         return register_comm_hook
 
@@ -456,13 +471,12 @@ class DistHooks:
         hooks = self
 
         def _register_builtin_comm_hook(ddp, comm_hook_type):
-            if hooks._rec.active and hooks.replay_mode == DIST_REPLAY_ALONE and hooks._ddp_hooked.get(id(ddp)) == "dlrr":
-                return None
+            # A C++ hook (e.g. fp16 compression): like DDP's own all-reduce, its results are
+            # recorded as the gradients it leaves (replayed alone, it reduces over the
+            # stand-in group and the recorded gradients replace what it leaves).
             result = original(ddp, comm_hook_type)
             if hooks._rec.active:
-                hooks._ddp_hooked[id(ddp)] = "builtin"
-                hooks._rec.guarded(hooks._lib.dlrr_note, native.text(
-                    "DDP built-in comm hook %s: its gradient buckets are not recorded" % (comm_hook_type,)))
+                hooks._ddp_hooked[ddp] = "builtin"
             return result
         return _register_builtin_comm_hook
 
@@ -483,6 +497,58 @@ class DistHooks:
         if sent is not None:
             self._received_nonfinite(seq, "ddp_bucket", sent, tensors)
 
+    def note_bucket(self, begun, result):
+        """A bucket's all-reduce was issued; result: its future, or the tensor it reduces in place."""
+        with self._pending_lock:
+            self._pending.append((begun[0], result, begun[1]))
+
+    def flush_buckets(self):
+        """Records the results of the buckets whose all-reduce completed (the job's thread)."""
+        if not self._pending:
+            return
+        with self._pending_lock:
+            pending, self._pending = self._pending, []
+        keep = []
+        for seq, result, sent in pending:
+            if isinstance(result, self._torch.Tensor):
+                value = result
+            elif result.done():
+                try:
+                    value = result.value()
+                except Exception as exc:  # the job's own wait() reports it
+                    self._lib.dlrr_collective_end(seq, native.text("failed: %s" % exc))
+                    continue
+            else:
+                keep.append((seq, result, sent))
+                continue
+            self.bucket_end(seq, value, sent)
+        if keep:
+            with self._pending_lock:
+                self._pending[:0] = keep
+
+    def flush_gradients(self):
+        """After backward(): the gradients DDP's built-in all-reduce left, per DDP (the job's
+        thread; DDP waited for every bucket before backward() returned). Record: their digests
+        (bytes with --collectives full); replayed alone: the recorded ones put in place."""
+        if not len(self._sync_pending):
+            return
+        ddps = list(self._sync_pending)
+        self._sync_pending.clear()
+        local_finite, self.local_grads_finite = self.local_grads_finite, True
+        for ddp in ddps:
+            grads = [p.grad for p in ddp.module.parameters() if p.requires_grad and p.grad is not None]
+            seq = self._begin("ddp_allreduce", getattr(ddp, "process_group", None), "avg")
+            if self.replay_mode == DIST_REPLAY_ALONE:
+                try:
+                    for i, g in enumerate(grads):
+                        self._serve(seq, i, g, "ddp_allreduce")
+                except ServeError as exc:
+                    self._unservable(exc)
+                self._received_nonfinite(seq, "ddp_allreduce", local_finite, grads)
+                continue
+            self._results(seq, grads)
+            self._lib.dlrr_collective_end(seq, b"")
+
     def _served_hook(self, state, bucket):
         """Replay alone: a DDP bucket's all-reduced gradients, from the trace."""
         torch = self._torch
@@ -499,7 +565,8 @@ class DistHooks:
 
 
 def _user_hook(hooks, hook):
-    """The job's DDP comm hook, recorded around: its input bucket, then what its future returns."""
+    """The job's DDP comm hook, recorded around: the bucket it is given, then (flush_buckets)
+    what its future returned. The future the job's hook returns goes to DDP untouched."""
     rec = hooks._rec
 
     def dlrr_recorded_comm_hook(state, bucket):
@@ -515,47 +582,11 @@ def _user_hook(hooks, hook):
             fut = hook(state, bucket)
         finally:
             local.depth = depth
-        if begun is None:
-            return fut
-
-        def done(f):
-            value = f.value()
-            rec.guarded(hooks.bucket_end, begun[0], value, begun[1])
-            return value
-        return fut.then(done)
+        if begun is not None:
+            rec.guarded(hooks.note_bucket, begun, fut)
+        return fut
     dlrr_recorded_comm_hook.__name__ = getattr(hook, "__name__", "comm_hook")
     return dlrr_recorded_comm_hook
-
-
-def _ddp_default_hook(hooks, ddp):
-    """DDP's built-in gradient all-reduce as a comm hook, so that its buckets can be recorded.
-
-    Bit for bit what the reducer does without a hook (torch 1.13): each gradient is
-    multiplied by 1/world_size (a double, applied as a wrapped scalar) while it is copied into
-    the bucket, then the bucket is summed across the group. With a hook the reducer copies
-    gradients unscaled, so the same multiplication happens here on the whole bucket: the
-    same element-wise operation on the same values. tests/integration/test_dist.py compares
-    the parameters with a plain DDP run of world size 3 (where 1/3 is inexact).
-    """
-    from .patching import original_of
-    rec = hooks._rec
-    group = getattr(ddp, "process_group", None)
-    all_reduce = original_of(hooks._c10d.all_reduce)
-
-    def dlrr_default_allreduce(state, bucket):
-        begun = rec.guarded(hooks.bucket_begin, bucket, ddp) if rec.active else None
-        tensor = bucket.buffer()
-        g = group if group is not None else hooks._c10d.GroupMember.WORLD
-        tensor.mul_(1.0 / g.size())
-        fut = all_reduce(tensor, group=g, async_op=True).get_future()
-
-        def done(f):
-            value = f.value()[0]
-            if begun is not None:
-                rec.guarded(hooks.bucket_end, begun[0], value, begun[1])
-            return value
-        return fut.then(done)
-    return dlrr_default_allreduce
 
 
 def _reduce_name(torch, op):
@@ -572,7 +603,7 @@ def _reduce_name(torch, op):
 
 
 def _display(op):
-    return "DDP all-reduce" if op == "ddp_bucket" else op
+    return "DDP all-reduce" if op in ("ddp_bucket", "ddp_allreduce") else op
 
 
 def _Same(fn):
@@ -602,7 +633,7 @@ class _DoneWork:
         return self._fut.value()
 
 
-def make_replay_group_class(torch):
+def make_replay_group_class(torch, hooks=None):
     """A process group with no peers for a rank replayed alone (torch 1.13: Python subclasses of
     ProcessGroup are dispatched to from C++, so DDP's own calls reach it too).
 
@@ -627,6 +658,9 @@ def make_replay_group_class(torch):
             return make_work(fut) if make_work is not None else _DoneWork(fut)
 
         def allreduce(self, tensors, opts=None):
+            if hooks is not None and hooks.local_grads_finite:
+                # DDP's buckets: what this rank would have sent (a nan stop needs to know)
+                hooks.local_grads_finite = hooks._finite(tensors)
             return self._done(tensors)
 
         def allreduce_coalesced(self, tensors, opts=None):

@@ -199,6 +199,8 @@ class Recorder:
         if not self.active:
             return
         self.guarded(self.failures.report_unhooked_exit_exception)
+        if self.dist is not None:
+            self.guarded(self.dist.flush_buckets)
         self.triage.report("exit")
         if "torch.distributed.elastic.agent.server.api" in sys.modules and "RANK" not in os.environ:
             pass  # a torchrun agent: the ranks it started trained, each in its own stream
@@ -231,6 +233,8 @@ class Recorder:
             self.rng.write(rng)
 
     def end_step(self, step, loss):
+        if self.dist is not None:
+            self.dist.flush_buckets()
         if self.gpu is not None:
             gpu_loss = self._flush_gpu()
             if gpu_loss is not None:
@@ -358,6 +362,10 @@ class Recorder:
                 self.steps.on_loss(float(host.item()))  # a non-scalar root leaves it alone
 
     def _after_backward(self):
+        if self.dist is not None:
+            # DDP waited for every bucket before backward() returned: before the gradient digests
+            self.dist.flush_buckets()
+            self.dist.flush_gradients()
         if self.capture_level < native.CAPTURE_DEFAULT:
             return
         calls = self._grad_calls
