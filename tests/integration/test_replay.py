@@ -153,6 +153,27 @@ class ReplayTinyJobTest(TraceTestCase):
         # Step 6 began (its batch arrived) and was committed at exit in the recording.
         self.assertIn("reached crash; 6 of 7 recorded steps verified", r.stderr)
 
+    def test_check_and_crash_lines_stay_one_line_for_a_multiline_exception(self):
+        summary = "first-line of the message ... last-line \\x1b[31mred"  # first and last line, escaped
+        # With the hook's excepthook: the stop line names the exception. With the job's own
+        # (not chaining) excepthook: the replay learns of it at exit, "reproduced the exception".
+        for extra, line in (((), "dlreplay:   where: the recorded exception: RuntimeError: "),
+                            (("--own-excepthook",), "dlreplay: reproduced the exception: RuntimeError: ")):
+            shutil.rmtree(self.trace_path(), ignore_errors=True)
+            self.assertEqual(self.record("--raise-multiline-at", "3", *extra).returncode, 1)
+            r = run([tool("dlreplay"), self.trace_path(), "--check"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            ours = [l for l in r.stderr.splitlines() if l.startswith("dlreplay")]
+            self.assertIn(line + summary, "\n".join(ours), r.stderr)
+            self.assertIn("dlreplay: deterministic: reproduced at step 3 (exception at step 3: RuntimeError: " +
+                          summary + ")", ours, r.stderr)
+            # Nothing of ours runs onto a line of its own or sends the escape sequence.
+            # (The job's own traceback, printed by the default excepthook, has them once.)
+            job_lines = ["second-line", "last-line \x1b[31mred"] if not extra else []
+            self.assertEqual([l for l in r.stderr.splitlines() if l.startswith(("second-line", "last-line"))],
+                             job_lines, r.stderr)
+            self.assertEqual(r.stderr.count("\x1b"), len(job_lines) // 2, r.stderr)
+
     def test_until_crash_native_signal(self):
         p = self.record("--segv-at", "5")
         self.assertEqual(p.returncode, 128 + signal.SIGSEGV)
