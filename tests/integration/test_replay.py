@@ -212,6 +212,36 @@ class ReplayTinyJobTest(TraceTestCase):
         self.assertEqual(rep["backward.function"], "PowBackward0")
         self.assertIn("grad_nan.py\", line 22", rep["backward.forward_line"])
 
+    def until_nan(self, *job_args):
+        job = os.path.join(HERE, "jobs", "late_nan.py")
+        shutil.rmtree(self.trace_path(), ignore_errors=True)
+        p = run([tool("dlrecord"), "-o", self.trace_path(), "--", PY, job] + list(job_args))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        failure = info(self.trace_path())["failure"]
+        r = run([tool("dlreplay"), self.trace_path(), "--until", "nan"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("dlreplay: reached nan", r.stderr)
+        return failure, r
+
+    def test_nan_in_the_loss_first_stops_before_backward(self):
+        failure, r = self.until_nan("loss", "--at", "3")
+        self.assertEqual((failure["kind"], failure["step"], failure["where"]), ("nonfinite", 3, "loss"))
+        self.assertIn("dlreplay:   step: 3\n", r.stderr)
+        self.assertIn("where: before backward() of step 3: every module output was finite, the loss was not",
+                      r.stderr)
+        self.assertNotIn("step 3 loss", r.stdout)  # stopped before the step's end
+
+    def test_nan_in_a_parameter_first_stops_after_the_optimizer_step(self):
+        # Steps counted by optimizer.step() (the step has ended when step() returns) and by batch.
+        for extra in ((), ("--loader",)):
+            failure, r = self.until_nan("param", "--at", "3", *extra)
+            self.assertEqual((failure["kind"], failure["step"], failure["where"]), ("nonfinite", 3, "param:0.weight"))
+            self.assertIn("dlreplay:   step: 3\n", r.stderr)
+            self.assertIn("where: after SGD.step() of step 3: gradients were finite, the update made "
+                          "param:0.weight non-finite", r.stderr)
+            self.assertIn("step 2 loss", r.stdout)
+            self.assertNotIn("step 3 loss", r.stdout)  # the job's print after step() did not run
+
     def test_optimizer_counted_steps_replay(self):
         self.assertEqual(self.record("--no-loader", "--steps", "15").returncode, 0)
         r = run([tool("dlreplay"), self.trace_path(), "--until", "end"])
