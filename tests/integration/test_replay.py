@@ -182,6 +182,43 @@ class ReplayTinyJobTest(TraceTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("reproduced the crash: Segmentation fault", r.stderr)
 
+    def test_wait_pauses_at_a_native_crash(self):
+        self.assertEqual(self.record("--segv-at", "5").returncode, 128 + signal.SIGSEGV)
+        ways = ["usr1"] + (["gdb"] if shutil.which("gdb") else [])
+        for way in ways:
+            proc = subprocess.Popen([tool("dlreplay"), self.trace_path(), "--until", "crash", "--debug", "wait"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    stdin=subprocess.DEVNULL)
+            try:
+                pid, err = None, []
+                for line in proc.stderr:
+                    err.append(line)
+                    m = re.search(r"process (\d+) is waiting for a debugger", line)
+                    if m:
+                        pid = int(m.group(1))
+                        break
+                self.assertIsNotNone(pid, "".join(err))
+                self.assertIn("the recorded fatal signal SIGSEGV (11)", "".join(err))
+                if way == "usr1":
+                    os.kill(pid, signal.SIGUSR1)
+                else:
+                    g = run(["gdb", "-p", str(pid), "-batch", "-ex", "bt"], timeout=120)
+                    self.assertIn("<signal handler called>", g.stdout)  # the crashing frames are there
+                    self.assertIn("process %d) detached" % pid, g.stdout + g.stderr)
+                out, rest = proc.communicate(timeout=120)
+            finally:
+                if proc.poll() is None:
+                    if pid:
+                        try:
+                            os.kill(pid, signal.SIGKILL)  # the paused job, not left behind
+                        except OSError:
+                            pass
+                    proc.kill()
+                    proc.wait()
+            self.assertIn("dlrr: resumed; the crash goes on", rest)
+            self.assertIn("reproduced the crash: Segmentation fault", rest)
+            self.assertEqual(proc.returncode, 0, rest)
+
     def test_until_crash_under_gdb_batch(self):
         if not shutil.which("gdb"):
             self.skipTest("gdb is not installed")
