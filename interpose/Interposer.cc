@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <string>
+#include <string_view>
 
 #include "interpose/ProcessRecorder.h"
 #include "interpose/SignalHandlers.h"
@@ -61,6 +62,10 @@ __attribute__((constructor)) void dlrrInit() {
     }
     pthread_atfork(nullptr, nullptr, atforkReplayChild);
     ::atexit(replayAtExit);
+    if (ReplaySession* r = processReplayer()) {
+      const char* debug = std::getenv("DLRR_DEBUG");
+      if (debug && std::string_view(debug) == "wait" && r->crashSignal() > 0) installReplayCrashPause(r->crashSignal());
+    }
     return;
   }
   if (cfg.mode != Mode::Record) return;

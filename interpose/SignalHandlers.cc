@@ -1,13 +1,18 @@
 #include "interpose/SignalHandlers.h"
 
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <signal.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <dlfcn.h>
 #include <execinfo.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 
 #include "interpose/ProcessRecorder.h"
@@ -67,7 +72,156 @@ void onFatal(int sig, siginfo_t* info, void* uctx) {
   errno = savedErrno;
 }
 
+// --- replay: pause at the recorded fatal signal (--debug wait) ---------------------------
+
+volatile sig_atomic_t gResume = 0;
+char gSignalName[32];
+
+void onResume(int) { gResume = 1; }
+
+// Appends text / a decimal number to buf (bounded), for one write(2).
+struct Line {
+  char buf[512];
+  size_t n = 0;
+  Line& operator<<(const char* s) {
+    while (*s && n + 1 < sizeof buf) buf[n++] = *s++;
+    return *this;
+  }
+  Line& operator<<(long v) {
+    char d[24];
+    int k = 0;
+    unsigned long u = v < 0 ? 0ul - static_cast<unsigned long>(v) : static_cast<unsigned long>(v);
+    do d[k++] = static_cast<char>('0' + u % 10); while ((u /= 10) && k < 24);
+    if (v < 0 && n + 1 < sizeof buf) buf[n++] = '-';
+    while (k > 0 && n + 1 < sizeof buf) buf[n++] = d[--k];
+    return *this;
+  }
+  void write() const {
+    size_t off = 0;
+    while (off < n) {
+      ssize_t w = ::write(STDERR_FILENO, buf + off, n - off);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return;
+      off += static_cast<size_t>(w);
+    }
+  }
+};
+
+// TracerPid of process `pid` (from /proc/PID/status); -1 when it cannot be read.
+long tracerPid(long pid) noexcept {
+  Line path;
+  path << "/proc/" << pid << "/status";
+  path.buf[path.n] = '\0';
+  int fd = ::open(path.buf, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char b[4096];
+  size_t n = 0;
+  for (;;) {
+    ssize_t r = ::read(fd, b + n, sizeof b - 1 - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    n += static_cast<size_t>(r);
+    if (n + 1 >= sizeof b) break;
+  }
+  ::close(fd);
+  b[n] = '\0';
+  const char* p = strstr(b, "TracerPid:");
+  if (!p) return -1;
+  p += 10;
+  while (*p == ' ' || *p == '\t') ++p;
+  long v = 0;
+  while (*p >= '0' && *p <= '9') v = v * 10 + (*p++ - '0');
+  return v;
+}
+
+void pause50ms() noexcept {
+  struct timespec ts{0, 50 * 1000 * 1000};
+  nanosleep(&ts, nullptr);
+}
+
+// A debugger that attaches stops every thread of the process, so only another process can see
+// the attach and the detach: a watcher, started with a raw clone (no fork handlers, nothing but
+// system calls in the child), sends SIGUSR1 when the job's TracerPid goes from set back to 0.
+// Returns the watcher's pid, or -1.
+long startTracerWatcher(long pid) noexcept {
+  long child = ::syscall(SYS_clone, static_cast<unsigned long>(SIGCHLD), 0ul, 0ul, 0ul, 0ul);
+  if (child != 0) return child;  // the job (or -1)
+  bool attached = false;
+  for (;;) {
+    if (static_cast<long>(::syscall(SYS_getppid)) != pid) break;  // the job is gone
+    long t = tracerPid(pid);
+    if (t < 0) break;
+    if (t > 0) {
+      attached = true;
+    } else if (attached) {
+      ::kill(static_cast<pid_t>(pid), SIGUSR1);
+      break;
+    }
+    pause50ms();
+  }
+  ::syscall(SYS_exit_group, 0);
+  __builtin_unreachable();
+}
+
+void onReplayFatal(int sig, siginfo_t* info, void* uctx) {
+  int savedErrno = errno;
+  // Only the replayed process itself (a forked child, e.g. a worker, is deactivated).
+  if (processReplayer() && !gInHandler.exchange(true)) {
+    long pid = static_cast<long>(::getpid());
+    (Line() << "dlrr: replay stopped (target): the recorded fatal signal " << gSignalName << " (" << static_cast<long>(sig)
+            << ")\ndlrr: process " << pid << " is waiting for a debugger:\ndlrr:   gdb -p " << pid
+            << "        attach (the crash goes on when gdb detaches or quits)\ndlrr:   kill -USR1 " << pid
+            << "    let the crash go on without attaching\n")
+        .write();
+    struct sigaction sa{};
+    sa.sa_handler = onResume;
+    sigemptyset(&sa.sa_mask);
+    struct sigaction oldUsr1{}, oldCont{};
+    sigaction(SIGUSR1, &sa, &oldUsr1);
+    sigaction(SIGCONT, &sa, &oldCont);
+    sigset_t unblock;
+    sigemptyset(&unblock);
+    sigaddset(&unblock, SIGUSR1);
+    sigaddset(&unblock, SIGCONT);
+    sigset_t oldMask;
+    pthread_sigmask(SIG_UNBLOCK, &unblock, &oldMask);
+    long watcher = startTracerWatcher(pid);
+    while (!gResume) pause50ms();  // every call here is async-signal-safe
+    if (watcher > 0) {
+      ::kill(static_cast<pid_t>(watcher), SIGKILL);
+      while (::waitpid(static_cast<pid_t>(watcher), nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &oldMask, nullptr);
+    sigaction(SIGUSR1, &oldUsr1, nullptr);
+    sigaction(SIGCONT, &oldCont, nullptr);
+    (Line() << "dlrr: resumed; the crash goes on\n").write();
+  }
+  chain(sig, info, uctx);
+  errno = savedErrno;
+}
+
 }  // namespace
+
+void installReplayCrashPause(int sig) noexcept {
+  if (sig <= 0 || sig >= NSIG || sig == SIGKILL || sig == SIGSTOP || sig == SIGUSR1 || sig == SIGCONT) return;
+  const char* name = sigabbrev_np(sig);
+  Line l;
+  l << "SIG" << (name ? name : "?");
+  size_t k = l.n < sizeof gSignalName - 1 ? l.n : sizeof gSignalName - 1;
+  memcpy(gSignalName, l.buf, k);
+  gSignalName[k] = '\0';
+  stack_t ss{};
+  ss.ss_sp = gAltStack;
+  ss.ss_size = sizeof gAltStack;
+  stack_t old{};
+  if (sigaltstack(nullptr, &old) == 0 && (old.ss_flags & SS_DISABLE)) sigaltstack(&ss, nullptr);
+  struct sigaction sa{};
+  sa.sa_sigaction = onReplayFatal;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  sigaction(sig, &sa, &gPrevious[sig]);
+}
 
 void installFatalSignalHandlers() noexcept {
   if (void* h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL)) {

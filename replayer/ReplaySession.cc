@@ -226,6 +226,7 @@ void ReplaySession::load() {
         } else if (target_.kind == ReplayTarget::Kind::Crash && f.getKind() != schema::Failure::Kind::NONFINITE) {
           target_.step = f.getStep();
           target_.where = f.getWhere().cStr();
+          if (f.getKind() == schema::Failure::Kind::SIGNAL) crashSignal_ = f.getSignal();
         }
         break;
       }

@@ -59,6 +59,8 @@ class ReplaySession {
   bool active() const noexcept { return active_; }
   void deactivate() noexcept { active_ = false; }
   const ReplayTarget& target() const { return target_; }
+  // The recorded fatal signal when the target is `crash` and the recorded failure is one, else 0.
+  int crashSignal() const noexcept { return crashSignal_; }
 
   // Entropy: the next recorded bytes when the request matches the recording.
   bool serveEntropy(schema::Entropy::Source src, void* buf, size_t n, size_t& got);
@@ -160,6 +162,7 @@ class ReplaySession {
 
   Config cfg_;
   ReplayTarget target_;
+  int crashSignal_ = 0;
   std::unique_ptr<Trace> trace_;
   StreamReader* stream_ = nullptr;
   bool active_ = false;

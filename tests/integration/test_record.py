@@ -67,6 +67,18 @@ class RecordExampleTest(TraceTestCase):
         npy = os.path.join(self.tmp, "conv1.npy")
         run([tool("dltrace"), "dump", self.trace_path(), "--step", str(SEED_NAN_STEP), "--tensor", "conv1",
              "-o", npy], check=True)
+        # The ring's tensors of the step before the failure are written during the failing
+        # step (stamped with their own step): `events --step` and `dump --step` find them.
+        before = SEED_NAN_STEP - 1
+        kept_before = events(self.trace_path(), kind="tensor", step=before)
+        self.assertIn("conv1", {e["event"]["tensor"]["path"] for e in kept_before})
+        self.assertTrue(all(e["event"]["step"] == before for e in kept_before), kept_before)
+        npy_before = os.path.join(self.tmp, "conv1-before.npy")
+        run([tool("dltrace"), "dump", self.trace_path(), "--step", str(before), "--tensor", "conv1",
+             "-o", npy_before], check=True)
+        check = run([PY, "-c", "import numpy, sys; a = numpy.load(sys.argv[1]); "
+                     "print(a.shape, bool(numpy.isfinite(a).all()))", npy_before], check=True)
+        self.assertEqual(check.stdout.strip(), "(32, 8, 16, 16) True")
         run([tool("dltrace"), "verify", self.trace_path()], check=True)
 
     def test_exception_variant(self):

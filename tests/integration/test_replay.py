@@ -153,6 +153,27 @@ class ReplayTinyJobTest(TraceTestCase):
         # Step 6 began (its batch arrived) and was committed at exit in the recording.
         self.assertIn("reached crash; 6 of 7 recorded steps verified", r.stderr)
 
+    def test_check_and_crash_lines_stay_one_line_for_a_multiline_exception(self):
+        summary = "first-line of the message ... last-line \\x1b[31mred"  # first and last line, escaped
+        # With the hook's excepthook: the stop line names the exception. With the job's own
+        # (not chaining) excepthook: the replay learns of it at exit, "reproduced the exception".
+        for extra, line in (((), "dlreplay:   where: the recorded exception: RuntimeError: "),
+                            (("--own-excepthook",), "dlreplay: reproduced the exception: RuntimeError: ")):
+            shutil.rmtree(self.trace_path(), ignore_errors=True)
+            self.assertEqual(self.record("--raise-multiline-at", "3", *extra).returncode, 1)
+            r = run([tool("dlreplay"), self.trace_path(), "--check"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            ours = [l for l in r.stderr.splitlines() if l.startswith("dlreplay")]
+            self.assertIn(line + summary, "\n".join(ours), r.stderr)
+            self.assertIn("dlreplay: deterministic: reproduced at step 3 (exception at step 3: RuntimeError: " +
+                          summary + ")", ours, r.stderr)
+            # Nothing of ours runs onto a line of its own or sends the escape sequence.
+            # (The job's own traceback, printed by the default excepthook, has them once.)
+            job_lines = ["second-line", "last-line \x1b[31mred"] if not extra else []
+            self.assertEqual([l for l in r.stderr.splitlines() if l.startswith(("second-line", "last-line"))],
+                             job_lines, r.stderr)
+            self.assertEqual(r.stderr.count("\x1b"), len(job_lines) // 2, r.stderr)
+
     def test_until_crash_native_signal(self):
         p = self.record("--segv-at", "5")
         self.assertEqual(p.returncode, 128 + signal.SIGSEGV)
@@ -160,6 +181,43 @@ class ReplayTinyJobTest(TraceTestCase):
         r = run([tool("dlreplay"), self.trace_path(), "--until", "crash"])
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("reproduced the crash: Segmentation fault", r.stderr)
+
+    def test_wait_pauses_at_a_native_crash(self):
+        self.assertEqual(self.record("--segv-at", "5").returncode, 128 + signal.SIGSEGV)
+        ways = ["usr1"] + (["gdb"] if shutil.which("gdb") else [])
+        for way in ways:
+            proc = subprocess.Popen([tool("dlreplay"), self.trace_path(), "--until", "crash", "--debug", "wait"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    stdin=subprocess.DEVNULL)
+            try:
+                pid, err = None, []
+                for line in proc.stderr:
+                    err.append(line)
+                    m = re.search(r"process (\d+) is waiting for a debugger", line)
+                    if m:
+                        pid = int(m.group(1))
+                        break
+                self.assertIsNotNone(pid, "".join(err))
+                self.assertIn("the recorded fatal signal SIGSEGV (11)", "".join(err))
+                if way == "usr1":
+                    os.kill(pid, signal.SIGUSR1)
+                else:
+                    g = run(["gdb", "-p", str(pid), "-batch", "-ex", "bt"], timeout=120)
+                    self.assertIn("<signal handler called>", g.stdout)  # the crashing frames are there
+                    self.assertIn("process %d) detached" % pid, g.stdout + g.stderr)
+                out, rest = proc.communicate(timeout=120)
+            finally:
+                if proc.poll() is None:
+                    if pid:
+                        try:
+                            os.kill(pid, signal.SIGKILL)  # the paused job, not left behind
+                        except OSError:
+                            pass
+                    proc.kill()
+                    proc.wait()
+            self.assertIn("dlrr: resumed; the crash goes on", rest)
+            self.assertIn("reproduced the crash: Segmentation fault", rest)
+            self.assertEqual(proc.returncode, 0, rest)
 
     def test_until_crash_under_gdb_batch(self):
         if not shutil.which("gdb"):
@@ -190,6 +248,36 @@ class ReplayTinyJobTest(TraceTestCase):
         self.assertEqual(rep["stop.step"], "4")
         self.assertEqual(rep["backward.function"], "PowBackward0")
         self.assertIn("grad_nan.py\", line 22", rep["backward.forward_line"])
+
+    def until_nan(self, *job_args):
+        job = os.path.join(HERE, "jobs", "late_nan.py")
+        shutil.rmtree(self.trace_path(), ignore_errors=True)
+        p = run([tool("dlrecord"), "-o", self.trace_path(), "--", PY, job] + list(job_args))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        failure = info(self.trace_path())["failure"]
+        r = run([tool("dlreplay"), self.trace_path(), "--until", "nan"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("dlreplay: reached nan", r.stderr)
+        return failure, r
+
+    def test_nan_in_the_loss_first_stops_before_backward(self):
+        failure, r = self.until_nan("loss", "--at", "3")
+        self.assertEqual((failure["kind"], failure["step"], failure["where"]), ("nonfinite", 3, "loss"))
+        self.assertIn("dlreplay:   step: 3\n", r.stderr)
+        self.assertIn("where: before backward() of step 3: every module output was finite, the loss was not",
+                      r.stderr)
+        self.assertNotIn("step 3 loss", r.stdout)  # stopped before the step's end
+
+    def test_nan_in_a_parameter_first_stops_after_the_optimizer_step(self):
+        # Steps counted by optimizer.step() (the step has ended when step() returns) and by batch.
+        for extra in ((), ("--loader",)):
+            failure, r = self.until_nan("param", "--at", "3", *extra)
+            self.assertEqual((failure["kind"], failure["step"], failure["where"]), ("nonfinite", 3, "param:0.weight"))
+            self.assertIn("dlreplay:   step: 3\n", r.stderr)
+            self.assertIn("where: after SGD.step() of step 3: gradients were finite, the update made "
+                          "param:0.weight non-finite", r.stderr)
+            self.assertIn("step 2 loss", r.stdout)
+            self.assertNotIn("step 3 loss", r.stdout)  # the job's print after step() did not run
 
     def test_optimizer_counted_steps_replay(self):
         self.assertEqual(self.record("--no-loader", "--steps", "15").returncode, 0)

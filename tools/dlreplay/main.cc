@@ -35,6 +35,7 @@
 #include "tools/dlreplay/Check.h"
 #include "triage/TraceFacts.h"
 #include "tools/common/Json.h"
+#include "tools/common/Text.h"
 #include "tools/dlrecord/InstallPaths.h"
 
 extern char** environ;
@@ -70,6 +71,10 @@ int exitFor(ErrorKind k) {
   }
   return kCorrupt;
 }
+
+// Recorded text (an exception message, a traceback) shown in one of dlreplay's lines: first and
+// last line, escaped (as dlrecord's summary line).
+constexpr size_t kSummaryTextMax = 300;
 
 const char* kUsageText =
     "usage: dlreplay [options] TRACE [--until TARGET] [--debug pdb|gdb|wait] [-- CMD ...]\n"
@@ -767,7 +772,8 @@ int run(int argc, char** argv) {
     outcome = "the replayed process never attached to the trace (is it the recorded program? did it import torch?)";
   } else if (report.count("divergence.step")) {
     exitCode = kDivergence;
-    outcome = "diverged at step " + report["divergence.step"] + ": " + report["divergence.detail"];
+    outcome = "diverged at step " + report["divergence.step"] + ": " +
+              tools::printableSummary(report["divergence.detail"], kSummaryTextMax);
   } else if (stop == "target") {
     exitCode = kOk;
     outcome = "reached " + target.describe();
@@ -778,7 +784,8 @@ int run(int argc, char** argv) {
               (sum.failure->kind == "exception" && report.count("exception")))) {
     exitCode = kOk;
     outcome = sum.failure->kind == "signal" ? "reproduced the crash: " + std::string(strsignal(sig))
-                                            : "reproduced the exception: " + report["exception"];
+                                            : "reproduced the exception: " +
+                                                  tools::printableSummary(report["exception"], kSummaryTextMax);
   } else if (target.kind == ReplayTarget::Kind::End && stop == "exit" && !report.count("divergence.step")) {
     exitCode = kOk;
     outcome = "replayed to the end";
@@ -799,7 +806,8 @@ int run(int argc, char** argv) {
       reproduced = exitCode == kOk && facts.exitCode && childStatus == *facts.exitCode;
     else
       reproduced = exitCode == kOk;
-    std::string what = sum.failure ? formatFailure(*sum.failure) : "exit status " + std::to_string(facts.exitCode.value_or(-1));
+    std::string what = sum.failure ? tools::printableSummary(formatFailure(*sum.failure), kSummaryTextMax)
+                                   : "exit status " + std::to_string(facts.exitCode.value_or(-1));
     if (reproduced) {
       std::string stopStep = report.count("stop.step") ? report["stop.step"] : "";
       if (checkExit) stopStep = std::to_string(std::strtoll(verified.c_str(), nullptr, 10) - 1);
@@ -853,8 +861,21 @@ int run(int argc, char** argv) {
     for (auto& [k, v] : report) {
       if (k.rfind("stop.", 0) == 0 || k.rfind("batch.", 0) == 0 || k.rfind("backward.", 0) == 0 ||
           k.rfind("env.", 0) == 0 || k.rfind("launch.", 0) == 0 || k.rfind("gpu.", 0) == 0 ||
-          (k.rfind("dist.", 0) == 0 && k != "dist.rank"))
-        std::fprintf(stderr, "dlreplay:   %s: %s\n", k.substr(k.find('.') + 1).c_str(), v.c_str());
+          (k.rfind("dist.", 0) == 0 && k != "dist.rank")) {
+        std::string name = k.substr(k.find('.') + 1);
+        if (k == "stop.where") {  // may end in an exception's message: one line
+          std::fprintf(stderr, "dlreplay:   %s: %s\n", name.c_str(), tools::printableSummary(v, kSummaryTextMax).c_str());
+          continue;
+        }
+        size_t start = 0;  // a repeated key (batch.samples) holds one value a line
+        while (start < v.size()) {
+          size_t nl = v.find('\n', start);
+          if (nl == std::string::npos) nl = v.size();
+          std::fprintf(stderr, "dlreplay:   %s: %s\n", name.c_str(),
+                       tools::printable(std::string_view(v).substr(start, nl - start)).c_str());
+          start = nl + 1;
+        }
+      }
     }
     if (report.count("warning")) {
       size_t start = 0;
@@ -862,7 +883,8 @@ int run(int argc, char** argv) {
       while (start < w.size()) {
         size_t nl = w.find('\n', start);
         if (nl == std::string::npos) nl = w.size();
-        std::fprintf(stderr, "dlreplay: warning: %s\n", w.substr(start, nl - start).c_str());
+        std::fprintf(stderr, "dlreplay: warning: %s\n",
+                     tools::printable(std::string_view(w).substr(start, nl - start)).c_str());
         start = nl + 1;
       }
     }

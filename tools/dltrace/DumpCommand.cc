@@ -13,6 +13,7 @@
 #include "tools/common/Text.h"
 #include "tools/dltrace/Commands.h"
 #include "tools/dltrace/EventText.h"
+#include "tools/dltrace/StepScan.h"
 
 namespace dlrr::tools {
 namespace {
@@ -236,7 +237,8 @@ std::optional<schema::RngState::Kind> parseRngKind(std::string_view s) {
   return std::nullopt;
 }
 
-// Calls fn on each event of `step` in `s` (jumping there through the step index).
+// Calls fn on each event of `step` in `s` (jumping there through the step index), the failure
+// ring's tensors of the step included (StepScan).
 void forEachEventOfStep(StreamReader& s, int64_t step, const std::function<void(schema::Event::Reader)>& fn) {
   uint64_t from = 0;
   if (step >= 0) {
@@ -244,11 +246,12 @@ void forEachEventOfStep(StreamReader& s, int64_t step, const std::function<void(
     if (!off) throw TraceError(ErrorKind::NotFound, "stream " + s.name() + " has no step " + std::to_string(step));
     from = *off;
   }
+  StepScan scan(step);
   s.forEachEventUntil(
       [&](schema::Event::Reader e, const FrameInfo&) {
-        if (e.getStep() > step) return false;
-        if (e.getStep() == step) fn(e);
-        return true;
+        auto v = scan(e);
+        if (v == StepScan::Verdict::Take) fn(e);
+        return v != StepScan::Verdict::Stop;
       },
       from);
 }

@@ -8,6 +8,7 @@
 #include "tools/common/Text.h"
 #include "tools/dltrace/Commands.h"
 #include "tools/dltrace/EventText.h"
+#include "tools/dltrace/StepScan.h"
 
 namespace dlrr::tools {
 namespace {
@@ -73,12 +74,15 @@ uint64_t printStream(StreamReader& s, const Filter& f, Output& out, bool require
   bool namesComplete = from == 0;
   uint64_t printed = 0;
   std::string buf;
+  std::optional<StepScan> scan;  // the step's events, then its failure-ring tensors written later
+  if (f.step) scan.emplace(*f.step);
   s.forEachEventUntil(
       [&](schema::Event::Reader e, const FrameInfo& fr) {
         if (e.isInternedString()) names[e.getInternedString().getId()] = e.getInternedString().getText().cStr();
-        if (f.step) {
-          if (e.getStep() > *f.step) return false;  // steps only grow within a stream
-          if (e.getStep() != *f.step) return true;
+        if (scan) {
+          auto v = (*scan)(e);
+          if (v == StepScan::Verdict::Stop) return false;
+          if (v == StepScan::Verdict::Skip) return true;
         }
         if (!f.kinds.empty() && !f.kinds.count(e.which())) return true;
         if (e.isCudaLaunch() && !namesComplete && !names.count(e.getCudaLaunch().getNameId())) {
@@ -147,7 +151,9 @@ CommandDef eventsCommand() {
           "show their structure with dtypes and shapes, entropy its byte count and a hex prefix,\n"
           "failures their message and stacks on indented lines.\n"
           "\n"
-          "  --step N        only step N (jumps there through the stream's step index)\n"
+          "  --step N        only step N (jumps there through the stream's step index); the\n"
+          "                  failure ring's tensors of step N, written later (during the\n"
+          "                  failing step), follow its other events\n"
           "  --stream NAME   only this stream (default: all streams)\n"
           "  --kind K,...    only these kinds: note, processStart, fork, processExit, entropy,\n"
           "                  rngState, batch, stepBegin, stepEnd, loss, digest, tensor,\n"

@@ -429,12 +429,13 @@ class Replayer(Recorder):
             self._anomaly = None
 
     def _after_optimizer_step(self, optimizer):
+        step = self.steps.current  # a step counted by optimizer.step() ends in super()'s call
         super()._after_optimizer_step(optimizer)
         if self._armed and not self._stopped and self.target.digest_kind == native.DIGEST_PARAMETER:
             self._armed = False
             self.stop("target", "after %s.step() of step %d: gradients were finite, the update made %s "
-                      "non-finite" % (type(optimizer).__name__, self.steps.current, self.target_where),
-                      sys._getframe(1), scan_batch=True)
+                      "non-finite" % (type(optimizer).__name__, step, self.target_where),
+                      sys._getframe(1), scan_batch=True, step=step)
 
     def _arm_anomaly(self):
         torch = self.torch
@@ -469,13 +470,14 @@ class Replayer(Recorder):
             self.stop("target", "the recorded exception: %s" % text, None, tb=tb)
 
     # ------------------------------------------------------------------ stopping
-    def stop(self, reason, detail, frame, tb=None, scan_batch=False):
+    def stop(self, reason, detail, frame, tb=None, scan_batch=False, step=None):
         if self._stopped:
             return
         self._stopped = True
         if self.progress:
             os.write(2, b"\r\x1b[K")
-        step = self.steps.current
+        if step is None:
+            step = self.steps.current
         self._fact("stop.step", "-" if step is None else str(step))
         self._fact("stop.where", detail)
         if scan_batch:

@@ -3,6 +3,10 @@
 --steps N             training steps (DataLoader over an in-memory dataset, 2 workers)
 --segv-at N           dereference NULL through ctypes at step N (a native crash)
 --raise-at N          raise KeyError at step N (an ordinary Python failure)
+--raise-multiline-at N  raise RuntimeError at step N whose message has several lines (the
+                      last with a terminal escape sequence)
+--own-excepthook      install an excepthook that prints the exception without chaining to
+                      the one before it (the hook then learns of the exception only at exit)
 --no-loader           count steps by optimizer.step() with tensors made in the loop
 The learning rate comes from DLRR_TEST_LR (default 0.05), so a test can make a replay
 diverge by changing it.
@@ -11,6 +15,7 @@ import argparse
 import ctypes
 import os
 import random
+import sys
 
 import numpy as np
 import torch
@@ -32,8 +37,12 @@ def main():
     ap.add_argument("--steps", type=int, default=24)
     ap.add_argument("--segv-at", type=int, default=-1)
     ap.add_argument("--raise-at", type=int, default=-1)
+    ap.add_argument("--raise-multiline-at", type=int, default=-1)
+    ap.add_argument("--own-excepthook", action="store_true")
     ap.add_argument("--no-loader", action="store_true")
     args = ap.parse_args()
+    if args.own_excepthook:
+        sys.excepthook = lambda t, e, tb: print("job: uncaught %s" % t.__name__, file=sys.stderr)
     lr = float(os.environ.get("DLRR_TEST_LR", "0.05"))
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 3))
     opt = torch.optim.SGD(model.parameters(), lr=lr)
@@ -58,6 +67,8 @@ def main():
             ctypes.string_at(0)
         if step == args.raise_at:
             raise KeyError("missing-key-%d" % step)
+        if step == args.raise_multiline_at:
+            raise RuntimeError("first-line of the message\nsecond-line\nlast-line \x1b[31mred")
         loss = loss_fn(model(x), y)
         opt.zero_grad()
         loss.backward()

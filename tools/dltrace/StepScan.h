@@ -1,0 +1,48 @@
+#pragma once
+// Which events belong to one step, read from the step's first frame onwards.
+//
+// A step's own events come in order, but the failure ring's full tensors (module outputs,
+// losses, collective results) of the steps before a failure are written only when the
+// failure happens: during the failing step, just before its first non-finite failure event,
+// each stamped with its own (earlier) step. So after step N's events the scan goes on,
+// taking only tensors of step N, until that failure event, or until a step too far after N
+// for N to still have been in the ring (the ring keeps at most kMaxRingSteps steps), or until
+// it is known that no ring was written after step N (a failure at or before N: the ring is
+// written once, at the first failure, and not at all after an exception).
+#include <cstdint>
+
+#include "schema/dlrr.capnp.h"
+
+namespace dlrr::tools {
+
+// dlrecord --ring-steps takes 0-64 (recorder/Config.cc).
+constexpr int64_t kMaxRingSteps = 64;
+
+class StepScan {
+ public:
+  enum class Verdict { Take, Skip, Stop };
+
+  explicit StepScan(int64_t step) : step_(step) {}
+
+  Verdict operator()(schema::Event::Reader e) {
+    int64_t s = e.getStep();
+    if (!past_) {
+      if (s <= step_) {
+        if (e.isFailure()) failureSeen_ = true;
+        return s == step_ ? Verdict::Take : Verdict::Skip;
+      }
+      past_ = true;
+    }
+    // Past the step: only the failure ring's tensors of it can still come.
+    if (failureSeen_ || s >= step_ + kMaxRingSteps) return Verdict::Stop;
+    if (e.isFailure()) return Verdict::Stop;  // the ring, if any, was written just before it
+    return e.isTensor() && s == step_ ? Verdict::Take : Verdict::Skip;
+  }
+
+ private:
+  int64_t step_;
+  bool past_ = false;
+  bool failureSeen_ = false;
+};
+
+}  // namespace dlrr::tools
