@@ -168,11 +168,6 @@ void onReplayFatal(int sig, siginfo_t* info, void* uctx) {
   // Only the replayed process itself (a forked child, e.g. a worker, is deactivated).
   if (processReplayer() && !gInHandler.exchange(true)) {
     long pid = static_cast<long>(::getpid());
-    (Line() << "dlrr: replay stopped (target): the recorded fatal signal " << gSignalName << " (" << static_cast<long>(sig)
-            << ")\ndlrr: process " << pid << " is waiting for a debugger:\ndlrr:   gdb -p " << pid
-            << "        attach (the crash goes on when gdb detaches or quits)\ndlrr:   kill -USR1 " << pid
-            << "    let the crash go on without attaching\n")
-        .write();
     struct sigaction sa{};
     sa.sa_handler = onResume;
     sigemptyset(&sa.sa_mask);
@@ -185,6 +180,12 @@ void onReplayFatal(int sig, siginfo_t* info, void* uctx) {
     sigaddset(&unblock, SIGCONT);
     sigset_t oldMask;
     pthread_sigmask(SIG_UNBLOCK, &unblock, &oldMask);
+    // Told only now: a SIGUSR1 sent as soon as the line shows must find the handler in place.
+    (Line() << "dlrr: replay stopped (target): the recorded fatal signal " << gSignalName << " (" << static_cast<long>(sig)
+            << ")\ndlrr: process " << pid << " is waiting for a debugger:\ndlrr:   gdb -p " << pid
+            << "        attach (the crash goes on when gdb detaches or quits)\ndlrr:   kill -USR1 " << pid
+            << "    let the crash go on without attaching\n")
+        .write();
     long watcher = startTracerWatcher(pid);
     while (!gResume) pause50ms();  // every call here is async-signal-safe
     if (watcher > 0) {
