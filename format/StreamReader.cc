@@ -121,24 +121,43 @@ namespace {
 
 // Reads every pointer field of the header once, so that a malformed one is reported at open
 // and later header() readers cannot throw kj::Exception.
-void validateHeader(schema::StreamHeader::Reader h) {
+// Reads every field once (a damaged pointer throws here, not in a tool later) and bounds every
+// list by the words present: a real element costs at least one word, while a list of
+// zero-sized structs costs nothing to declare and a reader loop millions of times per call
+// (the header reader's traversal limit is fixed, see below).
+void validateHeader(schema::StreamHeader::Reader h, size_t wordsPresent) {
+  auto bounded = [&](unsigned n, const char* what) {
+    if (n > wordsPresent)
+      throw TraceError(ErrorKind::Corrupt, std::string("header declares ") + std::to_string(n) + " " + what +
+                                               " in " + std::to_string(wordsPresent) + " words");
+  };
   (void)h.getStreamName();
   (void)h.getParentStream();
+  bounded(h.getArgv().size(), "arguments");
   for (auto a : h.getArgv()) (void)a;
   (void)h.getCwd();
   (void)h.getExe();
   (void)h.getDlrrVersion();
+  (void)h.getRunId();
+  (void)h.getHost();
+  bounded(h.getDistEnv().size(), "launcher variables");
+  for (auto kv : h.getDistEnv()) (void)kv.getKey(), (void)kv.getValue();
   auto t = h.getTrace();
   (void)t.getHost();
   (void)t.getUser();
+  bounded(t.getCommand().size(), "command words");
   for (auto a : t.getCommand()) (void)a;
   (void)t.getCwd();
+  bounded(t.getEnv().size(), "environment variables");
   for (auto kv : t.getEnv()) (void)kv.getKey(), (void)kv.getValue();
+  bounded(t.getRedactedNames().size(), "redacted names");
   for (auto a : t.getRedactedNames()) (void)a;
+  bounded(t.getRedactPatterns().size(), "redaction patterns");
   for (auto a : t.getRedactPatterns()) (void)a;
   (void)t.getCpuModel();
   (void)t.getKernel();
   (void)t.getCaptureMode();
+  bounded(t.getOptions().size(), "options");
   for (auto kv : t.getOptions()) (void)kv.getKey(), (void)kv.getValue();
 }
 
@@ -192,7 +211,9 @@ void StreamReader::init(const std::string& file) {
     // The header reader lives as long as the stream and every header() call counts against
     // its limit, so it gets the fixed cap rather than one proportional to its size.
     headerMsg_ = std::make_unique<capnp::FlatArrayMessageReader>(words, readerOptions(kMaxRawLen / 8));
-    validateHeader(headerMsg_->getRoot<schema::StreamHeader>());
+    validateHeader(headerMsg_->getRoot<schema::StreamHeader>(), words.size());
+  } catch (const TraceError& e) {
+    throw TraceError(e.kind(), file + ": " + e.what());
   } catch (const kj::Exception& e) {
     throw TraceError(ErrorKind::Corrupt, file + ": header message does not parse: " + e.getDescription().cStr());
   }
