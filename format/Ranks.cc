@@ -12,18 +12,6 @@ bool anyNonFinite(capnp::List<schema::CollectiveTensor>::Reader ts) {
   return false;
 }
 
-std::string failureKindText(schema::Failure::Kind k) {
-  switch (k) {
-    case schema::Failure::Kind::NONFINITE:
-      return "nonfinite";
-    case schema::Failure::Kind::EXCEPTION:
-      return "exception";
-    case schema::Failure::Kind::SIGNAL:
-      return "signal";
-  }
-  return "?";
-}
-
 }  // namespace
 
 std::string collectiveDisplayName(const std::string& op) {
@@ -72,15 +60,7 @@ RankReport analyzeRanks(Trace& t) {
           }
           case schema::Event::FAILURE: {
             if (r.failure) break;
-            auto f = e.getFailure();
-            FailureInfo fi;
-            fi.kind = failureKindText(f.getKind());
-            fi.step = f.getStep();
-            fi.where = f.getWhere().cStr();
-            fi.message = f.getMessage().cStr();
-            fi.exceptionType = f.getExceptionType().cStr();
-            fi.signal = f.getSignal();
-            fi.stream = r.stream;
+            FailureInfo fi = failureInfo(e.getFailure(), r.stream);
             r.failure = fi;
             // Events are in the order the rank saw them: a non-finite result received before
             // its own first non-finite value is where that value came from.

@@ -208,18 +208,7 @@ TraceSummary Trace::summarize() {
         if (e.isProcessExit()) ss.exitCode = e.getProcessExit().getExitCode();
         if (e.isRecorderStatus())  // what was not recorded, and informational notes
           sum.notes.push_back(ss.name + ": " + e.getRecorderStatus().getMessage().cStr());
-        if (e.isFailure() && !first) {
-          auto f = e.getFailure();
-          FailureInfo fi;
-          fi.kind = failureKindName(f.getKind());
-          fi.step = f.getStep();
-          fi.where = f.getWhere().cStr();
-          fi.message = f.getMessage().cStr();
-          fi.exceptionType = f.getExceptionType().cStr();
-          fi.signal = f.getSignal();
-          fi.stream = ss.name;
-          first = fi;
-        }
+        if (e.isFailure() && !first) first = failureInfo(e.getFailure(), ss.name);
       });
     } catch (const TraceError& e) {
       if (ss.damage.empty() || ss.torn) ss.damage = e.what();
@@ -238,6 +227,18 @@ TraceSummary Trace::summarize() {
   if (!sum.failure) sum.failure = anyFailure;
   sum.broken = broken_;
   return sum;
+}
+
+FailureInfo failureInfo(schema::Failure::Reader f, const std::string& stream) {
+  FailureInfo fi;
+  fi.kind = failureKindName(f.getKind());
+  fi.step = f.getStep();
+  fi.where = f.getWhere().cStr();
+  fi.message = f.getMessage().cStr();
+  fi.exceptionType = f.getExceptionType().cStr();
+  fi.signal = f.getSignal();
+  fi.stream = stream;
+  return fi;
 }
 
 std::string formatFailure(const FailureInfo& f) {

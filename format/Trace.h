@@ -123,6 +123,8 @@ class Trace {
 };
 
 std::string formatFailure(const FailureInfo& f);
+// A Failure event of stream `stream` as FailureInfo.
+FailureInfo failureInfo(schema::Failure::Reader f, const std::string& stream);
 // Raw bytes referenced by a structured value (tensor data, bytes, text; 8 per scalar).
 uint64_t valueBytes(schema::Value::Reader v);
 
