@@ -1,0 +1,124 @@
+"""torch.distributed in the hook (fake library, a real one-rank gloo group): what each
+collective and DDP step reports, in what order, and that the job's calls behave as before."""
+
+import os
+import tempfile
+import unittest
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from support import RecorderTestCase, small_model  # first
+from dlrr_hook import dist as dlrr_dist
+
+
+class CollectivesTest(RecorderTestCase):
+    def setUp(self):
+        super().setUp()
+        self.tmp = tempfile.mkdtemp(prefix="dlrr-dist-")
+        store = dist.FileStore(os.path.join(self.tmp, "store"), 1)
+        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+
+    def tearDown(self):
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        super().tearDown()
+
+    def collectives(self):
+        """[(op, group, reduce op, peer, bucket, [input tensors' shapes], [result shapes], status)]."""
+        out, open_ = [], {}
+        for call in self.lib.calls:
+            if call[0] == "collective_begin":
+                _, seq, op, group, reduce_op, peer, bucket, _async = call
+                open_[seq] = [op, group, reduce_op, peer, bucket, [], []]
+            elif call[0] == "collective_tensor":
+                _, seq, is_result, _dtype, shape, _data = call
+                open_[seq][6 if is_result else 5].append(shape)
+            elif call[0] == "collective_end":
+                out.append(tuple(open_.pop(call[1])) + (call[2],))
+        return out
+
+    def test_collectives_in_issue_order_with_both_sides(self):
+        t = torch.ones(3)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        dist.broadcast(t, src=0)
+        gathered = [torch.zeros(3)]
+        dist.all_gather(gathered, t)
+        dist.barrier()
+        work = dist.all_reduce(t, async_op=True)
+        work.wait()
+        self.assertEqual(t.tolist(), [1.0, 1.0, 1.0])  # the job's results are torch's
+        got = self.collectives()
+        self.assertEqual([c[0] for c in got], ["all_reduce", "broadcast", "all_gather", "barrier", "all_reduce"])
+        self.assertEqual(got[0][1:3], ("world", "max"))
+        self.assertEqual(got[1][3], 0)  # the root
+        self.assertEqual(got[2][5:7], ([[3]], [[3]]))
+        self.assertEqual(got[3][5:7], ([], []))
+        self.assertEqual(got[4][2], "sum")
+        self.assertTrue(all(c[7] == "" for c in got))
+
+    def test_object_collectives_are_recorded_as_their_tensor_collectives(self):
+        objs = [None]
+        dist.all_gather_object(objs, {"a": 1})
+        self.assertEqual(objs, [{"a": 1}])
+        ops = [c[0] for c in self.collectives()]
+        self.assertTrue(ops and set(ops) <= {"all_gather", "broadcast"}, ops)
+
+    def test_a_failing_collective_still_raises_and_is_marked(self):
+        with self.assertRaises(Exception):
+            dist.broadcast(torch.ones(2), src=5)  # no rank 5 in a world of 1
+        got = self.collectives()
+        self.assertEqual(got[-1][0], "broadcast")
+        self.assertTrue(got[-1][7].startswith("failed: "), got[-1])
+
+    def test_ddp_gradients_recorded_after_backward_and_results_unchanged(self):
+        torch.manual_seed(1)
+        plain = small_model()
+        x = torch.randn(8, 3)
+        plain(x).pow(2).mean().backward()
+        self.lib.calls.clear()  # what follows is the DDP job's alone
+        torch.manual_seed(1)
+        model = small_model()
+        ddp = nn.parallel.DistributedDataParallel(model)
+        ddp(x).pow(2).mean().backward()
+        for a, b in zip(plain.parameters(), model.parameters()):
+            self.assertTrue(torch.equal(a.grad, b.grad))  # world of 1: DDP leaves them as they are
+        got = self.collectives()
+        self.assertEqual([c[0] for c in got], ["ddp_init_sync", "ddp_allreduce"])
+        self.assertEqual(got[1][6], [[4, 3], [4], [1, 4], [1]])
+        # Recorded before the step's gradient digests: a reader sees what arrived first.
+        calls = self.lib.calls
+        last_end = max(i for i, c in enumerate(calls) if c[0] == "collective_end")
+        first_grad = min(i for i, c in enumerate(calls) if c[0] == "digest" and c[1] == 1)
+        self.assertLess(last_end, first_grad)
+
+    def test_a_jobs_comm_hook_runs_and_its_buckets_are_recorded(self):
+        calls = []
+
+        def hook(state, bucket):
+            calls.append(bucket.index())
+            fut = torch.futures.Future()
+            fut.set_result(bucket.buffer())
+            return fut
+        ddp = nn.parallel.DistributedDataParallel(small_model())
+        ddp.register_comm_hook(None, hook)
+        for _ in range(2):
+            ddp(torch.randn(4, 3)).sum().backward()
+        self.assertEqual(calls, [0, 0])
+        got = self.collectives()
+        self.assertEqual([c[0] for c in got], ["ddp_init_sync", "ddp_bucket", "ddp_bucket"])
+        self.assertEqual(got[1][4], 0)  # bucket index
+        self.assertEqual(got[1][5], [[21]])  # what was sent: the flattened gradients
+        self.assertEqual(got[1][6], [[21]])
+
+
+class ReduceNameTest(unittest.TestCase):
+    def test_names(self):
+        self.assertEqual(dlrr_dist._reduce_name(torch, dist.ReduceOp.SUM), "sum")
+        self.assertEqual(dlrr_dist._reduce_name(torch, dist.ReduceOp.MIN), "min")
+        self.assertEqual(dlrr_dist._reduce_name(torch, "weird.Thing"), "thing")
+
+
+if __name__ == "__main__":
+    unittest.main()
