@@ -368,6 +368,11 @@ int run(int argc, char** argv) {
   }
   // Distributed traces (docs/distributed.md): one rank alone, or all of them.
   RankReport ranks = analyzeRanks(*trace);
+  for (const auto& r : ranks.ranks)
+    if (!o.stream.empty() && (o.stream == r.stream || o.stream == r.stream + ".dls")) {
+      o.rank = r.rank;  // a rank's stream replays as that rank, alone (not under its launcher)
+      o.stream.clear();
+    }
   if (ranks.distributed() && !o.rank && !o.allRanks && o.stream.empty()) {
     bool kept = true;
     for (const auto& r : ranks.ranks) kept = kept && r.keptResults == r.results;
