@@ -7,7 +7,9 @@
 #      dlrecord;
 #   4. the record overhead ratio on the job;
 #   5. a one-rank NCCL DDP job under torchrun (docs/distributed.md): recorded with
-#      --collectives full, replayed alone (--rank 0) to its NaN and with --all-ranks.
+#      --collectives full, replayed alone (--rank 0) to its NaN and with --all-ranks;
+#   6. triage of a GPU-only failure (docs/triage.md): a job that runs out of GPU memory in a
+#      training step is recorded and `dltrace triage` must name "GPU out of memory".
 # Without a CUDA device it prints "no CUDA device: GPU checks skipped" and exits 0 (CI).
 #
 #   scripts/gpu_check.sh            build dir: $DLRR_BUILD or ./build (built if missing)
@@ -158,6 +160,32 @@ if "$BIN/dlrecord" --collectives full -o "$TMP/dist.trace" -- "${TR[@]}" "${DJOB
   fi
 else
   echo "   FAIL: the recorded NCCL job failed"; tail -5 "$TMP/dist.err" | sed 's/^/   /'; fail=1
+fi
+
+echo "== 6. triage: CUDA out of memory in a training step"
+cat >"$TMP/oom.py" <<'EOF'
+import torch
+model = torch.nn.Linear(64, 64).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    opt.zero_grad()
+    loss = model(torch.randn(32, 64, device="cuda")).sum()
+    loss.backward()
+    opt.step()
+    if step == 1:
+        free, total = torch.cuda.mem_get_info()
+        torch.empty(int(total * 2) // 4, dtype=torch.float32, device="cuda")  # twice the device
+EOF
+"$BIN/dlrecord" -o "$TMP/oom.trace" -- "$PY" "$TMP/oom.py" >/dev/null 2>"$TMP/oom.err" || true
+if "$BIN/dltrace" triage "$TMP/oom.trace" --json >"$TMP/oom.json" 2>>"$TMP/oom.err" &&
+   "$PY" - "$TMP/oom.json" <<'EOF'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+print("   category: %s [%s]; %s" % (doc.get("category"), doc.get("dimension"), str(doc.get("summary", ""))[:120]))
+sys.exit(0 if doc.get("category") == "gpu_out_of_memory" else 1)
+EOF
+then :; else
+  echo "   FAIL: triage did not name GPU out of memory"; tail -5 "$TMP/oom.err" | sed 's/^/   /'; fail=1
 fi
 
 if [[ $fail -ne 0 ]]; then
