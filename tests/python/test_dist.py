@@ -47,7 +47,9 @@ class CollectivesTest(RecorderTestCase):
         dist.all_gather(gathered, t)
         dist.barrier()
         work = dist.all_reduce(t, async_op=True)
-        work.wait()
+        self.assertTrue(work.wait())  # the job's Work, as torch returns it (behind dlrr's wait)
+        self.assertTrue(work.is_completed())
+        self.assertEqual(work.get_future().value()[0].tolist(), [1.0, 1.0, 1.0])
         self.assertEqual(t.tolist(), [1.0, 1.0, 1.0])  # the job's results are torch's
         got = self.collectives()
         self.assertEqual([c[0] for c in got], ["all_reduce", "broadcast", "all_gather", "barrier", "all_reduce"])

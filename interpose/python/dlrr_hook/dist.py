@@ -110,6 +110,7 @@ class DistHooks:
         # shutdown the thread destroying the group holds the GIL while joining that worker.
         self._pending = []
         self._pending_lock = threading.Lock()
+        self._async = {}  # seq -> (work, result tensors) of async collectives not yet recorded
         self._original = {}
         self._c10d = None
         self.replay_group_class = None
@@ -289,7 +290,7 @@ class DistHooks:
             rec.guarded(self._lib.dlrr_collective_end, seq, native.text("failed: %s: %s" % (type(exc).__name__, exc)))
             raise
         if async_op and result is not None:
-            rec.guarded(self._complete_later, seq, result, results_of(p))
+            return rec.guarded(self._complete_later, seq, result, results_of(p)) or result
         else:
             if name == "recv" and isinstance(result, int):
                 pass  # the sender's rank; replay returns the recorded peer
@@ -304,26 +305,34 @@ class DistHooks:
             self._tensor(seq, 0, t)
 
     def _complete_later(self, seq, work, tensors):
-        """async_op=True: results once the work completed (its future), on whatever thread."""
-        try:
-            fut = work.get_future()
-        except Exception as exc:  # a backend without futures: the results stay unrecorded
-            self._lib.dlrr_collective_end(seq, native.text("async: results not recorded (%s)" % exc))
-            return
-        rec = self._rec
+        """async_op=True: the job gets its Work back behind a proxy whose wait() records the
+        results right when they arrived (before the job can change them in place). A work
+        never waited on is recorded at the next step boundary if it completed by then. No
+        callback on the communication thread (see _pending)."""
+        with self._pending_lock:
+            self._async[seq] = (work, tensors)
+        return _RecordedWork(work, self, seq)
 
-        def done(f):
-            try:
-                f.value()
-            except Exception as exc:  # the job sees it through its own wait()
-                rec.guarded(self._lib.dlrr_collective_end, seq, native.text("failed: %s" % exc))
+    def finish_async(self, seq, force=False):
+        """Records the results of async collective `seq` once (from wait(), or a flush)."""
+        with self._pending_lock:
+            entry = self._async.get(seq)
+            if entry is None:
                 return
-            rec.guarded(self._results, seq, tensors)
-            rec.guarded(self._lib.dlrr_collective_end, seq, b"")
-        if hasattr(fut, "add_done_callback"):
-            fut.add_done_callback(done)
-        else:
-            fut.then(done)
+            work, tensors = entry
+            if not force:
+                try:
+                    if not work.is_completed():
+                        return
+                except Exception:
+                    return
+            del self._async[seq]
+        self._results(seq, tensors)
+        self._lib.dlrr_collective_end(seq, b"")
+
+    def flush_async(self):
+        for seq in list(self._async):
+            self.finish_async(seq)
 
     def _served_call(self, name, op, p, inputs_of, results_of, peer_param, reduce_param):
         """Replay alone: the op and what is sent are checked; the results come from the trace."""
@@ -587,6 +596,25 @@ def _user_hook(hooks, hook):
         return fut
     dlrr_recorded_comm_hook.__name__ = getattr(hook, "__name__", "comm_hook")
     return dlrr_recorded_comm_hook
+
+
+class _RecordedWork:
+    """The job's async Work: wait() records the results as they arrived, then returns as the
+    Work's own wait() does; everything else is the Work's (is_completed, get_future, ...)."""
+
+    def __init__(self, work, hooks, seq):
+        self._dlrr_work = work
+        self._dlrr_hooks = hooks
+        self._dlrr_seq = seq
+
+    def wait(self, *args, **kwargs):
+        result = self._dlrr_work.wait(*args, **kwargs)
+        hooks = self._dlrr_hooks
+        hooks._rec.guarded(hooks.finish_async, self._dlrr_seq, True)
+        return result
+
+    def __getattr__(self, name):
+        return getattr(self._dlrr_work, name)
 
 
 def _reduce_name(torch, op):

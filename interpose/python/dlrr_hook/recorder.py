@@ -201,6 +201,7 @@ class Recorder:
         self.guarded(self.failures.report_unhooked_exit_exception)
         if self.dist is not None:
             self.guarded(self.dist.flush_buckets)
+            self.guarded(self.dist.flush_async)
         self.triage.report("exit")
         if "torch.distributed.elastic.agent.server.api" in sys.modules and "RANK" not in os.environ:
             pass  # a torchrun agent: the ranks it started trained, each in its own stream
@@ -235,6 +236,7 @@ class Recorder:
     def end_step(self, step, loss):
         if self.dist is not None:
             self.dist.flush_buckets()
+            self.dist.flush_async()
         if self.gpu is not None:
             gpu_loss = self._flush_gpu()
             if gpu_loss is not None:
