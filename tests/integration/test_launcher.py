@@ -68,6 +68,29 @@ class LauncherTest(TraceTestCase):
         self.assertIn("job got SIGTERM", out)
         self.assertEqual(p.returncode, 3)
 
+    def test_the_jobs_own_preload_and_pythonpath_come_after_ours_once(self):
+        # A job started with LD_PRELOAD already set (a malloc, an ASan runtime) is still
+        # recorded: its environment holds each variable once, ours first (ld.so takes the
+        # last LD_PRELOAD of an environment that holds two).
+        theirs = os.environ.get("LD_PRELOAD") or "libm.so.6"
+        code = ("import os, sys; env = open('/proc/self/environ', 'rb').read().split(b'\\0'); "
+                "keys = [e.split(b'=')[0] for e in env if e]; print(sorted({k.decode() for k in keys if keys.count(k) > 1})); "
+                "print([e.decode() for e in env if e.split(b'=')[0] in (b'LD_PRELOAD', b'PYTHONPATH')]); "
+                "import torch; x = torch.zeros(2, requires_grad=True); o = torch.optim.SGD([x], lr=0.1)\n"
+                "for _ in range(3): x.sum().backward(); o.step()")
+        p = run([tool("dlrecord"), "-o", self.trace_path(), "--", PY, "-c", code],
+                env={"LD_PRELOAD": theirs, "PYTHONPATH": "/nonexistent-dlrr"}, check=True)
+        dups, kept = p.stdout.splitlines()[:2]
+        self.assertEqual(dups, "[]")
+        lib = os.path.realpath(os.path.join(os.path.dirname(tool("dlrecord")), "..", "lib", "dlrr", "libdlrr.so"))
+        preload = [v for v in eval(kept) if v.startswith("LD_PRELOAD=")]
+        self.assertEqual(len(preload), 1, kept)
+        first, rest = preload[0][len("LD_PRELOAD="):].split(":", 1)
+        self.assertEqual(os.path.realpath(first), lib)
+        self.assertEqual(rest, theirs)
+        self.assertTrue(any(v.startswith("PYTHONPATH=") and v.endswith(":/nonexistent-dlrr") for v in eval(kept)), kept)
+        self.assertEqual(info(self.trace_path())["steps"], 3)
+
     def test_entropy_is_recorded_and_replayed(self):
         rec = run([tool("dlrecord"), "-o", self.trace_path(), "--", PY, "-c", RANDOMS], check=True)
         ent = events(self.trace_path(), kind="entropy")

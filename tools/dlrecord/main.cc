@@ -389,7 +389,10 @@ int run(int argc, char** argv) {
   }
   std::vector<std::string> env;
   std::string gpuOff;
-  if (recording) env = childEnvironment(o, trace, *paths, statusPipe[1], gpuOff);
+  if (recording)
+    env = childEnvironment(o, trace, *paths, statusPipe[1], gpuOff);
+  else
+    for (char** e = environ; *e; ++e) env.emplace_back(*e);
   if (!gpuOff.empty()) {
     problems.push_back("GPU capture off: " + gpuOff);
     capnp::MallocMessageBuilder sm;
@@ -400,8 +403,6 @@ int run(int argc, char** argv) {
     rs.setMessage("GPU capture off: " + gpuOff);
     launcher->append(sm);
   }
-  else
-    for (char** e = environ; *e; ++e) env.emplace_back(*e);
   std::vector<char*> envp, args;
   for (auto& s : env) envp.push_back(s.data());
   envp.push_back(nullptr);
