@@ -115,6 +115,42 @@ class CollectivesTest(RecorderTestCase):
         self.assertEqual(got[1][6], [[21]])
 
 
+class _AloneStub:
+    """Just what DistHooks needs of a Replayer replaying one rank alone."""
+
+    def __init__(self, lib, torch_module):
+        from dlrr_hook.tensors import TensorMarshal
+        self.lib = lib
+        self.marshal = TensorMarshal(torch_module)
+        self.active = True
+        self.stops = []
+
+    def guarded(self, fn, *args):
+        return fn(*args)
+
+    def stop(self, reason, detail, frame):
+        self.stops.append((reason, detail))
+
+
+class ObjectCollectivesAloneTest(unittest.TestCase):
+    def test_never_unpickled_from_a_trace(self):
+        import fake_native
+        from dlrr_hook.patching import Patcher
+        stub = _AloneStub(fake_native.FakeLib(), torch)
+        patcher = Patcher()
+        dlrr_dist.DistHooks(stub, torch, dlrr_dist.DIST_REPLAY_ALONE).install(patcher)
+        try:
+            for call in (lambda: dist.all_gather_object([None], {"a": 1}),
+                         lambda: dist.broadcast_object_list([None], src=0)):
+                with self.assertRaises(RuntimeError):
+                    call()
+            self.assertEqual([r for r, _ in stub.stops], ["unservable", "unservable"])
+            self.assertIn("unpickles", stub.stops[0][1])
+        finally:
+            patcher.restore()
+        self.assertNotIn("refused", dist.all_gather_object.__name__)
+
+
 class ReduceNameTest(unittest.TestCase):
     def test_names(self):
         self.assertEqual(dlrr_dist._reduce_name(torch, dist.ReduceOp.SUM), "sum")

@@ -80,6 +80,9 @@ _OPS = {
     "recv": (_none, _one("tensor"), "src", None),
     "irecv": (_none, _one("tensor"), "src", None),
 }
+# torch's object collectives pickle on one side and unpickle on the other (never replayed alone).
+_OBJECT_COLLECTIVES = ("all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list",
+                       "send_object_list", "recv_object_list")
 _PUBLIC_NAME = {"_all_gather_base": "all_gather_into_tensor", "_reduce_scatter_base": "reduce_scatter_tensor",
                 "isend": "send", "irecv": "recv", "monitored_barrier": "barrier"}
 
@@ -133,6 +136,10 @@ class DistHooks:
         if self.replay_mode == DIST_REPLAY_ALONE:
             patcher.wrap(c10d, "get_backend", self._wrap_get_backend)
             self._reexport(patcher, dist, c10d, "get_backend")
+            for name in _OBJECT_COLLECTIVES:
+                if hasattr(c10d, name):
+                    patcher.wrap(c10d, name, lambda original, name=name: self._refuse_object_collective(name))
+                    self._reexport(patcher, dist, c10d, name)
         ddp_module = __import__("torch.nn.parallel.distributed", fromlist=["DistributedDataParallel"])
         ddp = ddp_module.DistributedDataParallel
         patcher.wrap(ddp, "__init__", self._wrap_ddp_init)
@@ -351,6 +358,17 @@ class DistHooks:
         if async_op:
             return self._completed_work(results_of(p))
         return None
+
+    def _refuse_object_collective(self, name):
+        """Alone, an object collective's bytes would come from the trace, and torch unpickles
+        them: loading a trace must never run code, so the replay stops there instead."""
+        hooks = self
+
+        def refused(*args, **kwargs):
+            exc = ServeError("%s: torch unpickles what it receives, and replayed alone that would come "
+                             "from the trace; replay every rank with --all-ranks instead" % name)
+            hooks._unservable(exc)
+        return refused
 
     # ------------------------------------------------------------------ init_process_group
     def _wrap_init(self, original):
