@@ -114,7 +114,6 @@ class DistHooks:
         self._pending = []
         self._pending_lock = threading.Lock()
         self._async = {}  # seq -> (work, result tensors) of async collectives not yet recorded
-        self._original = {}
         self._c10d = None
         self.replay_group_class = None
 
@@ -128,7 +127,6 @@ class DistHooks:
         for name in _OPS:
             if not hasattr(c10d, name):
                 continue
-            self._original[name] = getattr(c10d, name)
             patcher.wrap(c10d, name, lambda original, name=name: self._wrap_collective(name, original))
             self._reexport(patcher, dist, c10d, name)
         patcher.wrap(c10d, "init_process_group", self._wrap_init)
