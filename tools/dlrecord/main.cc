@@ -37,6 +37,7 @@
 #include "recorder/ResourceUsage.h"
 #include "tools/common/Text.h"
 #include "tools/dlrecord/InstallPaths.h"
+#include "tools/dlrecord/RecordOptions.h"
 
 extern char** environ;
 
@@ -46,104 +47,6 @@ namespace {
 constexpr int kExitUsage = 2;
 constexpr int kExitCannotRun = 127;
 constexpr int kExitNotExecutable = 126;
-
-const char* kUsage =
-    "usage: dlrecord [options] [-o TRACE] -- CMD [ARGS...]\n"
-    "\n"
-    "Runs CMD unchanged and records it into TRACE (a directory) for dlreplay and dltrace.\n"
-    "\n"
-    "options:\n"
-    "  -o, --output TRACE   trace directory to create (default: ./dlrr-YYYYmmdd-HHMMSS.trace)\n"
-    "  --capture LEVEL      minimal | default | full  (default: default)\n"
-    "                         minimal: entropy, batches, RNG states, loss, failures\n"
-    "                         default: + digests of module outputs, gradients, parameters\n"
-    "                         full:    + every module output tensor of every step\n"
-    "  --collectives MODE  torch.distributed jobs: digest | full  (default: digest)\n"
-    "                         digest: op, shapes and bit-exact digests of what each rank sent\n"
-    "                                 and received; results of the last K steps kept for a failure\n"
-    "                         full:   + every collective's results, so that one rank can be\n"
-    "                                 replayed alone (dlreplay --rank R)\n"
-    "  --ring-steps K       module outputs and losses of the last K steps are kept in full in\n"
-    "                       memory and written only when a failure happens (default 2, 0 = off)\n"
-    "  --redact LIST        comma-separated name fragments of environment variables whose\n"
-    "                       values are never stored; '+LIST' adds to the defaults\n"
-    "                       (TOKEN,SECRET,PASSWORD,PASSWD,KEY,CREDENTIAL,AUTH,COOKIE,SESSION)\n"
-    "  -q, --quiet          no summary line at the end\n"
-    "  -h, --help           this help\n"
-    "  --version            print the version\n"
-    "\n"
-    "Exit status: CMD's own (128+N when it died of signal N); 127 when CMD cannot be found,\n"
-    "126 when it cannot be executed, 2 on a usage error. Recording problems never change it.\n";
-
-struct Options {
-  std::string output;
-  std::string capture = "default";
-  int ringSteps = 2;
-  std::string collectives = "digest";
-  std::vector<std::string> redact = defaultRedactPatterns();
-  bool quiet = false;
-  std::vector<std::string> command;
-};
-
-[[noreturn]] void usageError(const std::string& msg) {
-  std::fprintf(stderr, "dlrecord: %s\nTry 'dlrecord --help'.\n", msg.c_str());
-  std::exit(kExitUsage);
-}
-
-Options parse(int argc, char** argv) {
-  Options o;
-  int i = 1;
-  auto value = [&](const std::string& flag) -> std::string {
-    if (i + 1 >= argc) usageError("option " + flag + " needs a value");
-    return argv[++i];
-  };
-  bool sawDashDash = false;
-  for (; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--") {
-      sawDashDash = true;
-      ++i;
-      break;
-    }
-    if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else if (a == "--version") {
-      std::printf("dlrecord %s (trace format %u.%u)\n", kDlrrVersion, kFormatMajor, kFormatMinor);
-      std::exit(0);
-    } else if (a == "-o" || a == "--output") {
-      o.output = value(a);
-    } else if (a.rfind("--output=", 0) == 0) {
-      o.output = a.substr(9);
-    } else if (a == "--capture" || a.rfind("--capture=", 0) == 0) {
-      o.capture = a == "--capture" ? value(a) : a.substr(10);
-      if (o.capture != "minimal" && o.capture != "default" && o.capture != "full")
-        usageError("--capture must be minimal, default or full (got '" + o.capture + "')");
-    } else if (a == "--collectives" || a.rfind("--collectives=", 0) == 0) {
-      o.collectives = a == "--collectives" ? value(a) : a.substr(14);
-      if (o.collectives != "digest" && o.collectives != "full")
-        usageError("--collectives must be digest or full (got '" + o.collectives + "')");
-    } else if (a == "--ring-steps" || a.rfind("--ring-steps=", 0) == 0) {
-      std::string v = a == "--ring-steps" ? value(a) : a.substr(13);
-      char* end = nullptr;
-      long k = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end || k < 0 || k > 64) usageError("--ring-steps must be an integer from 0 to 64 (got '" + v + "')");
-      o.ringSteps = static_cast<int>(k);
-    } else if (a == "--redact" || a.rfind("--redact=", 0) == 0) {
-      o.redact = parseRedactPatterns(a == "--redact" ? value(a) : a.substr(9));
-    } else if (a == "-q" || a == "--quiet") {
-      o.quiet = true;
-    } else if (!a.empty() && a[0] == '-') {
-      usageError("unknown option '" + a + "'");
-    } else {
-      usageError("missing '--' before the command (write: dlrecord [options] -- " + a + " ...)");
-    }
-  }
-  if (!sawDashDash) usageError("missing '--' and the command to record");
-  for (; i < argc; ++i) o.command.emplace_back(argv[i]);
-  if (o.command.empty()) usageError("no command after '--'");
-  return o;
-}
 
 std::string defaultTraceName() {
   time_t t = time(nullptr);
@@ -178,7 +81,7 @@ int64_t realNs() {
 }
 
 // Creates the trace directory and the launcher stream. Throws TraceError.
-std::unique_ptr<StreamWriter> openLauncherStream(const Options& o, const std::string& trace) {
+std::unique_ptr<StreamWriter> openLauncherStream(const RecordOptions& o, const std::string& trace) {
   UniqueFd dir = createTraceDir(trace);
   // Under torchrun (`torchrun ... --no-python dlrecord -o T -- python3 train.py`) one dlrecord
   // runs per rank, possibly on many hosts sharing T: each writes launcher.rank<R>.dls into the
@@ -295,7 +198,7 @@ std::string cudaInjection(const InstallPaths& paths, std::vector<std::string>& e
 }
 
 // The job's environment: ours plus what the interposer and the Python hook need.
-std::vector<std::string> childEnvironment(const Options& o, const std::string& trace, const InstallPaths& paths,
+std::vector<std::string> childEnvironment(const RecordOptions& o, const std::string& trace, const InstallPaths& paths,
                                           int statusFd, std::string& gpuOff) {
   std::vector<std::string> env;
   auto skip = [](const std::string& kv) {
@@ -360,7 +263,21 @@ std::string drain(int fd) {
 }
 
 int run(int argc, char** argv) {
-  Options o = parse(argc, argv);
+  RecordOptions o;
+  try {
+    o = parseRecordOptions(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const tools::UsageError& e) {
+    std::fprintf(stderr, "dlrecord: %s\nTry 'dlrecord --help'.\n", e.what());
+    return kExitUsage;
+  }
+  if (o.action == RecordOptions::Action::Help) {
+    std::fputs(kRecordUsage, stdout);
+    return 0;
+  }
+  if (o.action == RecordOptions::Action::Version) {
+    std::printf("dlrecord %s (trace format %u.%u)\n", kDlrrVersion, kFormatMajor, kFormatMinor);
+    return 0;
+  }
   std::string trace = absolutePath(o.output.empty() ? defaultTraceName() : o.output);
   std::vector<std::string> problems;
 

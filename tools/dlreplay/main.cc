@@ -33,6 +33,7 @@
 #include "replayer/ReplaySession.h"
 #include "replayer/ReplayTarget.h"
 #include "tools/dlreplay/Check.h"
+#include "tools/dlreplay/ReplayOptions.h"
 #include "triage/TraceFacts.h"
 #include "tools/common/Json.h"
 #include "tools/common/Text.h"
@@ -75,134 +76,6 @@ int exitFor(ErrorKind k) {
 // Recorded text (an exception message, a traceback) shown in one of dlreplay's lines: first and
 // last line, escaped (as dlrecord's summary line).
 constexpr size_t kSummaryTextMax = 300;
-
-const char* kUsageText =
-    "usage: dlreplay [options] TRACE [--until TARGET] [--debug pdb|gdb|wait] [-- CMD ...]\n"
-    "\n"
-    "Replays a dlrecord trace bit for bit: entropy, DataLoader batches and RNG states come from\n"
-    "the trace (the dataset need not exist), every step is checked against the recording, and\n"
-    "the job stops at TARGET.\n"
-    "\n"
-    "options:\n"
-    "  --until TARGET   nan      right before the module whose output was the first non-finite\n"
-    "                            value (the default when the trace has one)\n"
-    "                   step=N   at the start of step N, its batch in hand, before the forward\n"
-    "                   crash    at the recorded exception or fatal signal (default when one)\n"
-    "                   end      run to the end, verifying every step (default otherwise)\n"
-    "  --debug MODE     pdb: an interactive pdb in your frame at the stop\n"
-    "                   gdb: run under gdb, stopping in dlrr_replay_stopped (report written)\n"
-    "                        or at a fatal signal (batch mode when stdin is not a terminal:\n"
-    "                        prints the stack and ends)\n"
-    "                   wait: pause at the stop, print the PID and attach commands; resumes\n"
-    "                        when the debugger detaches or on SIGCONT/SIGUSR1\n"
-    "  --check          replay to the recorded failure and say whether it is deterministic:\n"
-    "                   'deterministic: reproduced at step N' (exit 0) or 'not reproduced' (13)\n"
-    "  --stream NAME    the recorded process to replay (default: the one that trained)\n"
-    "  --rank R         distributed trace: replay rank R alone, on this machine, collectives\n"
-    "                   served from the trace (needs dlrecord --collectives full)\n"
-    "  --all-ranks      distributed trace: relaunch every rank with the recorded launcher\n"
-    "                   (torchrun) on this machine; each rank replays and verifies its stream\n"
-    "                   (default for a distributed trace without kept collective results)\n"
-    "  --yes            consent to run the recorded command of a trace from another host/user\n"
-    "  --dry-run        show the command and environment changes, run nothing\n"
-    "  --json           print the report as one JSON line on stdout, after the job's output\n"
-    "  -q, --quiet      no progress line, no environment warnings\n"
-    "  -h, --help       this help;  --version  the version\n"
-    "\n"
-    "exit status: 0 target reached, every step verified; 10 target not reached; 11 divergence;\n"
-    "12 the replayed process never attached; 13 --check: the failure did not reproduce;\n"
-    "9 consent needed; 2 usage; 3 I/O error; 4 not a trace; 5 newer trace format;\n"
-    "6 corrupt trace; 7 no such step/stream/failure; 8 internal error;\n"
-    "126/127 the command cannot be run / found.\n";
-
-struct Options {
-  std::string trace;
-  std::string until;
-  std::string debug;
-  std::string stream;
-  std::optional<int> rank;
-  bool allRanks = false;
-  bool yes = false;
-  bool check = false;
-  bool dryRun = false;
-  bool json = false;
-  bool quiet = false;
-  std::vector<std::string> command;
-};
-
-[[noreturn]] void usageError(const std::string& msg) {
-  std::fprintf(stderr, "dlreplay: %s\nTry 'dlreplay --help'.\n", msg.c_str());
-  std::exit(kUsage);
-}
-
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&](const std::string& flag) -> std::string {
-      auto eq = a.find('=');
-      if (a.rfind("--", 0) == 0 && eq != std::string::npos) return a.substr(eq + 1);
-      if (i + 1 >= argc) usageError("option " + flag + " needs a value");
-      return argv[++i];
-    };
-    auto is = [&](const char* flag) { return a == flag || a.rfind(std::string(flag) + "=", 0) == 0; };
-    if (a == "--") {
-      for (++i; i < argc; ++i) o.command.emplace_back(argv[i]);
-      if (o.command.empty()) usageError("no command after '--'");
-      break;
-    } else if (a == "-h" || a == "--help") {
-      std::fputs(kUsageText, stdout);
-      std::exit(0);
-    } else if (a == "--version") {
-      std::printf("dlreplay %s\n", kDlrrVersion);
-      std::exit(0);
-    } else if (is("--until")) {
-      o.until = value("--until");
-    } else if (is("--debug")) {
-      o.debug = value("--debug");
-      if (o.debug != "pdb" && o.debug != "gdb" && o.debug != "wait")
-        usageError("--debug must be pdb, gdb or wait (got '" + o.debug + "')");
-    } else if (is("--stream")) {
-      o.stream = value("--stream");
-    } else if (is("--rank")) {
-      std::string v = value("--rank");
-      char* end = nullptr;
-      long r = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end || r < 0 || r > (1 << 24)) usageError("--rank must be a rank number (got '" + v + "')");
-      o.rank = static_cast<int>(r);
-    } else if (a == "--all-ranks") {
-      o.allRanks = true;
-    } else if (a == "--yes") {
-      o.yes = true;
-    } else if (a == "--check") {
-      o.check = true;
-    } else if (a == "--dry-run") {
-      o.dryRun = true;
-    } else if (a == "--json") {
-      o.json = true;
-    } else if (a == "-q" || a == "--quiet") {
-      o.quiet = true;
-    } else if (!a.empty() && a[0] == '-') {
-      usageError("unknown option '" + a + "'");
-    } else if (o.trace.empty()) {
-      o.trace = a;
-    } else {
-      usageError("unexpected argument '" + a + "' (a command to run goes after '--')");
-    }
-  }
-  if (o.trace.empty()) usageError("missing TRACE");
-  if (o.check && !o.until.empty()) usageError("--check replays to the recorded failure; it takes no --until");
-  if (o.check && !o.debug.empty()) usageError("--check runs without a debugger");
-  if (o.rank && o.allRanks) usageError("--rank and --all-ranks exclude each other");
-  if ((o.rank || o.allRanks) && !o.stream.empty()) usageError("--stream names a process; --rank/--all-ranks pick ranks");
-  if (o.allRanks && !o.debug.empty()) usageError("--all-ranks runs without a debugger (replay one rank with --rank R --debug ...)");
-  if (o.allRanks && o.check) usageError("--check replays one process; use --rank R --check");
-  if (!o.until.empty()) {
-    std::string err;
-    if (!parseReplayTarget(o.until, err)) usageError(err);
-  }
-  return o;
-}
 
 std::string shellQuote(const std::string& s) {
   if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@%") ==
@@ -352,7 +225,21 @@ int allRanksOutcome(const RankReport& ranks, const RankReports& files, int statu
 }
 
 int run(int argc, char** argv) {
-  Options o = parse(argc, argv);
+  ReplayOptions o;
+  try {
+    o = parseReplayOptions(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const tools::UsageError& e) {
+    std::fprintf(stderr, "dlreplay: %s\nTry 'dlreplay --help'.\n", e.what());
+    return kUsage;
+  }
+  if (o.action == ReplayOptions::Action::Help) {
+    std::fputs(kReplayUsage, stdout);
+    return kOk;
+  }
+  if (o.action == ReplayOptions::Action::Version) {
+    std::printf("dlreplay %s\n", kDlrrVersion);
+    return kOk;
+  }
   std::unique_ptr<Trace> trace;
   TraceSummary sum;
   StreamReader* launcher = nullptr;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "format/TraceError.h"
+#include "tools/common/UsageError.h"
 
 namespace dlrr::tools {
 
@@ -26,11 +27,8 @@ enum ExitCode : int {
 
 int exitCodeFor(ErrorKind kind) noexcept;
 
-// A usage mistake: main prints the message, the command's usage line and a --help hint.
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+// UsageError (tools/common/UsageError.h): main prints the message, the command's usage line
+// and a --help hint.
 
 struct OptSpec {
   enum class Type { Flag, Value, OptionalValue };

@@ -1,9 +1,7 @@
 // dltrace dump: a recorded tensor, batch field or RNG state as a NumPy .npy file.
-#include <capnp/schema.h>
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <cctype>
 #include <cerrno>
 #include <cstring>
 
@@ -13,6 +11,7 @@
 #include "tools/common/Text.h"
 #include "tools/dltrace/Commands.h"
 #include "tools/dltrace/EventText.h"
+#include "tools/dltrace/OptionValues.h"
 #include "tools/dltrace/StepScan.h"
 
 namespace dlrr::tools {
@@ -31,13 +30,6 @@ struct Target {
   std::vector<uint8_t> inlineBytes;  // scalars and bytes values
   std::string npyDescr;              // set for inline values
 };
-
-std::string normalize(std::string_view s) {
-  std::string out;
-  for (char c : s)
-    if (c != '-' && c != '_') out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 std::string kindOf(schema::Value::Reader v) {
   switch (v.which()) {
@@ -93,48 +85,6 @@ std::string pathList(schema::Value::Reader root) {
   for (size_t i = 0; i < paths.size() && i < kMaxListedPaths; ++i) out += (i ? ", " : "") + paths[i];
   if (paths.size() > kMaxListedPaths) out += ", ...";
   return out.empty() ? "(none)" : out;
-}
-
-// Follows a dotted path ("inputs.0"); dict keys may themselves contain dots (longest match wins).
-std::optional<schema::Value::Reader> resolve(schema::Value::Reader v, std::string_view path) {
-  while (!path.empty()) {
-    auto indexed = [&](capnp::List<schema::Value>::Reader list) -> std::optional<schema::Value::Reader> {
-      size_t dot = path.find('.');
-      std::string_view part = path.substr(0, dot);
-      if (part.empty() || part.size() > 9 || part.find_first_not_of("0123456789") != std::string_view::npos)
-        return std::nullopt;
-      unsigned long i = std::stoul(std::string(part));
-      if (i >= list.size()) return std::nullopt;
-      path = dot == std::string_view::npos ? std::string_view() : path.substr(dot + 1);
-      return list[static_cast<unsigned>(i)];
-    };
-    std::optional<schema::Value::Reader> next;
-    switch (v.which()) {
-      case schema::Value::LIST:
-        next = indexed(v.getList());
-        break;
-      case schema::Value::TUPLE:
-        next = indexed(v.getTuple());
-        break;
-      case schema::Value::DICT: {
-        size_t best = 0;
-        for (auto e : v.getDict()) {
-          std::string_view k(e.getKey().begin(), e.getKey().size());
-          if (k.size() >= best && path.substr(0, k.size()) == k && (path.size() == k.size() || path[k.size()] == '.')) {
-            best = k.size();
-            next = e.getValue();
-          }
-        }
-        if (next) path = best == path.size() ? std::string_view() : path.substr(best + 1);
-        break;
-      }
-      default:
-        return std::nullopt;
-    }
-    if (!next) return std::nullopt;
-    v = *next;
-  }
-  return v;
 }
 
 Target targetFromValue(schema::Value::Reader v, const std::string& what) {
@@ -230,13 +180,6 @@ void writeNpy(const std::string& file, const Target& t, StreamReader& s) {
     throw TraceError(ErrorKind::Io, "cannot write " + file + ": " + std::strerror(errno));
 }
 
-std::optional<schema::RngState::Kind> parseRngKind(std::string_view s) {
-  for (auto e : capnp::Schema::from<schema::RngState::Kind>().getEnumerants())
-    if (normalize(e.getProto().getName().cStr()) == normalize(s))
-      return static_cast<schema::RngState::Kind>(e.getOrdinal());
-  return std::nullopt;
-}
-
 // Calls fn on each event of `step` in `s` (jumping there through the step index), the failure
 // ring's tensors of the step included (StepScan).
 void forEachEventOfStep(StreamReader& s, int64_t step, const std::function<void(schema::Event::Reader)>& fn) {
@@ -257,24 +200,17 @@ void forEachEventOfStep(StreamReader& s, int64_t step, const std::function<void(
 }
 
 int run(const Args& args, Output&) {
-  auto step = args.intValue("--step");
-  if (!step) throw UsageError("missing --step N");
-  int modes = args.has("--batch") + args.has("--rng") + args.has("--tensor");
-  if (modes != 1) throw UsageError("give exactly one of --batch [PATH], --rng KIND, --tensor PATH");
-  auto outFile = args.value("-o");
-  if (!outFile) throw UsageError("missing -o FILE.npy");
-  if (!args.has("--tensor") && (args.has("--tensor-kind") || args.has("--call") || args.has("--output")))
-    throw UsageError("--tensor-kind, --call and --output go with --tensor");
+  const DumpOptions opts = checkDumpOptions(args);
   auto trace = openTraceForTool(args.trace());
   StreamReader& s = selectStream(*trace, args.value("--stream"));
   warnIfDamaged(s);
-  const std::string stepText = "step " + std::to_string(*step);
+  const std::string stepText = "step " + std::to_string(opts.step);
   std::optional<Target> target;
 
   if (args.has("--batch")) {
     auto path = args.value("--batch");
     int batches = 0;
-    forEachEventOfStep(s, *step, [&](schema::Event::Reader e) {
+    forEachEventOfStep(s, opts.step, [&](schema::Event::Reader e) {
       if (!e.isBatch() || batches++ > 0) return;
       auto root = e.getBatch().getValue();
       std::string what =
@@ -287,7 +223,7 @@ int run(const Args& args, Output&) {
         target = targetFromValue(root, what);
         return;
       }
-      auto v = resolve(root, *path);
+      auto v = resolveBatchPath(root, *path);
       if (!v)
         throw TraceError(ErrorKind::NotFound, "no field '" + printable(*path) + "' in the batch of " + stepText +
                                                   "; fields: " + pathList(root));
@@ -297,25 +233,16 @@ int run(const Args& args, Output&) {
       throw TraceError(ErrorKind::NotFound, "no batch recorded in " + stepText + " of stream " + s.name());
     if (batches > 1) warn(stepText + " has " + std::to_string(batches) + " batches; dumped the first");
   } else if (auto rng = args.value("--rng")) {
-    std::string spec = *rng;
-    std::optional<int> device;
-    if (auto colon = spec.find(':'); colon != std::string::npos) {
-      try {
-        device = std::stoi(spec.substr(colon + 1));
-      } catch (const std::exception&) {
-        throw UsageError("bad device in --rng " + spec + " (expected KIND[:DEVICE])");
-      }
-      spec.resize(colon);
-    }
-    auto kind = parseRngKind(spec);
-    if (!kind) throw UsageError("unknown RNG kind '" + spec + "' (kinds: torchCpu, torchCuda, numpy, python)");
+    const RngSpec rs = parseRngSpec(*rng);
+    const std::string& spec = rs.kindText;
+    const std::optional<int>& device = rs.device;
     std::vector<std::string> seen;
     std::vector<Target> matches;
-    forEachEventOfStep(s, *step, [&](schema::Event::Reader e) {
+    forEachEventOfStep(s, opts.step, [&](schema::Event::Reader e) {
       if (!e.isRngState()) return;
       auto r = e.getRngState();
       seen.push_back(enumName(r.getKind()) + ":" + std::to_string(r.getDevice()));
-      if (r.getKind() != *kind || (device && r.getDevice() != *device)) return;
+      if (r.getKind() != rs.kind || (device && r.getDevice() != *device)) return;
       Target t;
       t.what = enumName(r.getKind()) + " RNG state of " + stepText;
       t.dtype = "uint8";
@@ -336,17 +263,12 @@ int run(const Args& args, Output&) {
   } else {
     std::string path = *args.value("--tensor");
     std::optional<schema::TensorDigest::Kind> tkind;
-    if (auto k = args.value("--tensor-kind")) {
-      for (auto e : capnp::Schema::from<schema::TensorDigest::Kind>().getEnumerants())
-        if (normalize(e.getProto().getName().cStr()) == normalize(*k))
-          tkind = static_cast<schema::TensorDigest::Kind>(e.getOrdinal());
-      if (!tkind) throw UsageError("unknown tensor kind '" + *k + "'");
-    }
+    if (auto k = args.value("--tensor-kind")) tkind = parseTensorKind(*k);
     auto call = args.intValue("--call");
     auto output = args.intValue("--output");
     std::vector<std::string> seen;
     std::vector<Target> matches;
-    forEachEventOfStep(s, *step, [&](schema::Event::Reader e) {
+    forEachEventOfStep(s, opts.step, [&](schema::Event::Reader e) {
       if (!e.isTensor()) return;
       auto t = e.getTensor();
       std::string label = enumName(t.getKind()) + " '" + printable(t.getPath().cStr()) + "' call " +
@@ -375,8 +297,9 @@ int run(const Args& args, Output&) {
                                                 have + "); narrow with --tensor-kind, --call, --output");
     target = matches.front();
   }
-  writeNpy(*outFile, *target, s);
-  if (*outFile != "-") std::fprintf(stderr, "dltrace: wrote %s to %s\n", target->what.c_str(), outFile->c_str());
+  writeNpy(opts.outFile, *target, s);
+  if (opts.outFile != "-")
+    std::fprintf(stderr, "dltrace: wrote %s to %s\n", target->what.c_str(), opts.outFile.c_str());
   return kExitOk;
 }
 

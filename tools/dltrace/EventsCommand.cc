@@ -8,6 +8,7 @@
 #include "tools/common/Text.h"
 #include "tools/dltrace/Commands.h"
 #include "tools/dltrace/EventText.h"
+#include "tools/dltrace/OptionValues.h"
 #include "tools/dltrace/StepScan.h"
 
 namespace dlrr::tools {
@@ -17,25 +18,6 @@ std::string seconds(int64_t ns) {
   char b[48];
   std::snprintf(b, sizeof b, "%+.6fs", static_cast<double>(ns) / 1e9);
   return b;
-}
-
-std::set<schema::Event::Which> parseKinds(const std::string& spec) {
-  std::set<schema::Event::Which> out;
-  size_t start = 0;
-  while (start <= spec.size()) {
-    size_t comma = spec.find(',', start);
-    if (comma == std::string::npos) comma = spec.size();
-    std::string name = spec.substr(start, comma - start);
-    auto k = parseEventKind(name);
-    if (!k) {
-      std::string all;
-      for (const auto& n : eventKindNames()) all += (all.empty() ? "" : ", ") + n;
-      throw UsageError("unknown event kind '" + name + "' (kinds: " + all + ")");
-    }
-    out.insert(*k);
-    start = comma + 1;
-  }
-  return out;
 }
 
 InternTable collectNames(StreamReader& s) {
@@ -120,7 +102,7 @@ uint64_t printStream(StreamReader& s, const Filter& f, Output& out, bool require
 int run(const Args& args, Output& out) {
   Filter f;
   f.step = args.intValue("--step");
-  if (auto k = args.value("--kind")) f.kinds = parseKinds(*k);
+  if (auto k = args.value("--kind")) f.kinds = parseEventKinds(*k);
   f.json = args.has("--json");
   auto trace = openTraceForTool(args.trace());
   auto streamName = args.value("--stream");

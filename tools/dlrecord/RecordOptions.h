@@ -1,0 +1,31 @@
+#pragma once
+// dlrecord's command line: [options] [-o TRACE] -- CMD [ARGS...]. Parsing is separate from
+// running so that it can be fuzzed (tests/fuzz/fuzz_cli.cc): it never prints or exits.
+#include <string>
+#include <vector>
+
+#include "format/Redact.h"
+#include "tools/common/UsageError.h"
+
+namespace dlrr {
+
+// --help's text.
+extern const char* const kRecordUsage;
+
+struct RecordOptions {
+  // --help and --version end the parse where they stand (an earlier bad option still wins).
+  enum class Action { Record, Help, Version } action = Action::Record;
+  std::string output;
+  std::string capture = "default";     // minimal | default | full
+  int ringSteps = 2;                   // 0..64
+  std::string collectives = "digest";  // digest | full
+  std::vector<std::string> redact = defaultRedactPatterns();
+  bool quiet = false;
+  std::vector<std::string> command;  // not empty when action is Record
+};
+
+// `args` is argv without the program name. Throws tools::UsageError with the message main
+// prints after "dlrecord: ".
+RecordOptions parseRecordOptions(const std::vector<std::string>& args);
+
+}  // namespace dlrr

@@ -1,0 +1,38 @@
+#pragma once
+// dlreplay's command line: [options] TRACE [--until TARGET] [--debug pdb|gdb|wait] [-- CMD ...].
+// Parsing is separate from running so that it can be fuzzed (tests/fuzz/fuzz_cli.cc): it
+// never prints or exits. What needs the trace (a step beyond it, a rank it lacks) is checked
+// later, by main.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tools/common/UsageError.h"
+
+namespace dlrr {
+
+// --help's text.
+extern const char* const kReplayUsage;
+
+struct ReplayOptions {
+  // --help and --version end the parse where they stand (an earlier bad option still wins).
+  enum class Action { Replay, Help, Version } action = Action::Replay;
+  std::string trace;  // not empty when action is Replay
+  std::string until;  // "" or a text parseReplayTarget accepts
+  std::string debug;  // "", pdb, gdb or wait
+  std::string stream;
+  std::optional<int> rank;  // 0..2^24
+  bool allRanks = false;
+  bool yes = false;
+  bool check = false;
+  bool dryRun = false;
+  bool json = false;
+  bool quiet = false;
+  std::vector<std::string> command;
+};
+
+// `args` is argv without the program name. Throws tools::UsageError with the message main
+// prints after "dlreplay: ".
+ReplayOptions parseReplayOptions(const std::vector<std::string>& args);
+
+}  // namespace dlrr
