@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian 12 machine, builds dlrr and runs every test: unit (GoogleTest),
 # Python hook unit tests, integration (real torch jobs recorded and replayed), a sanitizer
-# (ASan+UBSan) build of the unit tests, and a short fuzzing run of the trace reader.
+# (ASan+UBSan) build of the unit tests, and short fuzzing runs of the trace reader and of the
+# tools' command-line parsers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -19,6 +20,8 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 if [ -x scripts/fuzz.sh ]; then
   echo "== fuzzing the trace reader (short run; scripts/fuzz.sh SECONDS for a long one)"
   bash scripts/fuzz.sh "${DLRR_FUZZ_SECONDS:-60}"
+  echo "== fuzzing the command-line parsers (short run; scripts/fuzz.sh SECONDS cli for a long one)"
+  bash scripts/fuzz.sh "${DLRR_FUZZ_CLI_SECONDS:-20}" cli
 fi
 echo "== GPU checks (record/replay on a CUDA device; skipped without one)"
 PYTHON=${PYTHON:-/usr/bin/python3} bash scripts/gpu_check.sh
