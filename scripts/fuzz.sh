@@ -21,9 +21,9 @@ CORPUS=$BUILD/corpus/$TARGET
 mkdir -p "$CORPUS" "$BUILD/artifacts"
 SEEDS=$ROOT/tests/fuzz/corpus/$TARGET
 [ -d "$SEEDS" ] || SEEDS=$ROOT/tests/fuzz/corpus/stream_reader
-# Command lines are short: longer inputs would only slow the CLI target down.
+# Command lines: 1 KiB holds dozens of options; longer inputs only slow the CLI target down.
 MAX_LEN=65536
-[ "$TARGET" = cli ] && MAX_LEN=4096
+[ "$TARGET" = cli ] && MAX_LEN=1024
 RUNS=()
 [ -n "${DLRR_FUZZ_RUNS:-}" ] && RUNS=(-runs="$DLRR_FUZZ_RUNS")
 # The first directory receives new inputs; the committed seeds are only read.
