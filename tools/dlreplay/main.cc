@@ -32,12 +32,12 @@
 #include "format/Version.h"
 #include "replayer/ReplaySession.h"
 #include "replayer/ReplayTarget.h"
-#include "tools/dlreplay/Check.h"
-#include "tools/dlreplay/ReplayOptions.h"
-#include "triage/TraceFacts.h"
 #include "tools/common/Json.h"
 #include "tools/common/Text.h"
 #include "tools/dlrecord/InstallPaths.h"
+#include "tools/dlreplay/Check.h"
+#include "tools/dlreplay/ReplayOptions.h"
+#include "triage/TraceFacts.h"
 
 extern char** environ;
 

@@ -1,0 +1,120 @@
+// The tools' option parsers, apart from the tools (tests/fuzz/fuzz_cli.cc fuzzes the same
+// functions; tests/integration checks what the tools print for them).
+#include <capnp/message.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tools/dlrecord/RecordOptions.h"
+#include "tools/dlreplay/ReplayOptions.h"
+#include "tools/dltrace/OptionValues.h"
+
+namespace dlrr {
+namespace {
+
+using tools::UsageError;
+using Argv = std::vector<std::string>;
+
+std::string usageMessage(auto&& f) {
+  try {
+    f();
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+TEST(RecordOptions, ParsesAFullLine) {
+  auto o = parseRecordOptions({"-o", "run.trace", "--capture=full", "--collectives", "full", "--ring-steps", "4",
+                               "--redact", "+WANDB", "-q", "--", "python3", "train.py", "--", "-q"});
+  EXPECT_EQ(o.action, RecordOptions::Action::Record);
+  EXPECT_EQ(o.output, "run.trace");
+  EXPECT_EQ(o.capture, "full");
+  EXPECT_EQ(o.collectives, "full");
+  EXPECT_EQ(o.ringSteps, 4);
+  EXPECT_TRUE(o.quiet);
+  EXPECT_EQ(o.redact.back(), "WANDB");
+  EXPECT_GT(o.redact.size(), 1u);  // '+' keeps the defaults
+  EXPECT_EQ(o.command, (Argv{"python3", "train.py", "--", "-q"}));
+}
+
+TEST(RecordOptions, HelpEndsTheParseWhereItStands) {
+  EXPECT_EQ(parseRecordOptions({"--help", "--capture", "huge"}).action, RecordOptions::Action::Help);
+  EXPECT_EQ(parseRecordOptions({"-q", "--version"}).action, RecordOptions::Action::Version);
+  EXPECT_NE(usageMessage([] {
+              parseRecordOptions({"--capture", "huge", "--help"});
+            }).find("--capture must be"),
+            std::string::npos);
+}
+
+TEST(RecordOptions, UsageErrors) {
+  auto msg = [](const Argv& a) { return usageMessage([&] { parseRecordOptions(a); }); };
+  EXPECT_EQ(msg({}), "missing '--' and the command to record");
+  EXPECT_EQ(msg({"python3"}), "missing '--' before the command (write: dlrecord [options] -- python3 ...)");
+  EXPECT_EQ(msg({"--"}), "no command after '--'");
+  EXPECT_EQ(msg({"-o"}), "option -o needs a value");
+  EXPECT_EQ(msg({"--bogus", "--", "true"}), "unknown option '--bogus'");
+  EXPECT_EQ(msg({"--ring-steps", "65", "--", "true"}), "--ring-steps must be an integer from 0 to 64 (got '65')");
+  EXPECT_EQ(msg({"--ring-steps=", "--", "true"}), "--ring-steps must be an integer from 0 to 64 (got '')");
+  EXPECT_EQ(msg({"--collectives=some", "--", "true"}), "--collectives must be digest or full (got 'some')");
+}
+
+TEST(ReplayOptions, ParsesAndChecksTheTarget) {
+  auto o = parseReplayOptions({"run.trace", "--until=step=3", "--debug", "pdb", "--rank", "2", "--json", "--", "x"});
+  EXPECT_EQ(o.action, ReplayOptions::Action::Replay);
+  EXPECT_EQ(o.trace, "run.trace");
+  EXPECT_EQ(o.until, "step=3");
+  EXPECT_EQ(o.debug, "pdb");
+  EXPECT_EQ(o.rank, 2);
+  EXPECT_TRUE(o.json);
+  EXPECT_EQ(o.command, Argv{"x"});
+  auto msg = [](const Argv& a) { return usageMessage([&] { parseReplayOptions(a); }); };
+  EXPECT_EQ(msg({}), "missing TRACE");
+  EXPECT_EQ(msg({"t", "--until", "step=-3"}), "--until step=N needs N >= 0 (got -3); steps are numbered from 0");
+  EXPECT_EQ(msg({"t", "--rank", "16777217"}), "--rank must be a rank number (got '16777217')");
+  EXPECT_EQ(msg({"t", "--rank", "1", "--all-ranks"}), "--rank and --all-ranks exclude each other");
+  EXPECT_EQ(msg({"t", "--check", "--until", "end"}), "--check replays to the recorded failure; it takes no --until");
+  EXPECT_EQ(msg({"t", "u"}), "unexpected argument 'u' (a command to run goes after '--')");
+  EXPECT_EQ(msg({"t", "--"}), "no command after '--'");
+  EXPECT_EQ(parseReplayOptions({"--help", "--bogus"}).action, ReplayOptions::Action::Help);
+  EXPECT_EQ(msg({"--bogus", "--help"}), "unknown option '--bogus'");
+}
+
+TEST(DltraceOptionValues, ParseKindsAndSpecs) {
+  EXPECT_EQ(tools::parseEventKinds("batch,step_end,BATCH").size(), 2u);
+  EXPECT_NE(usageMessage([] { tools::parseEventKinds("batch,"); }).find("unknown event kind ''"), std::string::npos);
+  auto r = tools::parseRngSpec("torch-cuda:1");
+  EXPECT_EQ(r.kind, schema::RngState::Kind::TORCH_CUDA);
+  EXPECT_EQ(r.kindText, "torch-cuda");
+  EXPECT_EQ(r.device, 1);
+  EXPECT_FALSE(tools::parseRngSpec("numpy").device);
+  EXPECT_EQ(usageMessage([] { tools::parseRngSpec("numpy:x"); }),
+            "bad device in --rng numpy:x (expected KIND[:DEVICE])");
+  EXPECT_EQ(usageMessage([] { tools::parseRngSpec("numpy:99999999999"); }),
+            "bad device in --rng numpy:99999999999 (expected KIND[:DEVICE])");
+  EXPECT_EQ(tools::parseTensorKind("module_output"), schema::TensorDigest::Kind::MODULE_OUTPUT);
+  EXPECT_EQ(usageMessage([] { tools::parseTensorKind("nope"); }), "unknown tensor kind 'nope'");
+}
+
+TEST(DltraceOptionValues, BatchPaths) {
+  capnp::MallocMessageBuilder m;
+  auto dict = m.initRoot<schema::Value>().initDict(3);
+  dict[0].setKey("inputs");
+  auto list = dict[0].initValue().initList(2);
+  list[0].setInt(10);
+  list[1].setInt(11);
+  dict[1].setKey("x");
+  dict[1].initValue().initDict(1)[0].setKey("y");
+  dict[2].setKey("x.y");
+  dict[2].initValue().setInt(5);
+  auto root = m.getRoot<schema::Value>().asReader();
+  EXPECT_EQ(tools::resolveBatchPath(root, "inputs.1")->getInt(), 11);
+  EXPECT_EQ(tools::resolveBatchPath(root, "x.y")->getInt(), 5);  // the longest key wins
+  EXPECT_FALSE(tools::resolveBatchPath(root, "inputs.2"));
+  EXPECT_FALSE(tools::resolveBatchPath(root, "inputs.9999999999"));
+  EXPECT_TRUE(tools::resolveBatchPath(root, "")->isDict());
+}
+
+}  // namespace
+}  // namespace dlrr
