@@ -57,6 +57,15 @@ def steps(trace):
     return doc["steps"] if isinstance(doc, dict) else doc
 
 
+def children(pid):
+    """PIDs of the children of process `pid` (its main thread's), from /proc; [] if gone."""
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
 def events(trace, kind=None, step=None):
     args = [tool("dltrace"), "events", trace, "--json"]
     if kind:
