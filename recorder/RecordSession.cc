@@ -740,7 +740,11 @@ void RecordSession::onFatalSignal(int sig, const siginfo_t* info, const uint64_t
     f.setStep(step);
     f.setSignal(sig);
     f.setSignalCode(info ? info->si_code : 0);
-    f.setFaultAddress(info ? reinterpret_cast<uint64_t>(info->si_addr) : 0);
+    // si_addr means something only for a fault the kernel raised (si_code > 0); for a signal
+    // sent with kill/tgkill/raise (e.g. Python's faulthandler re-raising the fault after it
+    // wrote the Python stacks) the same bytes hold the sender's pid and uid.
+    bool fault = sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE;
+    f.setFaultAddress(info && fault && info->si_code > 0 ? reinterpret_cast<uint64_t>(info->si_addr) : 0);
     const char* name = sig == SIGSEGV   ? "SIGSEGV"
                        : sig == SIGBUS  ? "SIGBUS"
                        : sig == SIGFPE  ? "SIGFPE"

@@ -116,6 +116,40 @@ TEST(RecordSession, FatalSignalWritesTheFailureWithNativeSymbols) {
   testing::removeTree(dir);
 }
 
+// si_addr is the fault address only for a fault the kernel raised; a re-raised signal (Python's
+// faulthandler re-raises every fault it reports, with tgkill) holds the sender's pid there.
+TEST(RecordSession, FaultAddressOnlyForAKernelRaisedFault) {
+  for (int code : {static_cast<int>(SEGV_MAPERR), static_cast<int>(SI_TKILL)}) {
+    std::string dir = testing::makeTempDir("rs") + "/t";
+    {
+      RecordSession s(recordConfig(dir));
+      s.stepBegin(0, 0, 0, 0, false);
+      s.stepEnd(0, 1.0);
+      siginfo_t info;
+      std::memset(&info, 0, sizeof info);
+      info.si_signo = SIGSEGV;
+      info.si_code = code;
+      if (code == SI_TKILL)
+        info.si_pid = 4242;
+      else
+        info.si_addr = reinterpret_cast<void*>(0x1234);
+      uint64_t ip = 0x10;
+      s.onFatalSignal(SIGSEGV, &info, &ip, 1);
+      s.onExit(false, SIGSEGV);
+    }
+    auto t = Trace::open(dir);
+    int failures = 0;
+    t->mainStream()->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
+      if (!e.isFailure()) return;
+      ++failures;
+      EXPECT_EQ(e.getFailure().getSignalCode(), code);
+      EXPECT_EQ(e.getFailure().getFaultAddress(), code == SI_TKILL ? 0u : 0x1234u);
+    });
+    EXPECT_EQ(failures, 1) << code;
+    testing::removeTree(dir);
+  }
+}
+
 TEST(RecordSession, UnwritableTraceDisablesQuietly) {
   RecordSession s(recordConfig("/proc/dlrr-not-writable/t"));
   s.stepBegin(0, 0, 0, 0, false);  // must not throw
