@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Integration tests against an ASan+UBSan build (build-asan): the tools and the preloaded
 # libdlrr.so are instrumented, /usr/bin/python3 is not, so the ASan runtime is preloaded
-# into every process (dlrecord puts libdlrr.so ahead of it: verify_asan_link_order=0).
+# into every process, with libstdc++ (dlrecord puts libdlrr.so ahead of them:
+# verify_asan_link_order=0).
 # ASan's own SIGSEGV/SIGBUS/SIGFPE/SIGILL/SIGABRT handlers are off so that dlrr's crash
 # capture is what the tests see. Leak detection is off (Python's allocations are not ours).
 # The tests never give the preload to the system tools they run themselves (gdb -p; no
@@ -22,7 +23,10 @@ if [ ${#MODULES[@]} -eq 0 ]; then
   for f in tests/integration/test_*.py; do MODULES+=("$(basename "$f" .py)"); done
 fi
 export DLRR_BUILD=$ROOT/build-asan
-export LD_PRELOAD=$(gcc -print-file-name=libasan.so)
+# libstdc++ too: in a process that loads it only later (python3 importing torch, in the tests'
+# plain runs without dlrecord) ASan finds no real __cxa_throw and the first C++ throw dies in
+# "CHECK failed: asan_interceptors.cpp:320 real___cxa_throw != 0".
+export LD_PRELOAD=$(gcc -print-file-name=libasan.so):$(realpath "$(gcc -print-file-name=libstdc++.so.6)")
 export ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:verify_asan_link_order=0:handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_sigill=0:handle_abort=0
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export PYTHONDONTWRITEBYTECODE=1
