@@ -13,6 +13,9 @@
 # (default: every tests/integration/test_*.py). dltrace_cli_test.sh is not run here: it
 # limits dltrace's address space (ulimit -v 1 GiB), which ASan's shadow memory cannot live
 # with; scripts/valgrind_tools.sh covers the tools' C++ side instead (docs/reliability.md).
+# For the same reason the tests that run a tool or the job under `ulimit -v`/`prlimit --as`
+# fail here (ASan cannot map its shadow memory: "AddressSanitizer failed to allocate"):
+# test_hardening.BadInputTest (6) and test_triage's test_cpu_out_of_memory_under_ulimit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -42,6 +45,7 @@ sed -nE 's/^test_[A-Za-z0-9_]+ \(([A-Za-z0-9_]+)\.[^)]*\) \.\.\. (ok|skipped|FAI
 echo "== ASan integration (${MODULES[*]}): $(grep -c ' \.\.\. ok$' "$LOG") ok," \
   "$(grep -cE ' \.\.\. skipped' "$LOG") skipped," \
   "$(grep -cE ' \.\.\. (FAIL|ERROR)$' "$LOG") failed," \
-  "$(grep -c 'ERROR: AddressSanitizer\|runtime error:' "$LOG") sanitizer reports," \
+  "$(grep -c 'ERROR: AddressSanitizer: \|ERROR: LeakSanitizer\|runtime error:' "$LOG") sanitizer reports," \
+  "$(grep -c 'AddressSanitizer failed to allocate' "$LOG") ASan start-up failures under an address-space limit," \
   "$(( $(date +%s) - start ))s"
 exit "$rc"
