@@ -722,7 +722,8 @@ void RecordSession::afterForkChild() noexcept {
   exited_.store(true);
 }
 
-void RecordSession::onFatalSignal(int sig, const siginfo_t* info, const uint64_t* ips, int nips) noexcept {
+void RecordSession::onFatalSignal(int sig, const siginfo_t* info, const uint64_t* ips, int nips,
+                                  int faultFrame) noexcept {
   if (disabled_.load() || exited_.load() || ::getpid() != ownerPid_) return;
   StreamWriter* w = writer_.get();  // no lock: may be held by the interrupted thread
   if (!w) return;
@@ -764,8 +765,8 @@ void RecordSession::onFatalSignal(int sig, const siginfo_t* info, const uint64_t
     size_t py = readFdInto(pystackFd_, signalText_.data(), signalText_.size() - 1);
     signalText_[py] = '\0';  // Text::Reader(p, n) needs p[n] == '\0', as for the symbols
     f.setPythonStack(capnp::Text::Reader(signalText_.data(), py));
-    // Where: the innermost native frame, or the innermost Python line when there is one.
-    if (nips > 0) f.setWhere(syms[0]);
+    // Where: the faulting native frame (the innermost one when the caller knows no better).
+    if (nips > 0) f.setWhere(syms[static_cast<unsigned>(faultFrame >= 0 && faultFrame < nips ? faultFrame : 0)]);
     auto segs = msg.getSegmentsForOutput();
     if (segs.size() != 1) return;  // did not fit the arena: nothing safe to write
     // Flat message = segment table (count-1, size, pad) + segment.

@@ -85,7 +85,7 @@ TEST(RecordSession, FatalSignalWritesTheFailureWithNativeSymbols) {
     ips[0] = reinterpret_cast<uint64_t>(&::getpid);
     ips[1] = reinterpret_cast<uint64_t>(&recordConfig);
     ips[2] = 0x10;
-    s.onFatalSignal(SIGSEGV, &info, ips, 3);
+    s.onFatalSignal(SIGSEGV, &info, ips, 3, 1);  // the fault is in frame 1
     s.onExit(false, SIGSEGV);
   }
   // "file+0xOFFSET" with the offset from the file's load base (what dladdr says).
@@ -105,7 +105,7 @@ TEST(RecordSession, FatalSignalWritesTheFailureWithNativeSymbols) {
   ASSERT_TRUE(sum.failure);
   EXPECT_EQ(sum.failure->kind, "signal");
   EXPECT_EQ(sum.failure->signal, SIGSEGV);
-  EXPECT_EQ(sum.failure->where, want[0]);
+  EXPECT_EQ(sum.failure->where, want[1]);
   std::vector<std::string> syms;
   t->mainStream()->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
     if (!e.isFailure()) return;
