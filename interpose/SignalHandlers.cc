@@ -1,15 +1,14 @@
 #include "interpose/SignalHandlers.h"
 
-#include <fcntl.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
-#include <signal.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
-
 #include <dlfcn.h>
 #include <execinfo.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -54,6 +53,18 @@ void chain(int sig, siginfo_t* info, void* uctx) noexcept {
   raise(sig);
 }
 
+// The signal trampoline (glibc's __restore_rt), the return address of every signal frame that
+// a handler installed with sigaction() runs on; 0 when unknown.
+uint64_t signalTrampoline(int sig) noexcept {
+#if defined(__linux__) && defined(__GLIBC__)
+  struct sigaction cur {};
+  if (sigaction(sig, nullptr, &cur) == 0) return reinterpret_cast<uint64_t>(cur.sa_restorer);
+#else
+  (void)sig;
+#endif
+  return 0;
+}
+
 void onFatal(int sig, siginfo_t* info, void* uctx) {
   int savedErrno = errno;
   if (!gInHandler.exchange(true)) {
@@ -61,11 +72,11 @@ void onFatal(int sig, siginfo_t* info, void* uctx) {
       uint64_t ips[kMaxFrames];
       void* raw[kMaxFrames];
       int n = captureStack(raw, kMaxFrames);
-      // Skip our own frames (this handler and the signal trampoline are the first ones).
+      // Skip our own frame (captureStack's caller: this handler).
       int skip = n > 1 ? 1 : 0;
       int m = 0;
       for (int i = skip; i < n; ++i) ips[m++] = reinterpret_cast<uint64_t>(raw[i]);
-      s->onFatalSignal(sig, info, ips, m);
+      s->onFatalSignal(sig, info, ips, m, faultFrameIndex(ips, m, signalTrampoline(sig)));
     }
   }
   chain(sig, info, uctx);
@@ -91,7 +102,8 @@ struct Line {
     char d[24];
     int k = 0;
     unsigned long u = v < 0 ? 0ul - static_cast<unsigned long>(v) : static_cast<unsigned long>(v);
-    do d[k++] = static_cast<char>('0' + u % 10); while ((u /= 10) && k < 24);
+    do d[k++] = static_cast<char>('0' + u % 10);
+    while ((u /= 10) && k < 24);
     if (v < 0 && n + 1 < sizeof buf) buf[n++] = '-';
     while (k > 0 && n + 1 < sizeof buf) buf[n++] = d[--k];
     return *this;
@@ -135,7 +147,9 @@ long tracerPid(long pid) noexcept {
 }
 
 void pause50ms() noexcept {
-  struct timespec ts{0, 50 * 1000 * 1000};
+  struct timespec ts {
+    0, 50 * 1000 * 1000
+  };
   nanosleep(&ts, nullptr);
 }
 
@@ -168,10 +182,11 @@ void onReplayFatal(int sig, siginfo_t* info, void* uctx) {
   // Only the replayed process itself (a forked child, e.g. a worker, is deactivated).
   if (processReplayer() && !gInHandler.exchange(true)) {
     long pid = static_cast<long>(::getpid());
-    struct sigaction sa{};
+    struct sigaction sa {};
     sa.sa_handler = onResume;
     sigemptyset(&sa.sa_mask);
-    struct sigaction oldUsr1{}, oldCont{};
+    struct sigaction oldUsr1 {
+    }, oldCont{};
     sigaction(SIGUSR1, &sa, &oldUsr1);
     sigaction(SIGCONT, &sa, &oldCont);
     sigset_t unblock;
@@ -181,9 +196,9 @@ void onReplayFatal(int sig, siginfo_t* info, void* uctx) {
     sigset_t oldMask;
     pthread_sigmask(SIG_UNBLOCK, &unblock, &oldMask);
     // Told only now: a SIGUSR1 sent as soon as the line shows must find the handler in place.
-    (Line() << "dlrr: replay stopped (target): the recorded fatal signal " << gSignalName << " (" << static_cast<long>(sig)
-            << ")\ndlrr: process " << pid << " is waiting for a debugger:\ndlrr:   gdb -p " << pid
-            << "        attach (the crash goes on when gdb detaches or quits)\ndlrr:   kill -USR1 " << pid
+    (Line() << "dlrr: replay stopped (target): the recorded fatal signal " << gSignalName << " ("
+            << static_cast<long>(sig) << ")\ndlrr: process " << pid << " is waiting for a debugger:\ndlrr:   gdb -p "
+            << pid << "        attach (the crash goes on when gdb detaches or quits)\ndlrr:   kill -USR1 " << pid
             << "    let the crash go on without attaching\n")
         .write();
     long watcher = startTracerWatcher(pid);
@@ -217,7 +232,7 @@ void installReplayCrashPause(int sig) noexcept {
   ss.ss_size = sizeof gAltStack;
   stack_t old{};
   if (sigaltstack(nullptr, &old) == 0 && (old.ss_flags & SS_DISABLE)) sigaltstack(&ss, nullptr);
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_sigaction = onReplayFatal;
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
   sigemptyset(&sa.sa_mask);
@@ -237,7 +252,7 @@ void installFatalSignalHandlers() noexcept {
   stack_t old{};
   if (sigaltstack(nullptr, &old) == 0 && (old.ss_flags & SS_DISABLE)) sigaltstack(&ss, nullptr);
   for (int sig : kSignals) {
-    struct sigaction sa{};
+    struct sigaction sa {};
     sa.sa_sigaction = onFatal;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);

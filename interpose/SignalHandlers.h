@@ -1,4 +1,6 @@
 #pragma once
+#include <cstdint>
+
 namespace dlrr {
 // Installs recording handlers for SIGSEGV, SIGBUS, SIGFPE, SIGILL and SIGABRT. Each records
 // the failure (async-signal-safe), then restores and chains to the previous disposition so
@@ -9,4 +11,15 @@ void installFatalSignalHandlers() noexcept;
 // attaches and detaches again, or SIGUSR1/SIGCONT; then the signal goes on to the previous
 // disposition, so the crash happens as recorded. Async-signal-safe throughout.
 void installReplayCrashPause(int sig) noexcept;
+// Index in a captured stack (innermost first) of the frame that faulted: the one after the last
+// signal frame (whose return address is `trampoline`, the signal restorer), else 0. A fault
+// re-raised by another handler (Python's faulthandler, which the hook enables, always does)
+// reaches our handler with that handler's and raise()'s frames above the faulting one.
+inline int faultFrameIndex(const uint64_t* ips, int n, uint64_t trampoline) noexcept {
+  int fault = 0;
+  if (trampoline != 0)
+    for (int i = 0; i + 1 < n; ++i)
+      if (ips[i] == trampoline) fault = i + 1;
+  return fault;
+}
 }  // namespace dlrr

@@ -1,14 +1,12 @@
 #include "recorder/RecordSession.h"
 
-#include "format/DistEnv.h"
-
 #include <capnp/message.h>
 #include <capnp/serialize.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
-#include <limits.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -18,6 +16,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "format/DistEnv.h"
 #include "format/TraceDir.h"
 #include "format/TraceError.h"
 #include "format/Version.h"
@@ -137,7 +136,8 @@ uint64_t parseHex(const char*& p, const char* end) noexcept {
   return v;
 }
 
-// "libfoo.so+0x1234" for an instruction pointer, from the text of /proc/self/maps.
+// "libfoo.so+0x1234" for an instruction pointer, from the text of /proc/self/maps; NUL-terminated
+// (capnp::Text::Reader(p, n) requires p[n] == '\0': a build with KJ_DEBUG throws otherwise). cap >= 21.
 size_t describeIp(uint64_t ip, const char* maps, size_t mapsLen, char* out, size_t cap) noexcept {
   const char* p = maps;
   const char* end = maps + mapsLen;
@@ -172,11 +172,14 @@ size_t describeIp(uint64_t ip, const char* maps, size_t mapsLen, char* out, size
       }
       out[n++] = '+';
       n += formatHex(ip - lo + fileOff, out + n);
+      out[n] = '\0';
       return n;
     }
     p = eol + 1;
   }
-  return formatHex(ip, out);
+  size_t n = formatHex(ip, out);
+  out[n] = '\0';
+  return n;
 }
 
 }  // namespace
@@ -500,9 +503,8 @@ void RecordSession::loaderEnd(uint32_t loader, uint32_t iteration, uint64_t batc
   });
 }
 
-int RecordSession::digest(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype,
-                          int ndim, const int64_t* shape, const void* data, uint64_t nbytes, bool keep,
-                          DigestResult& out) {
+int RecordSession::digest(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype, int ndim,
+                          const int64_t* shape, const void* data, uint64_t nbytes, bool keep, DigestResult& out) {
   std::string_view dt = dtype ? dtype : "";
   out = computeDigest(dt, data, data ? nbytes : 0);
   stepDigests_.fetch_add(1, std::memory_order_relaxed);
@@ -562,12 +564,18 @@ int RecordSession::digest(int kind, const char* path, uint32_t callIndex, uint32
     bool expected = false;
     if (haveFailure_.compare_exchange_strong(expected, true)) {
       failureStep_.store(step);
-      static const char* kKindNames[] = {"output of", "gradient of", "parameter", "loss", "batch", "tensor", "input of"};
+      static const char* kKindNames[] = {"output of", "gradient of", "parameter", "loss",
+                                         "batch",     "tensor",      "input of"};
       const char* kn = kind >= 0 && kind <= 6 ? kKindNames[kind] : "tensor";
       std::string p = path ? path : "";
-      std::string where = kind == 3 ? "loss" : (kind == 1 ? "grad:" + p : kind == 2 ? "param:" + p : p.empty() ? "<root>" : p);
+      std::string where = kind == 3 ? "loss"
+                                    : (kind == 1   ? "grad:" + p
+                                       : kind == 2 ? "param:" + p
+                                       : p.empty() ? "<root>"
+                                                   : p);
       std::ostringstream msg;
-      msg << out.nanCount << " NaN, " << out.infCount << " Inf in " << kn << (kind == 3 ? "" : " " + (p.empty() ? std::string("<root>") : p));
+      msg << out.nanCount << " NaN, " << out.infCount << " Inf in " << kn
+          << (kind == 3 ? "" : " " + (p.empty() ? std::string("<root>") : p));
       if (kind == 0 && callIndex) msg << " (call " << callIndex << ")";
       emit([&](schema::Event::Builder e, StreamWriter& w) {
         auto f = e.initFailure();
@@ -714,7 +722,8 @@ void RecordSession::afterForkChild() noexcept {
   exited_.store(true);
 }
 
-void RecordSession::onFatalSignal(int sig, const siginfo_t* info, const uint64_t* ips, int nips) noexcept {
+void RecordSession::onFatalSignal(int sig, const siginfo_t* info, const uint64_t* ips, int nips,
+                                  int faultFrame) noexcept {
   if (disabled_.load() || exited_.load() || ::getpid() != ownerPid_) return;
   StreamWriter* w = writer_.get();  // no lock: may be held by the interrupted thread
   if (!w) return;
@@ -732,9 +741,17 @@ void RecordSession::onFatalSignal(int sig, const siginfo_t* info, const uint64_t
     f.setStep(step);
     f.setSignal(sig);
     f.setSignalCode(info ? info->si_code : 0);
-    f.setFaultAddress(info ? reinterpret_cast<uint64_t>(info->si_addr) : 0);
-    const char* name = sig == SIGSEGV ? "SIGSEGV" : sig == SIGBUS ? "SIGBUS" : sig == SIGFPE ? "SIGFPE"
-                     : sig == SIGILL ? "SIGILL" : sig == SIGABRT ? "SIGABRT" : "signal";
+    // si_addr means something only for a fault the kernel raised (si_code > 0); for a signal
+    // sent with kill/tgkill/raise (e.g. Python's faulthandler re-raising the fault after it
+    // wrote the Python stacks) the same bytes hold the sender's pid and uid.
+    bool fault = sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE;
+    f.setFaultAddress(info && fault && info->si_code > 0 ? reinterpret_cast<uint64_t>(info->si_addr) : 0);
+    const char* name = sig == SIGSEGV   ? "SIGSEGV"
+                       : sig == SIGBUS  ? "SIGBUS"
+                       : sig == SIGFPE  ? "SIGFPE"
+                       : sig == SIGILL  ? "SIGILL"
+                       : sig == SIGABRT ? "SIGABRT"
+                                        : "signal";
     f.setMessage(name);
     auto st = f.initNativeStack(static_cast<unsigned>(nips));
     for (int i = 0; i < nips; ++i) st.set(static_cast<unsigned>(i), ips[i]);
@@ -746,9 +763,10 @@ void RecordSession::onFatalSignal(int sig, const siginfo_t* info, const uint64_t
       syms.set(static_cast<unsigned>(i), capnp::Text::Reader(buf, n));
     }
     size_t py = readFdInto(pystackFd_, signalText_.data(), signalText_.size() - 1);
+    signalText_[py] = '\0';  // Text::Reader(p, n) needs p[n] == '\0', as for the symbols
     f.setPythonStack(capnp::Text::Reader(signalText_.data(), py));
-    // Where: the innermost native frame, or the innermost Python line when there is one.
-    if (nips > 0) f.setWhere(syms[0]);
+    // Where: the faulting native frame (the innermost one when the caller knows no better).
+    if (nips > 0) f.setWhere(syms[static_cast<unsigned>(faultFrame >= 0 && faultFrame < nips ? faultFrame : 0)]);
     auto segs = msg.getSegmentsForOutput();
     if (segs.size() != 1) return;  // did not fit the arena: nothing safe to write
     // Flat message = segment table (count-1, size, pad) + segment.

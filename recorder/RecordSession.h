@@ -94,14 +94,15 @@ class RecordSession {
   // the call) or a result (once the work completed, possibly on another thread), and
   // collectiveEnd writes one Collective event. Results' bytes go into the trace when the
   // recording keeps collective results (--collectives full), else into the failure ring.
-  uint64_t collectiveBegin(const char* op, const char* group, const char* reduceOp, int peer, int bucket,
-                           bool asyncOp);
-  void collectiveTensor(uint64_t seq, bool result, const char* dtype, int ndim, const int64_t* shape,
-                        const void* data, uint64_t nbytes);
+  uint64_t collectiveBegin(const char* op, const char* group, const char* reduceOp, int peer, int bucket, bool asyncOp);
+  void collectiveTensor(uint64_t seq, bool result, const char* dtype, int ndim, const int64_t* shape, const void* data,
+                        uint64_t nbytes);
   void collectiveEnd(uint64_t seq, const char* status);
 
-  // Async-signal-safe: records a fatal signal with native and Python stacks.
-  void onFatalSignal(int sig, const siginfo_t* info, const uint64_t* ips, int nips) noexcept;
+  // Async-signal-safe: records a fatal signal with native and Python stacks. ips[faultFrame]
+  // is where the fault happened (the failure's `where`): the frame after the last signal
+  // frame, as the frames before it are signal handling (a handler that re-raised, raise()).
+  void onFatalSignal(int sig, const siginfo_t* info, const uint64_t* ips, int nips, int faultFrame = 0) noexcept;
   // Records the process's exit and closes the stream. Idempotent.
   void onExit(bool exited, int code) noexcept;
 
@@ -124,11 +125,11 @@ class RecordSession {
   std::unique_ptr<StreamWriter> writer_;
   bool openTried_ = false;
   std::string status_;
-  UniqueFd dirFd_;        // the trace directory, opened once (O_NOFOLLOW, owner checked)
-  int streamFd_ = -1;     // the writer's fd (protected from the job's close, see OwnFds.h)
+  UniqueFd dirFd_;     // the trace directory, opened once (O_NOFOLLOW, owner checked)
+  int streamFd_ = -1;  // the writer's fd (protected from the job's close, see OwnFds.h)
   std::string pystackPath_;
   std::string pystackName_;
-  int pystackFd_ = -1;    // read back (pread) by the signal path; never closed
+  int pystackFd_ = -1;  // read back (pread) by the signal path; never closed
   bool pystackReady_ = false;
   std::atomic<bool> writerFailureReported_{false};
   std::atomic<bool> disabled_{false};

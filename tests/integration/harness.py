@@ -21,11 +21,15 @@ def tool(name):
 
 
 def run(argv, timeout=300, env=None, cwd=None, check=False, input=None):
-    """Runs argv, returns CompletedProcess with text stdout/stderr."""
+    """Runs argv, returns CompletedProcess with text stdout/stderr. env: variables to set on top
+    of ours; a value of None unsets that variable."""
     e = dict(os.environ)
     e.pop("DLRR_MODE", None)
-    if env:
-        e.update(env)
+    for k, v in (env or {}).items():
+        if v is None:
+            e.pop(k, None)
+        else:
+            e[k] = v
     p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=e, cwd=cwd, input=input,
                        stdin=None if input is not None else subprocess.DEVNULL)
     if check and p.returncode != 0:
@@ -55,6 +59,20 @@ def steps(trace):
     p = run([tool("dltrace"), "steps", trace, "--json"], check=True)
     doc = json.loads(p.stdout)
     return doc["steps"] if isinstance(doc, dict) else doc
+
+
+# For a debugger the tests attach (gdb -p): it is not the job, so it gets none of the jobs'
+# preloads (scripts/asan_integration.sh preloads libasan.so, which deadlocks gdb at start-up).
+DEBUGGER_ENV = {"LD_PRELOAD": None}
+
+
+def children(pid):
+    """PIDs of the children of process `pid` (its main thread's), from /proc; [] if gone."""
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
 
 
 def events(trace, kind=None, step=None):

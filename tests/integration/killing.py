@@ -21,19 +21,11 @@ import subprocess
 import threading
 import time
 
-from harness import PY, run, tool
+from harness import PY, children, run, tool
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TINY = os.path.join(HERE, "jobs", "tiny_train.py")
 STEP_RE = re.compile(r"^step (\d+) loss ")
-
-
-def _children(pid):
-    try:
-        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
-            return [int(x) for x in f.read().split()]
-    except OSError:
-        return []
 
 
 def kill_once(trace, delay=None, after_step=None, at_done=False, steps=40, extra_args=(), timeout=120):
@@ -65,7 +57,7 @@ def kill_once(trace, delay=None, after_step=None, at_done=False, steps=40, extra
     deadline = t0 + timeout
     killed_at = None
     while time.monotonic() < deadline:
-        kids = _children(p.pid)
+        kids = children(p.pid)
         if kids:
             job = kids[0]
         ready = (delay is not None and time.monotonic() - t0 >= delay) or \

@@ -29,7 +29,7 @@ import time
 import unittest
 
 import killing
-from harness import PY, ROOT, TraceTestCase, events, info, run, steps, tool
+from harness import PY, ROOT, TraceTestCase, children, events, info, run, steps, tool
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAULTS = os.path.join(HERE, "jobs", "faults.py")
@@ -327,7 +327,7 @@ class RecorderKilledTest(TraceTestCase):
         p = subprocess.Popen([tool("dlrecord"), "-o", self.trace_path(), "--", PY, "-c", code],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
         self.assertEqual(p.stdout.readline(), "ready\n")
-        job = killing._children(p.pid)[0]
+        job = children(p.pid)[0]
         p.kill()
         p.wait(timeout=30)
         p.stdout.close()

@@ -117,6 +117,14 @@ class LauncherTest(TraceTestCase):
         self.assertGreater(len(f["nativeStack"]), 3)
         self.assertTrue(any("libc" in s or "python" in s for s in f["nativeSymbols"]), f["nativeSymbols"])
         self.assertIn("crash_here", f["pythonStack"])
+        # `where` is the faulting frame (libc's strlen, called by ctypes, under ASan through its
+        # interceptor), not a frame of the signal handling above it (faulthandler re-raises).
+        syms = f["nativeSymbols"]
+        self.assertIn(f["where"], syms)
+        callers = syms[syms.index(f["where"]) + 1:]
+        self.assertTrue(f["where"].startswith("libc.so"), syms)
+        first_ctypes = next(i for i, s in enumerate(callers) if s.startswith("_ctypes"))
+        self.assertTrue(all(s.startswith("libasan") for s in callers[:first_ctypes]), (f["where"], syms))
         run([tool("dltrace"), "verify", self.trace_path()], check=True)
 
     def test_cpp_exception_through_the_interposer(self):

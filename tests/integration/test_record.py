@@ -7,7 +7,7 @@ import subprocess
 import time
 import unittest
 
-from harness import EXAMPLES, PY, TraceTestCase, dataset, events, info, run, steps, tool
+from harness import EXAMPLES, PY, TraceTestCase, children, dataset, events, info, run, steps, tool
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TINY = os.path.join(HERE, "jobs", "tiny_train.py")
@@ -151,7 +151,9 @@ class RecordExampleTest(TraceTestCase):
                 last = int(m.group(1))
                 if last == 40:
                     break
-        job = int(subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()[0])
+        # The job is dlrecord's only child; read from /proc rather than with pgrep, which
+        # deadlocks at start-up when libasan.so is preloaded (scripts/asan_integration.sh).
+        job = children(p.pid)[0]
         os.kill(job, signal.SIGKILL)
         p.communicate(timeout=60)
         self.assertEqual(p.returncode, 128 + signal.SIGKILL)

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import unittest
 
-from harness import EXAMPLES, PY, TraceTestCase, dataset, info, run, tool
+from harness import DEBUGGER_ENV, EXAMPLES, PY, TraceTestCase, dataset, info, run, tool
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TINY = os.path.join(HERE, "jobs", "tiny_train.py")
@@ -111,17 +111,27 @@ class ReplayExampleTest(TraceTestCase):
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 stdin=subprocess.DEVNULL)
         pid = None
-        err = []
-        for line in proc.stderr:
-            err.append(line)
-            m = re.search(r"process (\d+) is waiting for a debugger", line)
-            if m:
-                pid = int(m.group(1))
-                break
-        self.assertIsNotNone(pid, "".join(err))
-        g = run(["gdb", "-p", str(pid), "-batch", "-ex", "bt 5"], timeout=120)
-        self.assertIn("process %d) detached" % pid, g.stdout + g.stderr)
-        out, rest = proc.communicate(timeout=300)
+        try:
+            err = []
+            for line in proc.stderr:
+                err.append(line)
+                m = re.search(r"process (\d+) is waiting for a debugger", line)
+                if m:
+                    pid = int(m.group(1))
+                    break
+            self.assertIsNotNone(pid, "".join(err))
+            g = run(["gdb", "-p", str(pid), "-batch", "-ex", "bt 5"], timeout=120, env=DEBUGGER_ENV)
+            self.assertIn("process %d) detached" % pid, g.stdout + g.stderr)
+            out, rest = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:  # a failed check leaves no paused job behind
+                if pid:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                proc.kill()
+                proc.wait()
         self.assertIn("dlrr: resumed", rest)
         self.assertEqual(proc.returncode, 0, rest)
 
@@ -202,7 +212,7 @@ class ReplayTinyJobTest(TraceTestCase):
                 if way == "usr1":
                     os.kill(pid, signal.SIGUSR1)
                 else:
-                    g = run(["gdb", "-p", str(pid), "-batch", "-ex", "bt"], timeout=120)
+                    g = run(["gdb", "-p", str(pid), "-batch", "-ex", "bt"], timeout=120, env=DEBUGGER_ENV)
                     self.assertIn("<signal handler called>", g.stdout)  # the crashing frames are there
                     self.assertIn("process %d) detached" % pid, g.stdout + g.stderr)
                 out, rest = proc.communicate(timeout=120)

@@ -1,11 +1,15 @@
-#include "recorder/RecordSession.h"
-
+#include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "format/Trace.h"
+#include "recorder/RecordSession.h"
 #include "support/SampleTrace.h"
 
 namespace dlrr {
@@ -60,6 +64,90 @@ TEST(RecordSession, StepsDigestsFailureAndRing) {
   EXPECT_EQ(nonFiniteAtStep2, 1u);
   for (auto& st : t->streams()) EXPECT_TRUE(st->verify().empty());
   testing::removeTree(dir);
+}
+
+// A fatal signal's failure event, with symbols for the native frames ("libc.so.6+0x...").
+// Each symbol goes in as capnp::Text::Reader(buf, n), which requires buf[n] == '\0': a build
+// with KJ_DEBUG (the Debug/ASan build) threw there, the handler swallowed it and the crash
+// left no failure event (found by scripts/asan_integration.sh).
+TEST(RecordSession, FatalSignalWritesTheFailureWithNativeSymbols) {
+  std::string dir = testing::makeTempDir("rs") + "/t";
+  uint64_t ips[3];
+  {
+    RecordSession s(recordConfig(dir));
+    s.stepBegin(0, 0, 0, 0, false);
+    s.stepEnd(0, 1.0);
+    siginfo_t info;
+    std::memset(&info, 0, sizeof info);
+    info.si_signo = SIGSEGV;
+    info.si_code = SEGV_MAPERR;
+    // Real code addresses (a library's, this test's) and one that is in no mapping.
+    ips[0] = reinterpret_cast<uint64_t>(&::getpid);
+    ips[1] = reinterpret_cast<uint64_t>(&recordConfig);
+    ips[2] = 0x10;
+    s.onFatalSignal(SIGSEGV, &info, ips, 3, 1);  // the fault is in frame 1
+    s.onExit(false, SIGSEGV);
+  }
+  // "file+0xOFFSET" with the offset from the file's load base (what dladdr says).
+  std::vector<std::string> want;
+  for (int i = 0; i < 2; ++i) {
+    Dl_info dl{};
+    ASSERT_NE(::dladdr(reinterpret_cast<void*>(ips[i]), &dl), 0);
+    std::string file = dl.dli_fname;
+    char off[32];
+    std::snprintf(off, sizeof off, "+0x%llx",
+                  static_cast<unsigned long long>(ips[i] - reinterpret_cast<uint64_t>(dl.dli_fbase)));
+    want.push_back(file.substr(file.rfind('/') + 1) + off);
+  }
+  want.push_back("0x10");
+  auto t = Trace::open(dir);
+  TraceSummary sum = t->summarize();
+  ASSERT_TRUE(sum.failure);
+  EXPECT_EQ(sum.failure->kind, "signal");
+  EXPECT_EQ(sum.failure->signal, SIGSEGV);
+  EXPECT_EQ(sum.failure->where, want[1]);
+  std::vector<std::string> syms;
+  t->mainStream()->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
+    if (!e.isFailure()) return;
+    for (auto sym : e.getFailure().getNativeSymbols()) syms.emplace_back(sym.cStr());
+  });
+  EXPECT_EQ(syms, want);
+  for (auto& st : t->streams()) EXPECT_TRUE(st->verify().empty());
+  testing::removeTree(dir);
+}
+
+// si_addr is the fault address only for a fault the kernel raised; a re-raised signal (Python's
+// faulthandler re-raises every fault it reports, with tgkill) holds the sender's pid there.
+TEST(RecordSession, FaultAddressOnlyForAKernelRaisedFault) {
+  for (int code : {static_cast<int>(SEGV_MAPERR), static_cast<int>(SI_TKILL)}) {
+    std::string dir = testing::makeTempDir("rs") + "/t";
+    {
+      RecordSession s(recordConfig(dir));
+      s.stepBegin(0, 0, 0, 0, false);
+      s.stepEnd(0, 1.0);
+      siginfo_t info;
+      std::memset(&info, 0, sizeof info);
+      info.si_signo = SIGSEGV;
+      info.si_code = code;
+      if (code == SI_TKILL)
+        info.si_pid = 4242;
+      else
+        info.si_addr = reinterpret_cast<void*>(0x1234);
+      uint64_t ip = 0x10;
+      s.onFatalSignal(SIGSEGV, &info, &ip, 1);
+      s.onExit(false, SIGSEGV);
+    }
+    auto t = Trace::open(dir);
+    int failures = 0;
+    t->mainStream()->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
+      if (!e.isFailure()) return;
+      ++failures;
+      EXPECT_EQ(e.getFailure().getSignalCode(), code);
+      EXPECT_EQ(e.getFailure().getFaultAddress(), code == SI_TKILL ? 0u : 0x1234u);
+    });
+    EXPECT_EQ(failures, 1) << code;
+    testing::removeTree(dir);
+  }
 }
 
 TEST(RecordSession, UnwritableTraceDisablesQuietly) {
