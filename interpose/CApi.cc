@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "interpose/ProcessRecorder.h"
+#include "interpose/SignalHandlers.h"
 
 using namespace dlrr;
 
@@ -84,6 +85,8 @@ const char* dlrr_pystack_path(void) {
   RecordSession* s = processRecorder();
   return s && s->active() ? s->pystackPath().c_str() : "";
 }
+
+int dlrr_fatal_signals_first(int first) { return takeFatalSignalsFirst(first != 0); }
 
 void dlrr_runtime_info(const char* key, const char* value) {
   withRecorder([&](RecordSession& s) { s.runtimeInfo(key, value); });

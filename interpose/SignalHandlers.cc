@@ -23,6 +23,13 @@ constexpr int kSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
 constexpr int kMaxFrames = 64;
 struct sigaction gPrevious[NSIG];
 std::atomic<bool> gInHandler{false};
+std::atomic<bool> gInstalled{false};
+// A handler that was installed over ours and chains back to us (Python's faulthandler, which
+// the hook enables after the library loaded). On top, it would reach us only through raise(),
+// without the kernel's siginfo (fault code and address); so we take the top slot back and call
+// it ourselves after recording (takeFatalSignalsFirst).
+struct sigaction gAbove[NSIG];
+std::atomic<bool> gHaveAbove[NSIG];
 
 // libunwind is loaded privately (RTLD_LOCAL): linked normally, its exported _Unwind_* would
 // take over C++ exception unwinding for the whole job. Debian ships no PIC archive of it.
@@ -65,18 +72,51 @@ uint64_t signalTrampoline(int sig) noexcept {
   return 0;
 }
 
+// Runs the handler that was above ours (see gAbove). True when it re-raised the signal: the
+// signal is blocked while we run, so that delivery comes when we return and chains on then;
+// false when it returned without (e.g. faulthandler disabled meanwhile): the caller chains.
+bool callAbove(int sig, siginfo_t* info, void* uctx) noexcept {
+  if (!gHaveAbove[sig].load(std::memory_order_acquire)) return false;
+  const struct sigaction& above = gAbove[sig];
+  if (above.sa_flags & SA_SIGINFO) {
+    if (!above.sa_sigaction) return false;
+    above.sa_sigaction(sig, info, uctx);
+  } else {
+    if (above.sa_handler == SIG_DFL || above.sa_handler == SIG_IGN) return false;
+    above.sa_handler(sig);
+  }
+  sigset_t pending;
+  return sigpending(&pending) == 0 && sigismember(&pending, sig) == 1;
+}
+
+void onFatal(int sig, siginfo_t* info, void* uctx);
+
+struct sigaction fatalAction() noexcept {
+  struct sigaction sa {};
+  sa.sa_sigaction = onFatal;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  return sa;
+}
+
 void onFatal(int sig, siginfo_t* info, void* uctx) {
   int savedErrno = errno;
   if (!gInHandler.exchange(true)) {
-    if (RecordSession* s = processRecorder()) {
-      uint64_t ips[kMaxFrames];
+    RecordSession* s = processRecorder();
+    uint64_t ips[kMaxFrames];
+    int m = 0;
+    if (s) {
       void* raw[kMaxFrames];
       int n = captureStack(raw, kMaxFrames);
       // Skip our own frame (captureStack's caller: this handler).
-      int skip = n > 1 ? 1 : 0;
-      int m = 0;
-      for (int i = skip; i < n; ++i) ips[m++] = reinterpret_cast<uint64_t>(raw[i]);
-      s->onFatalSignal(sig, info, ips, m, faultFrameIndex(ips, m, signalTrampoline(sig)));
+      for (int i = n > 1 ? 1 : 0; i < n; ++i) ips[m++] = reinterpret_cast<uint64_t>(raw[i]);
+    }
+    // faulthandler (when above ours) writes the Python stacks that the failure embeds.
+    bool reraised = callAbove(sig, info, uctx);
+    if (s) s->onFatalSignal(sig, info, ips, m, faultFrameIndex(ips, m, signalTrampoline(sig)));
+    if (reraised) {
+      errno = savedErrno;
+      return;
     }
   }
   chain(sig, info, uctx);
@@ -251,13 +291,34 @@ void installFatalSignalHandlers() noexcept {
   ss.ss_size = sizeof gAltStack;
   stack_t old{};
   if (sigaltstack(nullptr, &old) == 0 && (old.ss_flags & SS_DISABLE)) sigaltstack(&ss, nullptr);
+  struct sigaction sa = fatalAction();
+  for (int sig : kSignals) sigaction(sig, &sa, &gPrevious[sig]);
+  gInstalled.store(true);
+}
+
+int takeFatalSignalsFirst(bool first) noexcept {
+  if (!gInstalled.load()) return 0;
+  int n = 0;
+  struct sigaction ours = fatalAction();
   for (int sig : kSignals) {
-    struct sigaction sa {};
-    sa.sa_sigaction = onFatal;
-    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
-    sigemptyset(&sa.sa_mask);
-    sigaction(sig, &sa, &gPrevious[sig]);
+    if (!first) {
+      if (gHaveAbove[sig].exchange(false)) n += sigaction(sig, &gAbove[sig], nullptr) == 0;
+      continue;
+    }
+    struct sigaction cur {};
+    if (gHaveAbove[sig].load() || sigaction(sig, nullptr, &cur) != 0) continue;
+    bool siginfo = cur.sa_flags & SA_SIGINFO;
+    if (siginfo ? (cur.sa_sigaction == onFatal || !cur.sa_sigaction)
+                : (cur.sa_handler == SIG_DFL || cur.sa_handler == SIG_IGN))
+      continue;  // ours is on top already, or nothing is above it
+    gAbove[sig] = cur;
+    gHaveAbove[sig].store(true, std::memory_order_release);
+    if (sigaction(sig, &ours, nullptr) == 0)
+      ++n;
+    else
+      gHaveAbove[sig].store(false);
   }
+  return n;
 }
 
 }  // namespace dlrr

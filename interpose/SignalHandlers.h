@@ -6,6 +6,12 @@ namespace dlrr {
 // the failure (async-signal-safe), then restores and chains to the previous disposition so
 // the process dies (or recovers) exactly as it would have without dlrr.
 void installFatalSignalHandlers() noexcept;
+// first=true: where another handler was installed over ours since (Python's faulthandler, which
+// chains back to us by re-raising, so we would see raise()'s siginfo, not the fault's), put ours
+// back on top; on a fatal signal we record first, then run that handler, then the signal goes
+// on as before. first=false: put those handlers back on top (before they are disabled, so that
+// they restore ours). Returns the number of signals changed.
+int takeFatalSignalsFirst(bool first) noexcept;
 // Replay with --until crash --debug wait: on `sig` (the recorded fatal signal) the process
 // says its PID and the `gdb -p` line on stderr and waits, in the handler, until a debugger
 // attaches and detaches again, or SIGUSR1/SIGCONT; then the signal goes on to the previous

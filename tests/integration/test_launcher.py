@@ -104,7 +104,7 @@ class LauncherTest(TraceTestCase):
     def test_native_segfault_leaves_native_and_python_stacks(self):
         code = ("import ctypes, faulthandler\n"
                 "def crash_here():\n"
-                "    ctypes.string_at(0)\n"
+                "    ctypes.string_at(16)\n"
                 "crash_here()\n")
         p = run([tool("dlrecord"), "-o", self.trace_path(), "--", PY, "-c", code])
         self.assertEqual(p.returncode, 128 + signal.SIGSEGV)
@@ -114,6 +114,9 @@ class LauncherTest(TraceTestCase):
         fails = [e for e in events(self.trace_path(), kind="failure")]
         self.assertEqual(len(fails), 1)
         f = fails[0]["event"]["failure"]
+        # The kernel's siginfo, not faulthandler's re-raise: dlrr's handler runs in front of it.
+        self.assertEqual(f["signalCode"], 1)  # SEGV_MAPERR
+        self.assertEqual(int(f["faultAddress"], 16), 16)
         self.assertGreater(len(f["nativeStack"]), 3)
         self.assertTrue(any("libc" in s or "python" in s for s in f["nativeSymbols"]), f["nativeSymbols"])
         self.assertIn("crash_here", f["pythonStack"])
@@ -126,6 +129,37 @@ class LauncherTest(TraceTestCase):
         first_ctypes = next(i for i, s in enumerate(callers) if s.startswith("_ctypes"))
         self.assertTrue(all(s.startswith("libasan") for s in callers[:first_ctypes]), (f["where"], syms))
         run([tool("dltrace"), "verify", self.trace_path()], check=True)
+
+    def test_native_segfault_after_the_job_disables_faulthandler(self):
+        # faulthandler is behind dlrr's handler; once the job turns it off, a crash must still
+        # be recorded and end the job as it would without dlrr (no Python stack, none printed).
+        code = ("import ctypes, faulthandler\n"
+                "faulthandler.disable()\n"
+                "print('disabled', flush=True)\n"
+                "ctypes.string_at(16)\n")
+        plain = run([PY, "-c", code])
+        p = run([tool("dlrecord"), "-q", "-o", self.trace_path(), "--", PY, "-c", code])
+        self.assertEqual(p.returncode, 128 + signal.SIGSEGV)
+        self.assertEqual(plain.returncode, -signal.SIGSEGV)  # dlrecord reports a signal death as 128+N
+        self.assertEqual((p.stdout, p.stderr), (plain.stdout, plain.stderr))
+        f = events(self.trace_path(), kind="failure")[0]["event"]["failure"]
+        self.assertEqual((f["signal"], f["signalCode"], int(f["faultAddress"], 16)), (signal.SIGSEGV, 1, 16))
+        self.assertEqual(f["pythonStack"], "")
+
+    def test_abort_and_a_signal_sent_by_the_job_keep_their_python_stacks(self):
+        for code, sig in (("import os\ndef stop():\n    os.abort()\nstop()\n", signal.SIGABRT),
+                          ("import os, signal\ndef stop():\n    os.kill(os.getpid(), signal.SIGSEGV)\nstop()\n",
+                           signal.SIGSEGV)):
+            with self.subTest(sig=sig):
+                trace = self.trace_path() + str(int(sig))
+                p = run([tool("dlrecord"), "-q", "-o", trace, "--", PY, "-c", code])
+                self.assertEqual(p.returncode, 128 + sig, p.stderr)
+                self.assertEqual(p.stderr, "")
+                f = events(trace, kind="failure")[0]["event"]["failure"]
+                self.assertEqual(f["signal"], sig)
+                self.assertLessEqual(f["signalCode"], 0)  # sent, not a fault: no address
+                self.assertEqual(int(f["faultAddress"], 16), 0)
+                self.assertIn("in stop", f["pythonStack"])
 
     def test_cpp_exception_through_the_interposer(self):
         code = ("import torch\n"

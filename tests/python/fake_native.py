@@ -89,6 +89,10 @@ class FakeLib:
                 pass
         return self.pystack_path.encode()
 
+    def _dlrr_fatal_signals_first(self, first):
+        self.calls.append(("fatal_signals_first", first))
+        return 0
+
     def _dlrr_runtime_info(self, key, value):
         self.calls.append(("runtime_info", key.decode(), value.decode()))
 

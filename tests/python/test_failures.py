@@ -133,6 +133,20 @@ class FaulthandlerTest(RecorderTestCase):
         self.assertTrue(faulthandler.is_enabled())
         self.assertEqual(self.rec.failures._pystack_file.name, self.path)
 
+    def test_library_handler_in_front_until_disabled_or_exit(self):
+        # In front once faulthandler is on; faulthandler back in front before it is disabled
+        # (so that it restores the library's handler), and at exit (the interpreter goes away).
+        self.assertEqual(self.lib.of("fatal_signals_first"), [("fatal_signals_first", 1)])
+        self.lib.clear()
+        self.rec._at_exit()
+        self.rec._at_exit()
+        self.assertEqual(self.lib.of("fatal_signals_first"), [("fatal_signals_first", 0)])
+        self.assertTrue(faulthandler.is_enabled())
+        self.lib.clear()
+        self.rec.failures.disable_faulthandler()
+        self.assertEqual(self.lib.of("fatal_signals_first"), [])  # already behind
+        self.assertFalse(faulthandler.is_enabled())
+
     def test_fatal_signal_writes_python_stack(self):
         script = (
             "import sys, faulthandler; sys.path.insert(0, %r)\n"

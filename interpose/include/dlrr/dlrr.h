@@ -57,6 +57,10 @@ DLRR_API int dlrr_capture_level(void);
 /* Path where the hook should point faulthandler, so a fatal signal's Python stack is
  * embedded in the trace by the native handler. "" when off. */
 DLRR_API const char* dlrr_pystack_path(void);
+/* 1: after enabling faulthandler, put the library's fatal-signal handlers back in front of it
+ * (they record the kernel's fault code and address, then run faulthandler); 0: put faulthandler
+ * back in front, before disabling it. Returns the number of signals changed. */
+DLRR_API int dlrr_fatal_signals_first(int first);
 
 /* ---- process facts */
 DLRR_API void dlrr_runtime_info(const char* key, const char* value);

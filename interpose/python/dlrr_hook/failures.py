@@ -14,8 +14,10 @@ from its traceback (and from the tracebacks of its __cause__/__context__ chain):
 prints exactly the traceback it prints without dlrr.
 
 Fatal signals are caught natively; faulthandler writes the Python stacks of all threads into
-the file dlrr_pystack_path() names, which the native handler embeds in the trace.  If the job
-already enabled faulthandler (PYTHONFAULTHANDLER, -X faulthandler) it is left alone.
+the file dlrr_pystack_path() names, which the native handler embeds in the trace.  The native
+handler runs first (faulthandler re-raises, which would hide the fault's code and address) and
+calls faulthandler itself.  If the job already enabled faulthandler (PYTHONFAULTHANDLER,
+-X faulthandler) it is left alone, and in front.
 """
 
 import ctypes
@@ -112,6 +114,7 @@ class FailureHooks:
         self._our_excepthook = None
         self._our_threading_hook = None
         self._pystack_file = None
+        self._library_first = False
 
     # -- reporting
     def report(self, exc_type, exc, tb):
@@ -188,10 +191,21 @@ class FailureHooks:
         # planted in its place, and never create one.
         self._pystack_file = open(path, "w", encoding="utf-8", opener=_open_existing_no_follow)
         faulthandler.enable(file=self._pystack_file, all_threads=True)
+        self.faulthandler_first(False)
+
+    def faulthandler_first(self, first):
+        """Which of faulthandler and the library's fatal-signal handler runs first. The library's
+        (first=False) sees the kernel's siginfo (fault code and address) and then runs
+        faulthandler itself; faulthandler goes back in front before it is disabled (it then
+        restores the library's) and at exit, once the interpreter is being torn down."""
+        if self._pystack_file is not None and self._library_first != (not first):
+            self._library_first = not first
+            self._lib.dlrr_fatal_signals_first(0 if first else 1)
 
     def disable_faulthandler(self):
         """Turn our faulthandler off (forked children, uninstall); theirs stays."""
         if self._pystack_file is not None:
+            self.faulthandler_first(True)
             faulthandler.disable()
             try:
                 self._pystack_file.close()

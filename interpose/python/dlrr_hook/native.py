@@ -70,6 +70,7 @@ SIGNATURES = {
     "dlrr_trace_dir": (c_char_p, []),
     "dlrr_capture_level": (c_int, []),
     "dlrr_pystack_path": (c_char_p, []),
+    "dlrr_fatal_signals_first": (c_int, [c_int]),
     "dlrr_runtime_info": (None, [c_char_p, c_char_p]),
     "dlrr_note": (None, [c_char_p]),
     "dlrr_recorder_status": (None, [c_int, c_char_p]),

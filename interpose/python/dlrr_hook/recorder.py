@@ -196,6 +196,7 @@ class Recorder:
         return None
 
     def _at_exit(self):
+        self.guarded(self.failures.faulthandler_first, True)  # the interpreter is being torn down
         if not self.active:
             return
         self.guarded(self.failures.report_unhooked_exit_exception)
