@@ -30,8 +30,7 @@ const std::vector<CategoryInfo> kCategories = {
      "fails the same way until the permissions or the user change",
      "the job's user may not read or write the path: an unwritable output directory, a file owned by "
      "another user, `pip install` into the system site without --user"},
-    {C::DiskFull, "disk_full", "Disk full", D::Environment, T::NonDeterministic,
-     "depends on what else fills the disk",
+    {C::DiskFull, "disk_full", "Disk full", D::Environment, T::NonDeterministic, "depends on what else fills the disk",
      "the file system ran out of space or quota: free space, or write checkpoints and logs elsewhere"},
     {C::DeviceUnavailable, "device_unavailable", "GPU unavailable", D::Environment, T::NonDeterministic,
      "depends on the node the job lands on and on other jobs holding its GPUs",
@@ -58,8 +57,7 @@ const std::vector<CategoryInfo> kCategories = {
      "the same shapes meet again on a retry",
      "tensor shapes, dtypes or devices do not fit the model (layer sizes, input shapes), or checkpoint keys "
      "do not match (the `module.` prefix of DataParallel saves)"},
-    {C::LossNaN, "loss_nan", "Loss NaN", D::DeepLearning, T::Deterministic,
-     "replay reproduces it bit for bit",
+    {C::LossNaN, "loss_nan", "Loss NaN", D::DeepLearning, T::Deterministic, "replay reproduces it bit for bit",
      "a value became NaN or Inf: check the learning rate, the input batch of that step, log/division of "
      "zero; `dlreplay TRACE --until nan --debug pdb` stops right before it"},
     {C::FrameworkApiMisuse, "framework_api_misuse", "Framework API misuse", D::DeepLearning, T::Deterministic,
@@ -68,10 +66,10 @@ const std::vector<CategoryInfo> kCategories = {
      "the same argument fails again",
      "a function or the launch command got a value it does not accept (half of these in the study came from "
      "launch-script arguments)"},
-    {C::TypeMismatch, "type_mismatch", "Type mismatch", D::GeneralCode, T::Deterministic,
-     "the same types meet again", "a value of the wrong type reached a function"},
-    {C::KeyNotFound, "key_not_found", "Key not found", D::GeneralCode, T::Deterministic,
-     "the same lookup fails again", "a dict or config lookup used a key that is not there"},
+    {C::TypeMismatch, "type_mismatch", "Type mismatch", D::GeneralCode, T::Deterministic, "the same types meet again",
+     "a value of the wrong type reached a function"},
+    {C::KeyNotFound, "key_not_found", "Key not found", D::GeneralCode, T::Deterministic, "the same lookup fails again",
+     "a dict or config lookup used a key that is not there"},
     {C::AttributeNotFound, "attribute_not_found", "Attribute not found", D::GeneralCode, T::Deterministic,
      "the same lookup fails again", "an object lacks the attribute used (often an API of another version)"},
     {C::NullReference, "null_reference", "Null reference", D::GeneralCode, T::Deterministic,
@@ -91,8 +89,7 @@ const std::vector<CategoryInfo> kCategories = {
      "a crash in native code may or may not repeat: memory corruption and races often do not",
      "native code crashed (a C/C++/CUDA extension or the framework): the native and Python stacks show "
      "where; replay tells whether it repeats"},
-    {C::CorruptData, "corrupt_data", "Corrupt data", D::Data, T::Deterministic,
-     "the same bytes are read again",
+    {C::CorruptData, "corrupt_data", "Corrupt data", D::Data, T::Deterministic, "the same bytes are read again",
      "a data file could not be parsed (truncated or malformed JSON, pickle, .npy, archive, image): "
      "regenerate or skip the record"},
     {C::UnexpectedEncoding, "unexpected_encoding", "Unexpected encoding", D::Data, T::Deterministic,
@@ -146,9 +143,11 @@ std::string clip(const std::string& s, size_t n = 300) {
 }
 
 const std::set<std::string>& frameworks() {
-  static const std::set<std::string> f = {"torch", "torchvision", "torchaudio", "torchtext", "tensorflow", "keras",
-                                          "jax", "transformers", "pytorch_lightning", "lightning", "accelerate",
-                                          "deepspeed", "apex", "horovod", "mxnet", "paddle"};
+  static const std::set<std::string> f = {
+      "torch",      "torchvision", "torchaudio",   "torchtext",         "tensorflow",
+      "keras",      "jax",         "transformers", "pytorch_lightning", "lightning",
+      "accelerate", "deepspeed",   "apex",         "horovod",           "mxnet",
+      "paddle"};
   return f;
 }
 
@@ -171,44 +170,64 @@ const std::vector<CategoryInfo>& allCategories() { return kCategories; }
 
 const char* dimensionId(Dimension d) {
   switch (d) {
-    case D::None: return "none";
-    case D::Environment: return "execution_environment";
-    case D::DeepLearning: return "deep_learning";
-    case D::GeneralCode: return "general_code_error";
-    case D::Data: return "data";
-    case D::Unknown: return "unknown";
+    case D::None:
+      return "none";
+    case D::Environment:
+      return "execution_environment";
+    case D::DeepLearning:
+      return "deep_learning";
+    case D::GeneralCode:
+      return "general_code_error";
+    case D::Data:
+      return "data";
+    case D::Unknown:
+      return "unknown";
   }
   return "unknown";
 }
 
 const char* dimensionName(Dimension d) {
   switch (d) {
-    case D::None: return "none";
-    case D::Environment: return "Execution environment";
-    case D::DeepLearning: return "Deep-learning specific";
-    case D::GeneralCode: return "General code error";
-    case D::Data: return "Data";
-    case D::Unknown: return "Unknown";
+    case D::None:
+      return "none";
+    case D::Environment:
+      return "Execution environment";
+    case D::DeepLearning:
+      return "Deep-learning specific";
+    case D::GeneralCode:
+      return "General code error";
+    case D::Data:
+      return "Data";
+    case D::Unknown:
+      return "Unknown";
   }
   return "Unknown";
 }
 
 const char* determinismId(Determinism d) {
   switch (d) {
-    case T::Deterministic: return "deterministic";
-    case T::NonDeterministic: return "nondeterministic";
-    case T::Unknown: return "unknown";
+    case T::Deterministic:
+      return "deterministic";
+    case T::NonDeterministic:
+      return "nondeterministic";
+    case T::Unknown:
+      return "unknown";
   }
   return "unknown";
 }
 
 const char* phaseId(Phase p) {
   switch (p) {
-    case Phase::None: return "none";
-    case Phase::Initialisation: return "initialisation";
-    case Phase::Training: return "training";
-    case Phase::Evaluation: return "evaluation";
-    case Phase::Shutdown: return "shutdown";
+    case Phase::None:
+      return "none";
+    case Phase::Initialisation:
+      return "initialisation";
+    case Phase::Training:
+      return "training";
+    case Phase::Evaluation:
+      return "evaluation";
+    case Phase::Shutdown:
+      return "shutdown";
   }
   return "none";
 }
@@ -246,20 +265,20 @@ std::string pathInMessage(const std::string& m) {
 bool isStartupProbe(const std::string& path, int op) {
   auto slash = path.rfind('/');
   std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-  static const char* names[] = {"pyvenv.cfg", "pybuilddir.txt", "Setup.local", "ld.so.preload", "classid",
-                                "fips_enabled", "hwf.deny"};
+  static const char* names[] = {"pyvenv.cfg", "pybuilddir.txt", "Setup.local", "ld.so.preload",
+                                "classid",    "fips_enabled",   "hwf.deny"};
   for (const char* n : names)
     if (base == n) return true;
   if (base.size() > 5 && base.compare(base.size() - 5, 5, "._pth") == 0) return true;
   if (base.rfind("python3", 0) == 0 && base.size() > 4 && base.compare(base.size() - 4, 4, ".zip") == 0) return true;
   if (op == 2 && base.rfind("__init__.", 0) == 0) return true;  // the import system probing a package
   if (path.find("/__pycache__/") != std::string::npos) return true;
-  static const char* parts[] = {"/LC_MESSAGES/", "/bin/lib/python", "/bin/Modules/", "/.local/lib/python",
-                                "/.local/bin", "/usr/share/locale"};
+  static const char* parts[] = {"/LC_MESSAGES/",      "/bin/lib/python", "/bin/Modules/",
+                                "/.local/lib/python", "/.local/bin",     "/usr/share/locale"};
   for (const char* p : parts)
     if (path.find(p) != std::string::npos) return true;
-  static const char* prefixes[] = {"/usr/lib/locale/", "/etc/gcrypt/", "/etc/selinux/", "/etc/libnl/", "/etc/gnutls/",
-                                   "/proc/sys/crypto/", "/sys/fs/selinux"};
+  static const char* prefixes[] = {"/usr/lib/locale/", "/etc/gcrypt/",      "/etc/selinux/",  "/etc/libnl/",
+                                   "/etc/gnutls/",     "/proc/sys/crypto/", "/sys/fs/selinux"};
   for (const char* p : prefixes)
     if (path.rfind(p, 0) == 0) return true;
   return false;
@@ -328,8 +347,8 @@ ExceptionClass classifyException(const std::string& type, const std::string& mes
 
   // ---- GPU first: their messages also say "out of memory" / "error".
   if (any(m, "cuda out of memory", "cuda error: out of memory", "cublas_status_alloc_failed",
-          "cudnn_status_alloc_failed", "hip out of memory", "mps backend out of memory",
-          "cudaerrormemoryallocation", "out of memory on device") ||
+          "cudnn_status_alloc_failed", "hip out of memory", "mps backend out of memory", "cudaerrormemoryallocation",
+          "out of memory on device") ||
       (base == "OutOfMemoryError" && !any(t, "cpu"))) {
     std::string detail = "the GPU allocator could not satisfy a request";
     auto p = message.find("Tried to allocate ");
@@ -366,8 +385,8 @@ ExceptionClass classifyException(const std::string& type, const std::string& mes
   // ---- libraries and modules
   if (base == "ModuleNotFoundError") {
     std::string mod = quotedAfter(message, "No module named");
-    return make(C::LibraryNotFound, mod.empty() ? "a Python module is not installed"
-                                                : "Python module '" + mod + "' is not installed");
+    return make(C::LibraryNotFound,
+                mod.empty() ? "a Python module is not installed" : "Python module '" + mod + "' is not installed");
   }
   if (any(m, "cannot open shared object file", "undefined symbol:", "version `glibc", "wrong elf class",
           "dll load failed", "image not found", "error while loading shared libraries")) {
@@ -375,15 +394,16 @@ ExceptionClass classifyException(const std::string& type, const std::string& mes
     std::string lib = colon == std::string::npos ? "" : message.substr(0, colon);
     auto sp = lib.rfind(' ');
     if (sp != std::string::npos) lib = lib.substr(sp + 1);
-    return make(C::LibraryNotFound, lib.empty() ? "a shared library failed to load" : "shared library " + lib + " failed to load");
+    return make(C::LibraryNotFound,
+                lib.empty() ? "a shared library failed to load" : "shared library " + lib + " failed to load");
   }
   if (base == "ImportError") {
     if (has(message, "cannot import name")) {
       std::string name = quotedAfter(message, "cannot import name");
       std::string from = quotedAfter(message, "from");
       if (frameworks().count(topLevel(from)))
-        return make(C::FrameworkApiMisuse, "'" + name + "' is not in the installed " + topLevel(from) +
-                                               " (an API of another version)");
+        return make(C::FrameworkApiMisuse,
+                    "'" + name + "' is not in the installed " + topLevel(from) + " (an API of another version)");
       return make(C::LibraryNotFound, "the installed '" + from + "' has no '" + name + "' (another version?)");
     }
     return make(C::LibraryNotFound, "an import failed");
@@ -402,26 +422,24 @@ ExceptionClass classifyException(const std::string& type, const std::string& mes
     return make(C::PathNotFound, pathInMessage(message));
 
   // ---- syntax
-  if (base == "SyntaxError" || base == "IndentationError" || base == "TabError")
-    return make(C::SyntaxError, message);
+  if (base == "SyntaxError" || base == "IndentationError" || base == "TabError") return make(C::SyntaxError, message);
 
   // ---- data
   if (base == "UnicodeDecodeError" || base == "UnicodeEncodeError" || base == "UnicodeError" ||
       base == "UnicodeTranslateError" || any(m, "codec can't decode", "codec can't encode"))
     return make(C::UnexpectedEncoding, message.substr(0, message.find(':')));
-  bool readsData = framesMention(tb, "/json/") || framesMention(tb, "/pickle") || framesMention(tb, "numpy/lib/format.py") ||
-                   framesMention(tb, "numpy/lib/npyio.py") || framesMention(tb, "/csv.py") ||
-                   framesMention(tb, "torch/serialization.py") || framesMention(tb, "PIL/") ||
-                   framesMention(tb, "/zipfile") || framesMention(tb, "/tarfile") || framesMention(tb, "/gzip.py") ||
-                   framesMention(tb, "pandas/io/") || framesMention(tb, "h5py/");
+  bool readsData = framesMention(tb, "/json/") || framesMention(tb, "/pickle") ||
+                   framesMention(tb, "numpy/lib/format.py") || framesMention(tb, "numpy/lib/npyio.py") ||
+                   framesMention(tb, "/csv.py") || framesMention(tb, "torch/serialization.py") ||
+                   framesMention(tb, "PIL/") || framesMention(tb, "/zipfile") || framesMention(tb, "/tarfile") ||
+                   framesMention(tb, "/gzip.py") || framesMention(tb, "pandas/io/") || framesMention(tb, "h5py/");
   if (base == "JSONDecodeError" || base == "UnpicklingError" || base == "BadZipFile" || base == "BadZipfile" ||
       base == "UnidentifiedImageError" || base == "BadGzipFile" || base == "ParserError" || t == "_csv.error" ||
       t == "csv.error" || t == "tarfile.readerror" || t == "zlib.error" ||
       any(m, "pytorchstreamreader failed", "failed finding central directory", "invalid load key",
           "pickle data was truncated", "image file is truncated", "cannot identify image file",
           "compressed file ended before", "expecting value: line", "unterminated string starting at",
-          "failed to interpret file", "as a pickle", "could not convert string to float",
-          "truncated file") ||
+          "failed to interpret file", "as a pickle", "could not convert string to float", "truncated file") ||
       (base == "EOFError" && (readsData || any(m, "ran out of input", "no data left in file"))) ||
       (readsData && (base == "ValueError" || base == "OSError")))
     return make(C::CorruptData, readsData ? "while reading a data file" : "a record could not be parsed");
@@ -438,8 +456,8 @@ ExceptionClass classifyException(const std::string& type, const std::string& mes
           "non-singleton dimension", "found dtype"))
     return make(C::TensorMismatch, clip(message, 160));
   if (base == "FloatingPointError" ||
-      any(m, "returned nan", "loss is nan", "nan loss", "loss nan", "non-finite loss", "loss is inf",
-          "contains nan", "nan or inf", "inf or nan", "`inf`, `nan`", "nan values", "is nan"))
+      any(m, "returned nan", "loss is nan", "nan loss", "loss nan", "non-finite loss", "loss is inf", "contains nan",
+          "nan or inf", "inf or nan", "`inf`, `nan`", "nan values", "is nan"))
     return make(C::LossNaN, clip(message, 160));
   if (any(m, "backward through the graph a second time", "does not require grad and does not have a grad_fn",
           "a leaf variable that requires grad", "modified by an inplace operation",
@@ -517,7 +535,8 @@ std::string workerFrame(const std::string& m) {
   if (ln != std::string::npos) out += ":" + std::to_string(std::atoi(m.c_str() + ln + 5));
   auto in = m.find(", in ", q);
   auto eol = m.find('\n', q);
-  if (in != std::string::npos && (eol == std::string::npos || in < eol)) out += " in " + m.substr(in + 5, eol == std::string::npos ? std::string::npos : eol - in - 5);
+  if (in != std::string::npos && (eol == std::string::npos || in < eol))
+    out += " in " + m.substr(in + 5, eol == std::string::npos ? std::string::npos : eol - in - 5);
   return out;
 }
 
@@ -560,7 +579,8 @@ bool samePath(const std::string& recorded, const std::string& named) {
 }
 
 std::string missingText(const MissingPathRecord& m) {
-  return m.path + " (" + errnoName(m.error) + ", " + lookupOpName(m.op) + (m.count > 1 ? ", " + std::to_string(m.count) + "x" : "") + ")";
+  return m.path + " (" + errnoName(m.error) + ", " + lookupOpName(m.op) +
+         (m.count > 1 ? ", " + std::to_string(m.count) + "x" : "") + ")";
 }
 
 void pathEvidence(const TriageInput& in, const std::string& named, std::vector<std::string>& ev, bool denied) {
@@ -690,7 +710,8 @@ std::string whereText(const TriageInput& in, Phase& phase, int64_t& step) {
   }
   if (t.evalBatchSeen) {
     phase = Phase::Evaluation;
-    std::string s = "evaluation (loader " + std::to_string(t.evalLoader) + ", batch " + std::to_string(t.evalBatch) + ")";
+    std::string s =
+        "evaluation (loader " + std::to_string(t.evalLoader) + ", batch " + std::to_string(t.evalBatch) + ")";
     if (t.lastStepEnded >= 0) s += ", after training step " + std::to_string(t.lastStepEnded);
     return s;
   }
@@ -717,16 +738,19 @@ std::string lostText(const TriageResult& r) {
   if (r.wallSeconds >= 0) out = secondsText(r.wallSeconds) + " of wall time since launch";
   std::string parts;
   if (r.initSeconds >= 0) parts += "initialisation " + secondsText(r.initSeconds);
-  if (r.trainingSeconds >= 0) parts += (parts.empty() ? "" : ", ") + std::string("training ") + secondsText(r.trainingSeconds);
+  if (r.trainingSeconds >= 0)
+    parts += (parts.empty() ? "" : ", ") + std::string("training ") + secondsText(r.trainingSeconds);
   if (!parts.empty()) out += (out.empty() ? "" : " ") + ("(" + parts + ")");
-  out += (out.empty() ? "" : ", ") + std::to_string(r.stepsCompleted) + " completed step" + (r.stepsCompleted == 1 ? "" : "s");
+  out += (out.empty() ? "" : ", ") + std::to_string(r.stepsCompleted) + " completed step" +
+         (r.stepsCompleted == 1 ? "" : "s");
   return out;
 }
 
 bool nonfiniteIsDivergence(const TriageInput& in) {
   if (!in.nonfinite) return false;
   const std::string& w = in.nonfinite->where;
-  return w == "loss" || w.rfind("grad:", 0) == 0 || w.rfind("param:", 0) == 0 || in.timeline.firstNonFiniteLossStep >= 0;
+  return w == "loss" || w.rfind("grad:", 0) == 0 || w.rfind("param:", 0) == 0 ||
+         in.timeline.firstNonFiniteLossStep >= 0;
 }
 
 }  // namespace
@@ -762,7 +786,8 @@ TriageResult classify(const TriageInput& in) {
     r.summary = "non-finite value at step " + std::to_string(n.step) + ": " + n.message;
     if (exitCode == 0 && !nonfiniteIsDivergence(in)) {
       r.category = C::None;
-      ev.push_back("non-finite values appeared (" + n.message + ") but the loss stayed finite and the job exited 0 "
+      ev.push_back("non-finite values appeared (" + n.message +
+                   ") but the loss stayed finite and the job exited 0 "
                    "(e.g. -inf attention masks): not a failure");
     } else {
       r.category = C::LossNaN;
@@ -772,14 +797,16 @@ TriageResult classify(const TriageInput& in) {
     r.summary = "no failure: the job exited 0";
   } else if (exitCode > 128 && exitCode < 128 + 65) {
     int sig = exitCode - 128;
-    r.summary = "killed by " + signalName(sig) + " (exit status " + std::to_string(exitCode) + ") with no failure recorded in the process";
+    r.summary = "killed by " + signalName(sig) + " (exit status " + std::to_string(exitCode) +
+                ") with no failure recorded in the process";
     bool oomKilled = sig == 9 && in.launcherPeak && in.launcherPeak->oomKills > 0;
     bool nearLimit = false;
     if (sig == 9) {
-      uint64_t rss = std::max(in.processPeak ? in.processPeak->maxRss : 0, in.launcherPeak ? in.launcherPeak->maxRss : 0);
+      uint64_t rss =
+          std::max(in.processPeak ? in.processPeak->maxRss : 0, in.launcherPeak ? in.launcherPeak->maxRss : 0);
       uint64_t limit = in.launcherPeak && in.launcherPeak->memoryLimit ? in.launcherPeak->memoryLimit
                        : in.processPeak && in.processPeak->memoryLimit ? in.processPeak->memoryLimit
-                                                                        : 0;
+                                                                       : 0;
       nearLimit = limit && rss >= limit / 10 * 9;
     }
     if (oomKilled || nearLimit) {
@@ -799,7 +826,8 @@ TriageResult classify(const TriageInput& in) {
   } else if (exitCode > 0) {
     r.category = C::Unknown;
     r.summary = "exit status " + std::to_string(exitCode) + " with no uncaught exception";
-    detail = "the job called sys.exit(" + std::to_string(exitCode) + ") or os._exit, or its failure was not in a recorded process";
+    detail = "the job called sys.exit(" + std::to_string(exitCode) +
+             ") or os._exit, or its failure was not in a recorded process";
   } else {
     r.category = C::Unknown;
     r.summary = "the job's end was not recorded (still running, or dlrecord was killed)";
@@ -826,7 +854,7 @@ TriageResult classify(const TriageInput& in) {
         head.push_back(f->exceptionType + ": " + (named.empty() ? clip(f->message, 200) : named));
         pathEvidence(in, named, head, true);
         head.push_back("the job ran as " + (in.user.empty() ? std::string("uid ") + std::to_string(in.uid)
-                                                               : in.user + " (uid " + std::to_string(in.uid) + ")"));
+                                                            : in.user + " (uid " + std::to_string(in.uid) + ")"));
         break;
       case C::DiskFull:
         head.push_back(f->exceptionType + ": " + clip(shown, 200));
@@ -867,8 +895,9 @@ TriageResult classify(const TriageInput& in) {
           std::string v = envValue(in, k);
           if (!v.empty()) locale += (locale.empty() ? "" : ", ") + std::string(k) + "=" + v;
         }
-        head.push_back(locale.empty() ? "no locale variables set (LANG, LC_ALL): Python defaults may differ between machines"
-                                      : "locale of the job: " + locale);
+        head.push_back(locale.empty()
+                           ? "no locale variables set (LANG, LC_ALL): Python defaults may differ between machines"
+                           : "locale of the job: " + locale);
         break;
       }
       case C::LossNaN:
@@ -881,8 +910,7 @@ TriageResult classify(const TriageInput& in) {
           head.push_back(detail);
         break;
     }
-    if (!workerLine.empty())
-      head.push_back("raised in a DataLoader worker process, at " + clip(workerLine, 200));
+    if (!workerLine.empty()) head.push_back("raised in a DataLoader worker process, at " + clip(workerLine, 200));
     if (r.category == C::IllegalArgument && f->exceptionType == "argparse.ArgumentError" && !in.command.empty()) {
       std::string cmd;
       for (const auto& a : in.command) cmd += (cmd.empty() ? "" : " ") + a;
@@ -890,6 +918,8 @@ TriageResult classify(const TriageInput& in) {
     }
   } else if (f && f->kind == "signal") {
     head.push_back(r.summary);
+    if (std::string cause = signalCauseText(f->signal, f->signalCode, f->faultAddress); !cause.empty())
+      head.push_back(signalName(f->signal) + ": " + cause);
     // faulthandler's dump lists every thread; the crashing one is "Current thread", most
     // recent call first: its innermost line, and the job's own innermost line.
     const std::string& py = f->pythonStack;
@@ -919,8 +949,10 @@ TriageResult classify(const TriageInput& in) {
     if (in.nonfinite) head.push_back(in.nonfinite->message + " at step " + std::to_string(in.nonfinite->step));
   } else {
     if (!detail.empty()) head.push_back(detail);
-    if (r.category == C::CpuOutOfMemory || (r.category == C::ExternalSignal && exitCode == 137)) memoryEvidence(in, head);
-    if (r.category == C::CpuOutOfMemory) why = "the OOM killer picks a victim by memory use on the whole machine or cgroup";
+    if (r.category == C::CpuOutOfMemory || (r.category == C::ExternalSignal && exitCode == 137))
+      memoryEvidence(in, head);
+    if (r.category == C::CpuOutOfMemory)
+      why = "the OOM killer picks a victim by memory use on the whole machine or cgroup";
   }
   if (r.category == C::LossNaN && in.timeline.lastFiniteLossStep >= 0) {
     char b[160];
@@ -936,7 +968,8 @@ TriageResult classify(const TriageInput& in) {
   if (r.category == C::LossNaN)
     for (const auto& b : in.batchFindings) head.push_back(b);
   if (r.category == C::LossNaN && f && f->kind == "exception" && in.nonfinite)
-    head.push_back("first non-finite value: " + in.nonfinite->message + " at step " + std::to_string(in.nonfinite->step));
+    head.push_back("first non-finite value: " + in.nonfinite->message + " at step " +
+                   std::to_string(in.nonfinite->step));
   head.insert(head.end(), ev.begin(), ev.end());
   // De-duplicate, keep order.
   std::set<std::string> seen;
@@ -952,8 +985,10 @@ TriageResult classify(const TriageInput& in) {
     r.where = "training step " + std::to_string(r.step);
   }
   if (f) r.location = locationOf(*f);
-  if (f && !workerFrame(f->message).empty()) r.location = workerFrame(f->message) + " (in a DataLoader worker)";
-  else if (in.nonfinite) r.location = in.nonfinite->where;
+  if (f && !workerFrame(f->message).empty())
+    r.location = workerFrame(f->message) + " (in a DataLoader worker)";
+  else if (in.nonfinite)
+    r.location = in.nonfinite->where;
   const Timeline& t = in.timeline;
   r.stepsCompleted = t.stepsCompleted;
   int64_t end = t.endNs;

@@ -21,20 +21,21 @@ struct FailureRecord {
   std::string kind;           // exception | signal | nonfinite
   std::string exceptionType;  // "FileNotFoundError", "json.decoder.JSONDecodeError", ...
   std::string message;
-  std::string where;          // file:line (exception), module path (nonfinite), symbol (signal)
+  std::string where;             // file:line (exception), module path (nonfinite), symbol (signal)
   std::vector<Frame> traceback;  // innermost last
   int signal = 0;
   int signalCode = 0;
+  uint64_t faultAddress = 0;  // signals the kernel raised for a fault (signalCode > 0)
   int64_t step = -1;          // the step in progress (-1: before the first)
   int64_t tNs = -1;           // since its stream started
   std::string stream;
-  std::string pythonStack;    // faulthandler's dump (signals)
+  std::string pythonStack;  // faulthandler's dump (signals)
 };
 
 struct MissingPathRecord {
   std::string path;
-  int error = 0;              // errno
-  int op = 0;                 // schema MissingPath.Op: open create stat access mkdir opendir other
+  int error = 0;  // errno
+  int op = 0;     // schema MissingPath.Op: open create stat access mkdir opendir other
   uint64_t count = 0;
   int64_t firstNs = -1;
   int64_t firstStep = -1;
@@ -57,7 +58,7 @@ struct GpuPeak {
 };
 
 struct ResourceRecord {
-  std::string reason;         // step | failure | exit | launcher
+  std::string reason;  // step | failure | exit | launcher
   uint64_t maxRss = 0;
   uint64_t vmPeak = 0;
   uint64_t addressSpaceLimit = 0;  // 0 = unlimited
@@ -80,24 +81,24 @@ struct Timeline {
   int64_t stepsCompleted = 0;
   int64_t lastStepBegun = -1;
   int64_t lastStepEnded = -1;
-  bool stepOpen = false;          // a step had begun and not ended
-  bool byOptimizer = false;       // steps counted by optimizer.step() (no DataLoader)
-  uint32_t trainingLoader = 0;    // loader of the last training step (DataLoader-driven steps)
+  bool stepOpen = false;             // a step had begun and not ended
+  bool byOptimizer = false;          // steps counted by optimizer.step() (no DataLoader)
+  uint32_t trainingLoader = 0;       // loader of the last training step (DataLoader-driven steps)
   bool trainingLoaderEnded = false;  // its iterator ended after the last step
-  bool evalBatchSeen = false;     // a non-training batch came after the last step began
+  bool evalBatchSeen = false;        // a non-training batch came after the last step began
   uint32_t evalLoader = 0;
   uint64_t evalBatch = 0;
-  bool exiting = false;           // the failure came after the process began to exit
-  int64_t firstStepNs = -1;       // tNs of the first StepBegin
-  int64_t lastStepEndNs = -1;     // tNs of the last StepEnd before the failure
-  int64_t endNs = -1;             // tNs of the failure (or of the last event when none)
-  double lastLoss = 0;            // loss of the last completed step (NaN when none was seen)
+  bool exiting = false;        // the failure came after the process began to exit
+  int64_t firstStepNs = -1;    // tNs of the first StepBegin
+  int64_t lastStepEndNs = -1;  // tNs of the last StepEnd before the failure
+  int64_t endNs = -1;          // tNs of the failure (or of the last event when none)
+  double lastLoss = 0;         // loss of the last completed step (NaN when none was seen)
   bool haveLoss = false;
   int64_t firstNonFiniteLossStep = -1;  // first completed step whose loss was NaN/Inf
   double lastFiniteLoss = 0;
   int64_t lastFiniteLossStep = -1;
   int64_t processStartRealNs = 0;  // CLOCK_REALTIME at the stream's start
-  int64_t launchRealNs = 0;       // the trace's creation (dlrecord started)
+  int64_t launchRealNs = 0;        // the trace's creation (dlrecord started)
 };
 
 struct TriageInput {
@@ -117,7 +118,7 @@ struct TriageInput {
   std::string host;
   std::string user;
   uint32_t uid = 0;
-  std::string stream;                          // the stream the facts come from
+  std::string stream;  // the stream the facts come from
   // For a non-finite failure: samples of that step's batch that hold NaN/Inf values
   // ("sample 5 (dataset index 1365): 3072 non-finite values in field 0").
   std::vector<std::string> batchFindings;

@@ -11,6 +11,10 @@ std::string errnoName(int error);
 std::string errnoText(int error);
 // "SIGKILL" for 9, "signal 64" otherwise.
 std::string signalName(int sig);
+// What a fatal signal's siginfo says: "address not mapped (SEGV_MAPERR) at 0x10: a null pointer
+// dereference", "sent with kill() by a process (SI_USER)"; "" when it says nothing (code 0 with
+// no signal, an unknown code).
+std::string signalCauseText(int sig, int code, uint64_t address);
 // schema MissingPath.Op as text: open, create, stat, access, mkdir, opendir, other.
 const char* lookupOpName(int op);
 // 1536 -> "1.5 KiB"; 0 -> "0 B".

@@ -23,6 +23,7 @@ FailureRecord toRecord(schema::Failure::Reader f, int64_t tNs, const std::string
   for (auto fr : f.getTraceback()) r.traceback.push_back({str(fr.getFile()), fr.getLine(), str(fr.getFunction()), str(fr.getCode())});
   r.signal = f.getSignal();
   r.signalCode = f.getSignalCode();
+  r.faultAddress = f.getFaultAddress();
   r.step = f.getStep();
   r.tNs = tNs;
   r.stream = stream;

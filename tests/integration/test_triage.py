@@ -190,7 +190,8 @@ class TriageTest(TraceTestCase):
         self.assertCategory(doc, "native_crash", "general_code_error", "training")
         self.assertEqual(doc["step"], 2)
         self.assertEvidence(doc, "killed by SIGSEGV", "Python stack of the crashing thread:",
-                            "in the job's code: File \"%s\"" % tiny)
+                            "in the job's code: File \"%s\"" % tiny,
+                            "SIGSEGV: address not mapped (SEGV_MAPERR) at 0x0: a null pointer dereference")
         self.assertEqual(doc["determinism"], "unknown")
         c = self.check(trace)
         self.assertEqual(c.returncode, 0, c.stderr)

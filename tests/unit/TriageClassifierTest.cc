@@ -2,7 +2,6 @@
 // including the GPU-only ones this CPU machine cannot produce (CUDA out of memory, a missing
 // libcudart, NCCL timeouts, no driver), the phase rules and the determinism advice.
 #include <gtest/gtest.h>
-
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,7 +43,8 @@ bool evidenceHas(const TriageResult& r, const std::string& needle) {
 
 // ---------------------------------------------------------------- execution environment
 TEST(TriageClassifier, PathNotFound) {
-  EXPECT_EQ(cat("FileNotFoundError", "[Errno 2] No such file or directory: '/mnt/data/val.json'"), Category::PathNotFound);
+  EXPECT_EQ(cat("FileNotFoundError", "[Errno 2] No such file or directory: '/mnt/data/val.json'"),
+            Category::PathNotFound);
   EXPECT_EQ(cat("NotADirectoryError", "[Errno 20] Not a directory: '/data/x/y'"), Category::PathNotFound);
   EXPECT_EQ(cat("OSError", "[Errno 2] No such file or directory: 'ckpt.pt'"), Category::PathNotFound);
   EXPECT_EQ(cat("ValueError", "dataset directory '/mnt/imagenet' does not exist"), Category::PathNotFound);
@@ -53,13 +53,11 @@ TEST(TriageClassifier, PathNotFound) {
 TEST(TriageClassifier, PathEvidenceNamesOtherMissingPathsUnderTheSameRoot) {
   TriageInput in = exceptionInput("FileNotFoundError", "[Errno 2] No such file or directory: '/mnt/data/val.json'");
   in.missingPaths = {
-      {"/usr/pyvenv.cfg", 2, 0, 1, 10, -1, "p1"},           // interpreter start-up: not evidence
-      {"/mnt/data/val.json", 2, 2, 1, 100, -1, "p1"},       // os.path.exists first
-      {"/mnt/data/val.json", 2, 0, 1, 110, -1, "p1"},       // then the open
-      {"/mnt/data/train.json", 2, 0, 1, 90, -1, "p1"},
-      {"/mnt/cache", 2, 4, 1, 80, -1, "p1"},
-      {"/mnt/data/labels.txt", 2, 2, 3, 95, -1, "p1"},
-      {"/home/u/.cache/x", 2, 0, 1, 50, -1, "p1"},
+      {"/usr/pyvenv.cfg", 2, 0, 1, 10, -1, "p1"},      // interpreter start-up: not evidence
+      {"/mnt/data/val.json", 2, 2, 1, 100, -1, "p1"},  // os.path.exists first
+      {"/mnt/data/val.json", 2, 0, 1, 110, -1, "p1"},  // then the open
+      {"/mnt/data/train.json", 2, 0, 1, 90, -1, "p1"}, {"/mnt/cache", 2, 4, 1, 80, -1, "p1"},
+      {"/mnt/data/labels.txt", 2, 2, 3, 95, -1, "p1"}, {"/home/u/.cache/x", 2, 0, 1, 50, -1, "p1"},
   };
   TriageResult r = classify(in);
   EXPECT_EQ(r.category, Category::PathNotFound);
@@ -89,7 +87,8 @@ TEST(TriageClassifier, LibraryNotFound) {
             Category::LibraryNotFound);
   EXPECT_EQ(cat("ModuleNotFoundError", "No module named 'apex'"), Category::LibraryNotFound);
   EXPECT_EQ(cat("ImportError", "/x/_C.so: undefined symbol: _ZN3c104cuda9SetDeviceEi"), Category::LibraryNotFound);
-  EXPECT_EQ(cat("ImportError", "cannot import name 'soft_unicode' from 'markupsafe' (/usr/lib/python3/markupsafe/__init__.py)"),
+  EXPECT_EQ(cat("ImportError",
+                "cannot import name 'soft_unicode' from 'markupsafe' (/usr/lib/python3/markupsafe/__init__.py)"),
             Category::LibraryNotFound);
   EXPECT_EQ(cat("AssertionError", "Torch not compiled with CUDA enabled"), Category::LibraryNotFound);
   EXPECT_EQ(cat("RuntimeError", "CUDA error: no kernel image is available for execution on the device"),
@@ -99,8 +98,10 @@ TEST(TriageClassifier, LibraryNotFound) {
 }
 
 TEST(TriageClassifier, LibraryEvidenceUsesTheRecordedDlopenErrors) {
-  TriageInput in = exceptionInput("ImportError", "libcudart.so.12: cannot open shared object file: No such file or directory");
-  in.libraryErrors = {{"libcudart.so.12", "libcudart.so.12: cannot open shared object file: No such file or directory", 1, 5, -1}};
+  TriageInput in =
+      exceptionInput("ImportError", "libcudart.so.12: cannot open shared object file: No such file or directory");
+  in.libraryErrors = {
+      {"libcudart.so.12", "libcudart.so.12: cannot open shared object file: No such file or directory", 1, 5, -1}};
   in.env["LD_LIBRARY_PATH"] = "/usr/local/cuda-11/lib64";
   in.runtime["python"] = "3.11.2";
   TriageResult r = classify(in);
@@ -139,9 +140,11 @@ TEST(TriageClassifier, DiskFullDeviceAndCommunication) {
                 "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE, "
                 "Timeout(ms)=1800000) ran for 1800512 milliseconds before timing out."),
             Category::CommunicationFailure);
-  EXPECT_EQ(cat("torch.distributed.DistBackendError", "NCCL error in: ProcessGroupNCCL.cpp:1269, unhandled system error"),
-            Category::CommunicationFailure);
-  TriageInput in = exceptionInput("RuntimeError", "NCCL communicator was aborted on rank 1. Watchdog caught collective operation timeout");
+  EXPECT_EQ(
+      cat("torch.distributed.DistBackendError", "NCCL error in: ProcessGroupNCCL.cpp:1269, unhandled system error"),
+      Category::CommunicationFailure);
+  TriageInput in = exceptionInput(
+      "RuntimeError", "NCCL communicator was aborted on rank 1. Watchdog caught collective operation timeout");
   TriageResult r = classify(in);
   EXPECT_EQ(r.category, Category::CommunicationFailure);
   EXPECT_EQ(r.determinism, Determinism::NonDeterministic);
@@ -193,7 +196,8 @@ TEST(TriageClassifier, CpuOutOfMemory) {
                 "[enforce fail at alloc_cpu.cpp:75] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to "
                 "allocate 4398046511104 bytes. Error code 12 (Cannot allocate memory)"),
             Category::CpuOutOfMemory);
-  EXPECT_EQ(cat("RuntimeError", "DataLoader worker (pid 1234) is killed by signal: Killed. "), Category::CpuOutOfMemory);
+  EXPECT_EQ(cat("RuntimeError", "DataLoader worker (pid 1234) is killed by signal: Killed. "),
+            Category::CpuOutOfMemory);
 
   // Under ulimit -v the same limit fails the same way: deterministic.
   TriageInput in = exceptionInput("MemoryError", "");
@@ -218,18 +222,22 @@ TEST(TriageClassifier, CpuOutOfMemory) {
 
 TEST(TriageClassifier, TensorMismatch) {
   EXPECT_EQ(cat("RuntimeError", "mat1 and mat2 shapes cannot be multiplied (2x5 and 3x4)"), Category::TensorMismatch);
-  EXPECT_EQ(cat("RuntimeError", "The size of tensor a (3) must match the size of tensor b (4) at non-singleton dimension 0"),
-            Category::TensorMismatch);
+  EXPECT_EQ(
+      cat("RuntimeError", "The size of tensor a (3) must match the size of tensor b (4) at non-singleton dimension 0"),
+      Category::TensorMismatch);
   EXPECT_EQ(cat("RuntimeError",
                 "Error(s) in loading state_dict for ResNet:\n\tMissing key(s) in state_dict: \"conv1.weight\". "
                 "Unexpected key(s) in state_dict: \"module.conv1.weight\"."),
             Category::TensorMismatch);
-  EXPECT_EQ(cat("ValueError", "Expected input batch_size (16) to match target batch_size (32)."), Category::TensorMismatch);
-  EXPECT_EQ(cat("RuntimeError",
-                "Given groups=1, weight of size [16, 3, 3, 3], expected input[8, 1, 28, 28] to have 3 channels, but got 1 "
-                "channels instead"),
+  EXPECT_EQ(cat("ValueError", "Expected input batch_size (16) to match target batch_size (32)."),
             Category::TensorMismatch);
-  EXPECT_EQ(cat("RuntimeError", "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"),
+  EXPECT_EQ(
+      cat("RuntimeError",
+          "Given groups=1, weight of size [16, 3, 3, 3], expected input[8, 1, 28, 28] to have 3 channels, but got 1 "
+          "channels instead"),
+      Category::TensorMismatch);
+  EXPECT_EQ(cat("RuntimeError",
+                "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"),
             Category::TensorMismatch);
   EXPECT_EQ(cat("IndexError", "Dimension out of range (expected to be in range of [-1, 0], but got 1)"),
             Category::TensorMismatch);
@@ -299,8 +307,9 @@ TEST(TriageClassifier, FrameworkApiMisuse) {
             Category::FrameworkApiMisuse);
   EXPECT_EQ(cat("RuntimeError", "element 0 of tensors does not require grad and does not have a grad_fn"),
             Category::FrameworkApiMisuse);
-  EXPECT_EQ(cat("RuntimeError", "Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you must "
-                                "use the 'spawn' start method"),
+  EXPECT_EQ(cat("RuntimeError",
+                "Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you must "
+                "use the 'spawn' start method"),
             Category::FrameworkApiMisuse);
   EXPECT_EQ(cat("AttributeError", "module 'torch' has no attribute 'compile'"), Category::FrameworkApiMisuse);
   EXPECT_EQ(cat("ImportError", "cannot import name 'container_abcs' from 'torch._six' (/x/torch/_six.py)"),
@@ -310,7 +319,8 @@ TEST(TriageClassifier, FrameworkApiMisuse) {
 // ---------------------------------------------------------------- general code errors
 TEST(TriageClassifier, GeneralCodeErrors) {
   EXPECT_EQ(cat("KeyError", "'lr'"), Category::KeyNotFound);
-  EXPECT_EQ(cat("TypeError", "join() argument must be str, bytes, or os.PathLike object, not 'int'"), Category::TypeMismatch);
+  EXPECT_EQ(cat("TypeError", "join() argument must be str, bytes, or os.PathLike object, not 'int'"),
+            Category::TypeMismatch);
   EXPECT_EQ(cat("TypeError", "'NoneType' object is not subscriptable"), Category::NullReference);
   EXPECT_EQ(cat("AttributeError", "'NoneType' object has no attribute 'shape'"), Category::NullReference);
   EXPECT_EQ(cat("AttributeError", "'Config' object has no attribute 'lr'"), Category::AttributeNotFound);
@@ -364,6 +374,12 @@ TEST(TriageClassifier, SignalsAndExits) {
   EXPECT_TRUE(evidenceHas(r, "crashing thread: File \"/usr/lib/python3.11/ctypes/__init__.py\", line 5 in f"));
   EXPECT_TRUE(evidenceHas(r, "in the job's code: File \"/job/x.py\", line 9 in crash"));
   EXPECT_FALSE(evidenceHas(r, "threading.py"));
+  // si_code 0 is SI_USER: kill() from a process, not a fault.
+  EXPECT_TRUE(evidenceHas(r, "SIGSEGV: sent with kill() by a process (SI_USER)"));
+  seg.failure->signalCode = 1;
+  seg.failure->faultAddress = 0x10;
+  EXPECT_TRUE(
+      evidenceHas(classify(seg), "SIGSEGV: address not mapped (SEGV_MAPERR) at 0x10: a null pointer dereference"));
 
   TriageInput term;
   term.exitCode = 143;
@@ -387,7 +403,8 @@ TEST(TriageClassifier, SignalsAndExits) {
 
 // ---------------------------------------------------------------- data
 TEST(TriageClassifier, Data) {
-  EXPECT_EQ(cat("json.decoder.JSONDecodeError", "Expecting ',' delimiter: line 1 column 12 (char 11)"), Category::CorruptData);
+  EXPECT_EQ(cat("json.decoder.JSONDecodeError", "Expecting ',' delimiter: line 1 column 12 (char 11)"),
+            Category::CorruptData);
   EXPECT_EQ(cat("_pickle.UnpicklingError", "pickle data was truncated"), Category::CorruptData);
   EXPECT_EQ(cat("RuntimeError", "PytorchStreamReader failed reading zip archive: failed finding central directory"),
             Category::CorruptData);
@@ -401,7 +418,8 @@ TEST(TriageClassifier, Data) {
   EXPECT_EQ(cat("ValueError", "cannot reshape array of size 43 into shape (32,32)"), Category::IllegalArgument);
   EXPECT_EQ(cat("UnicodeDecodeError", "'ascii' codec can't decode byte 0xc3 in position 0: ordinal not in range(128)"),
             Category::UnexpectedEncoding);
-  TriageInput in = exceptionInput("UnicodeDecodeError", "'utf-8' codec can't decode byte 0xff in position 0: invalid start byte");
+  TriageInput in =
+      exceptionInput("UnicodeDecodeError", "'utf-8' codec can't decode byte 0xff in position 0: invalid start byte");
   in.env["LANG"] = "C";
   TriageResult r = classify(in);
   EXPECT_EQ(r.dimension, Dimension::Data);
@@ -424,7 +442,8 @@ TEST(TriageClassifier, ExceptionsFromDataLoaderWorkers) {
   EXPECT_EQ(cat("RuntimeError",
                 "Caught JSONDecodeError in DataLoader worker process 1.\nOriginal Traceback (most recent call last):\n"
                 "  File \"/job/ds.py\", line 9, in __getitem__\n    return json.load(f)\n"
-                "  File \"/usr/lib/python3.11/json/decoder.py\", line 353, in raw_decode\n    obj, end = self.scan_once(s, idx)\n"
+                "  File \"/usr/lib/python3.11/json/decoder.py\", line 353, in raw_decode\n    obj, end = "
+                "self.scan_once(s, idx)\n"
                 "json.decoder.JSONDecodeError: Expecting ',' delimiter: line 1 column 30 (char 29)\n"),
             Category::CorruptData);
 }
@@ -503,12 +522,24 @@ TEST(TriageEnvironment, VersionsAndDifferences) {
   EXPECT_TRUE(versionsAgree("1.13.0a0", "1.13.0a0+gitunknown"));
   EXPECT_TRUE(versionsAgree("2022.09.24", "2022.9.24"));
   EXPECT_FALSE(versionsAgree("1.13.1", "2.1.0"));
-  EnvFacts rec = {{"python", "3.11.2"}, {"torch", "1.13.1"}, {"env.OMP_NUM_THREADS", "1"},
-                  {"env.CUDA_VISIBLE_DEVICES", "0,1"}, {"cpu.count", "8"}, {"host", "a"},
-                  {"blas", "/x/libopenblas.so:/x/liblapack.so"}, {"env.FOO", "1"}, {"cuda.device.0", "NVIDIA A100-SXM4-40GB"}};
-  EnvFacts cur = {{"python", "3.11"}, {"torch", "2.1.0"}, {"env.OMP_NUM_THREADS", "<unset>"},
-                  {"env.CUDA_VISIBLE_DEVICES", "0,1"}, {"cpu.count", "2"}, {"host", "b"},
-                  {"blas", "/x/liblapack.so:/x/libopenblas.so"}, {"env.FOO", "2"}, {"cuda.device.0", "NVIDIA H100 80GB HBM3"}};
+  EnvFacts rec = {{"python", "3.11.2"},
+                  {"torch", "1.13.1"},
+                  {"env.OMP_NUM_THREADS", "1"},
+                  {"env.CUDA_VISIBLE_DEVICES", "0,1"},
+                  {"cpu.count", "8"},
+                  {"host", "a"},
+                  {"blas", "/x/libopenblas.so:/x/liblapack.so"},
+                  {"env.FOO", "1"},
+                  {"cuda.device.0", "NVIDIA A100-SXM4-40GB"}};
+  EnvFacts cur = {{"python", "3.11"},
+                  {"torch", "2.1.0"},
+                  {"env.OMP_NUM_THREADS", "<unset>"},
+                  {"env.CUDA_VISIBLE_DEVICES", "0,1"},
+                  {"cpu.count", "2"},
+                  {"host", "b"},
+                  {"blas", "/x/liblapack.so:/x/libopenblas.so"},
+                  {"env.FOO", "2"},
+                  {"cuda.device.0", "NVIDIA H100 80GB HBM3"}};
   auto d = diffEnvironments(rec, cur);
   std::map<std::string, EnvDifference> by;
   for (const auto& x : d) by[x.key] = x;
@@ -570,6 +601,19 @@ TEST(TriageNames, SecondsTextHandlesAnyDouble) {
   EXPECT_EQ(secondsText(std::numeric_limits<double>::quiet_NaN()), "unknown");
   EXPECT_EQ(secondsText(std::numeric_limits<double>::infinity()), "unknown");
   EXPECT_EQ(secondsText(1e300), "unknown");
+}
+
+TEST(TriageNames, SignalCauseText) {
+  EXPECT_EQ(signalCauseText(11, 1, 0x10), "address not mapped (SEGV_MAPERR) at 0x10: a null pointer dereference");
+  EXPECT_EQ(signalCauseText(11, 2, 0x7f0000001000), "access not permitted (SEGV_ACCERR) at 0x7f0000001000");
+  EXPECT_EQ(signalCauseText(7, 2, 0x1000), "nonexistent physical address (BUS_ADRERR) at 0x1000");
+  EXPECT_EQ(signalCauseText(8, 1, 0x401000), "integer divide by zero (FPE_INTDIV)");  // no address for FPE
+  EXPECT_EQ(signalCauseText(6, -6, 0),
+            "sent by the process to itself (SI_TKILL: raise(), abort(), or a handler re-raising)");
+  EXPECT_EQ(signalCauseText(15, 0, 0), "sent with kill() by a process (SI_USER)");
+  EXPECT_EQ(signalCauseText(11, 99, 0), "");   // a code it does not know
+  EXPECT_EQ(signalCauseText(11, -60, 0), "");  // nor a negative one
+  EXPECT_EQ(signalCauseText(0, 1, ~0ull), "");
 }
 
 }  // namespace
