@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian 12 machine, builds dlrr and runs every test: unit (GoogleTest),
 # Python hook unit tests, integration (real torch jobs recorded and replayed), a sanitizer
-# (ASan+UBSan) build of the unit tests, and short fuzzing runs of the trace reader and of the
-# tools' command-line parsers.
+# (ASan+UBSan) build of the unit tests, and short fuzzing runs of the trace reader, the batch encoding
+# and the tools' command-line parsers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -22,6 +22,8 @@ if [ -x scripts/fuzz.sh ]; then
   bash scripts/fuzz.sh "${DLRR_FUZZ_SECONDS:-60}"
   echo "== fuzzing the command-line parsers (short run; scripts/fuzz.sh SECONDS cli for a long one)"
   bash scripts/fuzz.sh "${DLRR_FUZZ_CLI_SECONDS:-20}" cli
+  echo "== fuzzing what replay does with a trace's batches (short run)"
+  bash scripts/fuzz.sh "${DLRR_FUZZ_BATCH_SECONDS:-15}" batch_encoding
 fi
 echo "== GPU checks (record/replay on a CUDA device; skipped without one)"
 PYTHON=${PYTHON:-/usr/bin/python3} bash scripts/gpu_check.sh
