@@ -17,6 +17,17 @@ SEED_NAN_STEP = 30
 CORRUPT_INDEX = 1365  # examples/prepare_data.py: default --corrupt-index for N=2048
 
 
+def paused_pid(proc):
+    """The pid a `dlreplay --debug wait` job says it waits in, and the stderr lines up to it."""
+    err = []
+    for line in proc.stderr:
+        err.append(line)
+        m = re.search(r"process (\d+) is waiting for a debugger", line)
+        if m:
+            return int(m.group(1)), "".join(err)
+    return None, "".join(err)
+
+
 def replay(trace, *args, **kw):
     p = run([tool("dlreplay"), trace, "--json"] + list(args), **kw)
     last = p.stdout.rstrip("\n").rsplit("\n", 1)[-1]
@@ -112,14 +123,8 @@ class ReplayExampleTest(TraceTestCase):
                                 stdin=subprocess.DEVNULL)
         pid = None
         try:
-            err = []
-            for line in proc.stderr:
-                err.append(line)
-                m = re.search(r"process (\d+) is waiting for a debugger", line)
-                if m:
-                    pid = int(m.group(1))
-                    break
-            self.assertIsNotNone(pid, "".join(err))
+            pid, err = paused_pid(proc)
+            self.assertIsNotNone(pid, err)
             g = run(["gdb", "-p", str(pid), "-batch", "-ex", "bt 5"], timeout=120, env=DEBUGGER_ENV)
             self.assertIn("process %d) detached" % pid, g.stdout + g.stderr)
             out, rest = proc.communicate(timeout=300)
@@ -200,15 +205,10 @@ class ReplayTinyJobTest(TraceTestCase):
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                     stdin=subprocess.DEVNULL)
             try:
-                pid, err = None, []
-                for line in proc.stderr:
-                    err.append(line)
-                    m = re.search(r"process (\d+) is waiting for a debugger", line)
-                    if m:
-                        pid = int(m.group(1))
-                        break
-                self.assertIsNotNone(pid, "".join(err))
-                self.assertIn("the recorded fatal signal SIGSEGV (11)", "".join(err))
+                pid = None
+                pid, err = paused_pid(proc)
+                self.assertIsNotNone(pid, err)
+                self.assertIn("the recorded fatal signal SIGSEGV (11)", err)
                 if way == "usr1":
                     os.kill(pid, signal.SIGUSR1)
                 else:
