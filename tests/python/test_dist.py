@@ -151,6 +151,17 @@ class ObjectCollectivesAloneTest(unittest.TestCase):
         self.assertNotIn("refused", dist.all_gather_object.__name__)
 
 
+class PeerTest(unittest.TestCase):
+    def test_group_src_and_dst_of_torch_2_6_name_the_global_rank(self):
+        import fake_native
+        hooks = dlrr_dist.DistHooks(_AloneStub(fake_native.FakeLib(), torch), torch)
+        hooks._c10d = dist.distributed_c10d
+        self.assertEqual(hooks._peer({"dst": 3, "group": None}, "dst"), 3)
+        self.assertEqual(hooks._peer({"src": None, "group": None, "group_src": 2}, "src"), 2)
+        self.assertIsNone(hooks._peer({"src": None, "group": None}, "src"))
+        self.assertEqual(hooks._peer({}, None), -1)
+
+
 class ReduceNameTest(unittest.TestCase):
     def test_names(self):
         self.assertEqual(dlrr_dist._reduce_name(torch, dist.ReduceOp.SUM), "sum")

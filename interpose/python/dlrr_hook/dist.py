@@ -284,7 +284,7 @@ class DistHooks:
         rec = self._rec
         async_op = bool(p.get("async_op")) or name in ("isend", "irecv")
         seq = rec.guarded(self._begin, op, p.get("group"), p.get(reduce_param) if reduce_param else None,
-                          p.get(peer_param) if peer_param else -1, -1, async_op)
+                          self._peer(p, peer_param), -1, async_op)
         if seq is None:
             return original(*args, **kwargs)
         rec.guarded(self._results_as_inputs, seq, inputs_of(p))
@@ -304,6 +304,24 @@ class DistHooks:
             if sent_finite:
                 rec.guarded(self._received_nonfinite, seq, op, sent_finite, results_of(p))
         return result
+
+    def _peer(self, p, peer_param):
+        """The peer's global rank (None: any/unknown; -1: no peer parameter)."""
+        if not peer_param:
+            return -1
+        peer = p.get(peer_param)
+        group_peer = p.get("group_" + peer_param)
+        if peer is None and group_peer is not None:
+            # torch 2.6+: send/recv/broadcast/reduce/gather/scatter take group_dst/group_src
+            # (a rank in `group`) as an alternative to the global dst/src.
+            group = p.get("group")
+            try:
+                if group is None or group is self._c10d.GroupMember.WORLD:
+                    return group_peer
+                return self._c10d.get_global_rank(group, group_peer)
+            except Exception:  # torch itself reports a bad rank
+                return group_peer
+        return peer
 
     def _results_as_inputs(self, seq, tensors):
         for t in tensors:
@@ -352,7 +370,8 @@ class DistHooks:
             self._unservable(exc)
         self._received_nonfinite(seq, op, self._finite(inputs_of(p)), results_of(p))
         if name == "recv":
-            return p.get("src") if p.get("src") is not None else -1
+            src = self._peer(p, "src")
+            return src if src is not None else -1
         if async_op:
             return self._completed_work(results_of(p))
         return None
@@ -422,7 +441,16 @@ class DistHooks:
             return
         self.replay_group_class = make_replay_group_class(self._torch, self)
         cls = self.replay_group_class
-        self._torch.distributed.Backend.register_backend("dlrr_replay", lambda store, rank, size, timeout: cls(rank, size))
+        register = self._torch.distributed.Backend.register_backend
+        extra = {}
+        try:
+            # torch 2.x: register_backend(..., devices=None) warns (into the job's stderr) and
+            # assumes cpu and cuda when devices is left out; 1.13 has no such parameter.
+            if "devices" in inspect.signature(register).parameters:
+                extra["devices"] = ["cpu", "cuda"]
+        except (TypeError, ValueError):
+            pass
+        register("dlrr_replay", lambda store, rank, size, timeout: cls(rank, size), **extra)
 
     def _wrap_get_backend(self, original):
         hooks = self
@@ -728,6 +756,10 @@ def make_replay_group_class(torch, hooks=None):
 
         def barrier(self, opts=None):
             return self._done(None)
+
+        # Newer torch 2.x's C++ trampoline (PyProcessGroup) looks the Python override of
+        # all_gather_single up by that name, with no fallback to _allgather_base.
+        all_gather_single = _allgather_base
 
         def getBackendName(self):
             return "dlrr_replay"
