@@ -98,6 +98,22 @@ class TriageTest(TraceTestCase):
         # The job's own message was not consumed by the recorder reading dlerror().
         self.assertIn("OSError: libdlrr_no_such_library.so.12: cannot open shared object file", p.stderr)
 
+    def test_gpu_job_where_torch_has_no_cuda(self):
+        # The CUDA-side "library missing" that a CPU machine can really produce: the image's
+        # torch is a CPU build (GPU OOM and a missing libcudart need the GPU machine).
+        probe = run([PY, "-c", "import torch; print(torch.backends.cuda.is_built())"])
+        if probe.stdout.strip() != "False":
+            self.skipTest("this torch is built with CUDA")
+        p, trace = self.record([PY, job("gpu_job_cpu_torch.py")])
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("AssertionError: Torch not compiled with CUDA enabled", p.stderr)
+        doc = self.triage(trace)
+        self.assertCategory(doc, "library_not_found", "execution_environment", "initialisation")
+        self.assertEvidence(doc, "AssertionError: Torch not compiled with CUDA enabled",
+                            "the installed framework build does not support this GPU (or has no CUDA)")
+        self.assertIn("gpu_job_cpu_torch.py:6", doc["location"])
+        self.assertEqual(doc["determinism"], "deterministic")
+
     def test_permission_denied_as_nobody(self):
         if os.getuid() != 0 or not shutil.which("setpriv"):
             self.skipTest("needs root and setpriv to run the job as nobody")
