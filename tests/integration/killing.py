@@ -38,8 +38,9 @@ def kill_once(trace, delay=None, after_step=None, at_done=False, steps=40, extra
     env = dict(os.environ)
     env.pop("DLRR_MODE", None)
     t0 = time.monotonic()
+    # Its own process group, so that what the killed job leaves behind can be cleaned up below.
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                         env=env, text=True)
+                         env=env, text=True, start_new_session=True)
     lines = []
     seen = threading.Event()
 
@@ -73,10 +74,21 @@ def kill_once(trace, delay=None, after_step=None, at_done=False, steps=40, extra
             break
         time.sleep(0.002)
     try:
-        _, err = p.communicate(timeout=timeout)
+        p.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         p.kill()
         raise AssertionError("dlrecord did not end after the job was killed (hang?)")
+    # dlrecord ended with the job. A DataLoader worker that the job forked just before the
+    # kill can outlive it for good, holding our stdout/stderr pipes: torch 1.13's worker takes
+    # its parent's pid when it starts (ManagerWatchdog), and one that starts after its parent
+    # was killed records init's and never sees it die (seen: a worker polling its index queue
+    # forever with getppid() == 1). The same happens without dlrr; reap them like a terminal's
+    # hangup would, then read what dlrecord said.
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    _, err = p.communicate(timeout=60)
     th.join(timeout=10)
     out = "".join(lines)
     printed = [int(m.group(1)) for m in (STEP_RE.match(l) for l in lines) if m]

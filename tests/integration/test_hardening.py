@@ -367,6 +367,28 @@ class StatusFdTest(TraceTestCase):
         self.assertRegex(p.stderr, r"dlrecord: pid \d+: a problem to report")
 
 
+    def test_a_process_the_job_leaves_behind_does_not_hold_dlrecord(self):
+        # A killed job's DataLoader workers can outlive it (stuck on a queue whose reader they
+        # hold themselves), and so can a daemon: they inherited the status pipe. dlrecord must
+        # return with the job, as the plain command does, not wait for them to close it.
+        code = ("import os, sys, time\n"
+                "pid = os.fork()\n"
+                "if pid == 0:\n"
+                "    null = os.open(os.devnull, os.O_RDWR)\n"
+                "    for fd in (0, 1, 2):\n"
+                "        os.dup2(null, fd)\n"
+                "    time.sleep(300)\n"
+                "    os._exit(0)\n"
+                "print(pid, flush=True)\n")
+        t0 = time.monotonic()
+        p = run([tool("dlrecord"), "-q", "-o", self.trace_path(), "--", PY, "-c", code], timeout=120)
+        left = int(p.stdout.split()[0])
+        self.addCleanup(os.kill, left, signal.SIGKILL)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertLess(time.monotonic() - t0, 100)  # the leftover sleeps 300 s: not waited for
+        os.kill(left, 0)  # it is still there: dlrecord returned before it ended
+
+
 class BadInputTest(TraceTestCase):
     """dlreplay and dlrecord on bad input: documented exit codes, one clear line, no crash.
     Every run has 1 GiB of address space at most (as dltrace_cli_test.sh): a length read from
