@@ -1,7 +1,6 @@
 #include "replayer/ReplayTarget.h"
 
-#include <cerrno>
-#include <cstdlib>
+#include <charconv>
 
 namespace dlrr {
 
@@ -25,10 +24,10 @@ std::optional<ReplayTarget> parseReplayTarget(const std::string& text, std::stri
     t.kind = ReplayTarget::Kind::End;
   } else if (text.rfind("step=", 0) == 0) {
     std::string n = text.substr(5);
-    char* end = nullptr;
-    errno = 0;
-    long long v = std::strtoll(n.c_str(), &end, 10);
-    if (n.empty() || *end || errno == ERANGE) {
+    // from_chars: digits and an optional '-' only (no blanks, no '+', nothing after them).
+    long long v = 0;
+    auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), v);
+    if (n.empty() || ec != std::errc() || end != n.data() + n.size()) {
       error = "--until step=N needs a whole number (got '" + n + "')";
       return std::nullopt;
     }

@@ -22,6 +22,9 @@ TEST(ReplayTarget, RejectsWithAClearMessage) {
   EXPECT_NE(err.find("N >= 0"), std::string::npos);
   EXPECT_FALSE(parseReplayTarget("step=", err));
   EXPECT_FALSE(parseReplayTarget("step=1x", err));
+  EXPECT_FALSE(parseReplayTarget("step=+7", err));  // only digits: what describe() prints back
+  EXPECT_FALSE(parseReplayTarget("step= 7", err));
+  EXPECT_NE(err.find("whole number"), std::string::npos);
   EXPECT_FALSE(parseReplayTarget("step=99999999999999999999999", err));
   EXPECT_FALSE(parseReplayTarget("nans", err));
   EXPECT_NE(err.find("use nan, step=N, crash or end"), std::string::npos);

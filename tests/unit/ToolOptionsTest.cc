@@ -57,6 +57,8 @@ TEST(RecordOptions, UsageErrors) {
   EXPECT_EQ(msg({"--bogus", "--", "true"}), "unknown option '--bogus'");
   EXPECT_EQ(msg({"--ring-steps", "65", "--", "true"}), "--ring-steps must be an integer from 0 to 64 (got '65')");
   EXPECT_EQ(msg({"--ring-steps=", "--", "true"}), "--ring-steps must be an integer from 0 to 64 (got '')");
+  EXPECT_EQ(msg({"--ring-steps", " 5", "--", "true"}), "--ring-steps must be an integer from 0 to 64 (got ' 5')");
+  EXPECT_EQ(msg({"--ring-steps", "+5", "--", "true"}), "--ring-steps must be an integer from 0 to 64 (got '+5')");
   EXPECT_EQ(msg({"--collectives=some", "--", "true"}), "--collectives must be digest or full (got 'some')");
 }
 
@@ -73,6 +75,8 @@ TEST(ReplayOptions, ParsesAndChecksTheTarget) {
   EXPECT_EQ(msg({}), "missing TRACE");
   EXPECT_EQ(msg({"t", "--until", "step=-3"}), "--until step=N needs N >= 0 (got -3); steps are numbered from 0");
   EXPECT_EQ(msg({"t", "--rank", "16777217"}), "--rank must be a rank number (got '16777217')");
+  EXPECT_EQ(msg({"t", "--rank", " 3"}), "--rank must be a rank number (got ' 3')");
+  EXPECT_EQ(msg({"t", "--until", "step=+7"}), "--until step=N needs a whole number (got '+7')");
   EXPECT_EQ(msg({"t", "--rank", "1", "--all-ranks"}), "--rank and --all-ranks exclude each other");
   EXPECT_EQ(msg({"t", "--check", "--until", "end"}), "--check replays to the recorded failure; it takes no --until");
   EXPECT_EQ(msg({"t", "u"}), "unexpected argument 'u' (a command to run goes after '--')");
@@ -91,6 +95,9 @@ TEST(DltraceOptionValues, ParseKindsAndSpecs) {
   EXPECT_FALSE(tools::parseRngSpec("numpy").device);
   EXPECT_EQ(usageMessage([] { tools::parseRngSpec("numpy:x"); }),
             "bad device in --rng numpy:x (expected KIND[:DEVICE])");
+  for (const char* bad : {"numpy:1x", "numpy: 1", "numpy:+1", "numpy:-1", "numpy:"})
+    EXPECT_EQ(usageMessage([&] { tools::parseRngSpec(bad); }),
+              std::string("bad device in --rng ") + bad + " (expected KIND[:DEVICE])");
   EXPECT_EQ(usageMessage([] { tools::parseRngSpec("numpy:99999999999"); }),
             "bad device in --rng numpy:99999999999 (expected KIND[:DEVICE])");
   EXPECT_EQ(tools::parseTensorKind("module_output"), schema::TensorDigest::Kind::MODULE_OUTPUT);

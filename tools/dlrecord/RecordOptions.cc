@@ -1,5 +1,6 @@
 #include "tools/dlrecord/RecordOptions.h"
 
+#include <charconv>
 #include <cstdlib>
 
 namespace dlrr {
@@ -68,11 +69,11 @@ RecordOptions parseRecordOptions(const std::vector<std::string>& args) {
         throw UsageError("--collectives must be digest or full (got '" + o.collectives + "')");
     } else if (a == "--ring-steps" || a.rfind("--ring-steps=", 0) == 0) {
       std::string v = a == "--ring-steps" ? value(a) : a.substr(13);
-      char* end = nullptr;
-      long k = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end || k < 0 || k > 64)
+      int k = -1;
+      auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), k);  // no blanks, no '+'
+      if (ec != std::errc() || end != v.data() + v.size() || k < 0 || k > 64)
         throw UsageError("--ring-steps must be an integer from 0 to 64 (got '" + v + "')");
-      o.ringSteps = static_cast<int>(k);
+      o.ringSteps = k;
     } else if (a == "--redact" || a.rfind("--redact=", 0) == 0) {
       o.redact = parseRedactPatterns(a == "--redact" ? value(a) : a.substr(9));
     } else if (a == "-q" || a == "--quiet") {

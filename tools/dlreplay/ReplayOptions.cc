@@ -1,5 +1,6 @@
 #include "tools/dlreplay/ReplayOptions.h"
 
+#include <charconv>
 #include <cstdlib>
 
 #include "replayer/ReplayTarget.h"
@@ -77,11 +78,11 @@ ReplayOptions parseReplayOptions(const std::vector<std::string>& args) {
       o.stream = value("--stream");
     } else if (is("--rank")) {
       std::string v = value("--rank");
-      char* end = nullptr;
-      long r = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end || r < 0 || r > (1 << 24))
+      int r = -1;
+      auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), r);  // no blanks, no '+'
+      if (ec != std::errc() || end != v.data() + v.size() || r < 0 || r > (1 << 24))
         throw UsageError("--rank must be a rank number (got '" + v + "')");
-      o.rank = static_cast<int>(r);
+      o.rank = r;
     } else if (a == "--all-ranks") {
       o.allRanks = true;
     } else if (a == "--yes") {

@@ -3,6 +3,7 @@
 #include <capnp/schema.h>
 
 #include <cctype>
+#include <charconv>
 
 #include "tools/dltrace/EventText.h"
 
@@ -60,11 +61,12 @@ RngSpec parseRngSpec(const std::string& rng) {
   std::string spec = rng;
   std::optional<int> device;
   if (auto colon = spec.find(':'); colon != std::string::npos) {
-    try {
-      device = std::stoi(spec.substr(colon + 1));
-    } catch (const std::exception&) {
+    std::string d = spec.substr(colon + 1);
+    int n = -1;
+    auto [end, ec] = std::from_chars(d.data(), d.data() + d.size(), n);
+    if (ec != std::errc() || end != d.data() + d.size() || n < 0)
       throw UsageError("bad device in --rng " + spec + " (expected KIND[:DEVICE])");
-    }
+    device = n;
     spec.resize(colon);
   }
   auto kind = parseRngKind(spec);
