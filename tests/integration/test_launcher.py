@@ -41,6 +41,14 @@ class LauncherTest(TraceTestCase):
             p = run([tool("dlrecord")] + argv)
             self.assertEqual(p.returncode, 2, argv)
             self.assertIn(needle, p.stderr, argv)
+        # The user's own text in a message is escaped: no terminal sequence, one line.
+        for t, argv in (("dlrecord", ["--bogus\x1b[31m\nx", "--", "true"]),
+                        ("dlreplay", ["t", "--until", "step=1\x1b[2J\nx"])):
+            p = run([tool(t)] + argv)
+            self.assertEqual(p.returncode, 2, argv)
+            self.assertNotIn("\x1b", p.stderr)
+            self.assertIn("\\x1b", p.stderr)
+            self.assertEqual(len(p.stderr.splitlines()), 2, p.stderr)  # the error and the --help hint
 
     def test_unwritable_trace_path_still_runs_the_job(self):
         bad = "/proc/dlrr-cannot-create-here"
