@@ -23,6 +23,24 @@ Config recordConfig(const std::string& dir, int ring = 2) {
   return c;
 }
 
+// A session that completes step 0 and then takes fatal signal SIGSEGV with `info` at `ips`.
+void recordCrashAfterOneStep(const std::string& dir, const siginfo_t& info, const uint64_t* ips, int n,
+                             int faultFrame) {
+  RecordSession s(recordConfig(dir));
+  s.stepBegin(0, 0, 0, 0, false);
+  s.stepEnd(0, 1.0);
+  s.onFatalSignal(SIGSEGV, &info, ips, n, faultFrame);
+  s.onExit(false, SIGSEGV);
+}
+
+siginfo_t segvInfo(int code) {
+  siginfo_t info;
+  std::memset(&info, 0, sizeof info);
+  info.si_signo = SIGSEGV;
+  info.si_code = code;
+  return info;
+}
+
 TEST(RecordSession, StepsDigestsFailureAndRing) {
   std::string dir = testing::makeTempDir("rs") + "/t";
   {
@@ -72,22 +90,9 @@ TEST(RecordSession, StepsDigestsFailureAndRing) {
 // left no failure event (found by scripts/asan_integration.sh).
 TEST(RecordSession, FatalSignalWritesTheFailureWithNativeSymbols) {
   std::string dir = testing::makeTempDir("rs") + "/t";
-  uint64_t ips[3];
-  {
-    RecordSession s(recordConfig(dir));
-    s.stepBegin(0, 0, 0, 0, false);
-    s.stepEnd(0, 1.0);
-    siginfo_t info;
-    std::memset(&info, 0, sizeof info);
-    info.si_signo = SIGSEGV;
-    info.si_code = SEGV_MAPERR;
-    // Real code addresses (a library's, this test's) and one that is in no mapping.
-    ips[0] = reinterpret_cast<uint64_t>(&::getpid);
-    ips[1] = reinterpret_cast<uint64_t>(&recordConfig);
-    ips[2] = 0x10;
-    s.onFatalSignal(SIGSEGV, &info, ips, 3, 1);  // the fault is in frame 1
-    s.onExit(false, SIGSEGV);
-  }
+  // Real code addresses (a library's, this test's) and one that is in no mapping.
+  uint64_t ips[3] = {reinterpret_cast<uint64_t>(&::getpid), reinterpret_cast<uint64_t>(&recordConfig), 0x10};
+  recordCrashAfterOneStep(dir, segvInfo(SEGV_MAPERR), ips, 3, 1);  // the fault is in frame 1
   // "file+0xOFFSET" with the offset from the file's load base (what dladdr says).
   std::vector<std::string> want;
   for (int i = 0; i < 2; ++i) {
@@ -121,22 +126,13 @@ TEST(RecordSession, FatalSignalWritesTheFailureWithNativeSymbols) {
 TEST(RecordSession, FaultAddressOnlyForAKernelRaisedFault) {
   for (int code : {static_cast<int>(SEGV_MAPERR), static_cast<int>(SI_TKILL)}) {
     std::string dir = testing::makeTempDir("rs") + "/t";
-    {
-      RecordSession s(recordConfig(dir));
-      s.stepBegin(0, 0, 0, 0, false);
-      s.stepEnd(0, 1.0);
-      siginfo_t info;
-      std::memset(&info, 0, sizeof info);
-      info.si_signo = SIGSEGV;
-      info.si_code = code;
-      if (code == SI_TKILL)
-        info.si_pid = 4242;
-      else
-        info.si_addr = reinterpret_cast<void*>(0x1234);
-      uint64_t ip = 0x10;
-      s.onFatalSignal(SIGSEGV, &info, &ip, 1);
-      s.onExit(false, SIGSEGV);
-    }
+    siginfo_t info = segvInfo(code);
+    if (code == SI_TKILL)
+      info.si_pid = 4242;
+    else
+      info.si_addr = reinterpret_cast<void*>(0x1234);
+    uint64_t ip = 0x10;
+    recordCrashAfterOneStep(dir, info, &ip, 1, 0);
     auto t = Trace::open(dir);
     int failures = 0;
     t->mainStream()->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
