@@ -212,6 +212,21 @@ class DistHooks:
             with torch.no_grad():
                 tensor.copy_(host)
 
+    def _served_or_recorded(self, seq, tensors, what):
+        """What DDP left in `tensors` (C++ communication the hook does not see): replayed alone,
+        the recorded results put in place (True); recording, their digests (bytes with
+        --collectives full) and the collective's end (False)."""
+        if self.replay_mode == DIST_REPLAY_ALONE:
+            try:
+                for i, t in enumerate(tensors):
+                    self._serve(seq, i, t, what)
+            except ServeError as exc:
+                self._unservable(exc)
+            return True
+        self._results(seq, tensors)
+        self._lib.dlrr_collective_end(seq, b"")
+        return False
+
     def _unservable(self, exc):
         """Stops the replay: the rank cannot go on without its peers."""
         self._rec.stop("unservable", str(exc), sys._getframe(2))
@@ -479,17 +494,9 @@ class DistHooks:
     def _after_ddp_init(self, ddp):
         # DDP copied rank 0's parameters and buffers to this rank (C++ broadcast): the state
         # after it is what the rank trains from.
-        state = [t for t in list(ddp.module.parameters()) + list(ddp.module.buffers())]
+        state = list(ddp.module.parameters()) + list(ddp.module.buffers())
         seq = self._begin("ddp_init_sync", getattr(ddp, "process_group", None))
-        if self.replay_mode == DIST_REPLAY_ALONE:
-            try:
-                for i, t in enumerate(state):
-                    self._serve(seq, i, t, "ddp_init_sync")
-            except ServeError as exc:
-                self._unservable(exc)
-            return
-        self._results(seq, state)
-        self._lib.dlrr_collective_end(seq, b"")
+        self._served_or_recorded(seq, state, "ddp_init_sync")
 
     def _wrap_ddp_forward(self, original):
         hooks = self
@@ -591,16 +598,8 @@ class DistHooks:
         for ddp in ddps:
             grads = [p.grad for p in ddp.module.parameters() if p.requires_grad and p.grad is not None]
             seq = self._begin("ddp_allreduce", getattr(ddp, "process_group", None), "avg")
-            if self.replay_mode == DIST_REPLAY_ALONE:
-                try:
-                    for i, g in enumerate(grads):
-                        self._serve(seq, i, g, "ddp_allreduce")
-                except ServeError as exc:
-                    self._unservable(exc)
+            if self._served_or_recorded(seq, grads, "ddp_allreduce"):
                 self._received_nonfinite(seq, "ddp_allreduce", local_finite, grads)
-                continue
-            self._results(seq, grads)
-            self._lib.dlrr_collective_end(seq, b"")
 
     def _served_hook(self, state, bucket):
         """Replay alone: a DDP bucket's all-reduced gradients, from the trace."""
