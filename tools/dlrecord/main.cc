@@ -267,8 +267,7 @@ int run(int argc, char** argv) {
   try {
     o = parseRecordOptions(std::vector<std::string>(argv + 1, argv + argc));
   } catch (const tools::UsageError& e) {
-    // The message quotes the user's own text: escaped, so it stays one line on the terminal.
-    std::fprintf(stderr, "dlrecord: %s\nTry 'dlrecord --help'.\n", tools::printable(e.what()).c_str());
+    tools::printUsageError("dlrecord", e);
     return kExitUsage;
   }
   if (o.action == RecordOptions::Action::Help) {

@@ -229,8 +229,7 @@ int run(int argc, char** argv) {
   try {
     o = parseReplayOptions(std::vector<std::string>(argv + 1, argv + argc));
   } catch (const tools::UsageError& e) {
-    // The message quotes the user's own text: escaped, so it stays one line on the terminal.
-    std::fprintf(stderr, "dlreplay: %s\nTry 'dlreplay --help'.\n", tools::printable(e.what()).c_str());
+    tools::printUsageError("dlreplay", e);
     return kUsage;
   }
   if (o.action == ReplayOptions::Action::Help) {
