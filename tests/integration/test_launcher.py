@@ -1,6 +1,7 @@
 """dlrecord as a launcher: transparency to the job, exit codes, signals, failure to record,
 entropy capture and replay, native crashes, and C++ exceptions through the interposer."""
 import os
+import re
 import signal
 import subprocess
 import time
@@ -153,6 +154,36 @@ class LauncherTest(TraceTestCase):
         f = events(self.trace_path(), kind="failure")[0]["event"]["failure"]
         self.assertEqual((f["signal"], f["signalCode"], int(f["faultAddress"], 16)), (signal.SIGSEGV, 1, 16))
         self.assertEqual(f["pythonStack"], "")
+
+    def test_a_forked_child_crashes_as_without_dlrr(self):
+        # The child inherits dlrr's handler in front of faulthandler; the hook puts faulthandler
+        # back and disables it there, so the child dies of its fault and the parent goes on.
+        code = ("import ctypes, os\n"
+                "pid = os.fork()\n"
+                "if pid == 0:\n"
+                "    ctypes.string_at(16)\n"
+                "    os._exit(0)\n"
+                "_, status = os.waitpid(pid, 0)\n"
+                "print('child signal', os.WTERMSIG(status) if os.WIFSIGNALED(status) else None)\n")
+        plain = run([PY, "-c", code])
+        p = run([tool("dlrecord"), "-q", "-o", self.trace_path(), "--", PY, "-c", code])
+        self.assertEqual(plain.stdout, "child signal %d\n" % signal.SIGSEGV)
+        self.assertEqual((p.returncode, p.stdout, p.stderr), (plain.returncode, plain.stdout, plain.stderr))
+        run([tool("dltrace"), "verify", self.trace_path()], check=True)
+
+    def test_the_jobs_own_faulthandler_prints_as_without_dlrr(self):
+        code = ("import ctypes, faulthandler, sys\n"
+                "faulthandler.enable(file=sys.stderr)\n"
+                "ctypes.string_at(16)\n")
+        plain = run([PY, "-c", code])
+        p = run([tool("dlrecord"), "-q", "-o", self.trace_path(), "--", PY, "-c", code])
+        self.assertEqual(p.returncode, 128 + signal.SIGSEGV)
+        self.assertEqual(plain.returncode, -signal.SIGSEGV)
+        self.assertIn("Fatal Python error: Segmentation fault", p.stderr)
+        strip = lambda t: re.sub(r"0x[0-9a-f]+", "0x", t)  # thread ids differ between runs
+        self.assertEqual(strip(p.stderr), strip(plain.stderr))
+        f = events(self.trace_path(), kind="failure")[0]["event"]["failure"]
+        self.assertEqual(f["signal"], signal.SIGSEGV)
 
     def test_abort_and_a_signal_sent_by_the_job_keep_their_python_stacks(self):
         for code, sig in (("import os\ndef stop():\n    os.abort()\nstop()\n", signal.SIGABRT),
