@@ -9,7 +9,9 @@ import subprocess
 import tempfile
 import unittest
 
-PY = "/usr/bin/python3"
+# The interpreter that runs the jobs: Debian's (torch 1.13) by default; DLRR_PYTHON names
+# another (a GPU machine's venv, the torch 2.x chroot's).
+PY = os.environ.get("DLRR_PYTHON", "/usr/bin/python3")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("DLRR_BUILD", os.path.join(ROOT, "build"))
 BIN = os.path.join(BUILD, "bin")
