@@ -13,6 +13,7 @@
 #include <new>
 
 #include "format/Crc32c.h"
+#include "format/OwnThreads.h"
 #include "format/TraceError.h"
 #include "schema/dlrr.capnp.h"
 
@@ -96,9 +97,11 @@ StreamWriter::StreamWriter(UniqueFd fd, capnp::MessageBuilder& header, WriterOpt
   sigfillset(&block);
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS}) sigdelset(&block, sig);
   pthread_sigmask(SIG_BLOCK, &block, &old);
+  ownThreads().fetch_add(1);  // counted before it exists: the job never sees it in /proc
   try {
     thread_ = std::make_unique<std::thread>([this] { run(); });
   } catch (...) {
+    ownThreads().fetch_sub(1);
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
     throw;
   }
@@ -397,7 +400,11 @@ void StreamWriter::close() {
   }
   workCv_.notify_all();
   doneCv_.notify_all();
-  if (thread_ && thread_->joinable()) thread_->join();
+  if (thread_ && thread_->joinable()) {
+    thread_->join();
+    thread_.reset();
+    ownThreads().fetch_sub(1);
+  }
   // A frame from the signal path moved the end of file under our offsets: no footer then,
   // readers scan instead.
   if (!failed() && !asyncWritten_.load()) writeFooter();
@@ -417,7 +424,7 @@ void StreamWriter::afterForkChild() noexcept {
   mu_.unlock();
   inert_ = true;
   // The writer thread does not exist in the child: forget it without join or detach.
-  (void)thread_.release();
+  if (thread_.release()) ownThreads().fetch_sub(1);
   // The parent's threads may be registered waiters on these condition variables; nothing in
   // the child will ever wake them, and glibc's pthread_cond_destroy waits for waiters, so the
   // child's ~StreamWriter would hang. Start the child with fresh ones (the old objects hold no

@@ -28,6 +28,7 @@
 
 #include "interpose/FileHooks.h"
 #include "interpose/ProcessRecorder.h"
+#include "interpose/SelfStat.h"
 
 namespace dlrr {
 namespace {
@@ -299,13 +300,13 @@ __attribute__((visibility("default"))) DIR* opendir(const char* path) {
 __attribute__((visibility("default"))) FILE* fopen(const char* __restrict path, const char* __restrict mode) {
   static auto real = realFn<FILE* (*)(const char*, const char*)>("fopen");
   FILE* f = real(path, mode);
-  return checked(f, f == nullptr, AT_FDCWD, path, fopenOp(mode));
+  return selfStatAsWithoutDlrr(path, mode, checked(f, f == nullptr, AT_FDCWD, path, fopenOp(mode)));
 }
 
 __attribute__((visibility("default"))) FILE* fopen64(const char* __restrict path, const char* __restrict mode) {
   static auto real = realFn<FILE* (*)(const char*, const char*)>("fopen64");
   FILE* f = real(path, mode);
-  return checked(f, f == nullptr, AT_FDCWD, path, fopenOp(mode));
+  return selfStatAsWithoutDlrr(path, mode, checked(f, f == nullptr, AT_FDCWD, path, fopenOp(mode)));
 }
 
 __attribute__((visibility("default"))) int __open_2(const char* path, int flags) {

@@ -13,6 +13,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -134,16 +135,7 @@ std::string distVersion(const std::string& siteDir, const std::string& module) {
   return found;
 }
 
-// torch/version.py: __version__ = '1.13.1'
-std::string torchVersionFile(const std::string& pkgDir) {
-  std::string text = readFile(pkgDir + "/version.py", 1 << 16);
-  auto p = text.find("__version__");
-  if (p == std::string::npos) return "";
-  auto q1 = text.find_first_of("'\"", p);
-  if (q1 == std::string::npos) return "";
-  auto q2 = text.find(text[q1], q1 + 1);
-  return q2 == std::string::npos ? "" : text.substr(q1 + 1, q2 - q1 - 1);
-}
+std::string torchVersionFile(const std::string& pkgDir) { return versionAssigned(readFile(pkgDir + "/version.py", 1 << 16)); }
 
 // Runs argv with a timeout; stdout in `out`. Returns the exit status, -1 on failure to run.
 int runCapture(const std::vector<std::string>& argv, int timeoutSeconds, std::string& out) {
@@ -339,6 +331,22 @@ const KeyRule* ruleFor(const std::string& key) {
 }
 
 }  // namespace
+
+// Torch 1.x's version.py starts with `__version__ = '1.13.1'`; 2.x's with
+// `__all__ = ['__version__', ...]`, so the assignment is searched for, not the name.
+std::string versionAssigned(const std::string& pythonSource) {
+  std::istringstream in(pythonSource);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("__version__", 0) != 0) continue;
+    auto eq = line.find_first_not_of(" \t", 11);
+    if (eq == std::string::npos || line[eq] != '=' || line.compare(eq, 2, "==") == 0) continue;
+    auto q1 = line.find_first_not_of(" \t", eq + 1);
+    if (q1 == std::string::npos || (line[q1] != '\'' && line[q1] != '"')) continue;
+    auto q2 = line.find(line[q1], q1 + 1);
+    if (q2 != std::string::npos) return line.substr(q1 + 1, q2 - q1 - 1);
+  }
+  return "";
+}
 
 const std::vector<std::string>& comparedEnvVars() {
   static const std::vector<std::string> v = {

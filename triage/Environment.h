@@ -50,6 +50,10 @@ RecordedEnvironment recordedEnvironment(Trace& trace, const TriageInput& facts);
 // locale, allocator settings).
 const std::vector<std::string>& comparedEnvVars();
 
+// The string assigned to `__version__` at the start of a line of a Python file (torch/version.py
+// of 1.x and 2.x); "" when there is none.
+std::string versionAssigned(const std::string& pythonSource);
+
 struct ProbeOptions {
   bool runPython = true;       // ask an interpreter for versions (about a second with torch)
   std::string python;          // which one (--python); "" = chooseInterpreter(), never the trace's

@@ -1,5 +1,6 @@
 #include "triage/TraceFacts.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>

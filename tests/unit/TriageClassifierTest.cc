@@ -616,5 +616,16 @@ TEST(TriageNames, SignalCauseText) {
   EXPECT_EQ(signalCauseText(0, 1, ~0ull), "");
 }
 
+TEST(TriageEnvironment, TorchVersionIsTheAssignmentNotTheFirstMention) {
+  // torch 1.13's version.py, then 2.6's (Debian trixie), which names __version__ in __all__ first.
+  EXPECT_EQ(versionAssigned("__version__ = '1.13.1'\ndebug = False\n"), "1.13.1");
+  EXPECT_EQ(versionAssigned("from typing import Optional\n\n__all__ = ['__version__', 'debug', 'cuda', 'git_version', "
+                            "'hip']\n__version__ = '2.6.0+debian'\ndebug = False\n"),
+            "2.6.0+debian");
+  EXPECT_EQ(versionAssigned("__version__: str = '2.1'\n"), "");  // annotated: not a form torch writes
+  EXPECT_EQ(versionAssigned("if __version__ == '1': pass\n"), "");
+  EXPECT_EQ(versionAssigned(""), "");
+}
+
 }  // namespace
 }  // namespace dlrr::triage

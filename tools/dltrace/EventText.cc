@@ -164,7 +164,8 @@ void dynJson(JsonWriter& j, const capnp::DynamicValue::Reader& v, std::string_vi
     case capnp::DynamicValue::STRUCT: {
       auto s = v.as<capnp::DynamicStruct>();
       j.beginObject();
-      for (auto f : s.getSchema().getNonUnionFields()) {
+      auto schema = s.getSchema();  // named: g++ 14 warns (-Wdangling-reference) about a temporary
+      for (auto f : schema.getNonUnionFields()) {
         auto name = f.getProto().getName();
         j.key(std::string_view(name.cStr(), name.size()));
         dynJson(j, s.get(f), std::string_view(name.cStr(), name.size()));
@@ -211,13 +212,15 @@ std::string eventKindName(schema::Event::Reader e) {
 
 std::vector<std::string> eventKindNames() {
   std::vector<std::string> out;
-  for (auto f : capnp::Schema::from<schema::Event>().getUnionFields()) out.emplace_back(f.getProto().getName().cStr());
+  auto eventSchema = capnp::Schema::from<schema::Event>();
+  for (auto f : eventSchema.getUnionFields()) out.emplace_back(f.getProto().getName().cStr());
   return out;
 }
 
 std::optional<schema::Event::Which> parseEventKind(std::string_view name) {
   std::string want = normalizeKind(name);
-  for (auto f : capnp::Schema::from<schema::Event>().getUnionFields()) {
+  auto eventSchema = capnp::Schema::from<schema::Event>();
+  for (auto f : eventSchema.getUnionFields()) {
     if (normalizeKind(f.getProto().getName().cStr()) == want)
       return static_cast<schema::Event::Which>(f.getProto().getDiscriminantValue());
   }

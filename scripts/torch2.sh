@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Second platform: builds dlrr and runs its unit, Python-hook and integration tests on Debian 13
+# (trixie: torch 2.6, numpy 2.2, Python 3.13, g++ 14) inside a cached chroot.
+#   DLRR_TRIXIE_DIR     the chroot (default /var/cache/dlrr/trixie); reused while complete
+#   DLRR_TRIXIE_MIRROR  the Debian mirror (default: the first .../debian URI in this host's apt sources)
+#   DLRR_TRIXIE_CTEST   extra ctest arguments (e.g. "-R integration_test_replay")
+# A chroot from an interrupted run is detected by its missing marker files (written last) and
+# redone. Everything mounted is unmounted on exit, failure included.
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+DIR=${DLRR_TRIXIE_DIR:-/var/cache/dlrr/trixie}
+PKGS=(g++ cmake ninja-build pkg-config ccache capnproto libcapnp-dev libzstd-dev libxxhash-dev
+      libunwind-dev libgtest-dev gdb procps util-linux libopenblas0
+      python3 python3-torch python3-numpy python3-torchvision)
+BASE_MARK=$DIR/.dlrr-base-done    # debootstrap finished
+PKGS_MARK=$DIR/.dlrr-packages     # holds the package list last installed completely
+[ "$(id -u)" = 0 ] || { echo "torch2: needs root (debootstrap, chroot, mount)" >&2; exit 2; }
+
+mirror() {
+  if [ -n "${DLRR_TRIXIE_MIRROR:-}" ]; then echo "$DLRR_TRIXIE_MIRROR"; return; fi
+  # One-line ("deb URI suite ...") and deb822 ("URIs: URI") sources; the main archive ends in /debian.
+  local uri
+  uri=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null |
+        sed -nE 's/^deb(\s+\[[^]]*\])?\s+(\S+).*/\2/p; s/^URIs:\s*(.*)/\1/p' | tr ' ' '\n' |
+        grep -E '^https?://.*/debian/?$' | head -n1 || true)
+  [ -n "$uri" ] || { echo "torch2: no Debian mirror in /etc/apt/sources*; set DLRR_TRIXIE_MIRROR" >&2; exit 2; }
+  echo "$uri"
+}
+
+MOUNTS=()
+cleanup() {
+  local i
+  for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do
+    umount "${MOUNTS[i]}" 2>/dev/null || umount -l "${MOUNTS[i]}" 2>/dev/null || true
+  done
+  MOUNTS=()
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+bind() {  # bind SRC DST-inside-chroot
+  mkdir -p "$DIR$2"
+  mount --bind "$1" "$DIR$2"
+  MOUNTS+=("$DIR$2")
+}
+mount_all() {
+  mkdir -p "$DIR/proc"
+  mount -t proc proc "$DIR/proc"
+  MOUNTS+=("$DIR/proc")
+  bind /sys /sys
+  bind /dev /dev
+  bind /dev/pts /dev/pts
+  bind /dev/shm /dev/shm  # DataLoader workers share tensors through it
+  cp /etc/resolv.conf "$DIR/etc/resolv.conf" 2>/dev/null || true
+}
+in_chroot() { chroot "$DIR" env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 "$@"; }
+
+mkdir -p "$(dirname "$DIR")"
+exec 9>"$DIR.lock"
+flock 9  # one run per chroot: a second one would share (and unmount) its mounts
+if [ ! -f "$BASE_MARK" ]; then
+  # Nothing may stay mounted inside a chroot that is about to be deleted (an earlier run killed by -9).
+  grep -F " $DIR/" /proc/mounts | awk '{print $2}' | sort -r | xargs -r -n1 umount -l || true
+  rm -rf "$DIR"
+  command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+  m=$(mirror)
+  echo "torch2: debootstrap trixie from $m into $DIR"
+  debootstrap --variant=minbase trixie "$DIR" "$m" >"$DIR.debootstrap.log" 2>&1 ||
+    { tail -n 20 "$DIR.debootstrap.log" >&2; exit 1; }
+  touch "$BASE_MARK"
+fi
+mount_all
+if [ "$(cat "$PKGS_MARK" 2>/dev/null)" != "${PKGS[*]}" ]; then
+  echo "torch2: installing ${PKGS[*]}"
+  rm -f "$PKGS_MARK"
+  in_chroot dpkg --configure -a
+  in_chroot apt-get update -qq
+  in_chroot env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${PKGS[@]}" >/dev/null
+  in_chroot apt-get clean
+  echo "${PKGS[*]}" >"$PKGS_MARK"
+fi
+echo "torch2: $(in_chroot /usr/bin/python3 -c 'import sys, torch, numpy; print("Python", sys.version.split()[0], "torch", torch.__version__, "numpy", numpy.__version__)'), $(in_chroot g++ --version | head -n1)"
+
+# The checkout at the same path inside, so build-trixie's absolute paths hold on both sides.
+bind "$REPO" "$REPO"
+in_chroot bash -c "cd '$REPO' && export CCACHE_BASEDIR='$REPO' CCACHE_DIR=/root/.ccache &&
+  cmake -S . -B build-trixie -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLRR_WERROR=ON \
+        -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache >/dev/null &&
+  cmake --build build-trixie -j\$(nproc) &&
+  ctest --test-dir build-trixie --output-on-failure -j2 --timeout 900 ${DLRR_TRIXIE_CTEST:-}"
+echo "torch2: all tests passed on trixie"
