@@ -2,7 +2,8 @@
 # Sets up a fresh Debian 12 machine, builds dlrr and runs every test: unit (GoogleTest),
 # Python hook unit tests, integration (real torch jobs recorded and replayed), a sanitizer
 # (ASan+UBSan) build of the unit tests, and short fuzzing runs of the trace reader, the batch encoding
-# and the tools' command-line parsers.
+# and the tools' command-line parsers; then the unit, Python and integration tests again on the
+# second platform (Debian 13: torch 2.6, Python 3.13, g++ 14) in a chroot (scripts/torch2.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -27,5 +28,8 @@ if [ -x scripts/fuzz.sh ]; then
 fi
 echo "== GPU checks (record/replay on a CUDA device; skipped without one)"
 PYTHON=${PYTHON:-/usr/bin/python3} bash scripts/gpu_check.sh
+
+echo "== torch 2.6 / Python 3.13 / g++ 14: the same suite in a cached Debian 13 chroot"
+bash scripts/torch2.sh
 
 echo "== all tests passed"

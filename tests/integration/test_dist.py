@@ -31,7 +31,24 @@ def rank_lines(stdout):
     return out
 
 
+def _tcpstore_starts():
+    """torchrun's rendezvous creates a TCPStore with torch's default backend, libuv since torch
+    2.4; Debian 13's torch 2.6 is built without libuv and no option or variable reaches that store."""
+    code = ("import datetime, torch.distributed as d\n"
+            "d.TCPStore('127.0.0.1', 0, is_master=True, timeout=datetime.timedelta(seconds=10))\n")
+    return run([PY, "-c", code], timeout=60).returncode == 0
+
+
+NO_TORCHRUN = "" if _tcpstore_starts() else \
+    "torchrun cannot start here: this torch has no libuv for its TCPStore (Debian 13; issue 19, ranks not yet started by hand)"
+
+
 class DistTest(TraceTestCase):
+    def setUp(self):
+        super().setUp()
+        if NO_TORCHRUN and self._testMethodName != "test_a_gpu_trace_says_it_needs_a_gpu_machine":
+            self.skipTest(NO_TORCHRUN)
+
     def launcher(self, nproc=2):
         return torchrun(nproc, os.path.join(self.tmp, "torchrun-logs"))
 

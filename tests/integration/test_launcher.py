@@ -222,6 +222,22 @@ class LauncherTest(TraceTestCase):
         for name in os.listdir(self.trace_path()):
             self.assertEqual(os.stat(os.path.join(self.trace_path(), name)).st_mode & 0o777, 0o600, name)
 
+    def test_a_fork_warns_only_when_the_job_itself_has_threads(self):
+        # Python 3.12+ warns on stderr at os.fork() from __main__ when /proc/self/stat counts
+        # more than one thread: dlrr's writer thread must neither cause that warning nor hide it.
+        fork = "import os\npid = os.fork()\nif pid == 0:\n    os._exit(0)\nos.waitpid(pid, 0)\nprint('forked')\n"
+        threaded = ("import threading\ne = threading.Event()\nt = threading.Thread(target=e.wait)\nt.start()\n" +
+                    fork + "e.set()\nt.join()\n")
+        warns = run([PY, "-c", "import sys; print(sys.version_info >= (3, 12))"], check=True).stdout.strip() == "True"
+        pids = lambda t: re.sub(r"pid=\d+", "pid=N", t)
+        for name, code in (("single", fork), ("threaded", threaded)):
+            with self.subTest(job=name):
+                plain = run([PY, "-c", code])
+                p = run([tool("dlrecord"), "-q", "-o", self.trace_path(name + ".trace"), "--", PY, "-c", code])
+                self.assertEqual(plain.stdout, "forked\n")
+                self.assertEqual(("multi-threaded" in plain.stderr), warns and name == "threaded", plain.stderr)
+                self.assertEqual((p.returncode, p.stdout, pids(p.stderr)), (plain.returncode, plain.stdout, pids(plain.stderr)))
+
     def test_fork_without_exec_and_subprocess(self):
         code = ("import os, random, subprocess, sys\n"
                 "pid = os.fork()\n"
