@@ -4,6 +4,8 @@
 #   DLRR_TRIXIE_DIR     the chroot (default /var/cache/dlrr/trixie); reused while complete
 #   DLRR_TRIXIE_MIRROR  the Debian mirror (default: the first .../debian URI in this host's apt sources)
 #   DLRR_TRIXIE_CTEST   extra ctest arguments (e.g. "-R integration_test_replay")
+# With arguments, runs them (a shell command line, in the checkout) instead of ctest, e.g.
+#   scripts/torch2.sh 'cd tests/integration && DLRR_BUILD=$PWD/../../build-trixie python3 -m unittest -v test_x'
 # A chroot from an interrupted run is detected by its missing marker files (written last) and
 # redone. Everything mounted is unmounted on exit, failure included.
 set -euo pipefail
@@ -85,6 +87,10 @@ bind "$REPO" "$REPO"
 in_chroot bash -c "cd '$REPO' && export CCACHE_BASEDIR='$REPO' CCACHE_DIR=/root/.ccache &&
   cmake -S . -B build-trixie -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLRR_WERROR=ON \
         -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache >/dev/null &&
-  cmake --build build-trixie -j\$(nproc) &&
-  ctest --test-dir build-trixie --output-on-failure -j2 --timeout 900 ${DLRR_TRIXIE_CTEST:-}"
+  cmake --build build-trixie -j\$(nproc)"
+if [ $# -gt 0 ]; then
+  in_chroot bash -c "cd '$REPO' && $*"
+  exit
+fi
+in_chroot bash -c "cd '$REPO' && ctest --test-dir build-trixie --output-on-failure -j2 --timeout 900 ${DLRR_TRIXIE_CTEST:-}"
 echo "torch2: all tests passed on trixie"

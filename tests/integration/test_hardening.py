@@ -29,7 +29,8 @@ import time
 import unittest
 
 import killing
-from harness import PY, ROOT, TraceTestCase, children, events, info, run, steps, tool
+from harness import (PY, ROOT, UCX_FAULTS, TraceTestCase, children, events, info, run, steps, tool,
+                     torch_loads_ucx_fault_handler)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAULTS = os.path.join(HERE, "jobs", "faults.py")
@@ -203,8 +204,10 @@ class FaultTransparencyTest(TraceTestCase):
         rec = run([tool("dlrecord"), "-q", "-o", self.trace_path(), "--"] + argv, timeout=timeout)
         self.assertEqual(rec.returncode, plain_rc(plain.returncode), rec.stderr)
         self.assertEqual(rec.stdout, plain.stdout)
-        addr = re.compile(r"0x[0-9a-f]+")  # object addresses in "Exception ignored in: <... at 0x...>"
-        self.assertEqual(addr.sub("0x?", rec.stderr), addr.sub("0x?", plain.stderr))
+        # Per-run values: object addresses ("Exception ignored in: <... at 0x...>"), the pid in
+        # Python 3.12+'s fork warning ("This process (pid=N) is multi-threaded").
+        norm = lambda t: re.sub(r"pid=\d+", "pid=?", re.sub(r"0x[0-9a-f]+", "0x?", t))
+        self.assertEqual(norm(rec.stderr), norm(plain.stderr))
         doc = info(self.trace_path())
         printed = len(re.findall(r"^step \d+$", rec.stdout, re.M))
         # Steps 0..printed-2 were committed (the last printed one may still have been in flight).
@@ -215,6 +218,8 @@ class FaultTransparencyTest(TraceTestCase):
         return rec, doc
 
     def test_native_segfault(self):
+        if torch_loads_ucx_fault_handler():
+            self.skipTest(UCX_FAULTS + " (its printed backtrace differs by one frame)")
         rec, doc = self.compare("segv")
         self.assertEqual(rec.returncode, 128 + signal.SIGSEGV)
         self.assertEqual(doc["failure"]["kind"], "signal")
