@@ -65,8 +65,16 @@ class ForkTest(RecorderTestCase):
         if pid == 0:  # child
             try:
                 before = len(self.lib.calls)
-                train_step(small_model(), torch.optim.SGD(small_model().parameters(), lr=0.1),
-                           torch.randn(2, 3))
+                # A step without autograd: torch 2.x refuses backward() in a child forked after
+                # the parent used autograd's threads ("Unable to handle autograd's threading in
+                # combination with fork-based multiprocessing"), with or without dlrr.
+                model = small_model()
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                optimizer.zero_grad()
+                model(torch.randn(2, 3)).pow(2).mean().item()
+                for p in model.parameters():
+                    p.grad = torch.ones_like(p)
+                optimizer.step()
                 ok = (not self.rec.active) and len(self.lib.calls) == before
                 os.write(write_end, b"1" if ok else b"0")
             finally:

@@ -1,0 +1,64 @@
+"""torch 2.x features recorded and replayed bit-exactly (issue 19). Skipped on torch 1.x, where
+these APIs (fused AdamW on CPU, torch.amp.autocast('cpu', bfloat16) with every op here) are
+missing or different; CI runs this module on Debian 13's torch 2.6 (scripts/torch2.sh)."""
+import os
+import unittest
+
+from harness import PY, TraceTestCase, run, tool
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JOB = os.path.join(HERE, "jobs", "torch2_features.py")
+
+
+def _torch_major():
+    p = run([PY, "-c", "import torch; print(torch.__version__.split('.')[0])"], timeout=120)
+    return int(p.stdout.strip() or 0)
+
+
+@unittest.skipIf(_torch_major() < 2, "torch 2.x features")
+class Torch2FeaturesTest(TraceTestCase):
+    def check(self, feature, steps=8):
+        trace = self.trace_path(feature + ".trace")
+        plain = run([PY, JOB, feature], timeout=300)
+        self.assertEqual(plain.returncode, 0, plain.stderr)
+        rec = run([tool("dlrecord"), "-q", "-o", trace, "--", PY, JOB, feature], timeout=300)
+        self.assertEqual((rec.returncode, rec.stderr), (0, plain.stderr))
+        self.assertEqual(len(rec.stdout.splitlines()), steps)
+        rep = run([tool("dlreplay"), trace, "--until", "end"], timeout=300)
+        self.assertEqual(rep.returncode, 0, rep.stderr)
+        self.assertEqual(rep.stdout, rec.stdout)  # every loss, bit for bit as printed
+        self.assertIn("%d of %d recorded steps verified" % (steps, steps), rep.stderr)
+        self.assertNotIn("warning", rep.stderr)  # none: environment (torch version), RNG, batches
+
+    def test_adamw_foreach(self):
+        self.check("adamw-foreach")
+
+    def test_adamw_fused(self):
+        self.check("adamw-fused")
+
+    def test_autocast_bf16_on_cpu(self):
+        self.check("autocast-bf16")
+
+    def test_scaled_dot_product_attention_with_dropout(self):
+        self.check("sdpa")
+
+    def test_numpy2_default_rng_dataset_with_workers(self):
+        self.check("numpy-rng")
+
+    def test_persistent_workers_two_epochs(self):
+        self.check("persistent-workers")
+
+    @unittest.expectedFailure  # issue 19, not fixed: numpy batches are not recorded, replay dies (BatchFormatError)
+    def test_numpy_array_batches(self):
+        self.check("numpy-batches")
+
+    def test_torch_compile(self):
+        self.check("compile")
+
+    @unittest.expectedFailure  # issue 19, not fixed: a torch.func.grad loop without an optimizer is one step
+    def test_torch_func_grad_loop(self):
+        self.check("func-grad")
+
+
+if __name__ == "__main__":
+    unittest.main()
