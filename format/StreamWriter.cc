@@ -424,7 +424,7 @@ void StreamWriter::afterForkChild() noexcept {
   mu_.unlock();
   inert_ = true;
   // The writer thread does not exist in the child: forget it without join or detach.
-  if (thread_.release()) ownThreads().fetch_sub(1);
+  (void)thread_.release();  // and not counted there (interpose/Interposer.cc resets ownThreads)
   // The parent's threads may be registered waiters on these condition variables; nothing in
   // the child will ever wake them, and glibc's pthread_cond_destroy waits for waiters, so the
   // child's ~StreamWriter would hang. Start the child with fresh ones (the old objects hold no

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "format/OwnThreads.h"
 #include "interpose/ProcessRecorder.h"
 #include "interpose/SignalHandlers.h"
 
@@ -27,6 +28,7 @@ void atforkParent() {
   if (RecordSession* s = processRecorder()) s->afterForkParent();
 }
 void atforkChild() {
+  ownThreads().store(0);  // the child has one thread, the job's that forked
   if (RecordSession* s = processRecorder()) s->afterForkChild();
 }
 

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "format/OwnThreads.h"
+
 namespace dlrr {
 
 GpuRecorder::GpuRecorder(RecordSession& session, gpu::LaunchTracker& tracker, std::chrono::milliseconds drainEvery)
@@ -12,7 +14,13 @@ GpuRecorder::~GpuRecorder() { stopThread(); }
 void GpuRecorder::startDrainThread() {
   std::lock_guard<std::mutex> lk(mu_);
   if (thread_.joinable() || finished_) return;
-  thread_ = std::thread([this] { run(); });
+  ownThreads().fetch_add(1);  // counted before it exists: the job never sees it in /proc
+  try {
+    thread_ = std::thread([this] { run(); });
+  } catch (...) {
+    ownThreads().fetch_sub(1);
+    throw;
+  }
 }
 
 void GpuRecorder::run() {
@@ -38,8 +46,12 @@ void GpuRecorder::stopThread() noexcept {
     t.swap(thread_);
   }
   cv_.notify_all();
-  if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
-  else if (t.joinable()) t.detach();
+  if (!t.joinable()) return;
+  if (t.get_id() != std::this_thread::get_id())
+    t.join();
+  else
+    t.detach();  // ends as soon as this call returns
+  ownThreads().fetch_sub(1);
 }
 
 size_t GpuRecorder::drainNow() {
