@@ -7,6 +7,8 @@ Explicit all_reduce/broadcast/all_gather/barrier; a user's DDP comm hook keeps r
 DDP's results are bit-identical under dlrecord at world size 3; one dlrecord per rank (torchrun --no_python dlrecord ...)."""
 import os
 import re
+import socket
+import subprocess
 import unittest
 
 from harness import EXAMPLES, PY, TraceTestCase, info, run, tool
@@ -232,6 +234,39 @@ class DistTest(TraceTestCase):
                       p.stderr)
         self.assertNotIn("dlreplay: running", p.stderr)
 
+
+
+class HandStartedRanksTest(TraceTestCase):
+    """Ranks started by hand (env://, as torchrun would set them up), one dlrecord each: runs
+    where torchrun cannot (Debian 13's torch has no libuv; env:// honours USE_LIBUV=0)."""
+
+    def test_one_dlrecord_per_hand_started_rank_and_replay_of_one_rank_alone(self):
+        trace = self.trace_path()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        job = [PY, DDP, "--steps", "3", "--nan-rank", "0", "--nan-step", "1"]
+        env = dict(os.environ, WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port), USE_LIBUV="0")
+        env.pop("DLRR_MODE", None)
+        ranks = [subprocess.Popen([tool("dlrecord"), "--collectives", "full", "-o", trace, "--"] + job,
+                                  env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+                 for r in range(2)]
+        outs = [p.communicate(timeout=240) for p in ranks]
+        for p, (out, err) in zip(ranks, outs):
+            self.assertEqual(p.returncode, 0, out + err)
+        self.assertEqual(sorted(os.listdir(trace)), ["launcher.rank0.dls", "launcher.rank1.dls", "rank0.dls", "rank1.dls"])
+        doc = info(trace)
+        self.assertEqual(doc["distributed"]["nonfinite_origin"]["rank"], 0)
+        # Each rank alone, over the replay process group: rank 0 reaches the NaN it made.
+        p = run([tool("dlreplay"), trace, "--rank", "0"], timeout=240)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("before module module.fc1 (call 0) of step 1", p.stderr)
+        p = run([tool("dlreplay"), trace, "--rank", "1", "--until", "end"], timeout=240)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertRegex(p.stderr, r"replayed to the end; (\d+) of \1 recorded steps verified bit-exact")
+        self.assertRegex(p.stderr, r"collectives: \d+ of \d+ recorded issued; \d+ tensors verified; [1-9]\d* results served")
 
 if __name__ == "__main__":
     unittest.main()
