@@ -65,9 +65,11 @@ class LauncherTest(TraceTestCase):
         self.assertIn("already holds a trace", p.stderr)
 
     def test_sigterm_to_dlrecord_reaches_the_job(self):
-        code = ("import signal, sys, time\n"
-                "signal.signal(signal.SIGTERM, lambda *a: (print('job got SIGTERM', flush=True), sys.exit(3)))\n"
-                "print('ready', flush=True)\n"
+        # os.write, not print: a SIGTERM that lands while print('ready') is still returning would
+        # run the handler's print inside it ("reentrant call inside BufferedWriter", seen on 3.13).
+        code = ("import os, signal, sys, time\n"
+                "signal.signal(signal.SIGTERM, lambda *a: (os.write(1, b'job got SIGTERM\\n'), sys.exit(3)))\n"
+                "os.write(1, b'ready\\n')\n"
                 "time.sleep(60)\n")
         p = subprocess.Popen([tool("dlrecord"), "-o", self.trace_path(), "--", PY, "-c", code],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
