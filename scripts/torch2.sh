@@ -56,12 +56,13 @@ mount_all() {
 }
 in_chroot() { chroot "$DIR" env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 "$@"; }
 
+case "$DIR" in /?*/?*) ;; *) echo "torch2: DLRR_TRIXIE_DIR must be an absolute path below a directory: $DIR" >&2; exit 2 ;; esac
 mkdir -p "$(dirname "$DIR")"
 exec 9>"$DIR.lock"
 flock 9  # one run per chroot: a second one would share (and unmount) its mounts
+# Mounts left by a run killed with SIGKILL: nothing else can hold them while we have the lock.
+grep -F " $DIR/" /proc/mounts | awk '{print $2}' | sort -r | xargs -r -n1 umount -l || true
 if [ ! -f "$BASE_MARK" ]; then
-  # Nothing may stay mounted inside a chroot that is about to be deleted (an earlier run killed by -9).
-  grep -F " $DIR/" /proc/mounts | awk '{print $2}' | sort -r | xargs -r -n1 umount -l || true
   rm -rf "$DIR"
   command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
   m=$(mirror)
