@@ -135,7 +135,9 @@ std::string distVersion(const std::string& siteDir, const std::string& module) {
   return found;
 }
 
-std::string torchVersionFile(const std::string& pkgDir) { return versionAssigned(readFile(pkgDir + "/version.py", 1 << 16)); }
+std::string torchVersionFile(const std::string& pkgDir) {
+  return versionAssigned(readFile(pkgDir + "/version.py", 1 << 16));
+}
 
 // Runs argv with a timeout; stdout in `out`. Returns the exit status, -1 on failure to run.
 int runCapture(const std::vector<std::string>& argv, int timeoutSeconds, std::string& out) {
