@@ -1,0 +1,279 @@
+// Data-less replay in the libc hooks (see FileServe.h): the process-wide FileLog (record) and
+// FileRedirect (replay), the write-side hooks only replay needs, and the C API the Python
+// hook uses to turn file recording on, pause it during batch fetches and report the byte
+// ranges a job used of its memory-mapped files.
+#include "interpose/FileServe.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+#include <utime.h>
+
+#include <atomic>
+
+#include "dlrr/dlrr.h"
+
+namespace dlrr::files {
+namespace {
+
+std::atomic<FileLog*> gLog{nullptr};
+std::atomic<FileRedirect*> gRedirect{nullptr};
+
+template <typename Fn>
+Fn realFn(const char* name) noexcept {
+  return reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, name));
+}
+
+uint64_t wholeMaxFromEnvironment() noexcept {
+  constexpr uint64_t kDefault = 64ull << 20;
+  const char* v = std::getenv("DLRR_FILES_WHOLE_MAX");
+  if (!v || !*v) return kDefault;
+  char* end = nullptr;
+  unsigned long long n = std::strtoull(v, &end, 10);
+  return end && *end == '\0' && v[0] != '-' ? n : kDefault;
+}
+
+__attribute__((constructor)) void startRedirect() {
+  ReentryGuard g;  // the constructor's own file calls are not the job's
+  try {
+    gRedirect.store(FileRedirect::fromEnvironment(), std::memory_order_release);
+  } catch (...) {
+  }
+}
+
+// A path operation replay performs on its overlay instead of the user's files.
+template <typename Op, typename Real>
+int overlay(int dirfd, const char* path, Op&& op, Real&& real) {
+  FileRedirect* fr = redirect();
+  if (!fr || !path) return real();
+  ReentryGuard g;
+  if (!g) return real();
+  try {
+    std::string abs = fr->resolve(dirfd, path);
+    if (abs.empty()) return real();
+    return op(*fr, abs);
+  } catch (...) {
+    errno = EIO;
+    return -1;
+  }
+}
+
+// chmod, utimensat, truncate: the change lands on the written copy (made first).
+template <typename Real>
+int onCopy(int dirfd, const char* path, Real&& real) {
+  FileRedirect* fr = redirect();
+  if (!fr || !path || !*path) return real(dirfd, path);
+  ReentryGuard g;
+  if (!g) return real(dirfd, path);
+  std::string w;
+  int err = 0;
+  try {
+    std::string abs = fr->resolve(dirfd, path);
+    if (abs.empty()) return real(dirfd, path);
+    w = fr->forWrite(abs, O_WRONLY, err);
+  } catch (...) {
+    err = EIO;
+  }
+  if (w.empty()) {
+    errno = err;
+    return -1;
+  }
+  return real(AT_FDCWD, w.c_str());
+}
+
+}  // namespace
+
+FileLog* fileLog() noexcept { return gLog.load(std::memory_order_acquire); }
+FileRedirect* redirect() noexcept { return gRedirect.load(std::memory_order_acquire); }
+
+int fopenFlags(const char* mode) noexcept {
+  if (!mode) return O_RDONLY;
+  int flags = strchr(mode, '+') ? O_RDWR : O_RDONLY;
+  if (mode[0] == 'w')
+    flags = (flags == O_RDWR ? O_RDWR : O_WRONLY) | O_CREAT | O_TRUNC;
+  else if (mode[0] == 'a')
+    flags = (flags == O_RDWR ? O_RDWR : O_WRONLY) | O_CREAT | O_APPEND;
+  if (strchr(mode, 'x')) flags |= O_EXCL;
+  return flags;
+}
+
+void noteOpen(int dirfd, const char* path, int flags, int fd) noexcept {
+  FileLog* log = fileLog();
+  if (!log || fd < 0 || !path || writes(flags) || (flags & O_DIRECTORY) || !log->wanted()) return;
+  ReentryGuard g;
+  if (!g) return;
+  int e = errno;
+  log->opened(dirfd, path, fd);
+  errno = e;
+}
+
+void noteStat(int dirfd, const char* path, const struct stat* st) noexcept {
+  FileLog* log = fileLog();
+  if (!log || !st || !path || !*path || !log->wanted()) return;
+  ReentryGuard g;
+  if (!g) return;
+  int e = errno;
+  log->statted(dirfd, path, *st);
+  errno = e;
+}
+
+void noteList(int dirfd, const char* path) noexcept {
+  FileLog* log = fileLog();
+  if (!log || !path || !log->wanted()) return;
+  ReentryGuard g;
+  if (!g) return;
+  int e = errno;
+  log->listed(dirfd, path);
+  errno = e;
+}
+
+}  // namespace dlrr::files
+
+using namespace dlrr;
+using namespace dlrr::files;
+
+extern "C" {
+
+// ---- C API (dlrr.h)
+void dlrr_files_enable(void) {
+  RecordSession* s = processRecorder();
+  if (!s || !s->active()) return;
+  ReentryGuard g;
+  try {
+    if (!gLog.load()) {
+      static FileLog* log = new FileLog(*s, wholeMaxFromEnvironment());  // lives to the end: hooks may run at exit
+      gLog.store(log, std::memory_order_release);
+    }
+    gLog.load()->enable();
+  } catch (...) {
+  }
+}
+
+void dlrr_files_pause(int pause) { FileLog::pauseThisThread(pause != 0); }
+
+void dlrr_files_exclude(const char* dir) {
+  FileLog* log = fileLog();
+  if (!log || !dir) return;
+  ReentryGuard g;
+  try {
+    log->exclude(dir);
+  } catch (...) {
+  }
+}
+
+uint64_t dlrr_files_whole_max(void) {
+  FileLog* log = fileLog();
+  return log ? log->wholeMax() : 0;
+}
+
+void dlrr_file_range(const char* path, uint64_t offset, const void* data, uint64_t n) {
+  FileLog* log = fileLog();
+  if (!log || !path || !log->wanted()) return;
+  ReentryGuard g;
+  log->range(path, offset, data, n);
+}
+
+// ---- write-side hooks (replay only: otherwise straight to libc)
+__attribute__((visibility("default"))) int rename(const char* from, const char* to) noexcept {
+  static auto real = realFn<int (*)(const char*, const char*)>("rename");
+  FileRedirect* fr = redirect();
+  if (!fr || !from || !to) return real(from, to);
+  ReentryGuard g;
+  if (!g) return real(from, to);
+  std::string a = fr->resolve(AT_FDCWD, from), b = fr->resolve(AT_FDCWD, to);
+  if (a.empty() || b.empty()) return real(from, to);
+  return fr->rename(a, b);
+}
+
+__attribute__((visibility("default"))) int renameat(int fromFd, const char* from, int toFd, const char* to) noexcept {
+  static auto real = realFn<int (*)(int, const char*, int, const char*)>("renameat");
+  FileRedirect* fr = redirect();
+  if (!fr || !from || !to) return real(fromFd, from, toFd, to);
+  ReentryGuard g;
+  if (!g) return real(fromFd, from, toFd, to);
+  std::string a = fr->resolve(fromFd, from), b = fr->resolve(toFd, to);
+  if (a.empty() || b.empty()) return real(fromFd, from, toFd, to);
+  return fr->rename(a, b);
+}
+
+__attribute__((visibility("default"))) int renameat2(int fromFd, const char* from, int toFd, const char* to,
+                                                     unsigned flags) noexcept {
+  static auto real = realFn<int (*)(int, const char*, int, const char*, unsigned)>("renameat2");
+  FileRedirect* fr = redirect();
+  if (!fr || !from || !to) return real ? real(fromFd, from, toFd, to, flags) : (errno = ENOSYS, -1);
+  if (flags != 0) {  // RENAME_NOREPLACE / EXCHANGE on the overlay: not supported
+    errno = EINVAL;
+    return -1;
+  }
+  return renameat(fromFd, from, toFd, to);
+}
+
+__attribute__((visibility("default"))) int unlink(const char* path) noexcept {
+  static auto real = realFn<int (*)(const char*)>("unlink");
+  return overlay(
+      AT_FDCWD, path, [](FileRedirect& fr, const std::string& abs) { return fr.remove(abs, false); },
+      [&] { return real(path); });
+}
+
+__attribute__((visibility("default"))) int rmdir(const char* path) noexcept {
+  static auto real = realFn<int (*)(const char*)>("rmdir");
+  return overlay(
+      AT_FDCWD, path, [](FileRedirect& fr, const std::string& abs) { return fr.remove(abs, true); },
+      [&] { return real(path); });
+}
+
+__attribute__((visibility("default"))) int unlinkat(int dirfd, const char* path, int flags) noexcept {
+  static auto real = realFn<int (*)(int, const char*, int)>("unlinkat");
+  return overlay(
+      dirfd, path,
+      [flags](FileRedirect& fr, const std::string& abs) { return fr.remove(abs, (flags & AT_REMOVEDIR) != 0); },
+      [&] { return real(dirfd, path, flags); });
+}
+
+__attribute__((visibility("default"))) int truncate(const char* path, off_t len) noexcept {
+  static auto real = realFn<int (*)(const char*, off_t)>("truncate");
+  return onCopy(AT_FDCWD, path, [&](int, const char* p) { return real(p, len); });
+}
+
+__attribute__((visibility("default"))) int truncate64(const char* path, off64_t len) noexcept {
+  static auto real = realFn<int (*)(const char*, off64_t)>("truncate64");
+  return onCopy(AT_FDCWD, path, [&](int, const char* p) { return real(p, len); });
+}
+
+__attribute__((visibility("default"))) int chmod(const char* path, mode_t mode) noexcept {
+  static auto real = realFn<int (*)(const char*, mode_t)>("chmod");
+  return onCopy(AT_FDCWD, path, [&](int, const char* p) { return real(p, mode); });
+}
+
+__attribute__((visibility("default"))) int fchmodat(int dirfd, const char* path, mode_t mode, int flags) noexcept {
+  static auto real = realFn<int (*)(int, const char*, mode_t, int)>("fchmodat");
+  return onCopy(dirfd, path, [&](int d, const char* p) { return real(d, p, mode, flags); });
+}
+
+__attribute__((visibility("default"))) int utimensat(int dirfd, const char* path, const struct timespec times[2],
+                                                     int flags) noexcept {
+  static auto real = realFn<int (*)(int, const char*, const struct timespec*, int)>("utimensat");
+  return onCopy(dirfd, path, [&](int d, const char* p) { return real(d, p, times, flags); });
+}
+
+__attribute__((visibility("default"))) int utime(const char* path, const struct utimbuf* times) noexcept {
+  static auto real = realFn<int (*)(const char*, const struct utimbuf*)>("utime");
+  return onCopy(AT_FDCWD, path, [&](int, const char* p) { return real(p, times); });
+}
+
+__attribute__((visibility("default"))) int utimes(const char* path, const struct timeval times[2]) noexcept {
+  static auto real = realFn<int (*)(const char*, const struct timeval*)>("utimes");
+  return onCopy(AT_FDCWD, path, [&](int, const char* p) { return real(p, times); });
+}
+
+__attribute__((visibility("default"))) int creat(const char* path, mode_t mode) {
+  return open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+}
+
+__attribute__((visibility("default"))) int creat64(const char* path, mode_t mode) {
+  return open64(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+}
+
+}  // extern "C"

@@ -1,0 +1,34 @@
+#pragma once
+// dlreplay's file layer (docs/replay.md "Files"): makes the scratch directory, rebuilds the
+// recorded files the job will need under it, tells the job where (DLRR_SCRATCH,
+// DLRR_SERVE_FILES), and after the job says what was served and what the job wrote.
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "replayer/FileServer.h"
+#include "tools/common/Json.h"
+
+namespace dlrr {
+
+class Trace;
+struct ReplayOptions;
+
+class ReplayFiles {
+ public:
+  // Returns 0, or the exit code after printing why (the scratch cannot be made, the trace's
+  // files cannot be rebuilt).
+  int prepare(Trace& trace, const ReplayOptions& o, std::map<std::string, std::string>& env);
+  // One or more "dlreplay: files: ..." lines (nothing before prepare()).
+  void print(std::FILE* out) const;
+  // "files": {...} in the --json report.
+  void json(tools::JsonWriter& j) const;
+
+ private:
+  FilesReport report() const;
+  std::string scratch_;
+  ServedTree tree_;
+  bool ready_ = false;
+};
+
+}  // namespace dlrr
