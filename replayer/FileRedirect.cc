@@ -75,6 +75,15 @@ std::string parentOf(const std::string& abs) {
   return slash == 0 || slash == std::string::npos ? std::string("/") : abs.substr(0, slash);
 }
 
+// What the job could not change on this machine stays unchangeable in the replay (a job that
+// failed to write into a read-only directory fails the same way): the user's file itself when
+// it exists here, else its directory when that exists here. 0 or the errno.
+int deniedHere(const std::string& abs, bool exists) {
+  if (exists) return ::access(abs.c_str(), W_OK) == 0 || errno == ENOENT ? 0 : errno;
+  std::string dir = parentOf(abs);
+  return ::access(dir.c_str(), W_OK | X_OK) == 0 || errno == ENOENT || errno == ENOTDIR ? 0 : errno;
+}
+
 }  // namespace
 
 FileRedirect::FileRedirect(std::string scratch, std::string traceDir, ServeFiles serve)
@@ -210,6 +219,10 @@ std::string FileRedirect::forWrite(const std::string& abs, int flags, int& err) 
     err = ENOENT;
     return {};
   }
+  if (int denied = deniedHere(abs, src == abs)) {
+    err = denied;
+    return {};
+  }
   if (!m && !parentExists(abs)) {
     err = ENOENT;
     return {};
@@ -238,6 +251,10 @@ int FileRedirect::mkdir(const std::string& abs, mode_t mode) {
     errno = ENOENT;
     return -1;
   }
+  if (int denied = deniedHere(abs, false)) {
+    errno = denied;
+    return -1;
+  }
   std::string w = written(abs);
   if (!makeParents(w, scratch_)) return -1;
   if (::mkdir(w.c_str(), mode | 0700) != 0 && errno != EEXIST) return -1;
@@ -263,6 +280,11 @@ int FileRedirect::remove(const std::string& abs, bool dir) {
     return -1;
   }
   std::string w = written(abs);
+  if (!statMode(w, false))
+    if (int denied = deniedHere(abs, false)) {  // removing needs the directory writable
+      errno = denied;
+      return -1;
+    }
   if (statMode(w, false) && (dir ? ::rmdir(w.c_str()) : ::unlink(w.c_str())) != 0) return -1;
   if (statMode(abs, false) || (serve_ != ServeFiles::Never && statMode(served(abs), false))) whiteout(abs);
   changed_ = true;
@@ -282,6 +304,12 @@ int FileRedirect::rename(const std::string& from, const std::string& to) {
     return -1;
   }
   std::string wf = written(from), wt = written(to);
+  int denied = deniedHere(to, false);
+  if (!denied && !statMode(wf, false)) denied = deniedHere(from, false);
+  if (denied) {
+    errno = denied;
+    return -1;
+  }
   if (!makeParents(wt, scratch_)) return -1;
   if (statMode(wf, false)) {
     if (::rename(wf.c_str(), wt.c_str()) != 0) return -1;

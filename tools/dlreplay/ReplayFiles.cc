@@ -34,6 +34,7 @@ int ReplayFiles::prepare(Trace& trace, const ReplayOptions& o, std::map<std::str
   try {
     if (o.scratch.empty()) {
       scratch_ = freshScratch();
+      ownScratch_ = true;
     } else {
       std::error_code ec;
       scratch_ = std::filesystem::absolute(o.scratch, ec).lexically_normal().string();
@@ -76,10 +77,15 @@ void ReplayFiles::print(std::FILE* out) const {
       std::fprintf(out, "dlreplay:   removed (in the replay only) %s\n",
                    tools::printable(summarizePaths(r.deleted, kShown)).c_str());
   }
-  if (r.served.empty() && !changes) {  // nothing to keep: do not leave an empty directory behind
-    std::error_code ec;
-    std::filesystem::remove_all(scratch_, ec);
-  }
+  removeIfUnused(r);
+}
+
+void ReplayFiles::removeIfUnused(const FilesReport& r) const {
+  if (!ownScratch_ || !r.served.empty() || !r.written.empty() || !r.deleted.empty() || !r.renamed.empty() ||
+      !r.dirs.empty())
+    return;
+  std::error_code ec;  // nothing to look at: no empty directory left behind
+  std::filesystem::remove_all(scratch_, ec);
 }
 
 void ReplayFiles::json(tools::JsonWriter& j) const {
@@ -90,8 +96,9 @@ void ReplayFiles::json(tools::JsonWriter& j) const {
     for (const auto& p : v) j.value(p);
     j.endArray();
   };
+  removeIfUnused(r);
   j.key("files").beginObject();
-  j.field("scratch", scratch_);
+  j.field("scratch", std::filesystem::exists(scratch_) ? scratch_ : std::string());
   j.field("served_bytes", static_cast<long long>(r.servedBytes));
   list("served", r.served);
   list("written", r.written);

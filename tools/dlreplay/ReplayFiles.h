@@ -26,7 +26,9 @@ class ReplayFiles {
 
  private:
   FilesReport report() const;
+  void removeIfUnused(const FilesReport& r) const;
   std::string scratch_;
+  bool ownScratch_ = false;  // made here (not --scratch): removed when the replay left nothing in it
   ServedTree tree_;
   bool ready_ = false;
 };
