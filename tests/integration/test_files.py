@@ -69,7 +69,7 @@ class DatalessReplayTest(TraceTestCase):
         files = doc["files"]
         for path in data_paths:
             self.assertIn(path, files["served"], p.stderr)
-        self.assertTrue(os.path.isdir(files["scratch"]))
+        self.assertEqual(files["scratch"], "")  # the job wrote nothing: no directory left behind
         for path in data_paths:
             self.assertFalse(os.path.exists(path))  # served, never recreated in place
         # The text report names what was served.
@@ -170,8 +170,9 @@ class DatalessReplayTest(TraceTestCase):
         saved = torch.load(os.path.join(scratch, "written") + ckpt)
         self.assertEqual(saved["step"], 7)
         # The text report says where the writes went.
-        text = run([tool("dlreplay"), self.trace_path(), "--until", "end"])
+        scratch2 = os.path.join(self.tmp, "scratch2")
+        text = run([tool("dlreplay"), self.trace_path(), "--until", "end", "--scratch", scratch2])
         self.assertEqual(text.returncode, 0, text.stderr)
-        self.assertIn("the job's writes went to", text.stderr)
+        self.assertIn("the job's writes went to %s/written" % scratch2, text.stderr)
         self.assertIn("(your files were not modified)", text.stderr)
         self.assertEqual(tree_state(out), before)

@@ -81,10 +81,8 @@ void ReplayFiles::print(std::FILE* out) const {
 }
 
 void ReplayFiles::removeIfUnused(const FilesReport& r) const {
-  if (!ownScratch_ || !r.served.empty() || !r.written.empty() || !r.deleted.empty() || !r.renamed.empty() ||
-      !r.dirs.empty())
-    return;
-  std::error_code ec;  // nothing to look at: no empty directory left behind
+  if (!ownScratch_ || !r.written.empty() || !r.deleted.empty() || !r.renamed.empty() || !r.dirs.empty()) return;
+  std::error_code ec;  // the job wrote nothing: the served copies are in the trace, nothing to keep
   std::filesystem::remove_all(scratch_, ec);
 }
 

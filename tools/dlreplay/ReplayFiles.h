@@ -28,7 +28,7 @@ class ReplayFiles {
   FilesReport report() const;
   void removeIfUnused(const FilesReport& r) const;
   std::string scratch_;
-  bool ownScratch_ = false;  // made here (not --scratch): removed when the replay left nothing in it
+  bool ownScratch_ = false;  // made here (not --scratch): removed when the job wrote nothing
   ServedTree tree_;
   bool ready_ = false;
 };
