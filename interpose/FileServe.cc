@@ -35,6 +35,13 @@ uint64_t wholeMaxFromEnvironment() noexcept {
   return end && *end == '\0' && v[0] != '-' ? n : kDefault;
 }
 
+// libc declares most path arguments nonnull; a buggy caller may still pass NULL (the real
+// function then fails with EFAULT), so the compiler is kept from assuming it is not.
+const char* maybeNull(const char* p) noexcept {
+  asm("" : "+r"(p));
+  return p;
+}
+
 __attribute__((constructor)) void startRedirect() {
   ReentryGuard g;  // the constructor's own file calls are not the job's
   try {
@@ -47,7 +54,7 @@ __attribute__((constructor)) void startRedirect() {
 template <typename Op, typename Real>
 int overlay(int dirfd, const char* path, Op&& op, Real&& real) {
   FileRedirect* fr = redirect();
-  if (!fr || !path) return real();
+  if (!fr || !maybeNull(path)) return real();
   ReentryGuard g;
   if (!g) return real();
   try {
@@ -64,7 +71,7 @@ int overlay(int dirfd, const char* path, Op&& op, Real&& real) {
 template <typename Real>
 int onCopy(int dirfd, const char* path, Real&& real) {
   FileRedirect* fr = redirect();
-  if (!fr || !path || !*path) return real(dirfd, path);
+  if (!fr || !maybeNull(path) || !*path) return real(dirfd, path);
   ReentryGuard g;
   if (!g) return real(dirfd, path);
   std::string w;
@@ -179,7 +186,7 @@ void dlrr_file_range(const char* path, uint64_t offset, const void* data, uint64
 __attribute__((visibility("default"))) int rename(const char* from, const char* to) noexcept {
   static auto real = realFn<int (*)(const char*, const char*)>("rename");
   FileRedirect* fr = redirect();
-  if (!fr || !from || !to) return real(from, to);
+  if (!fr || !maybeNull(from) || !maybeNull(to)) return real(from, to);
   ReentryGuard g;
   if (!g) return real(from, to);
   std::string a = fr->resolve(AT_FDCWD, from), b = fr->resolve(AT_FDCWD, to);
@@ -190,7 +197,7 @@ __attribute__((visibility("default"))) int rename(const char* from, const char* 
 __attribute__((visibility("default"))) int renameat(int fromFd, const char* from, int toFd, const char* to) noexcept {
   static auto real = realFn<int (*)(int, const char*, int, const char*)>("renameat");
   FileRedirect* fr = redirect();
-  if (!fr || !from || !to) return real(fromFd, from, toFd, to);
+  if (!fr || !maybeNull(from) || !maybeNull(to)) return real(fromFd, from, toFd, to);
   ReentryGuard g;
   if (!g) return real(fromFd, from, toFd, to);
   std::string a = fr->resolve(fromFd, from), b = fr->resolve(toFd, to);
@@ -202,7 +209,8 @@ __attribute__((visibility("default"))) int renameat2(int fromFd, const char* fro
                                                      unsigned flags) noexcept {
   static auto real = realFn<int (*)(int, const char*, int, const char*, unsigned)>("renameat2");
   FileRedirect* fr = redirect();
-  if (!fr || !from || !to) return real ? real(fromFd, from, toFd, to, flags) : (errno = ENOSYS, -1);
+  if (!fr || !maybeNull(from) || !maybeNull(to))
+    return real ? real(fromFd, from, toFd, to, flags) : (errno = ENOSYS, -1);
   if (flags != 0) {  // RENAME_NOREPLACE / EXCHANGE on the overlay: not supported
     errno = EINVAL;
     return -1;
@@ -230,6 +238,43 @@ __attribute__((visibility("default"))) int unlinkat(int dirfd, const char* path,
       dirfd, path,
       [flags](FileRedirect& fr, const std::string& abs) { return fr.remove(abs, (flags & AT_REMOVEDIR) != 0); },
       [&] { return real(dirfd, path, flags); });
+}
+
+__attribute__((visibility("default"))) int link(const char* from, const char* to) noexcept {
+  static auto real = realFn<int (*)(const char*, const char*)>("link");
+  FileRedirect* fr = redirect();
+  if (!fr || !maybeNull(from) || !maybeNull(to)) return real(from, to);
+  ReentryGuard g;
+  if (!g) return real(from, to);
+  std::string a = fr->resolve(AT_FDCWD, from), b = fr->resolve(AT_FDCWD, to);
+  if (a.empty() || b.empty()) return real(from, to);
+  return fr->link(a, b);
+}
+
+__attribute__((visibility("default"))) int linkat(int fromFd, const char* from, int toFd, const char* to,
+                                                  int flags) noexcept {
+  static auto real = realFn<int (*)(int, const char*, int, const char*, int)>("linkat");
+  FileRedirect* fr = redirect();
+  if (!fr || !maybeNull(from) || !maybeNull(to) || (flags & AT_EMPTY_PATH)) return real(fromFd, from, toFd, to, flags);
+  ReentryGuard g;
+  if (!g) return real(fromFd, from, toFd, to, flags);
+  std::string a = fr->resolve(fromFd, from), b = fr->resolve(toFd, to);
+  if (a.empty() || b.empty()) return real(fromFd, from, toFd, to, flags);
+  return fr->link(a, b);
+}
+
+__attribute__((visibility("default"))) int symlink(const char* target, const char* path) noexcept {
+  static auto real = realFn<int (*)(const char*, const char*)>("symlink");
+  return overlay(
+      AT_FDCWD, path, [target](FileRedirect& fr, const std::string& abs) { return fr.symlink(target, abs); },
+      [&] { return real(target, path); });
+}
+
+__attribute__((visibility("default"))) int symlinkat(const char* target, int dirfd, const char* path) noexcept {
+  static auto real = realFn<int (*)(const char*, int, const char*)>("symlinkat");
+  return overlay(
+      dirfd, path, [target](FileRedirect& fr, const std::string& abs) { return fr.symlink(target, abs); },
+      [&] { return real(target, dirfd, path); });
 }
 
 __attribute__((visibility("default"))) int truncate(const char* path, off_t len) noexcept {

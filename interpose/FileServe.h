@@ -3,7 +3,8 @@
 //
 // Record (recorder/FileLog): the open, stat and opendir hooks report what succeeded, once the
 // Python hook turned file recording on. Replay (replayer/FileRedirect): the same hooks, and
-// the write-side ones in FileServe.cc (rename, unlink, rmdir, truncate, chmod, utimensat),
+// the write-side ones in FileServe.cc (rename, unlink, rmdir, link, symlink, truncate, chmod,
+// utimensat),
 // send the job's paths to the served copy where the path is missing, and its writes to the
 // scratch directory. Both cost one predictable branch when off.
 #include <errno.h>
@@ -65,6 +66,7 @@ template <typename R, typename Call, typename Failed>
 R openFile(int dirfd, const char* path, int flags, Call&& call, Failed&& failed, R failure) {
   FileRedirect* fr = redirect();
   if (!fr || !path || !writes(flags)) return lookup<R>(dirfd, path, call, failed);
+  if ((flags & O_TMPFILE) == O_TMPFILE) return call(dirfd, path);  // unnamed: nothing of the user's changes
   ReentryGuard g;
   if (!g) return call(dirfd, path);
   std::string w;

@@ -173,7 +173,7 @@ std::string FileRedirect::forRead(const std::string& abs, std::string& fallback)
       // A directory the user has too: its listing stays the user's (docs/replay.md).
     }
   }
-  if (serve_ == ServeFiles::Always && statMode(served(abs), false)) {
+  if (serve_ == ServeFiles::Always && S_ISREG(statMode(served(abs), false))) {  // files only (FileServer.cc)
     log("served", abs);
     return served(abs);
   }
@@ -324,6 +324,66 @@ int FileRedirect::rename(const std::string& from, const std::string& to) {
   ::unlink((deleted_ + to + kMarker).c_str());
   changed_ = true;
   log("renamed", from, to);
+  return 0;
+}
+
+}  // namespace dlrr
+
+namespace dlrr {
+
+int FileRedirect::link(const std::string& from, const std::string& to) {
+  std::lock_guard<std::mutex> lk(mu_);
+  mode_t m = lookup(from);
+  if (!m) {
+    errno = ENOENT;
+    return -1;
+  }
+  if (lookup(to)) {
+    errno = EEXIST;
+    return -1;
+  }
+  if (!parentExists(to)) {
+    errno = ENOENT;
+    return -1;
+  }
+  if (!S_ISREG(m)) {
+    errno = EPERM;
+    return -1;
+  }
+  if (int denied = deniedHere(to, false)) {
+    errno = denied;
+    return -1;
+  }
+  std::string wt = written(to);
+  if (!makeParents(wt, scratch_)) return -1;
+  std::string src = statMode(written(from), false) ? written(from) : statMode(from) ? from : served(from);
+  if (!copyFile(src, wt)) return -1;  // a copy: the new name must not share the user's inode
+  ::unlink((deleted_ + to + kMarker).c_str());
+  changed_ = true;
+  log("written", to);
+  return 0;
+}
+
+int FileRedirect::symlink(const char* target, const std::string& abs) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (lookup(abs)) {
+    errno = EEXIST;
+    return -1;
+  }
+  if (!parentExists(abs)) {
+    errno = ENOENT;
+    return -1;
+  }
+  if (int denied = deniedHere(abs, false)) {
+    errno = denied;
+    return -1;
+  }
+  std::string w = written(abs);
+  if (!makeParents(w, scratch_)) return -1;
+  if (::symlink(target, w.c_str()) != 0) return -1;
+  ::unlink((deleted_ + abs + kMarker).c_str());
+  changed_ = true;
+  log("written", abs);
   return 0;
 }
 

@@ -3,7 +3,8 @@
 // (DLRR_MODE=replay with DLRR_SCRATCH set by dlreplay) sends its path lookups through here:
 //
 //   SCRATCH/served/ABS   what the recording read of ABS (FileServer built it before the job
-//                        started): used where ABS is missing here (or always, on request)
+//                        started): used where ABS is missing here (or, on request, always
+//                        for files whose bytes the trace holds)
 //   SCRATCH/written/ABS  what the replayed job wrote to ABS: every write goes here, copied
 //                        first from ABS when it changes an existing file; reads then see it
 //   SCRATCH/deleted/ABS  a marker: the replayed job removed or renamed ABS (the user's file
@@ -46,6 +47,9 @@ class FileRedirect {
   int mkdir(const std::string& abs, mode_t mode);
   int remove(const std::string& abs, bool dir);
   int rename(const std::string& from, const std::string& to);
+  // A new name (hard link: a copy; symbolic link: made in written/) for the job only.
+  int link(const std::string& from, const std::string& to);
+  int symlink(const char* target, const std::string& abs);
 
   const std::string& scratch() const { return scratch_; }
 

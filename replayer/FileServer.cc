@@ -109,9 +109,12 @@ ServedTree buildServedTree(Trace& trace, const std::string& scratch, ServeFiles 
   }
   if (serve == ServeFiles::Never) return tree;
   const std::string root = scratch + "/served";
-  auto wanted = [&](const std::string& p) { return serve == ServeFiles::Always || !exists(p); };
   for (auto& [path, k] : known) {
-    if (path == "/" || !wanted(path)) continue;
+    // --serve-files always shadows files whose bytes the trace holds; a directory, or a file
+    // known only by its stat, is served only where it is missing (never a script or a data
+    // directory of yours replaced by an empty stand-in).
+    bool shadow = serve == ServeFiles::Always && k.kind == schema::FileFact::Kind::FILE && !k.ranges.empty();
+    if (path == "/" || (!shadow && exists(path))) continue;
     std::string target = root + path;
     mkdirs(target.substr(0, target.rfind('/')), root);
     if (k.kind == schema::FileFact::Kind::DIRECTORY) {
@@ -141,7 +144,7 @@ ServedTree buildServedTree(Trace& trace, const std::string& scratch, ServeFiles 
     ++tree.built;
     for (auto& [name, kind] : k.entries) {
       std::string child = path + "/" + name;
-      if (known.count(child) || !wanted(child)) continue;
+      if (known.count(child) || exists(child)) continue;
       placeholder(target + "/" + name, kind == schema::FileFact::Kind::DIRECTORY);  // listed, never read: empty
     }
   }

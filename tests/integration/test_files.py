@@ -143,6 +143,22 @@ class DatalessReplayTest(TraceTestCase):
         shutil.move(path, path + ".away")
         self.replay_to_nan(nan_step, [path])
 
+    def test_a_file_that_exists_is_used_unless_serving_always(self):
+        # Tokens that differ from the recording's: used as they are by default (the replay
+        # diverges at the first step), replaced by the recorded bytes with --serve-files always.
+        path = os.path.join(self.tmp, "tokens.bin")
+        np.random.default_rng(4).integers(0, 512, size=1 << 20, dtype=np.uint16).tofile(path)
+        self.record("memmap_lm_job.py", path, 5, 8, env={"DLRR_FILES_WHOLE_MAX": "0"})
+        np.random.default_rng(5).integers(0, 512, size=1 << 20, dtype=np.uint16).tofile(path)
+        p, doc = replay(self.trace_path(), "--until", "nan")
+        self.assertEqual(p.returncode, 11, p.stderr)
+        self.assertEqual(doc["report"]["divergence.step"], "0", p.stderr)
+        self.assertEqual(doc["files"]["served"], [])
+        p, doc = replay(self.trace_path(), "--until", "nan", "--serve-files", "always")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(doc["verified_steps"], 5, p.stderr)
+        self.assertIn(path, doc["files"]["served"])
+
     def test_checkpoints_of_the_recording_are_never_modified(self):
         out = os.path.join(self.tmp, "run")
         self.record("checkpoint_job.py", out)

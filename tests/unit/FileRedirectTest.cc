@@ -146,6 +146,24 @@ TEST_F(FileRedirectTest, MkdirRenameAndRemoveLeaveTheUsersFilesAlone) {
   EXPECT_EQ(r.renamed[0], user_ + "/out/tmp.pt -> " + user_ + "/ckpt/a.pt");
 }
 
+TEST_F(FileRedirectTest, NewNamesAreMadeInTheScratchOnly) {
+  FileRedirect fr(scratch_, "", ServeFiles::Missing);
+  ASSERT_EQ(fr.link(user_ + "/log.txt", user_ + "/log.bak"), 0);
+  EXPECT_FALSE(exists(user_ + "/log.bak"));
+  std::string fallback;
+  EXPECT_EQ(slurp(fr.forRead(user_ + "/log.bak", fallback)), "line1\n");
+  struct stat a {
+  }, b{};
+  ::stat((user_ + "/log.txt").c_str(), &a);
+  ::stat((scratch_ + "/written" + user_ + "/log.bak").c_str(), &b);
+  EXPECT_NE(a.st_ino, b.st_ino);  // a copy: writing through the new name cannot reach the user's file
+  EXPECT_EQ(a.st_nlink, 1u);
+  ASSERT_EQ(fr.symlink("ckpt/a.pt", user_ + "/latest.pt"), 0);
+  EXPECT_FALSE(exists(user_ + "/latest.pt"));
+  EXPECT_EQ(fr.symlink("x", user_ + "/log.txt"), -1);
+  EXPECT_EQ(errno, EEXIST);
+}
+
 TEST_F(FileRedirectTest, AScratchWithAnEarlierReplayIsRefused) {
   EXPECT_THROW(makeScratch(scratch_), std::runtime_error);
   std::filesystem::create_directories(root_ + "/empty");
