@@ -7,11 +7,15 @@
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <utime.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstddef>
 
 #include "dlrr/dlrr.h"
 
@@ -88,6 +92,31 @@ int onCopy(int dirfd, const char* path, Real&& real) {
     return -1;
   }
   return real(AT_FDCWD, w.c_str());
+}
+
+// bind/connect of a Unix socket with a path: the address rewritten as FileRedirect says.
+template <typename Real>
+int socketCall(const struct sockaddr* addr, socklen_t len, bool binding, Real&& real) {
+  FileRedirect* fr = redirect();
+  if (!fr || !addr || addr->sa_family != AF_UNIX || len <= offsetof(sockaddr_un, sun_path)) return real(addr, len);
+  const auto* un = reinterpret_cast<const sockaddr_un*>(addr);
+  size_t n =
+      strnlen(un->sun_path, std::min(sizeof un->sun_path, static_cast<size_t>(len) - offsetof(sockaddr_un, sun_path)));
+  if (n == 0 || n >= sizeof un->sun_path) return real(addr, len);  // abstract or unterminated
+  ReentryGuard g;
+  if (!g) return real(addr, len);
+  std::string use;
+  try {
+    std::string abs = fr->resolve(AT_FDCWD, un->sun_path);
+    if (!abs.empty()) use = fr->socketPath(abs, binding);
+  } catch (...) {
+  }
+  if (use.empty() || use.size() >= sizeof un->sun_path) return real(addr, len);
+  sockaddr_un other{};
+  other.sun_family = AF_UNIX;
+  memcpy(other.sun_path, use.c_str(), use.size() + 1);
+  return real(reinterpret_cast<const sockaddr*>(&other),
+              static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + use.size() + 1));
 }
 
 }  // namespace
@@ -275,6 +304,16 @@ __attribute__((visibility("default"))) int symlinkat(const char* target, int dir
   return overlay(
       dirfd, path, [target](FileRedirect& fr, const std::string& abs) { return fr.symlink(target, abs); },
       [&] { return real(target, dirfd, path); });
+}
+
+__attribute__((visibility("default"))) int bind(int fd, const struct sockaddr* addr, socklen_t len) noexcept {
+  static auto real = realFn<int (*)(int, const struct sockaddr*, socklen_t)>("bind");
+  return socketCall(addr, len, true, [&](const struct sockaddr* a, socklen_t l) { return real(fd, a, l); });
+}
+
+__attribute__((visibility("default"))) int connect(int fd, const struct sockaddr* addr, socklen_t len) {
+  static auto real = realFn<int (*)(int, const struct sockaddr*, socklen_t)>("connect");
+  return socketCall(addr, len, false, [&](const struct sockaddr* a, socklen_t l) { return real(fd, a, l); });
 }
 
 __attribute__((visibility("default"))) int truncate(const char* path, off_t len) noexcept {

@@ -286,9 +286,10 @@ int FileRedirect::remove(const std::string& abs, bool dir) {
       return -1;
     }
   if (statMode(w, false) && (dir ? ::rmdir(w.c_str()) : ::unlink(w.c_str())) != 0) return -1;
-  if (statMode(abs, false) || (serve_ != ServeFiles::Never && statMode(served(abs), false))) whiteout(abs);
   changed_ = true;
-  log("deleted", abs);
+  bool yours = statMode(abs, false) != 0;
+  if (yours || (serve_ != ServeFiles::Never && statMode(served(abs), false))) whiteout(abs);
+  if (yours) log("deleted", abs);  // one of yours, hidden from the replay (its own files just go)
   return 0;
 }
 
@@ -385,6 +386,16 @@ int FileRedirect::symlink(const char* target, const std::string& abs) {
   changed_ = true;
   log("written", abs);
   return 0;
+}
+
+std::string FileRedirect::socketPath(const std::string& abs, bool binding) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!changed_) return {};
+  if (binding) {
+    std::string dir = parentOf(abs);
+    return S_ISDIR(statMode(written(dir))) && !statMode(dir) ? written(abs) : std::string();
+  }
+  return statMode(written(abs), false) ? written(abs) : std::string();
 }
 
 }  // namespace dlrr

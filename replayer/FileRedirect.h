@@ -50,6 +50,9 @@ class FileRedirect {
   // A new name (hard link: a copy; symbolic link: made in written/) for the job only.
   int link(const std::string& from, const std::string& to);
   int symlink(const char* target, const std::string& abs);
+  // A Unix socket's path: bound where the job's other writes go when its directory exists
+  // only there (multiprocessing's /tmp/pymp-*), found there by connect. "" = the original.
+  std::string socketPath(const std::string& abs, bool binding);
 
   const std::string& scratch() const { return scratch_; }
 

@@ -172,11 +172,11 @@ FilesReport readFilesReport(const std::string& scratch, const ServedTree& tree) 
       auto it = tree.recordedBytes.find(rest);
       if (it != tree.recordedBytes.end()) r.servedBytes += it->second;
     } else if (what == "written") {
-      r.written.push_back(rest);
+      if (exists(scratch + "/written" + rest)) r.written.push_back(rest);  // else removed or renamed since
     } else if (what == "deleted") {
       r.deleted.push_back(rest);
     } else if (what == "mkdir") {
-      r.dirs.push_back(rest);
+      if (exists(scratch + "/written" + rest)) r.dirs.push_back(rest);
     } else if (what == "renamed") {
       size_t t2 = rest.find('\t');
       r.renamed.push_back(t2 == std::string::npos ? rest : rest.substr(0, t2) + " -> " + rest.substr(t2 + 1));

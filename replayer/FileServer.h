@@ -32,8 +32,8 @@ ServedTree buildServedTree(Trace& trace, const std::string& scratch, ServeFiles 
 struct FilesReport {
   std::vector<std::string> served;   // paths the job read from SCRATCH/served
   uint64_t servedBytes = 0;          // recorded bytes of those
-  std::vector<std::string> written;  // paths the job created or changed (now in SCRATCH/written)
-  std::vector<std::string> deleted;  // paths it removed (the user's stay)
+  std::vector<std::string> written;  // paths the job created or changed, still in SCRATCH/written
+  std::vector<std::string> deleted;  // paths of the user's it removed (they stay where they are)
   std::vector<std::string> renamed;  // "FROM -> TO"
   std::vector<std::string> dirs;     // directories it made
 };

@@ -174,7 +174,10 @@ class DatalessReplayTest(TraceTestCase):
         self.assertEqual(files["scratch"], scratch)
         ckpt = os.path.join(out, "ckpt", "step7.pt")
         self.assertIn(ckpt, [r.split(" -> ")[1] for r in files["renamed"]])
-        self.assertIn(os.path.join(out, "ckpt", "step3.pt"), files["deleted"])
+        # The rotation removed the replay's own step1/step3 (the recording's were gone already).
+        self.assertEqual(files["deleted"], [])
+        written_ckpt = os.path.join(scratch, "written") + os.path.join(out, "ckpt")
+        self.assertEqual(sorted(os.listdir(written_ckpt)), ["step5.pt", "step7.pt"])
         self.assertIn(os.path.join(out, "train.log"), files["written"])
         self.assertIn(os.path.join(out, "losses.npy"), files["written"])
         # The replay's own files are in the scratch directory: the log appended to a copy.
@@ -192,3 +195,13 @@ class DatalessReplayTest(TraceTestCase):
         self.assertIn("the job's writes went to %s/written" % scratch2, text.stderr)
         self.assertIn("(your files were not modified)", text.stderr)
         self.assertEqual(tree_state(out), before)
+
+    def test_multiprocessing_sockets_in_directories_the_replay_made(self):
+        self.record("multiprocessing_job.py")
+        p, doc = replay(self.trace_path(), "--until", "end")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("manager ok 1", p.stdout)
+        self.assertIn("spawn ok True", p.stdout)
+        self.assertEqual(doc["verified_steps"], 3, p.stderr)
+        self.assertEqual(doc["files"]["written"], [])  # pymp-* and its socket: made and removed
+        self.assertEqual(doc["files"]["scratch"], "")
