@@ -16,13 +16,19 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <mutex>
+#include <new>
 
 #include "dlrr/dlrr.h"
 
 namespace dlrr::files {
 namespace {
 
+// Constructed once and never destructed: the job's threads may call hooked functions while
+// the process exits (as interpose/ProcessRecorder.cc).
+alignas(FileLog) unsigned char gLogStorage[sizeof(FileLog)];
 std::atomic<FileLog*> gLog{nullptr};
+alignas(FileRedirect) unsigned char gRedirectStorage[sizeof(FileRedirect)];
 std::atomic<FileRedirect*> gRedirect{nullptr};
 
 template <typename Fn>
@@ -49,7 +55,10 @@ const char* maybeNull(const char* p) noexcept {
 __attribute__((constructor)) void startRedirect() {
   ReentryGuard g;  // the constructor's own file calls are not the job's
   try {
-    gRedirect.store(FileRedirect::fromEnvironment(), std::memory_order_release);
+    if (auto s = FileRedirect::fromEnvironment()) {
+      auto* fr = ::new (static_cast<void*>(gRedirectStorage)) FileRedirect(s->scratch, s->traceDir, s->serve);
+      gRedirect.store(fr, std::memory_order_release);
+    }
   } catch (...) {
   }
 }
@@ -178,11 +187,12 @@ void dlrr_files_enable(void) {
   if (!s || !s->active()) return;
   ReentryGuard g;
   try {
-    if (!gLog.load()) {
-      static FileLog* log = new FileLog(*s, wholeMaxFromEnvironment());  // lives to the end: hooks may run at exit
-      gLog.store(log, std::memory_order_release);
-    }
-    gLog.load()->enable();
+    static std::once_flag once;
+    std::call_once(once, [s] {
+      gLog.store(::new (static_cast<void*>(gLogStorage)) FileLog(*s, wholeMaxFromEnvironment()),
+                 std::memory_order_release);
+    });
+    if (FileLog* log = gLog.load()) log->enable();
   } catch (...) {
   }
 }

@@ -158,7 +158,14 @@ void FileLog::listed(int dirfd, const char* path) noexcept {
     if (DIR* d = ::opendir(abs.c_str())) {
       while (dirent* de = ::readdir(d)) {
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
-        entries.emplace_back(de->d_name, de->d_type);
+        unsigned char type = de->d_type;
+        struct stat est {};
+        if (type == DT_UNKNOWN && ::fstatat(::dirfd(d), de->d_name, &est, AT_SYMLINK_NOFOLLOW) == 0)
+          type = S_ISDIR(est.st_mode)   ? DT_DIR
+                 : S_ISREG(est.st_mode) ? DT_REG
+                 : S_ISLNK(est.st_mode) ? DT_LNK
+                                        : DT_UNKNOWN;
+        entries.emplace_back(de->d_name, type);  // some file systems leave the type to a stat
       }
       ::closedir(d);
     } else {

@@ -99,19 +99,19 @@ FileRedirect::FileRedirect(std::string scratch, std::string traceDir, ServeFiles
   changed_ = nonEmptyDir(written_) || nonEmptyDir(deleted_);
 }
 
-FileRedirect* FileRedirect::fromEnvironment() {
+std::optional<FileRedirect::Settings> FileRedirect::fromEnvironment() {
   const char* mode = std::getenv("DLRR_MODE");
   const char* scratch = std::getenv("DLRR_SCRATCH");
-  if (!mode || strcmp(mode, "replay") != 0 || !scratch || scratch[0] != '/') return nullptr;
+  if (!mode || strcmp(mode, "replay") != 0 || !scratch || scratch[0] != '/') return std::nullopt;
+  Settings s;
+  s.scratch = scratch;
   const char* serve = std::getenv("DLRR_SERVE_FILES");
-  ServeFiles s = ServeFiles::Missing;
   if (serve && strcmp(serve, "never") == 0)
-    s = ServeFiles::Never;
+    s.serve = ServeFiles::Never;
   else if (serve && strcmp(serve, "always") == 0)
-    s = ServeFiles::Always;
-  const char* trace = std::getenv("DLRR_TRACE");
-  static FileRedirect* instance = new FileRedirect(scratch, trace ? trace : "", s);  // lives to the end
-  return instance;
+    s.serve = ServeFiles::Always;
+  if (const char* trace = std::getenv("DLRR_TRACE")) s.traceDir = trace;
+  return s;
 }
 
 std::string FileRedirect::resolve(int dirfd, const char* path) const {

@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -26,8 +27,13 @@ enum class ServeFiles { Never, Missing, Always };
 class FileRedirect {
  public:
   FileRedirect(std::string scratch, std::string traceDir, ServeFiles serve);
-  // From DLRR_SCRATCH / DLRR_SERVE_FILES / DLRR_TRACE; nullptr when replay has no scratch.
-  static FileRedirect* fromEnvironment();
+  // DLRR_SCRATCH / DLRR_SERVE_FILES / DLRR_TRACE of a replayed process; none when replay has
+  // no scratch directory (or this is not replay).
+  struct Settings {
+    std::string scratch, traceDir;
+    ServeFiles serve = ServeFiles::Missing;
+  };
+  static std::optional<Settings> fromEnvironment();
 
   // Absolute path of a job's path argument, or "" when it is not redirected (relative to an
   // unknown fd, /proc, /sys, /dev, /run, the scratch or the trace directory).
