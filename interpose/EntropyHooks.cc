@@ -204,7 +204,10 @@ __attribute__((visibility("default"))) ssize_t read(int fd, void* buf, size_t n)
       serve(k == 0 ? schema::Entropy::Source::DEV_URANDOM : schema::Entropy::Source::DEV_RANDOM, buf, n, served))
     return served;
   ssize_t r = real(fd, buf, n);
-  if (fdKind(fd) >= 0) afterRead(fd, buf, r, n);
+  if (fdKind(fd) >= 0)
+    afterRead(fd, buf, r, n);
+  else
+    files::noteRead(fd, buf, r);  // data-less replay: bytes of a large file (FileServe.h)
   return r;
 }
 
@@ -216,7 +219,10 @@ __attribute__((visibility("default"))) ssize_t __read_chk(int fd, void* buf, siz
       serve(k == 0 ? schema::Entropy::Source::DEV_URANDOM : schema::Entropy::Source::DEV_RANDOM, buf, n, served))
     return served;
   ssize_t r = real(fd, buf, n, buflen);
-  if (fdKind(fd) >= 0) afterRead(fd, buf, r, n);
+  if (fdKind(fd) >= 0)
+    afterRead(fd, buf, r, n);
+  else
+    files::noteRead(fd, buf, r);
   return r;
 }
 

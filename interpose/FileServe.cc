@@ -5,6 +5,7 @@
 #include "interpose/FileServe.h"
 
 #include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -174,6 +175,17 @@ void noteList(int dirfd, const char* path) noexcept {
   errno = e;
 }
 
+void noteRead(int fd, const void* buf, ssize_t got, int64_t end) noexcept {
+  FileLog* log = fileLog();
+  if (!log || got <= 0 || !log->largeOpened() || !log->wanted()) return;
+  ReentryGuard g;
+  if (!g) return;
+  int e = errno;
+  if (end < 0) end = ::lseek(fd, 0, SEEK_CUR);
+  if (end >= 0) log->readFrom(fd, buf, static_cast<uint64_t>(got), end);
+  errno = e;
+}
+
 }  // namespace dlrr::files
 
 using namespace dlrr;
@@ -219,6 +231,33 @@ void dlrr_file_range(const char* path, uint64_t offset, const void* data, uint64
   if (!log || !path || !log->wanted()) return;
   ReentryGuard g;
   log->range(path, offset, data, n);
+}
+
+// ---- reads of large files (record only: the bytes a job used of a file too large to keep whole)
+__attribute__((visibility("default"))) ssize_t pread(int fd, void* buf, size_t n, off_t off) {
+  static auto real = realFn<ssize_t (*)(int, void*, size_t, off_t)>("pread");
+  ssize_t r = real(fd, buf, n, off);
+  if (r > 0) noteRead(fd, buf, r, static_cast<int64_t>(off) + r);
+  return r;
+}
+
+__attribute__((visibility("default"))) ssize_t pread64(int fd, void* buf, size_t n, off64_t off) {
+  static auto real = realFn<ssize_t (*)(int, void*, size_t, off64_t)>("pread64");
+  ssize_t r = real(fd, buf, n, off);
+  if (r > 0) noteRead(fd, buf, r, static_cast<int64_t>(off) + r);
+  return r;
+}
+
+__attribute__((visibility("default"))) size_t fread(void* __restrict buf, size_t size, size_t n,
+                                                    FILE* __restrict stream) {
+  static auto real = realFn<size_t (*)(void*, size_t, size_t, FILE*)>("fread");
+  size_t r = real(buf, size, n, stream);
+  if (r > 0 && size > 0)
+    if (FileLog* log = fileLog(); log && log->largeOpened()) {
+      off_t end = ::ftello(stream);  // the stream's position (buffered ahead of the fd's)
+      if (end >= 0) noteRead(::fileno(stream), buf, static_cast<ssize_t>(r * size), end);
+    }
+  return r;
 }
 
 // ---- write-side hooks (replay only: otherwise straight to libc)

@@ -89,5 +89,7 @@ R openFile(int dirfd, const char* path, int flags, Call&& call, Failed&& failed,
 void noteOpen(int dirfd, const char* path, int flags, int fd) noexcept;
 void noteStat(int dirfd, const char* path, const struct stat* st) noexcept;
 void noteList(int dirfd, const char* path) noexcept;
+// A read of `got` bytes into buf from fd; `end` is the file position after it (-1: ask lseek).
+void noteRead(int fd, const void* buf, ssize_t got, int64_t end = -1) noexcept;
 
 }  // namespace dlrr::files

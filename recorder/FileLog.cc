@@ -122,7 +122,9 @@ void FileLog::opened(int dirfd, const char* path, int fd) noexcept {
     bool same = !fresh && s.size == size && s.mtimeNs == mtimeOf(st) && s.mode == st.st_mode;
     if (same && (s.whole || size > wholeMax_)) return;
     s = Seen{size, mtimeOf(st), st.st_mode, false, false};
-    if (size > wholeMax_) {  // a stat only; the ranges it uses come from range()
+    if (size > wholeMax_) {  // a stat only; the ranges it uses come from range() and readFrom()
+      large_[{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)}] = abs;
+      largeOpened_.store(true, std::memory_order_relaxed);
       writeFact(abs, st, nullptr, 0, nullptr, 0);
       return;
     }
@@ -175,6 +177,20 @@ void FileLog::listed(int dirfd, const char* path) noexcept {
     writeFact(abs, st, &entries, 0, nullptr, 0);
   } catch (...) {
   }
+}
+
+void FileLog::readFrom(int fd, const void* data, uint64_t n, int64_t end) noexcept {
+  if (!data || !n || end < static_cast<int64_t>(n)) return;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return;
+  std::string path;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = large_.find({static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)});
+    if (it == large_.end()) return;
+    path = it->second;
+  }
+  range(path.c_str(), static_cast<uint64_t>(end) - n, data, n);
 }
 
 void FileLog::range(const char* path, uint64_t offset, const void* data, uint64_t n) noexcept {

@@ -2,7 +2,8 @@
 // What the job's main process learns from its files, recorded for data-less replay
 // (docs/replay.md "Files"): the stat of paths it looked at, the listings of directories it
 // read, the whole contents of small files it opened for reading, and, of larger files, only
-// the byte ranges it used (np.memmap slices, reported by the Python hook). Each fact is
+// the byte ranges it used (np.memmap slices, reported by the Python hook; reads with read,
+// pread and fread). Each fact is
 // written once per path (again when it changed); bytes are content-addressed blobs.
 //
 // Off until the Python hook turns it on (when the job imports torch): the interpreter's own
@@ -12,6 +13,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
@@ -42,6 +44,12 @@ class FileLog {
   void listed(int dirfd, const char* path) noexcept;
   // Bytes the job used at `offset` of `path` (already mapped or read by the job).
   void range(const char* path, uint64_t offset, const void* data, uint64_t n) noexcept;
+  // Bytes the job read from `fd` (read, pread, fread) ending at file position `end`: kept when
+  // fd is a file over the whole-file limit opened earlier (matched by device and inode, so a
+  // dup()ed descriptor counts too).
+  void readFrom(int fd, const void* data, uint64_t n, int64_t end) noexcept;
+  // Cheap test for the read hooks: a file over the limit was opened (reads may need keeping).
+  bool largeOpened() const noexcept { return largeOpened_.load(std::memory_order_relaxed); }
 
   uint64_t wholeMax() const noexcept { return wholeMax_; }
 
@@ -65,6 +73,8 @@ class FileLog {
   };
   std::unordered_map<std::string, Seen> seen_;
   std::set<std::tuple<std::string, uint64_t, uint64_t>> ranges_;
+  std::atomic<bool> largeOpened_{false};
+  std::map<std::pair<uint64_t, uint64_t>, std::string> large_;  // (dev, inode) -> path
 };
 
 }  // namespace dlrr

@@ -144,6 +144,29 @@ class DatalessReplayTest(TraceTestCase):
         shutil.move(path, path + ".away")
         self.replay_to_nan(nan_step, [path], where="before backward() of step %d")
 
+    def test_large_files_read_with_read_and_fread_keep_the_bytes_read(self):
+        root = os.path.join(self.tmp, "large")
+        os.makedirs(root)
+        rng = np.random.default_rng(6)
+        np.save(os.path.join(root, "features.npy"), rng.standard_normal((16384, 32)).astype(np.float32))  # 2 MiB
+        rng.standard_normal(4 << 20).astype(np.float32).tofile(os.path.join(root, "big.bin"))  # 16 MiB
+        self.record("large_read_job.py", root, 5, env={"DLRR_FILES_WHOLE_MAX": str(1 << 20)})
+        facts = [e["event"]["file"] for e in events(self.trace_path(), kind="file")]
+        kept = {}  # path -> bytes of the file the trace holds (ranges may overlap)
+        for f in facts:
+            start, size = int(f["offset"]), int(f["data"]["size"])
+            kept.setdefault(f["path"], set()).update(range(start, start + size))
+        npy = os.path.getsize(os.path.join(root, "features.npy"))
+        self.assertEqual(len(kept[os.path.join(root, "features.npy")]), npy)  # read whole: header + fromfile's fread
+        big = kept[os.path.join(root, "big.bin")]
+        self.assertTrue(set(range(3 << 20, (3 << 20) + (64 << 10))) <= big)
+        self.assertLessEqual(len(big), 2 * (64 << 10))  # the read (and a buffer's read-ahead), not 16 MiB
+        trace_bytes = sum(os.path.getsize(os.path.join(self.trace_path(), n)) for n in os.listdir(self.trace_path()))
+        self.assertLess(trace_bytes, 6 << 20)
+        shutil.move(root, root + ".away")
+        self.replay_to_nan(5, [os.path.join(root, "features.npy"), os.path.join(root, "big.bin")],
+                           where="before backward() of step %d")
+
     def test_a_file_that_exists_is_used_unless_serving_always(self):
         # Tokens that differ from the recording's: used as they are by default (the replay
         # diverges at the first step), replaced by the recorded bytes with --serve-files always.
