@@ -1,16 +1,17 @@
 """Data-less replay, record side: what the job's main process reads from its files.
 
-The libc hooks record stat results, directory listings and small files read whole (see
-interpose/FileServe.h); this module turns that on when torch is imported, keeps it off while
-a DataLoader fetches a batch (replay serves the batch itself, not the files behind it), tells
-the library which directories are the Python installation's or dlrr's own, and reports the
-byte ranges the job uses of an np.memmap, the one kind of read no libc hook sees (a memory
-access).  Only slices (views into the mapping) and single elements are reported; a memmap
+The libc hooks record stat results, directory listings, small files read whole and the
+ranges read of large ones (see interpose/FileServe.h); this module turns that on when torch
+is imported, keeps it off while a DataLoader fetches a batch (replay serves the batch
+itself, not the files behind it), tells the library which directories are the Python
+installation's or dlrr's own, and reports the byte ranges the job uses of an np.memmap, the
+one kind of read no libc hook sees (a memory access).  Only slices (views into the mapping) and single elements are reported; a memmap
 read by fancy indexing or through another view (torch.from_numpy of the whole map) is not,
 and replay then reads zeros there (docs/replay.md "Files").
 """
 
 import ctypes
+import mmap
 import os
 import site
 import sys
@@ -32,13 +33,22 @@ def _installation_dirs():
     return sorted(d for d in dirs if d and os.path.isabs(d))
 
 
+def _byte_bounds(numpy):
+    """numpy.byte_bounds (NumPy 1.x), numpy.lib.array_utils.byte_bounds (2.x)."""
+    fn = getattr(numpy, "byte_bounds", None)
+    if fn is None:
+        from numpy.lib import array_utils
+        fn = array_utils.byte_bounds
+    return fn
+
+
 class FileCapture:
     """Wires the record side of the file layer into a Recorder (record mode only)."""
 
     def __init__(self, recorder, lib):
         self._rec = recorder
         self._lib = lib
-        self._bases = {}  # id(mmap) -> (mmap, its address)
+        self._last = (None, 0)  # the last mapping seen and its address (one: never keep maps alive)
 
     def install(self, patcher, dataloader_module):
         lib = self._lib
@@ -82,11 +92,9 @@ class FileCapture:
         patcher.wrap(numpy.memmap, "__getitem__", wrap_getitem)
 
     def _base_of(self, mm, numpy):
-        entry = self._bases.get(id(mm))
-        if entry is None or entry[0] is not mm:
-            entry = (mm, numpy.frombuffer(mm, numpy.uint8).ctypes.data)
-            self._bases[id(mm)] = entry
-        return entry[1]
+        if self._last[0] is not mm:
+            self._last = (mm, numpy.frombuffer(mm, numpy.uint8).ctypes.data)
+        return self._last[1]
 
     def _used(self, mmap_array, index, result, numpy):
         mm = getattr(mmap_array, "_mmap", None)
@@ -95,11 +103,10 @@ class FileCapture:
             return
         base = self._base_of(mm, numpy)
         size = len(mm)
-        import mmap as mmap_module
         offset = getattr(mmap_array, "offset", 0) or 0
-        file_start = offset - offset % mmap_module.ALLOCATIONGRANULARITY  # where the mapping begins
+        file_start = offset - offset % mmap.ALLOCATIONGRANULARITY  # where the mapping begins
         if isinstance(result, numpy.ndarray):
-            lo, hi = numpy.byte_bounds(result)
+            lo, hi = _byte_bounds(numpy)(result)
         elif isinstance(index, (int, numpy.integer)) and mmap_array.ndim == 1:
             lo = mmap_array.ctypes.data + int(index) % max(len(mmap_array), 1) * mmap_array.strides[0]
             hi = lo + mmap_array.itemsize
