@@ -48,6 +48,17 @@ class FileCaptureTest(RecorderTestCase):
         self.assertEqual(int(data[3]), 8)
         self.assertEqual(self.ranges(), [(self.path, 16, np.uint16(8).tobytes())])
 
+    def test_a_memmap_made_per_batch_is_not_kept_alive(self):
+        import weakref
+        refs = []
+        for start in (10, 20, 30):  # nanoGPT's get_batch(): a new memmap every call
+            data = np.memmap(self.path, dtype=np.uint16, mode="r")
+            data[start:start + 2]
+            refs.append(weakref.ref(data._mmap))  # the mapping itself
+            del data
+        self.assertEqual([r[1] for r in self.ranges()], [20, 40, 60])
+        self.assertEqual([r() for r in refs[:2]], [None, None])
+
     def test_fancy_indexing_copies_are_not_reported_as_file_bytes(self):
         data = np.memmap(self.path, dtype=np.uint16, mode="r")
         self.assertEqual(data[[1, 5]].tolist(), [1, 5])
