@@ -1,5 +1,7 @@
 #include "replayer/ReplaySession.h"
 
+#include "format/DistEnv.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -8,7 +10,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "format/DistEnv.h"
 #include "format/TraceError.h"
 #include "replayer/BatchEncoding.h"
 
@@ -65,14 +66,10 @@ bool sameBits(double a, double b) {
 std::string escape(const std::string& s) {
   std::string o;
   for (char c : s) {
-    if (c == '\n')
-      o += "\\n";
-    else if (c == '\t')
-      o += "\\t";
-    else if (c == '\\')
-      o += "\\\\";
-    else
-      o += c;
+    if (c == '\n') o += "\\n";
+    else if (c == '\t') o += "\\t";
+    else if (c == '\\') o += "\\\\";
+    else o += c;
   }
   return o;
 }
@@ -134,8 +131,8 @@ void ReplaySession::load() {
       case schema::Event::RNG_STATE: {
         auto r = e.getRngState();
         auto ref = r.getState();
-        RngRecord rec{
-            static_cast<int>(r.getKind()), r.getDevice(), Hash128{ref.getHashLo(), ref.getHashHi()}, ref.getSize(), {}};
+        RngRecord rec{static_cast<int>(r.getKind()), r.getDevice(), Hash128{ref.getHashLo(), ref.getHashHi()},
+                      ref.getSize(), {}};
         if (stepWithoutBatch) stepRng_[openStep].push_back(rec);
         pendingRng.push_back(std::move(rec));
         break;
@@ -233,8 +230,7 @@ void ReplaySession::load() {
         }
         break;
       }
-      default:
-        break;
+      default: break;
     }
   });
   resolveKernelNames();
@@ -257,7 +253,8 @@ bool ReplaySession::serveEntropy(schema::Entropy::Source src, void* buf, size_t 
   if (!active_ || entropyNext_ >= entropy_.size()) return false;
   const EntropyRecord& r = entropy_[entropyNext_];
   // /dev/urandom and /dev/random reads are interchangeable sources of the same kind of bytes.
-  bool srcOk = r.source == static_cast<int>(src) || (r.source >= 2 && static_cast<int>(src) >= 2);
+  bool srcOk = r.source == static_cast<int>(src) ||
+               (r.source >= 2 && static_cast<int>(src) >= 2);
   if (!srcOk || r.requested != n || r.data.size() > n) {
     if (warnings_.size() < 20)
       warnings_.push_back("entropy request " + std::to_string(entropyNext_) + " differs from the recording (" +
@@ -279,9 +276,8 @@ const std::vector<uint8_t>* ReplaySession::batch(uint32_t loader, uint64_t index
   BatchRecord& rec = it->second;
   if (rec.encoded.empty()) {
     auto ev = rec.event->getRoot<schema::Event>().asReader();
-    encodeValue(
-        ev.getBatch().getValue(), [&](const Hash128& h, uint64_t size) { return stream_->readBlob(h, size); },
-        rec.encoded);
+    encodeValue(ev.getBatch().getValue(),
+                [&](const Hash128& h, uint64_t size) { return stream_->readBlob(h, size); }, rec.encoded);
   }
   return &rec.encoded;
 }
@@ -421,9 +417,8 @@ const std::vector<uint8_t>& ReplaySession::recordedTensors(int64_t step) {
     out.insert(out.end(), k.key.begin(), k.key.end());
     capnp::MallocMessageBuilder v;
     v.initRoot<schema::Value>().setTensor(k.msg->getRoot<schema::FullTensor>().asReader().getTensor());
-    encodeValue(
-        v.getRoot<schema::Value>().asReader(),
-        [&](const Hash128& h, uint64_t size) { return stream_->readBlob(h, size); }, out);
+    encodeValue(v.getRoot<schema::Value>().asReader(),
+                [&](const Hash128& h, uint64_t size) { return stream_->readBlob(h, size); }, out);
   }
   return out;
 }
@@ -443,10 +438,8 @@ std::string ReplaySession::recordedDigests(int64_t step) const {
 
 void ReplaySession::fact(const std::string& key, const std::string& value) {
   std::lock_guard<std::mutex> lk(mu_);
-  if (key == "warning")
-    warnings_.push_back(value);
-  else
-    facts_.emplace_back(key, value);
+  if (key == "warning") warnings_.push_back(value);
+  else facts_.emplace_back(key, value);
 }
 
 void ReplaySession::writeReport(const std::string& stopReason) {
@@ -460,10 +453,8 @@ void ReplaySession::writeReport(const std::string& stopReason) {
   std::lock_guard<std::mutex> lk(mu_);
   if (stopping && inStepNumber_ != INT64_MIN) checkLaunchesLocked(inStepNumber_, false);
   std::string reason = stopReason;
-  if (!finalStop_.empty())
-    reason = finalStop_;
-  else if (reason != "running" && reason != "exit")
-    finalStop_ = reason;
+  if (!finalStop_.empty()) reason = finalStop_;
+  else if (reason != "running" && reason != "exit") finalStop_ = reason;
   std::ostringstream o;
   o << "stop\t" << escape(reason) << "\n";
   o << "target\t" << target_.describe() << "\n";

@@ -10,14 +10,10 @@ namespace {
 std::string escapeText(const std::string& s) {
   std::string o;
   for (char c : s) {
-    if (c == '\n')
-      o += "\\n";
-    else if (c == '\t')
-      o += "\\t";
-    else if (c == '\\')
-      o += "\\\\";
-    else
-      o += c;
+    if (c == '\n') o += "\\n";
+    else if (c == '\t') o += "\\t";
+    else if (c == '\\') o += "\\\\";
+    else o += c;
   }
   return o;
 }
@@ -100,9 +96,8 @@ void ReplaySession::checkLaunchesLocked(int64_t step, bool complete) {
   auto p = replayedLaunches_.find(step);
   if (r == recordedLaunches_.end() && p == replayedLaunches_.end()) return;
   launchesChecked_.insert(step);
-  LaunchComparison c =
-      compareLaunches(step, r == recordedLaunches_.end() ? std::vector<KernelLaunch>{} : r->second,
-                      p == replayedLaunches_.end() ? std::vector<KernelLaunch>{} : p->second, complete);
+  LaunchComparison c = compareLaunches(step, r == recordedLaunches_.end() ? std::vector<KernelLaunch>{} : r->second,
+                                       p == replayedLaunches_.end() ? std::vector<KernelLaunch>{} : p->second, complete);
   replayedLaunches_.erase(step);  // checked: keep memory flat over long replays
   if (complete) {
     ++launchStepsChecked_;
