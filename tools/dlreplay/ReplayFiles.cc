@@ -55,6 +55,14 @@ int ReplayFiles::prepare(Trace& trace, const ReplayOptions& o, std::map<std::str
   return 0;
 }
 
+ReplayFiles::~ReplayFiles() {
+  if (!ready_) return;
+  try {
+    removeIfUnused(report());
+  } catch (...) {
+  }
+}
+
 FilesReport ReplayFiles::report() const { return readFilesReport(scratch_, tree_); }
 
 void ReplayFiles::print(std::FILE* out) const {

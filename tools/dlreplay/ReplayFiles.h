@@ -16,6 +16,12 @@ struct ReplayOptions;
 
 class ReplayFiles {
  public:
+  ReplayFiles() = default;
+  ReplayFiles(const ReplayFiles&) = delete;
+  ReplayFiles& operator=(const ReplayFiles&) = delete;
+  // Whatever way dlreplay ends (the command cannot run, an error), a scratch directory it
+  // made is not left behind unless the job wrote into it.
+  ~ReplayFiles();
   // Returns 0, or the exit code after printing why (the scratch cannot be made, the trace's
   // files cannot be rebuilt).
   int prepare(Trace& trace, const ReplayOptions& o, std::map<std::string, std::string>& env);
