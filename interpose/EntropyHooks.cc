@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "interpose/FileHooks.h"
+#include "interpose/FileServe.h"
 #include "interpose/ProcessRecorder.h"
 #include "recorder/OwnFds.h"
 
@@ -59,8 +60,10 @@ int entropyPathKind(const char* path) noexcept {
 void afterOpen(const char* path, int fd) noexcept {
   if (fd < 0) return;
   int k = entropyPathKind(path);
-  if (k >= 0) markFd(fd, k);
-  else if (fdKind(fd) >= 0) clearFd(fd);  // fd reused for another file
+  if (k >= 0)
+    markFd(fd, k);
+  else if (fdKind(fd) >= 0)
+    clearFd(fd);  // fd reused for another file
 }
 
 void recordEntropy(schema::Entropy::Source src, unsigned flags, const void* buf, ssize_t got, size_t asked) noexcept {
@@ -133,8 +136,12 @@ __attribute__((visibility("default"))) int open(const char* path, int flags, ...
   va_start(ap, flags);
   mode_t mode = modeArg(flags, ap);
   va_end(ap);
-  int fd = real(path, flags, mode);
-  if (fd < 0) noteFailedOpen(AT_FDCWD, path, flags, errno);  // triage: FileHooks.cc
+  int fd = files::openFile<int>(  // data-less replay: FileServe.h
+      AT_FDCWD, path, flags, [&](int, const char* p) { return real(p, flags, mode); }, [](int r) { return r < 0; }, -1);
+  if (fd < 0)
+    noteFailedOpen(AT_FDCWD, path, flags, errno);  // triage: FileHooks.cc
+  else
+    files::noteOpen(AT_FDCWD, path, flags, fd);
   afterOpen(path, fd);
   return fd;
 }
@@ -145,8 +152,12 @@ __attribute__((visibility("default"))) int open64(const char* path, int flags, .
   va_start(ap, flags);
   mode_t mode = modeArg(flags, ap);
   va_end(ap);
-  int fd = real(path, flags, mode);
-  if (fd < 0) noteFailedOpen(AT_FDCWD, path, flags, errno);  // triage: FileHooks.cc
+  int fd = files::openFile<int>(  // data-less replay: FileServe.h
+      AT_FDCWD, path, flags, [&](int, const char* p) { return real(p, flags, mode); }, [](int r) { return r < 0; }, -1);
+  if (fd < 0)
+    noteFailedOpen(AT_FDCWD, path, flags, errno);  // triage: FileHooks.cc
+  else
+    files::noteOpen(AT_FDCWD, path, flags, fd);
   afterOpen(path, fd);
   return fd;
 }
@@ -157,8 +168,13 @@ __attribute__((visibility("default"))) int openat(int dirfd, const char* path, i
   va_start(ap, flags);
   mode_t mode = modeArg(flags, ap);
   va_end(ap);
-  int fd = real(dirfd, path, flags, mode);
-  if (fd < 0) noteFailedOpen(dirfd, path, flags, errno);  // triage: FileHooks.cc
+  int fd = files::openFile<int>(  // data-less replay: FileServe.h
+      dirfd, path, flags, [&](int d, const char* p) { return real(d, p, flags, mode); }, [](int r) { return r < 0; },
+      -1);
+  if (fd < 0)
+    noteFailedOpen(dirfd, path, flags, errno);  // triage: FileHooks.cc
+  else
+    files::noteOpen(dirfd, path, flags, fd);
   afterOpen(path, fd);
   return fd;
 }
@@ -169,8 +185,13 @@ __attribute__((visibility("default"))) int openat64(int dirfd, const char* path,
   va_start(ap, flags);
   mode_t mode = modeArg(flags, ap);
   va_end(ap);
-  int fd = real(dirfd, path, flags, mode);
-  if (fd < 0) noteFailedOpen(dirfd, path, flags, errno);  // triage: FileHooks.cc
+  int fd = files::openFile<int>(  // data-less replay: FileServe.h
+      dirfd, path, flags, [&](int d, const char* p) { return real(d, p, flags, mode); }, [](int r) { return r < 0; },
+      -1);
+  if (fd < 0)
+    noteFailedOpen(dirfd, path, flags, errno);  // triage: FileHooks.cc
+  else
+    files::noteOpen(dirfd, path, flags, fd);
   afterOpen(path, fd);
   return fd;
 }
@@ -178,22 +199,30 @@ __attribute__((visibility("default"))) int openat64(int dirfd, const char* path,
 __attribute__((visibility("default"))) ssize_t read(int fd, void* buf, size_t n) {
   static auto real = realFn<ssize_t (*)(int, void*, size_t)>("read");
   ssize_t served;
-  if (int k = fdKind(fd); k >= 0 &&
+  if (int k = fdKind(fd);
+      k >= 0 &&
       serve(k == 0 ? schema::Entropy::Source::DEV_URANDOM : schema::Entropy::Source::DEV_RANDOM, buf, n, served))
     return served;
   ssize_t r = real(fd, buf, n);
-  if (fdKind(fd) >= 0) afterRead(fd, buf, r, n);
+  if (fdKind(fd) >= 0)
+    afterRead(fd, buf, r, n);
+  else
+    files::noteRead(fd, buf, r);  // data-less replay: bytes of a large file (FileServe.h)
   return r;
 }
 
 __attribute__((visibility("default"))) ssize_t __read_chk(int fd, void* buf, size_t n, size_t buflen) {
   static auto real = realFn<ssize_t (*)(int, void*, size_t, size_t)>("__read_chk");
   ssize_t served;
-  if (int k = fdKind(fd); k >= 0 && n <= buflen &&
+  if (int k = fdKind(fd);
+      k >= 0 && n <= buflen &&
       serve(k == 0 ? schema::Entropy::Source::DEV_URANDOM : schema::Entropy::Source::DEV_RANDOM, buf, n, served))
     return served;
   ssize_t r = real(fd, buf, n, buflen);
-  if (fdKind(fd) >= 0) afterRead(fd, buf, r, n);
+  if (fdKind(fd) >= 0)
+    afterRead(fd, buf, r, n);
+  else
+    files::noteRead(fd, buf, r);
   return r;
 }
 

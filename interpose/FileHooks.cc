@@ -1,6 +1,8 @@
 // libc entry points watched for triage: file-system lookups that fail (stat, access, mkdir,
 // opendir, fopen and the fortified open variants; the plain open family lives in
-// EntropyHooks.cc and reports here) and shared libraries that fail to load (dlopen).
+// EntropyHooks.cc and reports here) and shared libraries that fail to load (dlopen). The
+// same hooks carry data-less replay's file layer (FileServe.h): what succeeded is recorded,
+// and in replay a missing path is served and a write goes to the scratch directory.
 //
 // Each hook calls the real function first and only looks at the result: on success it costs
 // one predictable branch. Failures go to RecordSession::failedLookup, which keeps one entry
@@ -15,6 +17,9 @@
 // untouched; otherwise (a path, or a caller without search paths) it calls the real dlopen
 // and, on failure, records dlerror()'s message. Since reading dlerror() consumes the message,
 // our dlerror hands the copy back to the job's next dlerror() call in that thread.
+#include "interpose/FileHooks.h"
+
+#include <dirent.h>
 #include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
@@ -23,10 +28,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <dirent.h>
 #include <unistd.h>
 
-#include "interpose/FileHooks.h"
+#include "interpose/FileServe.h"
 #include "interpose/ProcessRecorder.h"
 #include "interpose/SelfStat.h"
 
@@ -73,6 +77,30 @@ LookupOp openOp(int flags) noexcept {
 
 LookupOp fopenOp(const char* mode) noexcept {
   return mode && (strchr(mode, 'w') || strchr(mode, 'a') || strchr(mode, '+')) ? LookupOp::Create : LookupOp::Open;
+}
+
+bool failedInt(int r) noexcept { return r != 0; }
+
+// x86-64: struct stat and struct stat64 are the same layout.
+static_assert(sizeof(struct stat) == sizeof(struct stat64));
+const struct stat* asStat(const struct stat* st) noexcept { return st; }
+const struct stat* asStat(const struct stat64* st) noexcept { return reinterpret_cast<const struct stat*>(st); }
+
+// mkdir in replay: on the overlay of the scratch directory (FileRedirect).
+template <typename Real>
+int replayMkdir(int dirfd, const char* path, mode_t mode, Real&& real) {
+  FileRedirect* fr = files::redirect();
+  if (!fr || !path) return real();
+  ReentryGuard g;
+  if (!g) return real();
+  try {
+    std::string abs = fr->resolve(dirfd, path);
+    if (abs.empty()) return real();
+    return fr->mkdir(abs, mode);
+  } catch (...) {
+    errno = EIO;
+    return -1;
+  }
 }
 
 // ---- dlopen / dlerror
@@ -189,39 +217,52 @@ dlopen:
 // ---- stat family (glibc >= 2.33 exports these; older binaries call the __xstat family)
 __attribute__((visibility("default"))) int stat(const char* __restrict path, struct stat* __restrict buf) noexcept {
   static auto real = realFn<int (*)(const char*, struct stat*)>("stat");
-  int r = real(path, buf);
+  int r = files::lookup<int>(
+      AT_FDCWD, path, [&](int, const char* p) { return real(p, buf); }, failedInt);
+  if (r == 0) files::noteStat(AT_FDCWD, path, asStat(buf));
   return checked(r, r != 0, AT_FDCWD, path, LookupOp::Stat);
 }
 
 __attribute__((visibility("default"))) int stat64(const char* __restrict path, struct stat64* __restrict buf) noexcept {
   static auto real = realFn<int (*)(const char*, struct stat64*)>("stat64");
-  int r = real(path, buf);
+  int r = files::lookup<int>(
+      AT_FDCWD, path, [&](int, const char* p) { return real(p, buf); }, failedInt);
+  if (r == 0) files::noteStat(AT_FDCWD, path, asStat(buf));
   return checked(r, r != 0, AT_FDCWD, path, LookupOp::Stat);
 }
 
 __attribute__((visibility("default"))) int lstat(const char* __restrict path, struct stat* __restrict buf) noexcept {
   static auto real = realFn<int (*)(const char*, struct stat*)>("lstat");
-  int r = real(path, buf);
+  int r = files::lookup<int>(
+      AT_FDCWD, path, [&](int, const char* p) { return real(p, buf); }, failedInt);
+  if (r == 0) files::noteStat(AT_FDCWD, path, asStat(buf));
   return checked(r, r != 0, AT_FDCWD, path, LookupOp::Stat);
 }
 
-__attribute__((visibility("default"))) int lstat64(const char* __restrict path, struct stat64* __restrict buf) noexcept {
+__attribute__((visibility("default"))) int lstat64(const char* __restrict path,
+                                                   struct stat64* __restrict buf) noexcept {
   static auto real = realFn<int (*)(const char*, struct stat64*)>("lstat64");
-  int r = real(path, buf);
+  int r = files::lookup<int>(
+      AT_FDCWD, path, [&](int, const char* p) { return real(p, buf); }, failedInt);
+  if (r == 0) files::noteStat(AT_FDCWD, path, asStat(buf));
   return checked(r, r != 0, AT_FDCWD, path, LookupOp::Stat);
 }
 
 __attribute__((visibility("default"))) int fstatat(int dirfd, const char* __restrict path, struct stat* __restrict buf,
                                                    int flags) noexcept {
   static auto real = realFn<int (*)(int, const char*, struct stat*, int)>("fstatat");
-  int r = real(dirfd, path, buf, flags);
+  int r = files::lookup<int>(
+      dirfd, path, [&](int d, const char* p) { return real(d, p, buf, flags); }, failedInt);
+  if (r == 0) files::noteStat(dirfd, path, asStat(buf));
   return checked(r, r != 0, dirfd, path, LookupOp::Stat);
 }
 
 __attribute__((visibility("default"))) int fstatat64(int dirfd, const char* __restrict path,
                                                      struct stat64* __restrict buf, int flags) noexcept {
   static auto real = realFn<int (*)(int, const char*, struct stat64*, int)>("fstatat64");
-  int r = real(dirfd, path, buf, flags);
+  int r = files::lookup<int>(
+      dirfd, path, [&](int d, const char* p) { return real(d, p, buf, flags); }, failedInt);
+  if (r == 0) files::noteStat(dirfd, path, asStat(buf));
   return checked(r, r != 0, dirfd, path, LookupOp::Stat);
 }
 
@@ -231,7 +272,9 @@ __attribute__((visibility("default"))) int __xstat(int ver, const char* path, st
     errno = ENOSYS;
     return -1;
   }
-  int r = real(ver, path, buf);
+  int r = files::lookup<int>(
+      AT_FDCWD, path, [&](int, const char* p) { return real(ver, p, buf); }, failedInt);
+  if (r == 0) files::noteStat(AT_FDCWD, path, asStat(buf));
   return checked(r, r != 0, AT_FDCWD, path, LookupOp::Stat);
 }
 
@@ -241,7 +284,9 @@ __attribute__((visibility("default"))) int __xstat64(int ver, const char* path, 
     errno = ENOSYS;
     return -1;
   }
-  int r = real(ver, path, buf);
+  int r = files::lookup<int>(
+      AT_FDCWD, path, [&](int, const char* p) { return real(ver, p, buf); }, failedInt);
+  if (r == 0) files::noteStat(AT_FDCWD, path, asStat(buf));
   return checked(r, r != 0, AT_FDCWD, path, LookupOp::Stat);
 }
 
@@ -251,7 +296,9 @@ __attribute__((visibility("default"))) int __lxstat(int ver, const char* path, s
     errno = ENOSYS;
     return -1;
   }
-  int r = real(ver, path, buf);
+  int r = files::lookup<int>(
+      AT_FDCWD, path, [&](int, const char* p) { return real(ver, p, buf); }, failedInt);
+  if (r == 0) files::noteStat(AT_FDCWD, path, asStat(buf));
   return checked(r, r != 0, AT_FDCWD, path, LookupOp::Stat);
 }
 
@@ -261,75 +308,97 @@ __attribute__((visibility("default"))) int __lxstat64(int ver, const char* path,
     errno = ENOSYS;
     return -1;
   }
-  int r = real(ver, path, buf);
+  int r = files::lookup<int>(
+      AT_FDCWD, path, [&](int, const char* p) { return real(ver, p, buf); }, failedInt);
+  if (r == 0) files::noteStat(AT_FDCWD, path, asStat(buf));
   return checked(r, r != 0, AT_FDCWD, path, LookupOp::Stat);
 }
 
 // ---- access, mkdir, opendir
 __attribute__((visibility("default"))) int access(const char* path, int mode) noexcept {
   static auto real = realFn<int (*)(const char*, int)>("access");
-  int r = real(path, mode);
+  int r = files::lookup<int>(
+      AT_FDCWD, path, [&](int, const char* p) { return real(p, mode); }, failedInt);
   return checked(r, r != 0, AT_FDCWD, path, LookupOp::Access);
 }
 
 __attribute__((visibility("default"))) int faccessat(int dirfd, const char* path, int mode, int flags) noexcept {
   static auto real = realFn<int (*)(int, const char*, int, int)>("faccessat");
-  int r = real(dirfd, path, mode, flags);
+  int r = files::lookup<int>(
+      dirfd, path, [&](int d, const char* p) { return real(d, p, mode, flags); }, failedInt);
   return checked(r, r != 0, dirfd, path, LookupOp::Access);
 }
 
 __attribute__((visibility("default"))) int mkdir(const char* path, mode_t mode) noexcept {
   static auto real = realFn<int (*)(const char*, mode_t)>("mkdir");
-  int r = real(path, mode);
+  int r = replayMkdir(AT_FDCWD, path, mode, [&] { return real(path, mode); });
   return checked(r, r != 0, AT_FDCWD, path, LookupOp::Mkdir);
 }
 
 __attribute__((visibility("default"))) int mkdirat(int dirfd, const char* path, mode_t mode) noexcept {
   static auto real = realFn<int (*)(int, const char*, mode_t)>("mkdirat");
-  int r = real(dirfd, path, mode);
+  int r = replayMkdir(dirfd, path, mode, [&] { return real(dirfd, path, mode); });
   return checked(r, r != 0, dirfd, path, LookupOp::Mkdir);
 }
 
 __attribute__((visibility("default"))) DIR* opendir(const char* path) {
   static auto real = realFn<DIR* (*)(const char*)>("opendir");
-  DIR* d = real(path);
+  DIR* d = files::lookup<DIR*>(
+      AT_FDCWD, path, [&](int, const char* p) { return real(p); }, [](DIR* r) { return r == nullptr; });
+  if (d) files::noteList(AT_FDCWD, path);
   return checked(d, d == nullptr, AT_FDCWD, path, LookupOp::Opendir);
 }
 
 // ---- fopen and the fortified open variants (open(2) without a mode under _FORTIFY_SOURCE)
 __attribute__((visibility("default"))) FILE* fopen(const char* __restrict path, const char* __restrict mode) {
   static auto real = realFn<FILE* (*)(const char*, const char*)>("fopen");
-  FILE* f = real(path, mode);
+  int flags = files::fopenFlags(mode);
+  FILE* f = files::openFile<FILE*>(
+      AT_FDCWD, path, flags, [&](int, const char* p) { return real(p, mode); }, [](FILE* r) { return r == nullptr; },
+      static_cast<FILE*>(nullptr));
+  if (f) files::noteOpen(AT_FDCWD, path, flags, fileno(f));
   return selfStatAsWithoutDlrr(path, mode, checked(f, f == nullptr, AT_FDCWD, path, fopenOp(mode)));
 }
 
 __attribute__((visibility("default"))) FILE* fopen64(const char* __restrict path, const char* __restrict mode) {
   static auto real = realFn<FILE* (*)(const char*, const char*)>("fopen64");
-  FILE* f = real(path, mode);
+  int flags = files::fopenFlags(mode);
+  FILE* f = files::openFile<FILE*>(
+      AT_FDCWD, path, flags, [&](int, const char* p) { return real(p, mode); }, [](FILE* r) { return r == nullptr; },
+      static_cast<FILE*>(nullptr));
+  if (f) files::noteOpen(AT_FDCWD, path, flags, fileno(f));
   return selfStatAsWithoutDlrr(path, mode, checked(f, f == nullptr, AT_FDCWD, path, fopenOp(mode)));
 }
 
 __attribute__((visibility("default"))) int __open_2(const char* path, int flags) {
   static auto real = realFn<int (*)(const char*, int)>("__open_2");
-  int fd = real(path, flags);
+  int fd = files::openFile<int>(
+      AT_FDCWD, path, flags, [&](int, const char* p) { return real(p, flags); }, [](int r) { return r < 0; }, -1);
+  if (fd >= 0) files::noteOpen(AT_FDCWD, path, flags, fd);
   return checked(fd, fd < 0, AT_FDCWD, path, openOp(flags));
 }
 
 __attribute__((visibility("default"))) int __open64_2(const char* path, int flags) {
   static auto real = realFn<int (*)(const char*, int)>("__open64_2");
-  int fd = real(path, flags);
+  int fd = files::openFile<int>(
+      AT_FDCWD, path, flags, [&](int, const char* p) { return real(p, flags); }, [](int r) { return r < 0; }, -1);
+  if (fd >= 0) files::noteOpen(AT_FDCWD, path, flags, fd);
   return checked(fd, fd < 0, AT_FDCWD, path, openOp(flags));
 }
 
 __attribute__((visibility("default"))) int __openat_2(int dirfd, const char* path, int flags) {
   static auto real = realFn<int (*)(int, const char*, int)>("__openat_2");
-  int fd = real(dirfd, path, flags);
+  int fd = files::openFile<int>(
+      dirfd, path, flags, [&](int d, const char* p) { return real(d, p, flags); }, [](int r) { return r < 0; }, -1);
+  if (fd >= 0) files::noteOpen(dirfd, path, flags, fd);
   return checked(fd, fd < 0, dirfd, path, openOp(flags));
 }
 
 __attribute__((visibility("default"))) int __openat64_2(int dirfd, const char* path, int flags) {
   static auto real = realFn<int (*)(int, const char*, int)>("__openat64_2");
-  int fd = real(dirfd, path, flags);
+  int fd = files::openFile<int>(
+      dirfd, path, flags, [&](int d, const char* p) { return real(d, p, flags); }, [](int r) { return r < 0; }, -1);
+  if (fd >= 0) files::noteOpen(dirfd, path, flags, fd);
   return checked(fd, fd < 0, dirfd, path, openOp(flags));
 }
 

@@ -95,6 +95,8 @@ struct Event {
     packages @25 :Packages;
     # torch.distributed (docs/distributed.md)
     collective @26 :Collective;
+    # Data-less replay (docs/replay.md): what the job's main process read from its files.
+    file @27 :FileFact;
   }
 }
 
@@ -425,6 +427,36 @@ struct CollectiveTensor {
   infCount @4 :UInt64;
   data @5 :BlobRef;          # the bytes, when kept (results only: --collectives full, or the
                              # failure ring); size 0 and hash 0 when not kept
+}
+
+# ---------------------------------------------------------------- files (docs/replay.md)
+# One thing the job's main process learnt from the file system, outside DataLoader batch
+# fetches: what a path is (stat), what a directory lists, or bytes it read from a file. Each
+# fact about a path is written once (again only if it changed); bytes are blobs, so a range
+# read twice is stored once. Replay rebuilds these paths in a scratch tree and serves them
+# where the real path is missing.
+struct FileFact {
+  path @0 :Text;             # absolute, lexically normalised, as the job named it
+  kind @1 :Kind;
+  size @2 :UInt64;           # st_size
+  mode @3 :UInt32;           # st_mode
+  mtimeNs @4 :Int64;         # st_mtim
+  entries @5 :List(DirEntry);  # directories: what a listing returned (hasEntries)
+  hasEntries @6 :Bool;
+  offset @7 :UInt64;         # where `data` starts in the file
+  data @8 :BlobRef;          # bytes the job used (size 0: none): the whole file when small,
+                             # else only the ranges it touched (np.memmap slices)
+  enum Kind {
+    file @0;
+    directory @1;
+    symlink @2;
+    other @3;
+  }
+}
+
+struct DirEntry {
+  name @0 :Text;
+  kind @1 :FileFact.Kind;
 }
 
 # ---------------------------------------------------------------- footer

@@ -284,3 +284,20 @@ class FakeLib:
 
     def _dlrr_replay_rank(self):
         return -1
+
+    # -- files (data-less replay): kept out of `calls` (pauses come with every batch)
+    def _dlrr_files_enable(self):
+        self.files_enabled = True
+
+    def _dlrr_files_pause(self, pause):
+        self.files_paused = getattr(self, "files_paused", 0) + (1 if pause else -1)
+        self.files_pauses = getattr(self, "files_pauses", 0) + (1 if pause else 0)
+
+    def _dlrr_files_exclude(self, path):
+        self.files_excluded = getattr(self, "files_excluded", []) + [path.decode("utf-8", "surrogateescape")]
+
+    def _dlrr_files_whole_max(self):
+        return 64 << 20
+
+    def _dlrr_file_range(self, path, offset, data, n):
+        self.calls.append(("file_range", path.decode(), offset, _bytes_at(data, n)))

@@ -85,6 +85,20 @@ TEST(ReplayOptions, ParsesAndChecksTheTarget) {
   EXPECT_EQ(msg({"--bogus", "--help"}), "unknown option '--bogus'");
 }
 
+TEST(ReplayOptions, ServedFilesAndScratch) {
+  auto o = parseReplayOptions({"t"});
+  EXPECT_EQ(o.serveFiles, "missing");
+  EXPECT_EQ(o.scratch, "");
+  o = parseReplayOptions({"t", "--serve-files=always", "--scratch", "/tmp/s"});
+  EXPECT_EQ(o.serveFiles, "always");
+  EXPECT_EQ(o.scratch, "/tmp/s");
+  auto msg = [](const Argv& a) { return usageMessage([&] { parseReplayOptions(a); }); };
+  EXPECT_EQ(msg({"t", "--serve-files", "sometimes"}),
+            "--serve-files must be missing, always or never (got 'sometimes')");
+  EXPECT_EQ(msg({"t", "--scratch="}), "--scratch needs a directory");
+  EXPECT_EQ(msg({"t", "--scratch"}), "option --scratch needs a value");
+}
+
 TEST(DltraceOptionValues, ParseKindsAndSpecs) {
   EXPECT_EQ(tools::parseEventKinds("batch,step_end,BATCH").size(), 2u);
   EXPECT_NE(usageMessage([] { tools::parseEventKinds("batch,"); }).find("unknown event kind ''"), std::string::npos);

@@ -34,6 +34,11 @@ const char* const kReplayUsage =
     "  --all-ranks      distributed trace: relaunch every rank with the recorded launcher\n"
     "                   (torchrun) on this machine; each rank replays and verifies its stream\n"
     "                   (default for a distributed trace without kept collective results)\n"
+    "  --serve-files WHEN  files the recording read (listings, stat, small files, the bytes\n"
+    "                   used of large ones): missing (default) served where the path is\n"
+    "                   missing here; always: instead of what is here; never\n"
+    "  --scratch DIR    where the replayed job's writes go (default: a new dlreplay-* directory\n"
+    "                   in $TMPDIR or /tmp); your files are never modified\n"
     "  --yes            consent to run the recorded command of a trace from another host/user\n"
     "  --dry-run        show the command and environment changes, run nothing\n"
     "  --json           print the report as one JSON line on stdout, after the job's output\n"
@@ -83,6 +88,13 @@ ReplayOptions parseReplayOptions(const std::vector<std::string>& args) {
       if (ec != std::errc() || end != v.data() + v.size() || r < 0 || r > (1 << 24))
         throw UsageError("--rank must be a rank number (got '" + v + "')");
       o.rank = r;
+    } else if (is("--serve-files")) {
+      o.serveFiles = value("--serve-files");
+      if (o.serveFiles != "missing" && o.serveFiles != "always" && o.serveFiles != "never")
+        throw UsageError("--serve-files must be missing, always or never (got '" + o.serveFiles + "')");
+    } else if (is("--scratch")) {
+      o.scratch = value("--scratch");
+      if (o.scratch.empty()) throw UsageError("--scratch needs a directory");
     } else if (a == "--all-ranks") {
       o.allRanks = true;
     } else if (a == "--yes") {

@@ -23,6 +23,8 @@ struct ReplayOptions {
   std::string stream;
   std::optional<int> rank;  // 0..2^24
   bool allRanks = false;
+  std::string serveFiles = "missing";  // missing | always | never
+  std::string scratch;                 // "" = a fresh directory in $TMPDIR
   bool yes = false;
   bool check = false;
   bool dryRun = false;

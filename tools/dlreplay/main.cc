@@ -36,6 +36,7 @@
 #include "tools/common/Text.h"
 #include "tools/dlrecord/InstallPaths.h"
 #include "tools/dlreplay/Check.h"
+#include "tools/dlreplay/ReplayFiles.h"
 #include "tools/dlreplay/ReplayOptions.h"
 #include "triage/TraceFacts.h"
 
@@ -544,6 +545,13 @@ int run(int argc, char** argv) {
   else env.erase("DLRR_PROGRESS");
   env.erase("DLRR_STATUS_FD");
 
+  ReplayFiles files;  // served files and the scratch directory for the job's writes
+  if (!o.dryRun)
+    if (int rc = files.prepare(*trace, o, env)) {
+      ::unlink(reportPath);
+      return rc;
+    }
+
   if (o.dryRun) {
     for (const char* k : {"LD_PRELOAD", "PYTHONPATH", "DLRR_MODE", "DLRR_TRACE", "DLRR_REPLAY_STREAM", "DLRR_UNTIL"})
       std::fprintf(stderr, "dlreplay:   %s=%s\n", k, env[k].c_str());
@@ -565,6 +573,7 @@ int run(int argc, char** argv) {
     }
     ::close(fd);
     std::string path = gdbStatusPath;
+    env["DLRR_GDB_STATUS"] = path;  // gdb runs with our library too: its write is not the job's
     full = {"gdb", "-q"};
     bool interactive = ::isatty(0);
     if (!interactive) full.push_back("-batch");
@@ -638,6 +647,7 @@ int run(int argc, char** argv) {
   }
   if (o.allRanks) {
     ::unlink(reportPath);
+    if (!o.json) files.print(stderr);
     return allRanksOutcome(ranks, rankReports, status, o.json);
   }
   auto report = readReport(reportPath);
@@ -734,6 +744,7 @@ int run(int argc, char** argv) {
     j.key("report").beginObject();
     for (auto& [k, v] : report) j.field(k, v);
     j.endObject();
+    files.json(j);
     j.endObject();
     std::printf("%s\n", out.c_str());
   } else {
@@ -769,6 +780,7 @@ int run(int argc, char** argv) {
         }
       }
     }
+    files.print(stderr);
     if (report.count("warning")) {
       size_t start = 0;
       const std::string& w = report["warning"];

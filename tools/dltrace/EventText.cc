@@ -1,5 +1,4 @@
 #include "tools/dltrace/EventText.h"
-#include "tools/dltrace/TriageEventText.h"
 
 #include <capnp/dynamic.h>
 #include <capnp/schema.h>
@@ -7,6 +6,7 @@
 #include <cctype>
 
 #include "tools/common/Text.h"
+#include "tools/dltrace/TriageEventText.h"
 
 namespace dlrr::tools {
 namespace {
@@ -201,6 +201,7 @@ template std::string enumName(schema::Failure::Kind);
 template std::string enumName(schema::Entropy::Source);
 template std::string enumName(schema::CudaMemcpy::Direction);
 template std::string enumName(schema::StreamHeader::Role);
+template std::string enumName(schema::FileFact::Kind);
 
 std::string eventKindName(schema::Event::Reader e) {
   auto d = capnp::toDynamic(e);
@@ -404,6 +405,14 @@ std::string describeEvent(schema::Event::Reader e, const InternTable& names) {
       side("received", c.getResults());
       if (c.getAsyncOp()) out += "; async";
       if (c.getStatus().size()) out += "; " + text(c.getStatus());
+      return out;
+    }
+    case E::FILE: {
+      auto f = e.getFile();
+      std::string out = text(f.getPath()) + " " + enumName(f.getKind()) + " " + humanBytes(f.getSize());
+      if (f.getHasEntries()) out += ", " + std::to_string(f.getEntries().size()) + " entries";
+      if (f.getData().getSize())
+        out += ", bytes " + std::to_string(f.getOffset()) + "+" + humanBytes(f.getData().getSize());
       return out;
     }
   }

@@ -231,4 +231,18 @@ DLRR_API int dlrr_replay_collective_result(uint64_t seq, uint32_t index, const u
 /* Replay: the rank the replayed stream recorded (-1: not a rank of a distributed job). */
 DLRR_API int dlrr_replay_rank(void);
 
+/* ---- files (data-less replay, docs/replay.md "Files"). Record only; no-ops otherwise. */
+/* From now on this process records what it learns from its files (stat, listings, small files
+ * read whole); the libc hooks do the rest (interpose/FileServe.h). */
+DLRR_API void dlrr_files_enable(void);
+/* pause != 0: the calling thread's file accesses are not recorded (a DataLoader fetching a
+ * batch: replay serves the batch) until dlrr_files_pause(0). Nests. */
+DLRR_API void dlrr_files_pause(int pause);
+/* Files under `dir` are not the job's data (the Python installation, dlrr's own files). */
+DLRR_API void dlrr_files_exclude(const char* dir);
+/* Files larger than this are not recorded whole when opened (0 when not recording files). */
+DLRR_API uint64_t dlrr_files_whole_max(void);
+/* The job used these n bytes at `offset` of `path` (a slice of an np.memmap). */
+DLRR_API void dlrr_file_range(const char* path, uint64_t offset, const void* data, uint64_t n);
+
 #endif /* DLRR_DLRR_H */

@@ -135,6 +135,12 @@ SIGNATURES = {
     "dlrr_collective_end": (None, [c_uint64, c_char_p]),
     "dlrr_replay_collective_result": (c_int, [c_uint64, c_uint32, POINTER(c_void_p), POINTER(c_uint64)]),
     "dlrr_replay_rank": (c_int, []),
+    # files (data-less replay)
+    "dlrr_files_enable": (None, []),
+    "dlrr_files_pause": (None, [c_int]),
+    "dlrr_files_exclude": (None, [c_char_p]),
+    "dlrr_files_whole_max": (c_uint64, []),
+    "dlrr_file_range": (None, [c_char_p, c_uint64, c_void_p, c_uint64]),
 }
 
 # enum dlrr_digest_algorithm_t (same numbering as schema TensorDigest.Algorithm)

@@ -20,6 +20,7 @@ import weakref
 
 from . import gpu, native, runtime
 from .dist import DistHooks
+from .files import FileCapture
 from .failures import FailureHooks
 from .imports import ImportWatcher
 from .loaders import LoaderTracker, indices_array
@@ -190,6 +191,8 @@ class Recorder:
         self.training.install(self._patcher)
         self.dist = DistHooks(self, torch, self.dist_replay_mode())
         self.dist.install(self._patcher)
+        if self.lib.dlrr_mode() == native.MODE_RECORD:  # what the main process reads (files.py)
+            FileCapture(self, self.lib).install(self._patcher, dataloader)
 
     def dist_replay_mode(self):
         """None: record (the Replayer says how it replays collectives)."""

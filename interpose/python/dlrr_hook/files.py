@@ -1,0 +1,117 @@
+"""Data-less replay, record side: what the job's main process reads from its files.
+
+The libc hooks record stat results, directory listings, small files read whole and the
+ranges read of large ones (see interpose/FileServe.h); this module turns that on when torch
+is imported, keeps it off while a DataLoader fetches a batch (replay serves the batch
+itself, not the files behind it), tells the library which directories are the Python
+installation's or dlrr's own, and reports the byte ranges the job uses of an np.memmap, the
+one kind of read no libc hook sees (a memory access).  Only slices (views into the mapping) and single elements are reported; a memmap
+read by fancy indexing or through another view (torch.from_numpy of the whole map) is not,
+and replay then reads zeros there (docs/replay.md "Files").
+"""
+
+import ctypes
+import mmap
+import os
+import site
+import sys
+
+
+def _installation_dirs():
+    dirs = set()
+    for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}:
+        if prefix and prefix != "/usr":  # Debian's: /usr/lib is excluded by the library already
+            dirs.add(os.path.join(prefix, "lib"))
+    try:
+        dirs.update(site.getsitepackages())
+    except AttributeError:  # a virtualenv's old site.py
+        pass
+    user = getattr(site, "USER_SITE", None)
+    if user:
+        dirs.add(user)
+    dirs.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the hook's own
+    return sorted(d for d in dirs if d and os.path.isabs(d))
+
+
+def _byte_bounds(numpy):
+    """numpy.byte_bounds (NumPy 1.x), numpy.lib.array_utils.byte_bounds (2.x)."""
+    fn = getattr(numpy, "byte_bounds", None)
+    if fn is None:
+        from numpy.lib import array_utils
+        fn = array_utils.byte_bounds
+    return fn
+
+
+class FileCapture:
+    """Wires the record side of the file layer into a Recorder (record mode only)."""
+
+    def __init__(self, recorder, lib):
+        self._rec = recorder
+        self._lib = lib
+        self._last = (None, 0)  # the last mapping seen and its address (one: never keep maps alive)
+
+    def install(self, patcher, dataloader_module):
+        lib = self._lib
+        lib.dlrr_files_enable()
+        for d in _installation_dirs():
+            lib.dlrr_files_exclude(d.encode("utf-8", "surrogateescape"))
+        pause = lib.dlrr_files_pause
+
+        def wrap_next_data(original):
+            def _next_data(self):
+                pause(1)
+                try:
+                    return original(self)
+                finally:
+                    pause(0)
+            return _next_data
+
+        for name in ("_SingleProcessDataLoaderIter", "_MultiProcessingDataLoaderIter"):
+            cls = getattr(dataloader_module, name, None)
+            if cls is not None and "_next_data" in vars(cls):
+                patcher.wrap(cls, "_next_data", wrap_next_data)
+        numpy = sys.modules.get("numpy")
+        if numpy is not None and hasattr(numpy, "memmap"):
+            self._patch_memmap(patcher, numpy)
+
+    def _patch_memmap(self, patcher, numpy):
+        rec = self._rec
+        capture = self
+
+        def wrap_getitem(original):
+            def __getitem__(self, index):
+                result = original(self, index)
+                if rec.active:
+                    try:
+                        capture._used(self, index, result, numpy)
+                    except Exception:  # never the job's problem
+                        pass
+                return result
+            return __getitem__
+
+        patcher.wrap(numpy.memmap, "__getitem__", wrap_getitem)
+
+    def _base_of(self, mm, numpy):
+        if self._last[0] is not mm:
+            self._last = (mm, numpy.frombuffer(mm, numpy.uint8).ctypes.data)
+        return self._last[1]
+
+    def _used(self, mmap_array, index, result, numpy):
+        mm = getattr(mmap_array, "_mmap", None)
+        filename = getattr(mmap_array, "filename", None)
+        if mm is None or not filename:
+            return
+        base = self._base_of(mm, numpy)
+        size = len(mm)
+        offset = getattr(mmap_array, "offset", 0) or 0
+        file_start = offset - offset % mmap.ALLOCATIONGRANULARITY  # where the mapping begins
+        if isinstance(result, numpy.ndarray):
+            lo, hi = _byte_bounds(numpy)(result)
+        elif isinstance(index, (int, numpy.integer)) and mmap_array.ndim == 1:
+            lo = mmap_array.ctypes.data + int(index) % max(len(mmap_array), 1) * mmap_array.strides[0]
+            hi = lo + mmap_array.itemsize
+        else:
+            return
+        if lo < base or hi > base + size or hi <= lo:
+            return  # a copy (fancy indexing), not bytes of the mapping
+        self._lib.dlrr_file_range(os.fsencode(filename), file_start + (lo - base), ctypes.c_void_p(lo), hi - lo)

@@ -1,0 +1,231 @@
+"""Data-less replay (docs/replay.md "Files"): jobs whose main process reads its data files
+(torchvision MNIST and ImageFolder, an index read in Dataset.__init__, an .npz, an np.memmap
+sliced without a DataLoader) are recorded, their data is moved away, and replay reaches the
+recorded NaN bit-exactly from the files the trace serves. A job that saves checkpoints is
+replayed without touching the recording's files."""
+import hashlib
+import json
+import os
+import shutil
+import struct
+
+import numpy as np
+
+from harness import PY, TraceTestCase, events, run, tool
+
+JOBS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "files")
+
+
+def job(name):
+    return os.path.join(JOBS, name)
+
+
+def replay(trace, *args, env=None):
+    p = run([tool("dlreplay"), trace, "--json"] + list(args), env=env)
+    last = p.stdout.rstrip("\n").rsplit("\n", 1)[-1]
+    doc = json.loads(last) if last.startswith("{") else None
+    return p, doc
+
+
+def tree_state(root):
+    """path -> (sha256, mtime_ns) of every file under root."""
+    out = {}
+    for d, _, names in os.walk(root):
+        for n in names:
+            p = os.path.join(d, n)
+            with open(p, "rb") as f:
+                out[p] = (hashlib.sha256(f.read()).hexdigest(), os.stat(p).st_mtime_ns)
+    return out
+
+
+def write_mnist(root, n):
+    """IDX files where torchvision 0.14's MNIST looks for them (root/MNIST/raw)."""
+    raw = os.path.join(root, "MNIST", "raw")
+    os.makedirs(raw)
+    rng = np.random.default_rng(1)
+    images = rng.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
+    labels = rng.integers(0, 10, size=n, dtype=np.uint8)
+    for split, m in (("train", n), ("t10k", n // 2)):
+        with open(os.path.join(raw, "%s-images-idx3-ubyte" % split), "wb") as f:
+            f.write(struct.pack(">IIII", 2051, m, 28, 28) + images[:m].tobytes())
+        with open(os.path.join(raw, "%s-labels-idx1-ubyte" % split), "wb") as f:
+            f.write(struct.pack(">II", 2049, m) + labels[:m].tobytes())
+
+
+class DatalessReplayTest(TraceTestCase):
+
+    def record(self, script, *args, env=None):
+        p = run([tool("dlrecord"), "-o", self.trace_path(), "--", PY, job(script)] + [str(a) for a in args], env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return p
+
+    def replay_to_nan(self, nan_step, data_paths, where="before module 0 (call 0) of step %d"):
+        """Replays to the NaN with the data gone; returns the JSON report's files section."""
+        p, doc = replay(self.trace_path(), "--until", "nan")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(doc["outcome"], "reached", p.stderr)
+        self.assertEqual(doc["verified_steps"], nan_step, p.stderr)  # every step before it, bit-exact
+        self.assertEqual(doc["report"]["stop.step"], str(nan_step), p.stderr)
+        self.assertIn(where % nan_step, doc["report"]["stop.where"])
+        files = doc["files"]
+        for path in data_paths:
+            self.assertIn(path, files["served"], p.stderr)
+        self.assertEqual(files["scratch"], "")  # the job wrote nothing: no directory left behind
+        for path in data_paths:
+            self.assertFalse(os.path.exists(path))  # served, never recreated in place
+        # The text report names what was served.
+        text = run([tool("dlreplay"), self.trace_path(), "--until", "nan"])
+        self.assertEqual(text.returncode, 0, text.stderr)
+        self.assertIn("dlreplay: files: served %d path(s) from the trace" % len(files["served"]), text.stderr)
+        self.assertIn(data_paths[0], text.stderr)
+        return files
+
+    def test_torchvision_mnist(self):
+        root = os.path.join(self.tmp, "data")
+        write_mnist(root, 96)
+        self.record("mnist_job.py", root, 4)
+        shutil.move(root, root + ".away")
+        raw = os.path.join(root, "MNIST", "raw")
+        self.replay_to_nan(4, [os.path.join(raw, "train-images-idx3-ubyte"),
+                               os.path.join(raw, "train-labels-idx1-ubyte")])
+
+    def test_without_the_served_files_replay_fails_as_the_job_would(self):
+        # The check that the served files are what made replay possible.
+        root = os.path.join(self.tmp, "data")
+        write_mnist(root, 96)
+        self.record("mnist_job.py", root, 4)
+        shutil.move(root, root + ".away")
+        p, doc = replay(self.trace_path(), "--until", "nan", "--serve-files", "never")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("RuntimeError: Dataset not found", p.stderr)
+
+    def test_imagefolder(self):
+        from PIL import Image
+        root = os.path.join(self.tmp, "images")
+        rng = np.random.default_rng(2)
+        for c in ("cat", "dog", "fox"):
+            os.makedirs(os.path.join(root, c))
+            for i in range(6):
+                pixels = rng.integers(0, 256, size=(8, 8, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(os.path.join(root, c, "%d.png" % i))
+        self.record("imagefolder_job.py", root, 6)
+        shutil.move(root, root + ".away")
+        files = self.replay_to_nan(6, [root, os.path.join(root, "dog")])
+        self.assertFalse(any(p.endswith(".png") for p in files["served"]),
+                         "images are read while a batch is fetched: replay serves the batch instead")
+
+    def test_index_json_csv_and_npz(self):
+        root = os.path.join(self.tmp, "indexed")
+        os.makedirs(root)
+        rng = np.random.default_rng(3)
+        np.savez(os.path.join(root, "features.npz"), x=rng.standard_normal((40, 5)).astype(np.float32))
+        with open(os.path.join(root, "labels.json"), "w") as f:
+            json.dump({"classes": ["a", "b", "c"]}, f)
+        with open(os.path.join(root, "index.csv"), "w") as f:
+            f.write("row,label\n" + "".join("%d,%s\n" % (i, "abc"[i % 3]) for i in range(40)))
+        self.record("index_job.py", root, 7)
+        shutil.move(root, root + ".away")
+        self.replay_to_nan(7, [os.path.join(root, n) for n in ("features.npz", "labels.json", "index.csv")])
+
+    def test_memmap_language_model_records_the_bytes_used_not_the_file(self):
+        path = os.path.join(self.tmp, "tokens.bin")
+        size = 8 << 20  # 4 Mi tokens
+        np.random.default_rng(4).integers(0, 512, size=size // 2, dtype=np.uint16).tofile(path)
+        iters, nan_step = 12, 9
+        self.record("memmap_lm_job.py", path, nan_step, iters, env={"DLRR_FILES_WHOLE_MAX": str(1 << 20)})
+        facts = [e["event"]["file"] for e in events(self.trace_path(), kind="file")]
+        used = sum(int(f["data"]["size"]) for f in facts if f["path"] == path)
+        # get_batch() reads batch x (block + 1) tokens per iteration (x and y overlap but for one).
+        at_most = iters * 4 * 2 * 32 * 2
+        self.assertGreater(used, 0)
+        self.assertLessEqual(used, at_most)
+        trace_bytes = sum(os.path.getsize(os.path.join(self.trace_path(), n)) for n in os.listdir(self.trace_path()))
+        self.assertLess(trace_bytes, size // 8, "the trace grows by the bytes used, not the file size")
+        shutil.move(path, path + ".away")
+        self.replay_to_nan(nan_step, [path], where="before backward() of step %d")
+
+    def test_large_files_read_with_read_and_fread_keep_the_bytes_read(self):
+        root = os.path.join(self.tmp, "large")
+        os.makedirs(root)
+        rng = np.random.default_rng(6)
+        np.save(os.path.join(root, "features.npy"), rng.standard_normal((16384, 32)).astype(np.float32))  # 2 MiB
+        rng.standard_normal(4 << 20).astype(np.float32).tofile(os.path.join(root, "big.bin"))  # 16 MiB
+        self.record("large_read_job.py", root, 5, env={"DLRR_FILES_WHOLE_MAX": str(1 << 20)})
+        facts = [e["event"]["file"] for e in events(self.trace_path(), kind="file")]
+        kept = {}  # path -> bytes of the file the trace holds (ranges may overlap)
+        for f in facts:
+            start, size = int(f["offset"]), int(f["data"]["size"])
+            kept.setdefault(f["path"], set()).update(range(start, start + size))
+        npy = os.path.getsize(os.path.join(root, "features.npy"))
+        self.assertEqual(len(kept[os.path.join(root, "features.npy")]), npy)  # read whole: header + fromfile's fread
+        big = kept[os.path.join(root, "big.bin")]
+        self.assertTrue(set(range(3 << 20, (3 << 20) + (64 << 10))) <= big)
+        self.assertLessEqual(len(big), 2 * (64 << 10))  # the read (and a buffer's read-ahead), not 16 MiB
+        trace_bytes = sum(os.path.getsize(os.path.join(self.trace_path(), n)) for n in os.listdir(self.trace_path()))
+        self.assertLess(trace_bytes, 6 << 20)
+        shutil.move(root, root + ".away")
+        self.replay_to_nan(5, [os.path.join(root, "features.npy"), os.path.join(root, "big.bin")],
+                           where="before backward() of step %d")
+
+    def test_a_file_that_exists_is_used_unless_serving_always(self):
+        # Tokens that differ from the recording's: used as they are by default (the replay
+        # diverges at the first step), replaced by the recorded bytes with --serve-files always.
+        path = os.path.join(self.tmp, "tokens.bin")
+        np.random.default_rng(4).integers(0, 512, size=1 << 20, dtype=np.uint16).tofile(path)
+        self.record("memmap_lm_job.py", path, 5, 8, env={"DLRR_FILES_WHOLE_MAX": "0"})
+        np.random.default_rng(5).integers(0, 512, size=1 << 20, dtype=np.uint16).tofile(path)
+        p, doc = replay(self.trace_path(), "--until", "nan")
+        self.assertEqual(p.returncode, 11, p.stderr)
+        self.assertEqual(doc["report"]["divergence.step"], "0", p.stderr)
+        self.assertEqual(doc["files"]["served"], [])
+        p, doc = replay(self.trace_path(), "--until", "nan", "--serve-files", "always")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(doc["verified_steps"], 5, p.stderr)
+        self.assertIn(path, doc["files"]["served"])
+
+    def test_checkpoints_of_the_recording_are_never_modified(self):
+        out = os.path.join(self.tmp, "run")
+        self.record("checkpoint_job.py", out)
+        before = tree_state(out)
+        self.assertIn(os.path.join(out, "ckpt", "step7.pt"), before)
+        self.assertNotIn(os.path.join(out, "ckpt", "step1.pt"), before)  # rotated away
+        scratch = os.path.join(self.tmp, "scratch")
+        p, doc = replay(self.trace_path(), "--until", "end", "--scratch", scratch)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(doc["outcome"], "reached", p.stderr)
+        self.assertEqual(tree_state(out), before)  # same bytes, same mtimes
+        files = doc["files"]
+        self.assertEqual(files["scratch"], scratch)
+        ckpt = os.path.join(out, "ckpt", "step7.pt")
+        self.assertIn(ckpt, [r.split(" -> ")[1] for r in files["renamed"]])
+        # The rotation removed the replay's own step1/step3 (the recording's were gone already).
+        self.assertEqual(files["deleted"], [])
+        written_ckpt = os.path.join(scratch, "written") + os.path.join(out, "ckpt")
+        self.assertEqual(sorted(os.listdir(written_ckpt)), ["step5.pt", "step7.pt"])
+        self.assertIn(os.path.join(out, "train.log"), files["written"])
+        self.assertIn(os.path.join(out, "losses.npy"), files["written"])
+        # The replay's own files are in the scratch directory: the log appended to a copy.
+        with open(os.path.join(scratch, "written") + os.path.join(out, "train.log")) as f:
+            lines = f.read().splitlines()
+        self.assertEqual(len(lines), 16)  # the recording's 8 lines, then the replay's 8
+        self.assertEqual(lines[:8], lines[8:])
+        import torch
+        saved = torch.load(os.path.join(scratch, "written") + ckpt)
+        self.assertEqual(saved["step"], 7)
+        # The text report says where the writes went.
+        scratch2 = os.path.join(self.tmp, "scratch2")
+        text = run([tool("dlreplay"), self.trace_path(), "--until", "end", "--scratch", scratch2])
+        self.assertEqual(text.returncode, 0, text.stderr)
+        self.assertIn("the job's writes went to %s/written" % scratch2, text.stderr)
+        self.assertIn("(your files were not modified)", text.stderr)
+        self.assertEqual(tree_state(out), before)
+
+    def test_multiprocessing_sockets_in_directories_the_replay_made(self):
+        self.record("multiprocessing_job.py")
+        p, doc = replay(self.trace_path(), "--until", "end")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("manager ok 1", p.stdout)
+        self.assertIn("spawn ok True", p.stdout)
+        self.assertEqual(doc["verified_steps"], 3, p.stderr)
+        self.assertEqual(doc["files"]["written"], [])  # pymp-* and its socket: made and removed
+        self.assertEqual(doc["files"]["scratch"], "")

@@ -1,0 +1,69 @@
+"""The hook's side of data-less replay (dlrr_hook/files.py): file recording turned on, paused
+while a DataLoader fetches a batch, and the byte ranges a job uses of an np.memmap."""
+import os
+import shutil
+import tempfile
+import unittest
+
+import numpy as np
+from torch.utils.data import DataLoader
+
+from support import IndexDataset, RecorderTestCase  # first: puts the hook on sys.path
+
+
+class FileCaptureTest(RecorderTestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.tmp = tempfile.mkdtemp(prefix="dlrr-files-")
+        self.path = os.path.join(self.tmp, "tokens.bin")
+        np.arange(1000, dtype=np.uint16).tofile(self.path)
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        super().tearDown()
+
+    def ranges(self):
+        return [c[1:] for c in self.lib.calls if c[0] == "file_range"]
+
+    def test_enabled_with_the_installation_excluded(self):
+        self.assertTrue(self.lib.files_enabled)
+        import dlrr_hook
+        hook_dir = os.path.dirname(os.path.dirname(os.path.abspath(dlrr_hook.__file__)))
+        self.assertIn(hook_dir, self.lib.files_excluded)
+
+    def test_fetching_a_batch_pauses_file_recording(self):
+        for _ in DataLoader(IndexDataset(6), batch_size=2):
+            self.assertEqual(self.lib.files_paused, 0)  # resumed once the batch is out
+        self.assertGreaterEqual(self.lib.files_pauses, 3)
+
+    def test_memmap_slices_report_their_bytes_and_offset(self):
+        data = np.memmap(self.path, dtype=np.uint16, mode="r")
+        window = data[100:108]
+        self.assertEqual(self.ranges(), [(self.path, 200, np.arange(100, 108, dtype=np.uint16).tobytes())])
+        self.assertEqual(window.tolist(), list(range(100, 108)))  # the job's result unchanged
+
+    def test_an_element_and_an_offset_map(self):
+        data = np.memmap(self.path, dtype=np.uint16, mode="r", offset=10, shape=(50,))
+        self.assertEqual(int(data[3]), 8)
+        self.assertEqual(self.ranges(), [(self.path, 16, np.uint16(8).tobytes())])
+
+    def test_a_memmap_made_per_batch_is_not_kept_alive(self):
+        import weakref
+        refs = []
+        for start in (10, 20, 30):  # nanoGPT's get_batch(): a new memmap every call
+            data = np.memmap(self.path, dtype=np.uint16, mode="r")
+            data[start:start + 2]
+            refs.append(weakref.ref(data._mmap))  # the mapping itself
+            del data
+        self.assertEqual([r[1] for r in self.ranges()], [20, 40, 60])
+        self.assertEqual([r() for r in refs[:2]], [None, None])
+
+    def test_fancy_indexing_copies_are_not_reported_as_file_bytes(self):
+        data = np.memmap(self.path, dtype=np.uint16, mode="r")
+        self.assertEqual(data[[1, 5]].tolist(), [1, 5])
+        self.assertEqual(self.ranges(), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
