@@ -134,12 +134,19 @@ def main():
                         datasets["clean"], "--corrupt-index", "-1"], check=True,
                        stdout=subprocess.DEVNULL)
         train = os.path.join(ROOT, "examples", "train.py")
+        # torchvision's datasets.MNIST over IDX files, transforms run in the main process
+        tv = os.path.join(ROOT, "tests", "integration", "jobs", "tv_mnist.py")
+        mnist = os.path.join(work, "mnist")
+        subprocess.run([PY, tv, "--root", mnist, "--write", "2048"], check=True)
         wrapper = os.path.join(ROOT, "bench", "peer_wrapper.py")
         jobs = {
             "example": [train, "--data", datasets["nan"], "--seed", "8"],
             "example-clean": [train, "--data", datasets["clean"], "--seed", "8"],
             "cnn": [train, "--data", datasets["clean"], "--seed", "8", "--epochs", "3",
                     "--workers", "0"],
+            "tv-mnist-cnn": [tv, "--root", mnist, "--model", "cnn"],
+            "tv-mnist-rnn": [tv, "--root", mnist, "--model", "rnn"],
+            "tv-mnist-ema-metric": [tv, "--root", mnist, "--ema", "--metric"],
         }
         variants = args.variants.split(",")
         env = {k: v for k, v in os.environ.items() if not k.startswith("DLRR_")}
