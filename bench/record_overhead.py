@@ -10,6 +10,10 @@ Jobs (examples/train.py on data written by examples/prepare_data.py):
   example-clean  the same on a dataset without the corrupted sample (every peer, including
                  detect_anomaly, which raises at a NaN, runs all 128 steps)
   cnn            clean dataset, --workers 0, 3 epochs (192 steps): loading in the main thread
+  tv-mnist-cnn   torchvision datasets.MNIST (2048 IDX samples), Compose([ToTensor(), Normalize()])
+                 in the main thread, small CNN, 2 epochs (256 steps); tests/integration/jobs
+  tv-mnist-rnn   the same data, an RNN over the image rows
+  tv-mnist-ema-metric  the CNN plus an EMA copy and a metric module called every step
 
 Variants: plain (python3 train.py), dlrecord --capture minimal|default|full, and the peers
 of bench/peer_wrapper.py: the wrapper alone, torch.autograd.set_detect_anomaly(True), a

@@ -1,9 +1,10 @@
 """Real jobs built on third-party code (torchvision's datasets.MNIST and transforms): module
 calls in the data pipeline (Normalize is an nn.Module run inside the DataLoader's fetch with
 num_workers=0), metric modules and EMA copies evaluated after optimizer.step must not make
-replay report a divergence that is not there (issue 12, item 1)."""
+replay report a divergence that is not there (issue 12, item 1); skorch's own training loop."""
 import json
 import os
+import re
 import shutil
 import tempfile
 import unittest
@@ -12,6 +13,7 @@ from harness import PY, TraceTestCase, run, tool
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, "jobs", "tv_mnist.py")
+SKORCH = os.path.join(HERE, "jobs", "skorch_fit.py")
 SPIKE = 20  # an infinite LR at this step: its update makes the parameters non-finite
 
 
@@ -73,6 +75,23 @@ class TorchvisionMnistTest(TraceTestCase):
         self.assertEqual(doc["verified_steps"], 32, p.stderr)
         # The job's own output (losses, EMA losses, accuracies) is the recording's.
         self.assertTrue(p.stdout.startswith(rec.stdout.rsplit("\n", 2)[0]), p.stdout[:400])
+
+
+class SkorchTest(TraceTestCase):
+    def test_fit_replays_to_the_end_bit_exact(self):
+        trace = self.trace_path()
+        rec = run([tool("dlrecord"), "-o", trace, "--", PY, SKORCH], env={"OMP_NUM_THREADS": "1"})
+        self.assertEqual(rec.returncode, 0, rec.stderr)
+        p, doc = replay(trace, "--until", "end")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(doc["outcome"], "reached", p.stderr)
+        recorded = int(re.search(r"(\d+) steps", rec.stderr).group(1))
+        self.assertGreaterEqual(recorded, 30)  # 3 epochs of 10 batches (320 training samples)
+        self.assertEqual(doc["verified_steps"], recorded, p.stderr)
+        # skorch's epoch table and final loss, durations aside, are the recording's.
+        strip = lambda out: [l.rsplit(None, 1)[0] for l in out.splitlines() if l.strip()]  # noqa: E731
+        self.assertEqual(strip(p.stdout)[:5], strip(rec.stdout)[:5])
+        self.assertIn(rec.stdout.splitlines()[-1], p.stdout)
 
 
 if __name__ == "__main__":

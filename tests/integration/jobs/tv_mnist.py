@@ -107,6 +107,7 @@ def main():
                 line += " acc %.4f" % metric(out.detach(), y).item()
             print(line, flush=True)
             step += 1
+    print("done steps %d" % step)  # bench/record_overhead.py reads it
 
 
 if __name__ == "__main__":
