@@ -14,6 +14,7 @@ from harness import PY, TraceTestCase, run, tool
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, "jobs", "tv_mnist.py")
 SKORCH = os.path.join(HERE, "jobs", "skorch_fit.py")
+HOGWILD = os.path.join(HERE, "jobs", "hogwild.py")
 SPIKE = 20  # an infinite LR at this step: its update makes the parameters non-finite
 
 
@@ -92,6 +93,41 @@ class SkorchTest(TraceTestCase):
         strip = lambda out: [l.rsplit(None, 1)[0] for l in out.splitlines() if l.strip()]  # noqa: E731
         self.assertEqual(strip(p.stdout)[:5], strip(rec.stdout)[:5])
         self.assertIn(rec.stdout.splitlines()[-1], p.stdout)
+
+
+class HogwildSpawnTest(TraceTestCase):
+    """torch.multiprocessing trainers started with 'spawn' (issue 12, item 4): each is its own
+    stream; replay attaches the first trainer to the stream it recorded, whatever descriptor
+    numbers multiprocessing passes it this time."""
+
+    def record(self, *args):
+        trace = self.trace_path()
+        rec = run([tool("dlrecord"), "-o", trace, "--", PY, HOGWILD, "--start", "spawn"] + list(args))
+        self.assertEqual(rec.returncode, 0, rec.stderr)
+        self.assertIn("exit codes [0", rec.stdout)
+        return trace
+
+    def test_one_process_replays_bit_exact(self):
+        p, doc = replay(self.record("--processes", "1"), "--until", "end")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(doc["outcome"], "reached", p.stderr)
+        self.assertEqual(doc["verified_steps"], 32, p.stderr)
+
+    def test_processes_that_do_not_race_replay_bit_exact(self):
+        p, doc = replay(self.record("--processes", "2", "--separate"), "--until", "end")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(doc["verified_steps"], 32, p.stderr)
+
+    def test_racy_shared_model_updates_are_a_divergence_naming_step_and_process(self):
+        trace = self.record("--processes", "2")
+        p, doc = replay(trace, "--until", "end")
+        self.assertEqual(p.returncode, 11, p.stderr)
+        self.assertEqual(doc["outcome"], "divergence", p.stderr)
+        self.assertRegex(p.stderr, r"replaying stream p\d+ to end")
+        self.assertRegex(doc["message"], r"^diverged at step \d+: ")
+        self.assertEqual(doc["report"]["stop.step"], doc["report"]["divergence.step"])
+        self.assertLess(doc["verified_steps"], doc["recorded_steps"])
+        self.assertNotIn("never attached", p.stderr)
 
 
 if __name__ == "__main__":
