@@ -10,6 +10,10 @@ Jobs (examples/train.py on data written by examples/prepare_data.py):
   example-clean  the same on a dataset without the corrupted sample (every peer, including
                  detect_anomaly, which raises at a NaN, runs all 128 steps)
   cnn            clean dataset, --workers 0, 3 epochs (192 steps): loading in the main thread
+  tv-mnist-cnn   torchvision datasets.MNIST (2048 IDX samples), Compose([ToTensor(), Normalize()])
+                 in the main thread, small CNN, 2 epochs (256 steps); tests/integration/jobs
+  tv-mnist-rnn   the same data, an RNN over the image rows
+  tv-mnist-ema-metric  the CNN plus an EMA copy and a metric module called every step
 
 Variants: plain (python3 train.py), dlrecord --capture minimal|default|full, and the peers
 of bench/peer_wrapper.py: the wrapper alone, torch.autograd.set_detect_anomaly(True), a
@@ -134,12 +138,19 @@ def main():
                         datasets["clean"], "--corrupt-index", "-1"], check=True,
                        stdout=subprocess.DEVNULL)
         train = os.path.join(ROOT, "examples", "train.py")
+        # torchvision's datasets.MNIST over IDX files, transforms run in the main process
+        tv = os.path.join(ROOT, "tests", "integration", "jobs", "tv_mnist.py")
+        mnist = os.path.join(work, "mnist")
+        subprocess.run([PY, tv, "--root", mnist, "--write", "2048"], check=True)
         wrapper = os.path.join(ROOT, "bench", "peer_wrapper.py")
         jobs = {
             "example": [train, "--data", datasets["nan"], "--seed", "8"],
             "example-clean": [train, "--data", datasets["clean"], "--seed", "8"],
             "cnn": [train, "--data", datasets["clean"], "--seed", "8", "--epochs", "3",
                     "--workers", "0"],
+            "tv-mnist-cnn": [tv, "--root", mnist, "--model", "cnn"],
+            "tv-mnist-rnn": [tv, "--root", mnist, "--model", "rnn"],
+            "tv-mnist-ema-metric": [tv, "--root", mnist, "--ema", "--metric"],
         }
         variants = args.variants.split(",")
         env = {k: v for k, v in os.environ.items() if not k.startswith("DLRR_")}

@@ -12,6 +12,7 @@
 
 #include "format/TraceError.h"
 #include "replayer/BatchEncoding.h"
+#include "replayer/ProcessMatch.h"
 
 namespace dlrr {
 namespace {
@@ -28,20 +29,6 @@ std::vector<std::string> readCmdline() {
     start = end + 1;
   }
   return out;
-}
-
-std::string baseName(const std::string& p) {
-  auto s = p.rfind('/');
-  return s == std::string::npos ? p : p.substr(s + 1);
-}
-
-// Same program and arguments; the interpreter may be named by another path.
-bool sameCommand(const std::vector<std::string>& a, const std::vector<std::string>& b) {
-  if (a.size() != b.size() || a.empty()) return false;
-  if (baseName(a[0]) != baseName(b[0])) return false;
-  for (size_t i = 1; i < a.size(); ++i)
-    if (a[i] != b[i]) return false;
-  return true;
 }
 
 std::string hex(uint64_t v) {
@@ -101,6 +88,19 @@ ReplaySession::ReplaySession(const Config& cfg, const std::string& until) : cfg_
   std::vector<std::string> recorded;
   for (auto a : stream_->header().getArgv()) recorded.emplace_back(a.cStr());
   active_ = sameCommand(recorded, readCmdline());
+  if (active_ && isMultiprocessingChild(recorded)) {
+    // Sibling children (a Hogwild job's trainers) share a command line: the first to start
+    // replays the stream, the others run unreplayed. The claim lives beside dlreplay's report.
+    const char* report = std::getenv("DLRR_REPORT");
+    if (report && *report) {
+      std::string claim = std::string(report) + ".claim." + stream_->name();
+      int fd = ::open(claim.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+      if (fd < 0)
+        active_ = false;
+      else
+        ::close(fd);
+    }
+  }
   if (StreamReader* l = trace_->launcher()) {
     std::string mode = l->header().getTrace().getCaptureMode().cStr();
     captureLevel_ = mode == "minimal" ? 0 : mode == "full" ? 2 : 1;

@@ -230,5 +230,32 @@ class BatchValuesTest(RecorderTestCase):
         self.assertIn("sparse", self.lib.calls[0][1])
 
 
+class TransformDataset(IndexDataset):
+    """IndexDataset whose samples pass through an nn.Module (as torchvision's Normalize)."""
+
+    def __init__(self, n):
+        super().__init__(n)
+        self.transform = torch.nn.Sequential(torch.nn.Identity())
+
+    def __getitem__(self, i):
+        x, y = super().__getitem__(i)
+        return self.transform(x), y
+
+
+class DataPipelineModulesTest(RecorderTestCase):
+    def test_modules_called_while_fetching_are_not_digested_and_do_not_take_the_root_name(self):
+        loader = DataLoader(TransformDataset(8), batch_size=4,
+                            collate_fn=lambda b: torch.nn.Identity()(torch.utils.data.default_collate(b)))
+        model = small_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        for x, y in loader:
+            train_step(model, optimizer, x)
+        self.assert_steps_well_formed(2)
+        paths = sorted({d[2] for d in self.digests(native.DIGEST_MODULE_OUTPUT)})
+        # The model is the process's first root ("" prefix); nothing of the transforms or the
+        # collate function's module was digested.
+        self.assertEqual(paths, ["", "0", "1", "2"])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -590,8 +590,10 @@ int run(int argc, char** argv) {
     full.push_back("--args");
     full.insert(full.end(), command.begin(), command.end());
   }
+  std::string claimPath = std::string(reportPath) + ".claim." + (stream ? stream->name() : "");  // ReplaySession
   auto removeTemps = [&] {
     ::unlink(reportPath);
+    ::unlink(claimPath.c_str());
     if (o.debug == "gdb") ::unlink(gdbStatusPath);
   };
   std::vector<std::string> envStrings;
@@ -650,6 +652,7 @@ int run(int argc, char** argv) {
     if (!o.json) files.print(stderr);
     return allRanksOutcome(ranks, rankReports, status, o.json);
   }
+  ::unlink(claimPath.c_str());
   auto report = readReport(reportPath);
   if (o.debug == "gdb") {
     int32_t job[2] = {0, -1};  // signal, exit code

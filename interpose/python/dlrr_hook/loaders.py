@@ -28,6 +28,8 @@ import ctypes
 import operator
 import weakref
 
+from .modules import in_fetch
+
 _NOTHING = object()
 
 
@@ -196,7 +198,8 @@ class LoaderTracker:
                     return original(self)
                 in_flight = rec.guarded(tracker.before_next, self)
                 try:
-                    data = original(self)
+                    with in_fetch():  # transforms/collate run here: not the step's compute
+                        data = original(self)
                 except StopIteration:
                     if rec.active:
                         rec.guarded(tracker.stopped, self)

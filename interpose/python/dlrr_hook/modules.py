@@ -10,10 +10,34 @@ process has the path prefix "", later roots are named after their class ("CrossE
 prefix ("features.0"); a module reached in a forward but not registered under its root gets
 "<parent path>.<ClassName>".  Paths are cached per module (weakly) so the per-call cost is
 one dict lookup.
+
+Data pipeline: module calls made while a DataLoader fetches and collates a batch in this
+thread (torchvision transforms such as Normalize are nn.Modules; with num_workers=0 they run
+in the main process) are not the step's compute.  Replay serves the batch, so they never run
+there: they are left out of the stack, the path naming and the digests (see in_fetch).
 """
 
 import threading
 import weakref
+
+_fetch = threading.local()
+
+
+class in_fetch:
+    """Context: this thread is fetching a batch; module calls inside are not digested."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        _fetch.depth = getattr(_fetch, "depth", 0) + 1
+
+    def __exit__(self, *exc):
+        _fetch.depth -= 1
+        return False
+
+
+def fetching():
+    return getattr(_fetch, "depth", 0) > 0
 
 
 class ModulePaths:
@@ -136,7 +160,7 @@ class ModuleTracker:
         digest_outputs = self._digest_outputs
 
         def pre_hook(module, args):
-            if not rec.active or (is_compiling is not None and is_compiling()):
+            if not rec.active or (is_compiling is not None and is_compiling()) or fetching():
                 return None
             try:
                 stack = local.__dict__.get("stack")
@@ -150,7 +174,7 @@ class ModuleTracker:
             return None
 
         def post_hook(module, args, output):
-            if not rec.active or (is_compiling is not None and is_compiling()):
+            if not rec.active or (is_compiling is not None and is_compiling()) or fetching():
                 return None
             try:
                 stack = local.__dict__.get("stack")

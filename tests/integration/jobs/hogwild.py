@@ -1,0 +1,50 @@
+"""PyTorch's examples/mnist_hogwild pattern: model.share_memory(), N torch.multiprocessing
+processes each training it with their own DataLoader and optimizer, no torch.distributed.
+--separate gives each process its own model (no race)."""
+import argparse
+
+import torch
+import torch.multiprocessing as mp
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train(rank, model, args):
+    torch.manual_seed(1 + rank)
+    if args.separate:
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+    x = torch.randn(256, 8)
+    y = (x[:, 0] > 0).long()
+    loader = DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True, num_workers=0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for epoch in range(args.epochs):
+        for step, (xb, yb) in enumerate(loader):
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(xb), yb)
+            loss.backward()
+            opt.step()
+    print("process %d loss %.6f" % (rank, loss.item()), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--processes", type=int, default=2)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--start", default="fork")
+    ap.add_argument("--separate", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+    model.share_memory()
+    ctx = mp.get_context(args.start)
+    procs = [ctx.Process(target=train, args=(rank, model, args)) for rank in range(args.processes)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    print("exit codes", [p.exitcode for p in procs])
+
+
+if __name__ == "__main__":
+    main()
