@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <set>
 #include <sstream>
 
 #include "tools/common/Json.h"
@@ -184,8 +185,11 @@ std::string renderText(const Facts& f, const Report& r, const triage::TriageInpu
   }
   if (!f.paths.empty() || !f.env.empty() || !in.missingPaths.empty()) {
     o << "  what it touched that may not exist on the cluster:\n";
+    std::set<std::string> missing;
+    for (const auto& m : in.missingPaths) missing.insert(m.path);
     size_t shown = 0;
     for (const auto& p : f.paths) {
+      if (missing.count(p.path)) continue;  // listed below as missing
       if (shown++ == kShownPaths) {
         o << "    ... " << (f.paths.size() - kShownPaths) << " more (dlpreflight --json lists them all)\n";
         break;
@@ -216,7 +220,7 @@ std::string renderText(const Facts& f, const Report& r, const triage::TriageInpu
 std::string renderJson(const Facts& f, const Report& r, const triage::TriageInput& in, const triage::TriageResult& t,
                        const std::string& tracePath, double seconds) {
   std::string buf;
-  tools::JsonWriter j(buf, 2);
+  tools::JsonWriter j(buf, 0);  // one line: the last line of stdout
   j.beginObject();
   j.field("passed", r.passed);
   j.field("verdict", r.verdict);

@@ -255,6 +255,11 @@ class Preflight:
         jit = getattr(torch, "jit", None)
         if jit is not None and hasattr(jit, "save"):
             patcher.wrap(jit, "save", lambda original: self._make_saver(original, "torch.jit.save"))
+        script = sys.modules.get("torch.jit._script")
+        for name in ("RecursiveScriptModule", "ScriptModule"):  # traced/scripted_model.save(path)
+            cls = getattr(script, name, None)
+            if cls is not None and "save" in vars(cls):
+                patcher.wrap(cls, "save", lambda original: self._make_saver(original, "ScriptModule.save"))
         onnx = sys.modules.get("torch.onnx")
         if onnx is not None and hasattr(onnx, "export"):
             patcher.wrap(onnx, "export", lambda original: self._make_saver(original, "torch.onnx.export"))
