@@ -3,7 +3,7 @@
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config clang-14 llvm-14 libclang-rt-14-dev clang-format
       capnproto libcapnp-dev libzstd-dev libxxhash-dev libunwind-dev libgtest-dev
-      python3 python3-torch python3-numpy libopenblas0 gdb procps util-linux)
+      python3 python3-torch python3-numpy python3-torchvision libopenblas0 gdb procps util-linux)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -175,7 +175,7 @@ class Preflight:
         self._roots = _ignored_roots()
         self._passes = {}  # id(iterator) -> _Pass in progress
         self._stack = []  # passes in progress, outermost first (nested evaluation passes)
-        self._loaders = {}  # id(dataset) -> loader number
+        self._loaders = {}  # id(the loader's batch sampler) -> loader number
         self._pass_count = 0
         self._fetched = 0  # batches fetched since the last update outside a pass
         self._loop_updates = 0
@@ -185,6 +185,7 @@ class Preflight:
         self._paths = {}
         self._env = {}
         self._saves = 0
+        self._no_loop_reported = False
         self._uncuttable = set()  # (code, loop start) reported as not cut once
         self._tracing = None  # (frame, code, start, exit_line, break_line, previous trace)
         self._clear_refs_ok = True
@@ -275,7 +276,7 @@ class Preflight:
                 if p is not None:
                     pf._guard(pf._end_pass, it, p, False)
                 p = pf._guard(pf._begin_pass, it)
-            if p is not None and p.batches >= pf.k:
+            if p is not None and p.batches >= pf.k and not 0 <= p.length <= p.batches:
                 pf._guard(pf._end_pass, it, p, True)
                 if not getattr(it, "_persistent_workers", False) and hasattr(it, "_shutdown_workers"):
                     it._shutdown_workers()
@@ -294,7 +295,9 @@ class Preflight:
 
     def _begin_pass(self, it):
         dataset = getattr(it, "_dataset", None)
-        loader = self._loaders.setdefault(id(dataset), len(self._loaders))
+        # The batch sampler is made once per DataLoader (two loaders may share a dataset).
+        key = id(getattr(it, "_index_sampler", None) or dataset)
+        loader = self._loaders.setdefault(key, len(self._loaders))
         try:
             length = len(it)
         except Exception:
@@ -347,7 +350,7 @@ class Preflight:
             return
         self._loop_updates += 1
         if self._loop_updates >= self.k:
-            self._guard(self._leave_loop, sys._getframe(2))
+            self._guard(self._leave_loop, sys._getframe(1))
 
     def _user_frame_with_loop(self, frame):
         while frame is not None:
@@ -364,9 +367,11 @@ class Preflight:
         frame, loop = self._user_frame_with_loop(frame)
         where = None
         if frame is None:
-            self._fact("preflight.loop.%d" % self._loops_cut, "not cut: no loop of the job's code "
-                       "encloses the update (after %d updates)" % self._loop_updates)
-            self._loops_cut += 1
+            if not self._no_loop_reported:  # once: it is the same story at every K updates
+                self._no_loop_reported = True
+                self._fact("preflight.loop.%d" % self._loops_cut, "not cut: no loop of the job's code "
+                           "encloses its updates")
+                self._loops_cut += 1
             self._loop_updates = 0
             return
         code = frame.f_code
