@@ -114,6 +114,18 @@ class PreflightTest(TraceTestCase):
         self.assertIn(meta, doc["missing_paths"])
         self.assertIn({"how": "read", "path": data}, doc["paths"])
 
+    def test_a_job_written_for_cuda_runs_on_the_cpu_where_there_is_no_gpu(self):
+        if run([PY, "-c", "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"]).returncode == 0:
+            self.skipTest("this machine has a GPU: the job runs on it")
+        p, doc = self.preflight([PY, os.path.join(JOBS, "preflight_cuda_job.py")])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(doc["cpu_fallback"])
+        self.assertGreater(doc["cuda_rewrites"], 4)
+        self.assertIn("epoch 1 loss", p.stdout)
+        self.assertIn("it ran on the CPU", p.stderr)
+        plain = run([PY, os.path.join(JOBS, "preflight_cuda_job.py")])
+        self.assertNotEqual(plain.returncode, 0)  # without preflight it cannot run here at all
+
     def test_replaying_a_preflight_trace_reaches_its_failure(self):
         p, doc = self.vision("metric-key")
         self.assertEqual(p.returncode, 1, p.stderr)

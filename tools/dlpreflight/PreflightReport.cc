@@ -60,6 +60,15 @@ Facts parseFacts(const std::map<std::string, std::string>& runtime) {
       if (parseInt(value, v) && v >= 0) f.peakRssKib = static_cast<uint64_t>(v);
       continue;
     }
+    if (rest == "cpu") {
+      f.cpuFallback = true;
+      continue;
+    }
+    if (rest == "cuda_rewrites") {
+      int64_t v = 0;
+      if (parseInt(value, v) && v >= 0) f.cudaRewrites = v;
+      continue;
+    }
     if (rest == "error") {
       f.error = value;
       continue;
@@ -163,6 +172,9 @@ std::string renderText(const Facts& f, const Report& r, const triage::TriageInpu
   if (f.k > 0)
     o << ", every DataLoader pass cut to " << f.k << " batches, every loop without one to " << f.k << " updates";
   o << "\n";
+  if (f.cpuFallback && f.cudaRewrites > 0)
+    o << "  no GPU here: the job asked for CUDA " << f.cudaRewrites << (f.cudaRewrites == 1 ? " time" : " times")
+      << "; it ran on the CPU\n";
   auto lines = phaseLines(f);
   if (!lines.empty()) o << "  phases:\n";
   for (const auto& l : lines) {
@@ -183,28 +195,25 @@ std::string renderText(const Facts& f, const Report& r, const triage::TriageInpu
     for (size_t i = 0; i < t.evidence.size() && i < 3; ++i) o << "    - " << printable(t.evidence[i]) << "\n";
     if (!t.advice.empty()) o << "    advice: " << printable(t.advice) << "\n";
   }
-  if (!f.paths.empty() || !f.env.empty() || !in.missingPaths.empty()) {
-    o << "  what it touched that may not exist on the cluster:\n";
-    std::set<std::string> missing;
-    for (const auto& m : in.missingPaths) missing.insert(m.path);
-    size_t shown = 0;
-    for (const auto& p : f.paths) {
-      if (missing.count(p.path)) continue;  // listed below as missing
-      if (shown++ == kShownPaths) {
-        o << "    ... " << (f.paths.size() - kShownPaths) << " more (dlpreflight --json lists them all)\n";
-        break;
-      }
-      o << "    " << p.how << std::string(p.how.size() < 6 ? 6 - p.how.size() : 0, ' ') << "  " << printable(p.path)
-        << "\n";
-    }
-    for (const auto& m : in.missingPaths) {
-      if (triage::isStartupProbe(m.path, m.op)) continue;
-      o << "    missing " << printable(m.path) << "\n";
-    }
-    for (const auto& e : f.env)
-      o << "    env     " << printable(e.name) << (e.set ? " (set here" : " (unset here") << "; read at "
-        << printable(e.where) << ")\n";
+  std::set<std::string> missing;
+  std::vector<std::string> touched;
+  for (const auto& m : in.missingPaths)
+    if (!triage::isStartupProbe(m.path, m.op)) missing.insert(m.path);
+  size_t listed = 0, paths = 0;
+  for (const auto& p : f.paths) {
+    if (missing.count(p.path)) continue;  // listed below as missing
+    ++paths;
+    if (listed++ < kShownPaths)
+      touched.push_back(p.how + std::string(p.how.size() < 6 ? 6 - p.how.size() : 0, ' ') + "  " + printable(p.path));
   }
+  if (paths > kShownPaths)
+    touched.push_back("... " + std::to_string(paths - kShownPaths) + " more (dlpreflight --json lists them all)");
+  for (const auto& m : missing) touched.push_back("missing " + printable(m));
+  for (const auto& e : f.env)
+    touched.push_back("env     " + printable(e.name) + (e.set ? " (set here" : " (unset here") + "; read at " +
+                      printable(e.where) + ")");
+  if (!touched.empty()) o << "  what it touched that may not exist on the cluster:\n";
+  for (const auto& line : touched) o << "    " << line << "\n";
   o << "  peak memory: RSS " << mib(f.peakRssKib);
   if (in.processPeak)
     for (const auto& g : in.processPeak->gpus)
@@ -274,6 +283,8 @@ std::string renderJson(const Facts& f, const Report& r, const triage::TriageInpu
   }
   j.endArray();
   j.field("peak_rss_bytes", f.peakRssKib * 1024);
+  j.field("cpu_fallback", f.cpuFallback);
+  j.field("cuda_rewrites", f.cudaRewrites);
   j.key("failure");
   if (failed(in)) {
     j.beginObject();

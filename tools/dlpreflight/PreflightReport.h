@@ -43,7 +43,9 @@ struct Facts {
   std::vector<PathUse> paths;
   std::vector<EnvRead> env;
   uint64_t peakRssKib = 0;
-  std::string error;  // the hook's own internal error, if any
+  bool cpuFallback = false;  // no GPU here: CUDA devices the job asked for were given the CPU
+  int64_t cudaRewrites = 0;  // how many device arguments that moved
+  std::string error;         // the hook's own internal error, if any
 };
 
 // Parses the `preflight.*` items of a process's runtime facts (items in the order of their

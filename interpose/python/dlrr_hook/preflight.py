@@ -189,6 +189,8 @@ class Preflight:
         self._uncuttable = set()  # (code, loop start) reported as not cut once
         self._tracing = None  # (frame, code, start, exit_line, break_line, previous trace)
         self._clear_refs_ok = True
+        self.cuda_rewrites = 0  # device arguments moved from CUDA to the CPU
+        self._cpu_mode = None
         self.error = None
 
     # ------------------------------------------------------------------ plumbing
@@ -264,6 +266,55 @@ class Preflight:
         onnx = sys.modules.get("torch.onnx")
         if onnx is not None and hasattr(onnx, "export"):
             patcher.wrap(onnx, "export", lambda original: self._make_saver(original, "torch.onnx.export"))
+
+    # ------------------------------------------------------------------ CUDA asked, none here
+    def install_cpu_fallback(self, patcher, torch):
+        """On a machine without a GPU, CUDA devices the job asks for are given the CPU (a
+        global TorchFunctionMode rewrites device arguments of factories, Tensor.to/.cuda and
+        so Module.to/.cuda; torch.cuda.set_device/synchronize become no-ops), the way a user
+        would edit the job to test it on a laptop.  Decided without initialising CUDA: a CPU
+        build of torch, or no NVIDIA driver."""
+        if getattr(torch.version, "cuda", None) and os.path.exists("/proc/driver/nvidia/version"):
+            return False
+        mode_base = getattr(getattr(torch, "overrides", None), "TorchFunctionMode", None)
+        if mode_base is None:
+            return False
+        pf = self
+
+        def cpu(device):
+            if isinstance(device, str) and device.startswith("cuda"):
+                pf.cuda_rewrites += 1
+                return "cpu"
+            if isinstance(device, torch.device) and device.type == "cuda":
+                pf.cuda_rewrites += 1
+                return torch.device("cpu")
+            if isinstance(device, int) and not isinstance(device, bool):
+                pf.cuda_rewrites += 1  # .to(0) / .cuda(0): device ordinal 0 is cuda:0
+                return "cpu"
+            return device
+
+        class CudaToCpu(mode_base):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                if "device" in kwargs:
+                    kwargs = dict(kwargs)
+                    kwargs["device"] = cpu(kwargs["device"])
+                name = getattr(func, "__name__", "")
+                if name == "cuda":
+                    pf.cuda_rewrites += 1
+                    return args[0]
+                if name == "to" and len(args) > 1:
+                    args = (args[0],) + tuple(cpu(a) for a in args[1:])
+                return func(*args, **kwargs)
+
+        cuda = getattr(torch, "cuda", None)
+        for name in ("set_device", "synchronize"):
+            if cuda is not None and hasattr(cuda, name):
+                patcher.wrap(cuda, name, lambda original: (lambda *a, **k: None))
+        self._cpu_mode = CudaToCpu()
+        self._cpu_mode.__enter__()  # for the rest of the process
+        self._fact("preflight.cpu", "no GPU here: CUDA devices the job asks for are given the CPU")
+        return True
 
     def _make_next_data(self, original):
         pf = self
@@ -539,6 +590,8 @@ class Preflight:
         self._stack.clear()
         self._passes.clear()
         self._fact("preflight.peak_rss_kib", str(self._hwm_kib()))
+        if self._cpu_mode is not None:
+            self._fact("preflight.cuda_rewrites", str(self.cuda_rewrites))
 
 
 def _global_trace(frame, event, arg):

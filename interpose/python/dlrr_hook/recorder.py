@@ -186,6 +186,7 @@ class Recorder:
                                   keep_ring=bool(self._keep_outputs))
         if self.preflight is not None:  # inside the recorder's DataLoader patch: a cut is a pass end
             self.preflight.install_torch(self._patcher, torch, dataloader)
+            self.preflight.install_cpu_fallback(self._patcher, torch)
         self.loaders = LoaderTracker(self, self._on_batch, self._on_loader_end,
                                      self.steps.note_loader_created)
         self.loaders.install(self._patcher, dataloader, worker)
