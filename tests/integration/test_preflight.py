@@ -50,7 +50,7 @@ class PreflightTest(TraceTestCase):
             self.skipTest("python3-torchvision is not installed (scripts/setup.sh installs it)")
 
     def test_a_healthy_job_passes_with_every_phase_in_miniature(self):
-        p, doc = self.preflight_ok = self.vision("none")
+        p, doc = self.vision("none")
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertTrue(doc["passed"])
         self.assertIsNone(doc["failure"])
@@ -66,6 +66,28 @@ class PreflightTest(TraceTestCase):
         self.assertIn("dlpreflight: PASSED", p.stderr)
         # The trace is a recording like any other: 3 epochs x 2 training batches.
         self.assertEqual(len(steps(self.trace_path())), 6)
+
+    def test_memory_at_the_full_batch_size_from_two_small_runs(self):
+        out = os.path.join(self.tmp, "out")
+        os.makedirs(out)
+        first = self.trace_path("bs4.trace")
+        p = run([tool("dlpreflight"), "-o", first, "--", PY, VISION, "--out", out, "--batch-size", "4"], timeout=600)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        args = [tool("dlpreflight"), "--json", "-o", self.trace_path("bs16b.trace"), "--compare", first,
+                "--memory-at", "256", "--", PY, VISION, "--out", out, "--batch-size", "16"]
+        p = run(args, timeout=600)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        doc = json.loads(p.stdout.splitlines()[-1])
+        est = {(e["loader"], e["phase"]): e for e in doc["memory_estimates"]}
+        self.assertEqual(set(est), {(0, "training"), (1, "evaluation")})
+        train = est[(0, "training")]
+        self.assertEqual(train["batch_sizes"], "4,16")
+        self.assertEqual(train["target_batch_size"], 256)
+        a, b = (int(x) for x in train["peaks_rss_bytes"].split(","))
+        # On the line through the two points, or the larger peak when memory did not grow.
+        expected = b + (b - a) * (256 - 16) // 12 if b > a else max(a, b)
+        self.assertLess(abs(train["estimate_rss_bytes"] - expected), 1 << 20)
+        self.assertIn("peak RSS at batch size 256", p.stderr)
 
     def test_a_missing_path_opened_only_in_evaluation(self):
         p, doc = self.vision("eval-path")

@@ -141,6 +141,40 @@ TEST(PreflightReport, TextAndJsonNameWhatRan) {
   EXPECT_NE(json.find("\"failure\":null"), std::string::npos);
 }
 
+preflight::Facts onePass(const char* phase, int64_t batchSize, uint64_t peakKib) {
+  preflight::Facts f;
+  f.k = 2;
+  preflight::Pass p;
+  p.phase = phase;
+  p.batchSize = batchSize;
+  p.peakRssKib = peakKib;
+  f.passes.push_back(p);
+  return f;
+}
+
+TEST(PreflightReport, MemoryAtAnotherBatchSizeIsOnTheLineThroughTwoRuns) {
+  auto e = preflight::estimateMemory(onePass("training", 8, 1000), onePass("training", 16, 1400), 256);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].estimateKib, 1400u + 50u * 240u);  // 50 KiB per sample
+  EXPECT_TRUE(e[0].note.empty());
+  // The runs may come in either order.
+  EXPECT_EQ(preflight::estimateMemory(onePass("training", 16, 1400), onePass("training", 8, 1000), 256)[0].estimateKib,
+            13400u);
+  auto same = preflight::estimateMemory(onePass("training", 8, 1000), onePass("training", 8, 1100), 256);
+  EXPECT_EQ(same[0].estimateKib, 1100u);
+  EXPECT_NE(same[0].note.find("no line through one point"), std::string::npos);
+  auto shrinking = preflight::estimateMemory(onePass("training", 8, 1000), onePass("training", 16, 900), 256);
+  EXPECT_EQ(shrinking[0].estimateKib, 1000u);
+  EXPECT_FALSE(shrinking[0].note.empty());
+  EXPECT_TRUE(preflight::estimateMemory(onePass("training", 8, 1), onePass("evaluation", 16, 2), 64).empty());
+  auto o = parsePreflightOptions({"--compare", "a.trace", "--memory-at=256", "--", "x"});
+  EXPECT_EQ(o.compare, "a.trace");
+  EXPECT_EQ(o.targetBatch, 256);
+  EXPECT_NE(usageMessage({"--memory-at", "256", "--", "x"}).find("go together"), std::string::npos);
+  EXPECT_NE(usageMessage({"--memory-at", "0", "--compare", "a", "--", "x"}).find("positive batch size"),
+            std::string::npos);
+}
+
 TEST(ChildProcess, RunsWaitsAndReportsExecFailures) {
   auto r = tools::runChild({"sh", "-c", "test \"$DLRR_TEST_X\" = yes && exit 7"}, {{"DLRR_TEST_X", "yes"}});
   EXPECT_EQ(r.execError, 0);

@@ -22,6 +22,9 @@ const char* const kPreflightUsage =
     "                       dlpreflight-XXXXXX/trace under $TMPDIR or /tmp; kept)\n"
     "  --json               the report as one line of JSON on stdout, after the job's output\n"
     "                       (the text report goes to stderr either way)\n"
+    "  --compare TRACE      an earlier preflight trace of the same job run with another\n"
+    "                       batch size; with --memory-at, peak RSS per phase is estimated\n"
+    "  --memory-at N        ...at batch size N, on the straight line through the two runs\n"
     "  -h, --help           this help\n"
     "  --version            print the version\n"
     "\n"
@@ -66,6 +69,16 @@ PreflightOptions parsePreflightOptions(const std::vector<std::string>& args) {
     } else if (a.rfind("--output=", 0) == 0) {
       o.output = a.substr(9);
       if (o.output.empty()) throw UsageError("--output needs a path");
+    } else if (a == "--compare" || a.rfind("--compare=", 0) == 0) {
+      o.compare = a == "--compare" ? value(a) : a.substr(10);
+      if (o.compare.empty()) throw UsageError("--compare needs a trace");
+    } else if (a == "--memory-at" || a.rfind("--memory-at=", 0) == 0) {
+      std::string v = a == "--memory-at" ? value(a) : a.substr(12);
+      int64_t n = 0;
+      auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+      if (ec != std::errc() || end != v.data() + v.size() || n < 1 || n > (int64_t{1} << 40))
+        throw UsageError("--memory-at must be a positive batch size (got '" + v + "')");
+      o.targetBatch = n;
     } else if (a == "--json") {
       o.json = true;
     } else if (!a.empty() && a[0] == '-') {
@@ -75,6 +88,10 @@ PreflightOptions parsePreflightOptions(const std::vector<std::string>& args) {
     }
   }
   if (!sawDashDash) throw UsageError("missing '--' and the command to run");
+  if ((o.targetBatch > 0) != !o.compare.empty())
+    throw UsageError(
+        "--compare and --memory-at go together (an earlier run at another batch size, and the batch "
+        "size to estimate for)");
   for (; i < args.size(); ++i) o.command.push_back(args[i]);
   if (o.command.empty()) throw UsageError("no command after '--'");
   return o;

@@ -1,6 +1,7 @@
 #pragma once
 // dlpreflight's command line: [options] -- CMD [ARGS...]. Parsing never prints or exits
 // (unit-tested and fuzzed like the other tools' parsers).
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,8 @@ struct PreflightOptions {
   int batches = 2;     // K: batches per DataLoader pass, updates per loop without one
   std::string output;  // the preflight trace; empty: a new directory under $TMPDIR
   bool json = false;
+  std::string compare;      // an earlier preflight trace of the same job at another batch size
+  int64_t targetBatch = 0;  // estimate peak memory at this batch size (with `compare`)
   std::vector<std::string> command;
 };
 

@@ -90,6 +90,7 @@ Facts parseFacts(const std::map<std::string, std::string>& runtime) {
     p.cut = intField(m, "cut", 0) != 0;
     p.updates = intField(m, "updates", 0);
     p.peakRssKib = static_cast<uint64_t>(std::max<int64_t>(0, intField(m, "peak_rss_kib", 0)));
+    p.batchSize = intField(m, "batch_size", -1);
     f.passes.push_back(std::move(p));
   }
   for (const auto& [n, v] : numbered["loop"]) f.loops.push_back(v);
@@ -131,8 +132,48 @@ std::vector<PhaseLine> phaseLines(const Facts& f) {
     it->of = std::max(it->of, p.of);
     it->cut = it->cut || p.cut;
     it->peakRssKib = std::max(it->peakRssKib, p.peakRssKib);
+    it->batchSize = std::max(it->batchSize, p.batchSize);
   }
   return lines;
+}
+
+std::vector<MemoryEstimate> estimateMemory(const Facts& earlier, const Facts& now, int64_t targetBatch) {
+  std::vector<MemoryEstimate> out;
+  auto before = phaseLines(earlier);
+  for (const auto& b : phaseLines(now)) {
+    auto a = std::find_if(before.begin(), before.end(),
+                          [&](const PhaseLine& l) { return l.loader == b.loader && l.phase == b.phase; });
+    if (a == before.end()) continue;
+    MemoryEstimate e;
+    e.loader = b.loader;
+    e.phase = b.phase;
+    e.batchA = a->batchSize;
+    e.batchB = b.batchSize;
+    e.peakA = a->peakRssKib;
+    e.peakB = b.peakRssKib;
+    e.target = targetBatch;
+    uint64_t larger = std::max(e.peakA, e.peakB);
+    if (e.batchA <= 0 || e.batchB <= 0) {
+      e.note = "the loader has no batch size";
+      e.estimateKib = larger;
+    } else if (e.batchA == e.batchB) {
+      e.note = "both runs used batch size " + std::to_string(e.batchA) + ": no line through one point";
+      e.estimateKib = larger;
+    } else {
+      double slope =
+          (static_cast<double>(e.peakB) - static_cast<double>(e.peakA)) / static_cast<double>(e.batchB - e.batchA);
+      double at = static_cast<double>(e.peakB) + slope * static_cast<double>(targetBatch - e.batchB);
+      if (slope < 0) {
+        e.note =
+            "peak RSS did not grow with the batch size (measurement noise or memory the allocator kept): "
+            "the larger peak is given";
+        at = static_cast<double>(larger);
+      }
+      e.estimateKib = at > 0 ? static_cast<uint64_t>(at) : 0;
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
 }
 
 Report judge(const Facts& f, const triage::TriageInput& in, const triage::TriageResult& t, int jobExit) {
@@ -162,7 +203,7 @@ Report judge(const Facts& f, const triage::TriageInput& in, const triage::Triage
 }
 
 std::string renderText(const Facts& f, const Report& r, const triage::TriageInput& in, const triage::TriageResult& t,
-                       const std::string& tracePath, double seconds) {
+                       const std::string& tracePath, double seconds, const std::vector<MemoryEstimate>& estimates) {
   using tools::printable;
   std::ostringstream o;
   o << "dlpreflight: " << printable(r.verdict) << "\n";
@@ -220,6 +261,17 @@ std::string renderText(const Facts& f, const Report& r, const triage::TriageInpu
       o << "; cuda:" << g.device << " allocated " << tools::humanBytes(g.maxAllocated) << ", reserved "
         << tools::humanBytes(g.maxReserved) << " of " << tools::humanBytes(g.total);
   o << "\n";
+  if (!estimates.empty())
+    o << "  peak RSS at batch size " << estimates.front().target
+      << " (straight line through the two runs; assumes memory grows linearly with the batch size and "
+         "nothing else changes):\n";
+  for (const auto& e : estimates) {
+    o << "    " << (e.phase == "training" ? "training  " : "evaluation") << "  loader " << e.loader << ": "
+      << mib(e.estimateKib) << " (batch " << e.batchA << ": " << mib(e.peakA) << ", batch " << e.batchB << ": "
+      << mib(e.peakB) << ")";
+    if (!e.note.empty()) o << "; " << printable(e.note);
+    o << "\n";
+  }
   for (const auto& w : r.warnings) o << "  warning: " << printable(w) << "\n";
   o << "  trace: " << printable(tracePath) << " (dltrace info / triage; dlreplay";
   o << (failed(in) ? " --until crash)" : ")") << "\n";
@@ -227,7 +279,7 @@ std::string renderText(const Facts& f, const Report& r, const triage::TriageInpu
 }
 
 std::string renderJson(const Facts& f, const Report& r, const triage::TriageInput& in, const triage::TriageResult& t,
-                       const std::string& tracePath, double seconds) {
+                       const std::string& tracePath, double seconds, const std::vector<MemoryEstimate>& estimates) {
   std::string buf;
   tools::JsonWriter j(buf, 0);  // one line: the last line of stdout
   j.beginObject();
@@ -252,6 +304,7 @@ std::string renderJson(const Facts& f, const Report& r, const triage::TriageInpu
     j.field("cut", p.cut);
     j.field("updates", p.updates);
     j.field("peak_rss_bytes", p.peakRssKib * 1024);
+    j.field("batch_size", p.batchSize);
     j.endObject();
   }
   j.endArray();
@@ -283,6 +336,19 @@ std::string renderJson(const Facts& f, const Report& r, const triage::TriageInpu
   }
   j.endArray();
   j.field("peak_rss_bytes", f.peakRssKib * 1024);
+  j.key("memory_estimates").beginArray();
+  for (const auto& e : estimates) {
+    j.beginObject();
+    j.field("loader", e.loader);
+    j.field("phase", e.phase);
+    j.field("target_batch_size", e.target);
+    j.field("estimate_rss_bytes", e.estimateKib * 1024);
+    j.field("batch_sizes", std::to_string(e.batchA) + "," + std::to_string(e.batchB));
+    j.field("peaks_rss_bytes", std::to_string(e.peakA * 1024) + "," + std::to_string(e.peakB * 1024));
+    j.field("note", e.note);
+    j.endObject();
+  }
+  j.endArray();
   j.field("cpu_fallback", f.cpuFallback);
   j.field("cuda_rewrites", f.cudaRewrites);
   j.key("failure");

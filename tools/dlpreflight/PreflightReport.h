@@ -22,6 +22,7 @@ struct Pass {
   bool cut = false;
   int64_t updates = 0;
   uint64_t peakRssKib = 0;
+  int64_t batchSize = -1;  // the loader's batch size (-1: none, e.g. batch_size=None)
 };
 
 struct EnvRead {
@@ -62,8 +63,23 @@ struct PhaseLine {
   int64_t of = -1;
   bool cut = false;
   uint64_t peakRssKib = 0;
+  int64_t batchSize = -1;
 };
 std::vector<PhaseLine> phaseLines(const Facts& f);
+
+// Peak RSS of a loader's phase at another batch size, on the straight line through two
+// preflight runs of the same job at two batch sizes (activation memory grows with the batch
+// size; everything else is taken as fixed).
+struct MemoryEstimate {
+  int loader = 0;
+  std::string phase;
+  int64_t batchA = 0, batchB = 0;  // the two runs' batch sizes
+  uint64_t peakA = 0, peakB = 0;   // KiB
+  int64_t target = 0;
+  uint64_t estimateKib = 0;
+  std::string note;  // why the line could not be used as is, if so
+};
+std::vector<MemoryEstimate> estimateMemory(const Facts& earlier, const Facts& now, int64_t targetBatch);
 
 struct Report {
   bool passed = false;
@@ -77,8 +93,10 @@ struct Report {
 Report judge(const Facts& f, const triage::TriageInput& in, const triage::TriageResult& triage, int jobExit);
 
 std::string renderText(const Facts& f, const Report& r, const triage::TriageInput& in,
-                       const triage::TriageResult& triage, const std::string& tracePath, double seconds);
+                       const triage::TriageResult& triage, const std::string& tracePath, double seconds,
+                       const std::vector<MemoryEstimate>& estimates = {});
 std::string renderJson(const Facts& f, const Report& r, const triage::TriageInput& in,
-                       const triage::TriageResult& triage, const std::string& tracePath, double seconds);
+                       const triage::TriageResult& triage, const std::string& tracePath, double seconds,
+                       const std::vector<MemoryEstimate>& estimates = {});
 
 }  // namespace dlrr::preflight

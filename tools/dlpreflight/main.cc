@@ -104,9 +104,21 @@ int run(int argc, char** argv) {
     triage::TriageResult tr = triage::classify(in);
     preflight::Facts facts = preflight::parseFacts(in.runtime);
     preflight::Report report = preflight::judge(facts, in, tr, jobExit);
-    std::string text = preflight::renderText(facts, report, in, tr, trace, seconds);
+    std::vector<preflight::MemoryEstimate> estimates;
+    if (!o.compare.empty()) {
+      try {
+        auto earlier = Trace::open(o.compare, OpenMode::Tolerant);
+        estimates = preflight::estimateMemory(preflight::parseFacts(triage::gatherFacts(*earlier).runtime), facts,
+                                              o.targetBatch);
+        if (estimates.empty())
+          report.warnings.push_back("--compare: " + o.compare + " has no pass of the same loaders and phases");
+      } catch (const TraceError& e) {
+        report.warnings.push_back("--compare: " + o.compare + " is not readable: " + e.what());
+      }
+    }
+    std::string text = preflight::renderText(facts, report, in, tr, trace, seconds, estimates);
     std::fputs(text.c_str(), stderr);
-    if (o.json) std::fputs(preflight::renderJson(facts, report, in, tr, trace, seconds).c_str(), stdout);
+    if (o.json) std::fputs(preflight::renderJson(facts, report, in, tr, trace, seconds, estimates).c_str(), stdout);
     return report.exitCode;
   } catch (const TraceError& e) {
     std::fprintf(stderr, "dlpreflight: the preflight trace %s is not readable: %s\n", trace.c_str(), e.what());

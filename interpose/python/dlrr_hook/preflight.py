@@ -151,9 +151,10 @@ def _caller_is_import_or_hook(frame):
 
 
 class _Pass:
-    __slots__ = ("key", "loader", "dataset", "length", "batches", "updates", "peak", "cut")
+    __slots__ = ("key", "loader", "dataset", "length", "batches", "updates", "peak", "cut", "batch_size")
 
-    def __init__(self, key, loader, dataset, length):
+    def __init__(self, key, loader, dataset, length, batch_size):
+        self.batch_size = batch_size
         self.key = key
         self.loader = loader
         self.dataset = dataset
@@ -355,7 +356,9 @@ class Preflight:
             length = -1
         self._fold_peak()
         self._reset_hwm()
-        p = _Pass(self._pass_count, loader, type(dataset).__name__, length)
+        batch_size = getattr(getattr(it, "_index_sampler", None), "batch_size", None)
+        p = _Pass(self._pass_count, loader, type(dataset).__name__, length,
+                  batch_size if isinstance(batch_size, int) else -1)
         self._pass_count += 1
         self._passes[id(it)] = p
         self._stack.append(p)
@@ -372,9 +375,9 @@ class Preflight:
 
     def _send_pass(self, p):
         self._fact("preflight.pass.%d" % p.key,
-                   "loader=%d dataset=%s phase=%s batches=%d of=%d cut=%d updates=%d peak_rss_kib=%d" % (
-                       p.loader, p.dataset, "training" if p.updates else "evaluation", p.batches,
-                       p.length, 1 if p.cut else 0, p.updates, p.peak))
+                   "loader=%d dataset=%s phase=%s batches=%d of=%d cut=%d updates=%d peak_rss_kib=%d "
+                   "batch_size=%d" % (p.loader, p.dataset, "training" if p.updates else "evaluation", p.batches,
+                                      p.length, 1 if p.cut else 0, p.updates, p.peak, p.batch_size))
 
     # ------------------------------------------------------------------ updates and loops
     def on_update(self, kind):
