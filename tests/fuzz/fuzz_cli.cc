@@ -17,12 +17,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "format/Redact.h"
 #include "replayer/ReplayTarget.h"
 #include "tools/common/UsageError.h"
+#include "tools/dlpreflight/PreflightOptions.h"
+#include "tools/dlpreflight/PreflightReport.h"
 #include "tools/dlrecord/RecordOptions.h"
 #include "tools/dlreplay/ReplayOptions.h"
 #include "tools/dltrace/Cli.h"
@@ -226,6 +229,32 @@ void dlreplay(const std::vector<std::string>& argv) {
   }
 }
 
+void dlpreflight(const std::vector<std::string>& argv) {
+  try {
+    auto o = dlrr::parsePreflightOptions(argv);
+    if (o.action != dlrr::PreflightOptions::Action::Run) return;
+    check(!o.command.empty() && isSuffix(o.command, argv));
+    check(o.batches >= 1 && o.batches <= 1000000);
+  } catch (const UsageError& e) {
+    check(*e.what() != '\0');
+  }
+}
+
+// The preflight facts a trace carries are untrusted text: arguments in pairs as
+// `preflight.<key>` = value, parsed and rendered; the JSON report stays one line.
+void preflightFacts(const std::vector<std::string>& argv) {
+  std::map<std::string, std::string> runtime;
+  for (size_t i = 0; i + 1 < argv.size() && i < 2 * kMaxValues; i += 2) runtime["preflight." + argv[i]] = argv[i + 1];
+  auto f = dlrr::preflight::parseFacts(runtime);
+  dlrr::triage::TriageInput in;
+  dlrr::triage::TriageResult t;
+  auto r = dlrr::preflight::judge(f, in, t, argv.size() % 3 == 0 ? 0 : 1);
+  check(r.passed == (r.exitCode == 0));
+  (void)dlrr::preflight::renderText(f, r, in, t, "trace", 1.0);
+  std::string json = dlrr::preflight::renderJson(f, r, in, t, "trace", 1.0);
+  check(json.find('\n') == json.size() - 1);
+}
+
 // Argument i goes to value parser i % 6: every parser gets its own arguments, and an input
 // does not pay for all six on every argument (that made the target four times slower).
 void valueParser(size_t i, const std::string& s) {
@@ -275,6 +304,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case 1:
       dlrecord(argv);
+      dlpreflight(argv);
       break;
     case 2:
       dlreplay(argv);
@@ -284,6 +314,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     default:
       for (size_t i = 0; i < argv.size() && i < kMaxValues; ++i) valueParser(i, argv[i]);
+      preflightFacts(argv);
       break;
   }
   return 0;

@@ -26,6 +26,7 @@ from .imports import ImportWatcher
 from .loaders import LoaderTracker, indices_array
 from .modules import ModuleTracker
 from .patching import Patcher
+from .preflight import Preflight, preflight_batches
 from .rng import RngCapture
 from .steps import StepTracker
 from .tensors import TensorMarshal
@@ -95,6 +96,8 @@ class Recorder:
         self._roots = {}
         self._parameters = None
         self._optimizer_numbers = weakref.WeakKeyDictionary()
+        k = preflight_batches()
+        self.preflight = Preflight(lib, k, self._preflight_fact) if k else None  # dlpreflight
 
     # ------------------------------------------------------------------ lifecycle
     def install(self):
@@ -102,6 +105,8 @@ class Recorder:
         self.failures.install()
         self.guarded(self.triage.install)
         self.guarded(self.failures.enable_faulthandler)
+        if self.preflight is not None:
+            self.guarded(self.preflight.install)
         atexit.register(self._at_exit)
         os.register_at_fork(after_in_child=lambda ref=weakref.ref(self): _disable_in_child(ref))
         self._watcher = ImportWatcher("torch", lambda module: self.guarded(self._on_torch, module))
@@ -180,6 +185,9 @@ class Recorder:
         self.rng = RngCapture(self.lib, torch)
         self.gpu = gpu.GpuDigests(self.lib, torch, self.marshal, deferred=self._gpu_deferred,
                                   keep_ring=bool(self._keep_outputs))
+        if self.preflight is not None:  # inside the recorder's DataLoader patch: a cut is a pass end
+            self.preflight.install_torch(self._patcher, torch, dataloader)
+            self.preflight.install_cpu_fallback(self._patcher, torch)
         self.loaders = LoaderTracker(self, self._on_batch, self._on_loader_end,
                                      self.steps.note_loader_created)
         self.loaders.install(self._patcher, dataloader, worker)
@@ -194,6 +202,9 @@ class Recorder:
         if self.lib.dlrr_mode() == native.MODE_RECORD:  # what the main process reads (files.py)
             FileCapture(self, self.lib).install(self._patcher, dataloader)
 
+    def _preflight_fact(self, key, value):
+        self.lib.dlrr_runtime_info(native.text(key), native.text(value))
+
     def dist_replay_mode(self):
         """None: record (the Replayer says how it replays collectives)."""
         return None
@@ -207,6 +218,8 @@ class Recorder:
             self.guarded(self.dist.flush_buckets)
             self.guarded(self.dist.flush_async)
         self.triage.report("exit")
+        if self.preflight is not None:
+            self.guarded(self.preflight.at_exit)
         if "torch.distributed.elastic.agent.server.api" in sys.modules and "RANK" not in os.environ:
             pass  # a torchrun agent: the ranks it started trained, each in its own stream
         elif self.torch is None:
@@ -368,6 +381,8 @@ class Recorder:
                 self.steps.on_loss(float(host.item()))  # a non-scalar root leaves it alone
 
     def _after_backward(self):
+        if self.preflight is not None:
+            self.preflight.on_update("backward")
         if self.dist is not None:
             # DDP waited for every bucket before backward() returned: before the gradient digests
             self.dist.flush_buckets()
@@ -389,6 +404,8 @@ class Recorder:
         if self.capture_level >= native.CAPTURE_DEFAULT:
             self._digest_parameters(optimizer)
         self.steps.on_optimizer_step_end()
+        if self.preflight is not None:
+            self.preflight.on_update("step")
 
     def _digest_parameters(self, optimizer):
         names = self._step_parameters()[1]

@@ -1,0 +1,182 @@
+"""The hook's preflight side (dlrr_hook/preflight.py) on its own: finding the loop around an
+update, leaving it after K updates (for, while with break, a helper function's caller), the
+loops that cannot be left, DataLoader passes cut to K batches with their phase, and the paths
+and environment variables the job's own code used."""
+
+import os
+import tempfile
+import unittest
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import fake_native  # noqa: F401  (puts interpose/python on sys.path)
+from dlrr_hook import preflight
+from dlrr_hook.patching import Patcher
+
+
+class Facts:
+    def __init__(self):
+        self.items = []
+
+    def __call__(self, key, value):
+        self.items.append((key, value))
+
+    def values(self, kind):
+        return [v for k, v in self.items if k.startswith("preflight.%s." % kind)]
+
+
+def make(k=2):
+    facts = Facts()
+    return preflight.Preflight(None, k, facts), facts
+
+
+class LoopTest(unittest.TestCase):
+    def test_k_from_the_environment(self):
+        self.assertEqual(preflight.preflight_batches({"DLRR_PREFLIGHT": "3"}), 3)
+        for bad in ("", "0", "-1", "2x", " 2"):
+            self.assertEqual(preflight.preflight_batches({"DLRR_PREFLIGHT": bad}), 0, bad)
+        self.assertEqual(preflight.preflight_batches({}), 0)
+
+    def test_find_loop_names_the_innermost_loop_and_its_break(self):
+        def job(step):
+            for epoch in range(3):
+                n = 0
+                while True:
+                    step()
+                    n += 1
+                    if n > 5:
+                        break
+        code = job.__code__
+        calls = [x.offset for x in __import__("dis").get_instructions(code) if x.opname in ("CALL", "CALL_FUNCTION")]
+        start, exit_offset, break_line = preflight.find_loop(code, calls[-1])
+        self.assertIsNotNone(break_line)
+        self.assertEqual(__import__("linecache").getline(code.co_filename, break_line).strip(), "break")
+        self.assertIsNone(preflight.find_loop(code, 0))  # before any loop
+
+    def test_for_while_and_caller_loops_are_left_after_k_updates(self):
+        pf, facts = make(3)
+        ran = []
+
+        def update():
+            pf.on_update("step")
+
+        def train_step():
+            update()
+
+        for i in range(100):
+            train_step()  # the loop is here, one frame above the update's caller
+            ran.append(("for", i))
+        n = 0
+        while True:
+            update()
+            n += 1
+            if n >= 50:
+                break
+        ran.append(("while", n))
+        self.assertEqual([r for r in ran if r[0] == "for"], [("for", 0), ("for", 1), ("for", 2)])
+        self.assertEqual(ran[-1], ("while", 3))
+        loops = facts.values("loop")
+        self.assertEqual(len(loops), 2, loops)
+        self.assertTrue(all(v.startswith("cut: test_preflight.py:") for v in loops), loops)
+
+    def test_a_loop_with_no_line_after_it_is_reported_and_runs_to_its_end(self):
+        pf, facts = make(2)
+        count = []
+
+        def loop_at_the_end():
+            for i in range(10):
+                pf.on_update("step")
+                count.append(i)
+
+        loop_at_the_end()
+        loop_at_the_end()
+        self.assertEqual(len(count), 20)
+        loops = facts.values("loop")
+        self.assertEqual(len(loops), 1, loops)  # said once, not at every K updates
+        self.assertIn("not cut", loops[0])
+
+    def test_backward_counts_only_without_an_optimizer(self):
+        pf, facts = make(2)
+        seen = []
+        for i in range(10):
+            pf.on_update("backward")  # first backward, then the job's first optimizer step:
+            pf.on_update("step")      # one update, not two
+            seen.append(i)
+        self.assertEqual(seen, [0, 1])
+
+
+class PassTest(unittest.TestCase):
+    def setUp(self):
+        self.pf, self.facts = make(2)
+        self.patcher = Patcher()
+        import torch.utils.data.dataloader as dataloader
+        self.pf.install_torch(self.patcher, torch, dataloader)
+
+    def tearDown(self):
+        self.patcher.restore()
+
+    def test_passes_are_cut_to_k_batches_with_their_phase(self):
+        data = TensorDataset(torch.arange(40.0).reshape(20, 2), torch.arange(20))
+        train, val = DataLoader(data, batch_size=4), DataLoader(data, batch_size=5)
+        for epoch in range(2):
+            got = []
+            for x, y in train:
+                got.append(y.tolist())
+                self.pf.on_update("step")
+            self.assertEqual(got, [[0, 1, 2, 3], [4, 5, 6, 7]])
+            with torch.no_grad():
+                self.assertEqual(sum(1 for _ in val), 2)
+        passes = self.facts.values("pass")
+        self.assertEqual(len(passes), 4)
+        self.assertTrue(passes[0].startswith("loader=0 dataset=TensorDataset phase=training batches=2 of=5 cut=1"),
+                        passes[0])
+        self.assertTrue(passes[1].startswith("loader=1 dataset=TensorDataset phase=evaluation batches=2 of=4 cut=1"),
+                        passes[1])
+
+    def test_a_short_pass_is_not_cut(self):
+        data = TensorDataset(torch.zeros(3, 1))
+        self.assertEqual(sum(1 for _ in DataLoader(data, batch_size=2)), 2)
+        self.assertIn("batches=2 of=2 cut=0", self.facts.values("pass")[0])
+
+    def test_saves_and_their_paths(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "m.pt")
+            torch.save({"a": 1}, path)
+            with self.assertRaises(Exception):
+                torch.save({"a": 1}, os.path.join(d, "missing", "m.pt"))
+        saves = self.facts.values("save")
+        self.assertEqual(len(saves), 2)
+        self.assertTrue(saves[0].startswith("torch.save %s ok" % path), saves)
+        self.assertIn("failed: ", saves[1])
+        self.assertIn("write %s" % path, self.facts.values("path"))
+
+
+class UseTest(unittest.TestCase):
+    def test_paths_and_environment_read_by_the_jobs_code(self):
+        pf, facts = make(2)
+        pf.install()
+        try:
+            with tempfile.TemporaryDirectory() as d:
+                with open(os.path.join(d, "x.txt"), "w") as f:
+                    f.write("x")
+                os.listdir(d)
+                os.environ.get("DLRR_TEST_SURELY_UNSET")
+                os.environ["PATH"]
+                paths = facts.values("path")
+                self.assertIn("write %s" % os.path.join(d, "x.txt"), paths)
+                self.assertIn("list %s" % d, paths)
+            env = facts.values("env")
+            self.assertTrue(any(v.startswith("DLRR_TEST_SURELY_UNSET unset test_preflight.py:") for v in env), env)
+            self.assertTrue(any(v.startswith("PATH set test_preflight.py:") for v in env), env)
+            # Reads by the standard library and by installed packages are not the job's.
+            import tempfile as _t
+            _t.gettempdir()
+            self.assertFalse(any(v.startswith("TMPDIR") for v in facts.values("env")), facts.values("env"))
+        finally:
+            pf.active = False  # an audit hook cannot be removed; this one is now inert
+            type(os.environ).__getitem__ = type(os.environ).__getitem__.__dlrr_original__
+
+
+if __name__ == "__main__":
+    unittest.main()
