@@ -119,9 +119,19 @@ FileRedirect::FileRedirect(std::string scratch, std::string traceDir, ServeFiles
 std::optional<FileRedirect::Settings> FileRedirect::fromEnvironment() {
   const char* mode = std::getenv("DLRR_MODE");
   const char* scratch = std::getenv("DLRR_SCRATCH");
-  if (!mode || strcmp(mode, "replay") != 0 || !scratch || scratch[0] != '/') return std::nullopt;
+  // dlpreflight records with a scratch directory too: the miniature job's writes land there,
+  // not in its real output locations (nothing is served: the job's own files are there).
+  const char* preflight = std::getenv("DLRR_PREFLIGHT");
+  bool recordingPreflight = mode && strcmp(mode, "record") == 0 && preflight && *preflight;
+  if (!mode || (strcmp(mode, "replay") != 0 && !recordingPreflight) || !scratch || scratch[0] != '/')
+    return std::nullopt;
   Settings s;
   s.scratch = scratch;
+  if (recordingPreflight) {
+    s.serve = ServeFiles::Never;
+    if (const char* trace = std::getenv("DLRR_TRACE")) s.traceDir = trace;
+    return s;
+  }
   const char* serve = std::getenv("DLRR_SERVE_FILES");
   if (serve && strcmp(serve, "never") == 0)
     s.serve = ServeFiles::Never;

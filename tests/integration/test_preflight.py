@@ -21,8 +21,8 @@ def have_torchvision():
 
 
 class PreflightTest(TraceTestCase):
-    def preflight(self, argv, k=None):
-        args = [tool("dlpreflight"), "--json", "-o", self.trace_path()]
+    def preflight(self, argv, k=None, extra=()):
+        args = [tool("dlpreflight"), "--json", "-o", self.trace_path()] + list(extra)
         if k is not None:
             args += ["-k", str(k)]
         p = run(args + ["--"] + argv, timeout=600)
@@ -63,6 +63,9 @@ class PreflightTest(TraceTestCase):
         written = {q["path"] for q in doc["paths"] if q["how"] == "write"}
         self.assertIn(os.path.join(self.tmp, "out", "model.ts"), written)
         self.assertIn("exported", p.stdout)  # the job's own output, whole
+        # Its writes went to the scratch directory, not to its output directory.
+        self.assertEqual(os.listdir(os.path.join(self.tmp, "out")), [])
+        self.assertTrue(os.path.isfile(os.path.join(doc["scratch"], "written") + os.path.join(self.tmp, "out", "model.ts")))
         self.assertIn("dlpreflight: PASSED", p.stderr)
         # The trace is a recording like any other: 3 epochs x 2 training batches.
         self.assertEqual(len(steps(self.trace_path())), 6)
@@ -154,6 +157,15 @@ class PreflightTest(TraceTestCase):
         r = run([tool("dlreplay"), self.trace_path(), "--until", "crash"], timeout=600)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("KeyError: 'top5'", r.stderr)
+
+
+    def test_write_through_lets_the_job_write_in_place(self):
+        out = os.path.join(self.tmp, "out")
+        os.makedirs(out)
+        p, doc = self.preflight([PY, VISION, "--out", out, "--epochs", "1"], extra=["--write-through"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(doc["scratch"], "")
+        self.assertTrue(os.path.isfile(os.path.join(out, "ckpt", "epoch0.pt")))
 
 
 class PreflightUsageTest(TraceTestCase):

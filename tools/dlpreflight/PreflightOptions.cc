@@ -28,8 +28,9 @@ const char* const kPreflightUsage =
     "  -h, --help           this help\n"
     "  --version            print the version\n"
     "\n"
-    "The job writes where it always writes (checkpoints, logs): run it with its output paths\n"
-    "pointed at a scratch location. The report lists every file it wrote.\n"
+    "  --write-through      let the job write its files where it writes them (default: its\n"
+    "                       writes, renames and removals go to a scratch directory next to\n"
+    "                       the trace, and the user's files are left as they are)\n"
     "\n"
     "Exit status: 0 the job passed (every phase ran and it exited 0); 1 it failed (the report\n"
     "says where); 2 usage error; 127 CMD not found, 126 not executable.\n";
@@ -79,6 +80,8 @@ PreflightOptions parsePreflightOptions(const std::vector<std::string>& args) {
       if (ec != std::errc() || end != v.data() + v.size() || n < 1 || n > (int64_t{1} << 40))
         throw UsageError("--memory-at must be a positive batch size (got '" + v + "')");
       o.targetBatch = n;
+    } else if (a == "--write-through") {
+      o.writeThrough = true;
     } else if (a == "--json") {
       o.json = true;
     } else if (!a.empty() && a[0] == '-') {

@@ -16,8 +16,9 @@ struct PreflightOptions {
   int batches = 2;     // K: batches per DataLoader pass, updates per loop without one
   std::string output;  // the preflight trace; empty: a new directory under $TMPDIR
   bool json = false;
-  std::string compare;      // an earlier preflight trace of the same job at another batch size
-  int64_t targetBatch = 0;  // estimate peak memory at this batch size (with `compare`)
+  bool writeThrough = false;  // the job writes in place (default: into a scratch directory)
+  std::string compare;        // an earlier preflight trace of the same job at another batch size
+  int64_t targetBatch = 0;    // estimate peak memory at this batch size (with `compare`)
   std::vector<std::string> command;
 };
 

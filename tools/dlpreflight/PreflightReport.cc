@@ -254,6 +254,8 @@ std::string renderText(const Facts& f, const Report& r, const triage::TriageInpu
     touched.push_back("env     " + printable(e.name) + (e.set ? " (set here" : " (unset here") + "; read at " +
                       printable(e.where) + ")");
   if (!touched.empty()) o << "  what it touched that may not exist on the cluster:\n";
+  if (!r.scratch.empty() && !f.paths.empty())
+    o << "    (its writes went to " << printable(r.scratch) << "/written/PATH; the paths below are the job's)\n";
   for (const auto& line : touched) o << "    " << line << "\n";
   o << "  peak memory: RSS " << mib(f.peakRssKib);
   if (in.processPeak)
@@ -286,6 +288,7 @@ std::string renderJson(const Facts& f, const Report& r, const triage::TriageInpu
   j.field("passed", r.passed);
   j.field("verdict", r.verdict);
   j.field("trace", tracePath);
+  j.field("scratch", r.scratch);
   j.field("seconds", seconds);
   j.field("k", f.k);
   j.key("exit_code");

@@ -86,6 +86,7 @@ struct Report {
   int exitCode = 1;     // dlpreflight's: 0 passed, 1 failed
   std::string verdict;  // one line
   std::vector<std::string> warnings;
+  std::string scratch;  // where the job's writes went ("" with --write-through)
 };
 
 // jobExit: the job's exit code as a shell gives it (128+N for signal N). `triage` is the

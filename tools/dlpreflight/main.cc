@@ -4,6 +4,7 @@
 // DLRR_PREFLIGHT=K, which makes the Python hook cut every DataLoader pass and every loop
 // without one to K, then reads the trace and reports (PreflightReport).
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,15 +36,15 @@ double monotonicSeconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
 }
 
-// A new private directory under $TMPDIR (or /tmp) holding the trace.
-std::string newTracePath() {
+// A new private directory under $TMPDIR (or /tmp) for the trace and the scratch directory.
+std::string newWorkDir() {
   const char* tmp = std::getenv("TMPDIR");
   std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/dlpreflight-XXXXXX";
   std::vector<char> buf(pattern.begin(), pattern.end());
   buf.push_back('\0');
   if (!::mkdtemp(buf.data()))
     throw std::system_error(errno, std::generic_category(), "cannot create a directory under " + pattern);
-  return std::string(buf.data()) + "/trace";
+  return std::string(buf.data());
 }
 
 int run(int argc, char** argv) {
@@ -69,9 +70,15 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "dlpreflight: dlrecord is missing next to dlpreflight (%s)\n", dlrecord.c_str());
     return kExitFailed;
   }
-  std::string trace;
+  std::string trace, work, scratch;
   try {
-    trace = o.output.empty() ? newTracePath() : o.output;
+    if (o.output.empty() || !o.writeThrough) work = newWorkDir();
+    trace = o.output.empty() ? work + "/trace" : o.output;
+    if (!o.writeThrough) {
+      scratch = work + "/scratch";
+      if (::mkdir(scratch.c_str(), 0700) != 0)
+        throw std::system_error(errno, std::generic_category(), "cannot create " + scratch);
+    }
   } catch (const std::system_error& e) {
     std::fprintf(stderr, "dlpreflight: %s\n", e.what());
     return kExitFailed;
@@ -82,7 +89,9 @@ int run(int argc, char** argv) {
   double start = monotonicSeconds();
   tools::ChildResult child;
   try {
-    child = tools::runChild(args, {{"DLRR_PREFLIGHT", std::to_string(o.batches)}});
+    std::vector<std::pair<std::string, std::string>> env = {{"DLRR_PREFLIGHT", std::to_string(o.batches)}};
+    if (!scratch.empty()) env.emplace_back("DLRR_SCRATCH", scratch);  // the job's writes land there
+    child = tools::runChild(args, env);
   } catch (const std::system_error& e) {
     std::fprintf(stderr, "dlpreflight: cannot start dlrecord: %s\n", e.what());
     return kExitFailed;
@@ -95,7 +104,7 @@ int run(int argc, char** argv) {
   int jobExit = tools::shellExitCode(child.waitStatus);
   if (!fs::exists(fs::path(trace) / "launcher.dlrr", ec) && !fs::exists(trace, ec)) {
     // dlrecord refused (usage error) or CMD could not run: it said why; same exit code.
-    if (o.output.empty()) fs::remove_all(fs::path(trace).parent_path(), ec);
+    if (!work.empty()) fs::remove_all(work, ec);
     return jobExit == 126 || jobExit == 127 || jobExit == kExitUsage ? jobExit : kExitFailed;
   }
   try {
@@ -104,6 +113,7 @@ int run(int argc, char** argv) {
     triage::TriageResult tr = triage::classify(in);
     preflight::Facts facts = preflight::parseFacts(in.runtime);
     preflight::Report report = preflight::judge(facts, in, tr, jobExit);
+    report.scratch = scratch;
     std::vector<preflight::MemoryEstimate> estimates;
     if (!o.compare.empty()) {
       try {
