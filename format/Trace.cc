@@ -224,6 +224,23 @@ TraceSummary Trace::summarize() {
     sum.fileBytes += ss.fileBytes;
     sum.processes.push_back(std::move(ss));
   }
+  // A process whose exit code its own library could not know (-1: it left by returning from
+  // main, as Python does) gets the status its launcher saw when it is the launcher's child.
+  std::map<int, int> launcherSaw;
+  for (auto& s : streams_) {
+    if (s->header().getRole() != schema::StreamHeader::Role::LAUNCHER) continue;
+    try {
+      s->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
+        if (e.isProcessExit()) launcherSaw[e.getProcessExit().getPid()] = e.getProcessExit().getExitCode();
+      });
+    } catch (const TraceError&) {
+    }
+  }
+  for (auto& p : sum.processes) {
+    if (p.role != "process" || !p.exitCode || *p.exitCode != -1) continue;
+    auto it = launcherSaw.find(p.pid);
+    p.exitCode = it != launcherSaw.end() ? std::optional<int>(it->second) : std::nullopt;
+  }
   if (!sum.failure) sum.failure = anyFailure;
   sum.broken = broken_;
   return sum;

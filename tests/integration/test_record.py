@@ -139,6 +139,18 @@ class RecordExampleTest(TraceTestCase):
         for other in ("encoder", "drop", "decoder", "loss"):
             self.assertNotIn(other, listed.group(1))
 
+    def test_python_process_exit_code_is_the_one_the_launcher_saw(self):
+        # Python leaves by returning from main: its library cannot know the code (it recorded
+        # -1, and `dltrace info` showed -1 for a job that exited 0).
+        for code, want in (("pass", 0), ("import sys; sys.exit(3)", 3), ("import os; os._exit(-1)", 255)):
+            t = os.path.join(self.tmp, "t%d" % want)
+            p = run([tool("dlrecord"), "-q", "-o", t, "--", PY, "-c", "import torch\n" + code])
+            self.assertEqual(p.returncode, want, p.stderr)
+            doc = info(t)
+            self.assertEqual(doc["exit_code"], want)
+            procs = [x for x in doc["processes"] if x["role"] == "process"]
+            self.assertEqual([x["exit_code"] for x in procs], [want], procs)
+
     def test_python_dash_m_module(self):
         pkg = os.path.join(self.tmp, "pkg")
         os.makedirs(os.path.join(pkg, "mypkg"))
