@@ -158,6 +158,36 @@ class ReplayTinyJobTest(TraceTestCase):
         self.assertIn("recorded hash", rep["divergence.detail"])
         self.assertEqual(doc["verified_steps"], 0)
 
+    def test_a_replay_that_raises_where_the_recording_did_not_is_a_divergence(self):
+        # Issue 12 item 3: once reported "replayed to the end; 0 of N verified" with exit 0.
+        self.assertEqual(self.record("--steps", "8").returncode, 0)
+        r = run([tool("dlreplay"), self.trace_path(), "--until", "end", "--", "env", "DLRR_TEST_RAISE_AT=3", PY,
+                 TINY, "--steps", "8"])
+        self.assertEqual(r.returncode, 11, r.stderr)
+        ours = "\n".join(l for l in r.stderr.splitlines() if l.startswith("dlreplay"))
+        self.assertIn("diverged at step 3: the replayed job raised KeyError: 'missing-key-3' at ", ours)
+        self.assertIn("where the recording did not; last verified step 2", ours)
+        self.assertNotIn("replayed to the end", ours)
+
+    def test_fewer_steps_than_recorded_at_the_end_is_never_success(self):
+        self.assertEqual(self.record("--steps", "8").returncode, 0)
+        r = run([tool("dlreplay"), self.trace_path(), "--until", "end", "--", "env", "DLRR_TEST_STEPS=3", PY, TINY,
+                 "--steps", "8"])
+        self.assertEqual(r.returncode, 11, r.stderr)
+        self.assertIn("diverged: the replayed job ended after 3 of 8 recorded steps; last verified step 2; "
+                      "3 of 8 recorded steps verified bit-exact", r.stderr)
+
+    def test_check_not_reproduced_claims_no_determinism(self):
+        # Issue 18 item 1: "not reproduced" and "a deterministic kind of failure" together.
+        self.assertEqual(self.record("--no-loader", "--raise-at", "5").returncode, 1)
+        r = run([tool("dlreplay"), self.trace_path(), "--check", "--", "env", "DLRR_TEST_RAISE_AT=-1", PY, TINY,
+                 "--no-loader", "--raise-at", "5"])
+        self.assertEqual(r.returncode, 13, r.stderr)
+        self.assertIn("dlreplay: not reproduced: ", r.stderr)
+        self.assertIn("determinism not known: this replay did not reproduce it", r.stderr)
+        self.assertNotIn("a deterministic kind of failure", r.stderr)
+        self.assertNotIn("bit for bit", r.stderr)
+
     def test_until_crash_python_exception(self):
         p = self.record("--raise-at", "6")
         self.assertEqual(p.returncode, 1)
