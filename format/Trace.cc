@@ -1,11 +1,11 @@
 #include "format/Trace.h"
 
+#include <algorithm>
 #include <cmath>
 #include <iterator>
 #include <map>
 
 #include "format/Hash.h"
-
 #include "format/TraceDir.h"
 #include "format/TraceError.h"
 
@@ -201,14 +201,21 @@ TraceSummary Trace::summarize() {
       ss.rawBytes += f.header.rawLen + kFrameHeaderSize;
     }
     std::optional<FailureInfo> first;
+    int64_t lastEnded = -1;
     try {
       s->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
         ++ss.events;
-        if (e.isStepEnd()) ++ss.steps;
+        if (e.isStepEnd()) {
+          ++ss.steps;
+          lastEnded = std::max(lastEnded, e.getStep());
+        }
         if (e.isProcessExit()) ss.exitCode = e.getProcessExit().getExitCode();
         if (e.isRecorderStatus())  // what was not recorded, and informational notes
           sum.notes.push_back(ss.name + ": " + e.getRecorderStatus().getMessage().cStr());
-        if (e.isFailure() && !first) first = failureInfo(e.getFailure(), ss.name);
+        if (e.isFailure() && !first) {
+          first = failureInfo(e.getFailure(), ss.name);
+          first->betweenSteps = first->step >= 0 && first->step <= lastEnded;
+        }
       });
     } catch (const TraceError& e) {
       if (ss.damage.empty() || ss.torn) ss.damage = e.what();
@@ -259,7 +266,9 @@ FailureInfo failureInfo(schema::Failure::Reader f, const std::string& stream) {
 }
 
 std::string formatFailure(const FailureInfo& f) {
-  std::string at = f.step >= 0 ? " at step " + std::to_string(f.step) : " before the first step";
+  std::string at = f.step < 0       ? " before the first step"
+                   : f.betweenSteps ? " after step " + std::to_string(f.step) + " (no step open)"
+                                    : " at step " + std::to_string(f.step);
   if (f.kind == "nonfinite") return "first non-finite value" + at + ": " + f.where + (f.message.empty() ? "" : " (" + f.message + ")");
   if (f.kind == "exception") return "exception" + at + ": " + f.exceptionType + (f.message.empty() ? "" : ": " + f.message);
   return "fatal signal" + at + ": " + f.message;

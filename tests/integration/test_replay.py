@@ -188,6 +188,18 @@ class ReplayTinyJobTest(TraceTestCase):
         self.assertNotIn("a deterministic kind of failure", r.stderr)
         self.assertNotIn("bit for bit", r.stderr)
 
+    def test_exception_right_after_an_optimizer_step_is_after_that_step(self):
+        # Issue 18 item 14: raised after the 4th optimizer.step(), no step open: dlrecord said
+        # "exception at step 3" and `--until crash` said "step: -".
+        p = self.record("--no-loader", "--raise-at", "4")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("exception after step 3 (no step open): KeyError: 'missing-key-4'", p.stderr)
+        self.assertIn("after step 3 (no step open)", info(self.trace_path())["failure"]["summary"])
+        r = run([tool("dlreplay"), self.trace_path(), "--until", "crash"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("dlreplay:   step: none open (after step 3)\n", r.stderr)
+        self.assertNotIn("step: -", r.stderr)
+
     def test_until_crash_python_exception(self):
         p = self.record("--raise-at", "6")
         self.assertEqual(p.returncode, 1)

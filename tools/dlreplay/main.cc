@@ -731,6 +731,13 @@ int run(int argc, char** argv) {
           k.rfind("env.", 0) == 0 || k.rfind("launch.", 0) == 0 || k.rfind("gpu.", 0) == 0 ||
           (k.rfind("dist.", 0) == 0 && k != "dist.rank")) {
         std::string name = k.substr(k.find('.') + 1);
+        if (k == "stop.step" && v == "-") {  // it stopped between steps: say which, not "-"
+          std::fprintf(stderr, "dlreplay:   step: %s\n",
+                       decided.verified
+                           ? ("none open (after step " + std::to_string(decided.verified - 1) + ")").c_str()
+                           : "none (before the first step)");
+          continue;
+        }
         if (k == "stop.where") {  // may end in an exception's message: one line
           std::fprintf(stderr, "dlreplay:   %s: %s\n", name.c_str(), tools::printableSummary(v, kSummaryTextMax).c_str());
           continue;
