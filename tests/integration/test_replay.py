@@ -320,6 +320,18 @@ class ReplayTinyJobTest(TraceTestCase):
                       r.stderr)
         self.assertNotIn("step 3 loss", r.stdout)  # stopped before the step's end
 
+    def test_nan_in_the_loss_under_minimal_capture_says_what_is_not_known(self):
+        # Issue 18 item 4: minimal capture records no module outputs; the stop must not claim
+        # they were all finite.
+        job = os.path.join(HERE, "jobs", "late_nan.py")
+        p = run([tool("dlrecord"), "--capture", "minimal", "-o", self.trace_path(), "--", PY, job, "loss"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        r = run([tool("dlreplay"), self.trace_path(), "--until", "nan"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("where: before backward() of step 3: the loss was not finite (module outputs were not "
+                      "recorded under --capture minimal: whether one was non-finite first is not known)", r.stderr)
+        self.assertNotIn("every module output was finite", r.stderr)
+
     def test_nan_in_a_parameter_first_stops_after_the_optimizer_step(self):
         # Steps counted by optimizer.step() (the step has ended when step() returns) and by batch.
         for extra in ((), ("--loader",)):

@@ -419,8 +419,14 @@ class Replayer(Recorder):
         super()._before_backward(tensors)
         if self._armed and not self._stopped and self.target.digest_kind == native.DIGEST_LOSS:
             self._armed = False
-            self.stop("target", "before backward() of step %d: every module output was finite, the loss was "
-                      "not" % self.steps.current, sys._getframe(1), scan_batch=True)
+            if self.capture_level <= native.CAPTURE_MINIMAL:
+                # Minimal capture digests no module outputs: whether one was non-finite is unknown.
+                what = ("the loss was not finite (module outputs were not recorded under --capture "
+                        "minimal: whether one was non-finite first is not known)")
+            else:
+                what = "every module output was finite, the loss was not"
+            self.stop("target", "before backward() of step %d: %s" % (self.steps.current, what), sys._getframe(1),
+                      scan_batch=True)
 
     def _after_backward(self):
         super()._after_backward()
