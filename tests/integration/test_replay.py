@@ -200,6 +200,16 @@ class ReplayTinyJobTest(TraceTestCase):
         self.assertIn("dlreplay:   step: none open (after step 3)\n", r.stderr)
         self.assertNotIn("step: -", r.stderr)
 
+    def test_quit_in_pdb_ends_the_replay(self):
+        # Issue 18 item 8: `q` let the job train on to the end.
+        self.assertEqual(self.record("--steps", "8").returncode, 0)
+        p = run([tool("dlreplay"), self.trace_path(), "--until", "step=3", "--debug", "pdb"], input="q\n")
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        self.assertIn("reached step=3", p.stderr)
+        self.assertIn("dlrr: quit: the replay ends here", p.stderr)
+        self.assertNotIn("step 4 loss", p.stdout)
+        self.assertNotIn("done", p.stdout)
+
     def test_until_crash_python_exception(self):
         p = self.record("--raise-at", "6")
         self.assertEqual(p.returncode, 1)

@@ -517,6 +517,7 @@ class Replayer(Recorder):
                 top = top.tb_next
             top.tb_frame.f_globals.setdefault("dlrr", helpers)
             debugger.interaction(None, tb)
+            self._end_if_quit(debugger)
             return
         frame = _user_frame(frame or sys._getframe(1))
         frame.f_globals["dlrr"] = helpers
@@ -524,6 +525,7 @@ class Replayer(Recorder):
         # inside torch); then, if the user stepped rather than continued, trace from here.
         debugger.reset()
         debugger.interaction(frame, None)
+        self._end_if_quit(debugger)
         if debugger.stoplineno != -1:  # step / next / until / return
             f = frame
             while f is not None:
@@ -531,6 +533,19 @@ class Replayer(Recorder):
                 debugger.botframe = f
                 f = f.f_back
             sys.settrace(debugger.trace_dispatch)
+
+    @staticmethod
+    def _end_if_quit(debugger):
+        """`q` at the stop ends the replay (the report is written): the job must not train on."""
+        if not debugger.quitting:
+            return
+        sys.stderr.write("dlrr: quit: the replay ends here\n")
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(0)
 
     def _wait_for_debugger(self, reason, detail):
         pid = os.getpid()
