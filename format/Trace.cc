@@ -1,11 +1,11 @@
 #include "format/Trace.h"
 
+#include <algorithm>
 #include <cmath>
 #include <iterator>
 #include <map>
 
 #include "format/Hash.h"
-
 #include "format/TraceDir.h"
 #include "format/TraceError.h"
 
@@ -201,14 +201,21 @@ TraceSummary Trace::summarize() {
       ss.rawBytes += f.header.rawLen + kFrameHeaderSize;
     }
     std::optional<FailureInfo> first;
+    int64_t lastEnded = -1;
     try {
       s->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
         ++ss.events;
-        if (e.isStepEnd()) ++ss.steps;
+        if (e.isStepEnd()) {
+          ++ss.steps;
+          lastEnded = std::max(lastEnded, e.getStep());
+        }
         if (e.isProcessExit()) ss.exitCode = e.getProcessExit().getExitCode();
         if (e.isRecorderStatus())  // what was not recorded, and informational notes
           sum.notes.push_back(ss.name + ": " + e.getRecorderStatus().getMessage().cStr());
-        if (e.isFailure() && !first) first = failureInfo(e.getFailure(), ss.name);
+        if (e.isFailure() && !first) {
+          first = failureInfo(e.getFailure(), ss.name);
+          first->betweenSteps = first->step >= 0 && first->step <= lastEnded;
+        }
       });
     } catch (const TraceError& e) {
       if (ss.damage.empty() || ss.torn) ss.damage = e.what();
@@ -223,6 +230,23 @@ TraceSummary Trace::summarize() {
     sum.rawBytes += ss.rawBytes + kFileHeaderSize;
     sum.fileBytes += ss.fileBytes;
     sum.processes.push_back(std::move(ss));
+  }
+  // A process whose exit code its own library could not know (-1: it left by returning from
+  // main, as Python does) gets the status its launcher saw when it is the launcher's child.
+  std::map<int, int> launcherSaw;
+  for (auto& s : streams_) {
+    if (s->header().getRole() != schema::StreamHeader::Role::LAUNCHER) continue;
+    try {
+      s->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
+        if (e.isProcessExit()) launcherSaw[e.getProcessExit().getPid()] = e.getProcessExit().getExitCode();
+      });
+    } catch (const TraceError&) {
+    }
+  }
+  for (auto& p : sum.processes) {
+    if (p.role != "process" || !p.exitCode || *p.exitCode != -1) continue;
+    auto it = launcherSaw.find(p.pid);
+    p.exitCode = it != launcherSaw.end() ? std::optional<int>(it->second) : std::nullopt;
   }
   if (!sum.failure) sum.failure = anyFailure;
   sum.broken = broken_;
@@ -242,7 +266,9 @@ FailureInfo failureInfo(schema::Failure::Reader f, const std::string& stream) {
 }
 
 std::string formatFailure(const FailureInfo& f) {
-  std::string at = f.step >= 0 ? " at step " + std::to_string(f.step) : " before the first step";
+  std::string at = f.step < 0       ? " before the first step"
+                   : f.betweenSteps ? " after step " + std::to_string(f.step) + " (no step open)"
+                                    : " at step " + std::to_string(f.step);
   if (f.kind == "nonfinite") return "first non-finite value" + at + ": " + f.where + (f.message.empty() ? "" : " (" + f.message + ")");
   if (f.kind == "exception") return "exception" + at + ": " + f.exceptionType + (f.message.empty() ? "" : ": " + f.message);
   return "fatal signal" + at + ": " + f.message;

@@ -20,6 +20,7 @@ struct FailureInfo {
   std::string exceptionType;
   int signal = 0;
   std::string stream;
+  bool betweenSteps = false;  // `step` had ended when it happened (e.g. right after optimizer.step())
 };
 
 struct StepInfo {

@@ -33,7 +33,9 @@ void atforkChild() {
 }
 
 void atExit() {
-  if (RecordSession* s = processRecorder()) s->onExit(true, -1);  // code unknown on this path
+  // The code is unknown on this path (main returned: Python's interpreter exits so); -1, which
+  // exit()/_exit() below never record, says so, and readers take the launcher's wait status.
+  if (RecordSession* s = processRecorder()) s->onExit(true, -1);
 }
 
 void replayAtExit() {
@@ -98,14 +100,14 @@ __attribute__((visibility("default"))) pid_t fork() {
 
 __attribute__((visibility("default"), noreturn)) void exit(int code) {
   static auto real = realFn<void (*)(int)>("exit");
-  if (RecordSession* s = processRecorder()) s->onExit(true, code);
+  if (RecordSession* s = processRecorder()) s->onExit(true, code & 0xff);  // the status a parent sees
   real(code);
   __builtin_unreachable();
 }
 
 __attribute__((visibility("default"), noreturn)) void _exit(int code) {
   static auto real = realFn<void (*)(int)>("_exit");
-  if (RecordSession* s = processRecorder()) s->onExit(true, code);
+  if (RecordSession* s = processRecorder()) s->onExit(true, code & 0xff);
   // os._exit() skips atexit: the replay's final report is written here instead (forked
   // children's replayers are inactive, so only the replayed process itself writes).
   if (ReplaySession* r = processReplayer()) r->writeReport("exit");

@@ -1008,9 +1008,9 @@ TriageResult classify(const TriageInput& in) {
 
   // ---- retry advice
   switch (r.determinism) {
-    case T::Deterministic:
-      r.retry = "deterministic: retrying unchanged will fail the same way (" + why +
-                "); `dlreplay --check` confirms it by replaying to the failure";
+    case T::Deterministic:  // the category's usual determinism; only a replay shows it
+      r.retry = "not known without a replay: this kind usually fails the same way again (" + why +
+                "); `dlreplay --check` tells by replaying to the failure";
       break;
     case T::NonDeterministic:
       r.retry = "non-deterministic: " + why + "; a retry may succeed";
@@ -1019,6 +1019,10 @@ TriageResult classify(const TriageInput& in) {
       r.retry = why.empty() ? "" : "unknown: " + why + "; `dlreplay --check` tells whether it reproduces";
       break;
   }
+  if (in.trainingProcesses > 1)
+    r.retry = "not known, and cannot be claimed: " + std::to_string(in.trainingProcesses) +
+              " processes trained at once (e.g. torch.multiprocessing workers sharing a model): their "
+              "shared-memory updates race, so two runs of the same command can fail at different steps";
   if (r.category == C::None) r.retry.clear();
   return r;
 }

@@ -250,10 +250,19 @@ except ImportError:
 for name in sys.argv[1:]:
     v = ""
     if metadata is not None:
+        # Recorded names are import names (PIL); a distribution may differ (Pillow).
+        dists = [name]
         try:
-            v = metadata.version(name)
+            dists += metadata.packages_distributions().get(name, [])
         except Exception:
-            v = ""
+            pass
+        for d in dists:
+            try:
+                v = metadata.version(d)
+            except Exception:
+                v = ""
+            if v:
+                break
     if not v:
         m = sys.modules.get(name)
         v = getattr(m, "__version__", "") if m is not None else ""

@@ -353,6 +353,7 @@ TriageInput gatherFacts(Trace& trace) {
       // A damaged stream: what precedes the damage is what we have.
     }
     sc.atEnd = t;
+    if (t.stepsBegun > 0) ++in.trainingProcesses;
     scans.push_back(std::move(sc));
   }
 

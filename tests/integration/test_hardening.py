@@ -555,13 +555,13 @@ class BadInputTest(TraceTestCase):
         self.expect([tool("dlrecord"), "-o", t, "--", "/etc/passwd"], 126, needle="Permission denied")
         self.assertFalse(os.path.exists(t))
         self.expect([tool("dlrecord"), "-o", t, "--", self.tmp], 126, needle="cannot run")
-        # An output path that is a file, or an existing trace: the job still runs / is refused.
+        # An output path that is a file, or an existing trace: refused before the job runs.
         f = os.path.join(self.tmp, "afile")
         with open(f, "w") as fh:
             fh.write("x")
         p = run([tool("dlrecord"), "-o", f, "--", PY, "-c", "print('ran')"])
-        self.assertEqual(p.returncode, 0)
-        self.assertEqual(p.stdout, "ran\n")
+        self.assertEqual(p.returncode, 2)
+        self.assertEqual(p.stdout, "")
         self.assertIn("not a directory", p.stderr)
         self.assertEqual(slurp(f), "x")
         self.expect([tool("dlrecord"), "-o", self.good, "--", "true"], 2, needle="already holds a trace")

@@ -51,12 +51,32 @@ class LauncherTest(TraceTestCase):
             self.assertIn("\\x1b", p.stderr)
             self.assertEqual(len(p.stderr.splitlines()), 2, p.stderr)  # the error and the --help hint
 
-    def test_unwritable_trace_path_still_runs_the_job(self):
-        bad = "/proc/dlrr-cannot-create-here"
-        p = run([tool("dlrecord"), "-o", bad, "--", PY, "-c", "print('job ran')"])
-        self.assertEqual(p.returncode, 0)
-        self.assertEqual(p.stdout, "job ran\n")
-        self.assertIn("cannot record", p.stderr)
+    def test_output_path_that_cannot_be_created_is_a_usage_error_and_the_job_is_not_run(self):
+        # Known before the start: like an existing trace, the user fixes -o; the job must not
+        # run (for hours) unrecorded after one warning line.
+        afile = os.path.join(self.tmp, "afile")
+        with open(afile, "w") as fh:
+            fh.write("x")
+        locked = os.path.join(self.tmp, "locked")
+        os.mkdir(locked, 0o500)
+        marker = os.path.join(self.tmp, "job-ran")
+        bads = [os.path.join(self.tmp, "no-such-dir", "t"),  # missing parent
+                os.path.join(afile, "t"),  # parent is a regular file
+                afile,  # the path itself is a file
+                "/proc/dlrr-cannot-create-here"]
+        if os.geteuid() != 0:  # root writes into a 0500 directory
+            bads.append(os.path.join(locked, "t"))
+        for bad in bads:
+            p = run([tool("dlrecord"), "-o", bad, "--", PY, "-c", f"open({marker!r}, 'w')"])
+            self.assertEqual(p.returncode, 2, (bad, p.stderr))
+            self.assertFalse(os.path.exists(marker), bad)
+            self.assertEqual(p.stdout, "")
+            self.assertIn("dlrecord: -o: ", p.stderr)
+            self.assertIn(bad, p.stderr)
+            self.assertNotIn("running the job", p.stderr)
+        with open(afile) as fh:
+            self.assertEqual(fh.read(), "x")
+        self.assertEqual(os.listdir(locked), [])
 
     def test_existing_trace_is_not_overwritten(self):
         run([tool("dlrecord"), "-o", self.trace_path(), "--", "true"], check=True)

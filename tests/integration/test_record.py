@@ -11,6 +11,7 @@ from harness import EXAMPLES, PY, TraceTestCase, children, dataset, events, info
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TINY = os.path.join(HERE, "jobs", "tiny_train.py")
+RNN_LM = os.path.join(HERE, "jobs", "rnn_lm.py")
 SEED_NAN_STEP = 30  # examples/README.md: --seed 8 puts the first NaN at step 30
 
 
@@ -119,6 +120,36 @@ class RecordExampleTest(TraceTestCase):
         self.assertEqual(info(self.trace_path())["steps"], 12)
         begins = events(self.trace_path(), kind="stepBegin")
         self.assertTrue(all(e["event"]["stepBegin"]["byOptimizer"] for e in begins))
+
+    def test_dump_with_several_matching_tensors_lists_the_matches_only(self):
+        # The word-language-model loop: the LSTM `rnn` has several outputs kept by the failure
+        # ring; the error lists those, not `encoder`, `drop` or the loss.
+        p = run([tool("dlrecord"), "-o", self.trace_path(), "--", PY, RNN_LM, "--nan-at", "2"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        step = info(self.trace_path())["failure"]["step"]
+        d = run([tool("dltrace"), "dump", self.trace_path(), "--step", str(step), "--tensor", "rnn",
+                 "-o", os.path.join(self.tmp, "rnn.npy")])
+        self.assertEqual(d.returncode, 7, d.stderr)  # not found: ambiguous
+        listed = re.search(r"several tensors match 'rnn' in [^(]*\((.*)\); narrow", d.stderr)
+        self.assertIsNotNone(listed, d.stderr)
+        labels = listed.group(1).split(", ")
+        self.assertGreater(len(labels), 1)
+        for label in labels:
+            self.assertRegex(label, r"^moduleOutput 'rnn' call \d+ output \d+$")
+        for other in ("encoder", "drop", "decoder", "loss"):
+            self.assertNotIn(other, listed.group(1))
+
+    def test_python_process_exit_code_is_the_one_the_launcher_saw(self):
+        # Python leaves by returning from main: its library cannot know the code (it recorded
+        # -1, and `dltrace info` showed -1 for a job that exited 0).
+        for code, want in (("pass", 0), ("import sys; sys.exit(3)", 3), ("import os; os._exit(-1)", 255)):
+            t = os.path.join(self.tmp, "t%d" % want)
+            p = run([tool("dlrecord"), "-q", "-o", t, "--", PY, "-c", "import torch\n" + code])
+            self.assertEqual(p.returncode, want, p.stderr)
+            doc = info(t)
+            self.assertEqual(doc["exit_code"], want)
+            procs = [x for x in doc["processes"] if x["role"] == "process"]
+            self.assertEqual([x["exit_code"] for x in procs], [want], procs)
 
     def test_python_dash_m_module(self):
         pkg = os.path.join(self.tmp, "pkg")

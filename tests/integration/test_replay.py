@@ -158,6 +158,58 @@ class ReplayTinyJobTest(TraceTestCase):
         self.assertIn("recorded hash", rep["divergence.detail"])
         self.assertEqual(doc["verified_steps"], 0)
 
+    def test_a_replay_that_raises_where_the_recording_did_not_is_a_divergence(self):
+        # Issue 12 item 3: once reported "replayed to the end; 0 of N verified" with exit 0.
+        self.assertEqual(self.record("--steps", "8").returncode, 0)
+        r = run([tool("dlreplay"), self.trace_path(), "--until", "end", "--", "env", "DLRR_TEST_RAISE_AT=3", PY,
+                 TINY, "--steps", "8"])
+        self.assertEqual(r.returncode, 11, r.stderr)
+        ours = "\n".join(l for l in r.stderr.splitlines() if l.startswith("dlreplay"))
+        self.assertIn("diverged at step 3: the replayed job raised KeyError: 'missing-key-3' at ", ours)
+        self.assertIn("where the recording did not; last verified step 2", ours)
+        self.assertNotIn("replayed to the end", ours)
+
+    def test_fewer_steps_than_recorded_at_the_end_is_never_success(self):
+        self.assertEqual(self.record("--steps", "8").returncode, 0)
+        r = run([tool("dlreplay"), self.trace_path(), "--until", "end", "--", "env", "DLRR_TEST_STEPS=3", PY, TINY,
+                 "--steps", "8"])
+        self.assertEqual(r.returncode, 11, r.stderr)
+        self.assertIn("diverged: the replayed job ended after 3 of 8 recorded steps; last verified step 2; "
+                      "3 of 8 recorded steps verified bit-exact", r.stderr)
+
+    def test_check_not_reproduced_claims_no_determinism(self):
+        # Issue 18 item 1: "not reproduced" and "a deterministic kind of failure" together.
+        self.assertEqual(self.record("--no-loader", "--raise-at", "5").returncode, 1)
+        r = run([tool("dlreplay"), self.trace_path(), "--check", "--", "env", "DLRR_TEST_RAISE_AT=-1", PY, TINY,
+                 "--no-loader", "--raise-at", "5"])
+        self.assertEqual(r.returncode, 13, r.stderr)
+        self.assertIn("dlreplay: not reproduced: ", r.stderr)
+        self.assertIn("determinism not known: this replay did not reproduce it", r.stderr)
+        self.assertNotIn("a deterministic kind of failure", r.stderr)
+        self.assertNotIn("bit for bit", r.stderr)
+
+    def test_exception_right_after_an_optimizer_step_is_after_that_step(self):
+        # Issue 18 item 14: raised after the 4th optimizer.step(), no step open: dlrecord said
+        # "exception at step 3" and `--until crash` said "step: -".
+        p = self.record("--no-loader", "--raise-at", "4")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("exception after step 3 (no step open): KeyError: 'missing-key-4'", p.stderr)
+        self.assertIn("after step 3 (no step open)", info(self.trace_path())["failure"]["summary"])
+        r = run([tool("dlreplay"), self.trace_path(), "--until", "crash"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("dlreplay:   step: none open (after step 3)\n", r.stderr)
+        self.assertNotIn("step: -", r.stderr)
+
+    def test_quit_in_pdb_ends_the_replay(self):
+        # Issue 18 item 8: `q` let the job train on to the end.
+        self.assertEqual(self.record("--steps", "8").returncode, 0)
+        p = run([tool("dlreplay"), self.trace_path(), "--until", "step=3", "--debug", "pdb"], input="q\n")
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        self.assertIn("reached step=3", p.stderr)
+        self.assertIn("dlrr: quit: the replay ends here", p.stderr)
+        self.assertNotIn("step 4 loss", p.stdout)
+        self.assertNotIn("done", p.stdout)
+
     def test_until_crash_python_exception(self):
         p = self.record("--raise-at", "6")
         self.assertEqual(p.returncode, 1)
@@ -277,6 +329,18 @@ class ReplayTinyJobTest(TraceTestCase):
         self.assertIn("where: before backward() of step 3: every module output was finite, the loss was not",
                       r.stderr)
         self.assertNotIn("step 3 loss", r.stdout)  # stopped before the step's end
+
+    def test_nan_in_the_loss_under_minimal_capture_says_what_is_not_known(self):
+        # Issue 18 item 4: minimal capture records no module outputs; the stop must not claim
+        # they were all finite.
+        job = os.path.join(HERE, "jobs", "late_nan.py")
+        p = run([tool("dlrecord"), "--capture", "minimal", "-o", self.trace_path(), "--", PY, job, "loss"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        r = run([tool("dlreplay"), self.trace_path(), "--until", "nan"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("where: before backward() of step 3: the loss was not finite (module outputs were not "
+                      "recorded under --capture minimal: whether one was non-finite first is not known)", r.stderr)
+        self.assertNotIn("every module output was finite", r.stderr)
 
     def test_nan_in_a_parameter_first_stops_after_the_optimizer_step(self):
         # Steps counted by optimizer.step() (the step has ended when step() returns) and by batch.

@@ -24,6 +24,17 @@ def job(name):
 
 
 class TriageTest(TraceTestCase):
+    def test_env_diff_reads_an_import_names_version_as_the_recording_did(self):
+        # torchvision imports PIL, whose distribution is Pillow: on the machine that recorded
+        # the trace env-diff must find the same version, not "<installed, version unknown>".
+        p = run([tool("dlrecord"), "-q", "-o", self.trace_path(), "--", PY, "-c",
+                 "import torch, torchvision, PIL; print(PIL.__version__)"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        d = run([tool("dltrace"), "env-diff", self.trace_path()], timeout=120)
+        self.assertNotIn("version unknown", d.stdout)
+        self.assertNotIn("package.PIL", d.stdout)
+        self.assertEqual(d.returncode, 0, d.stdout + d.stderr)
+
     def record(self, argv, name="t.trace", env=None, prefix=None, cwd=None, timeout=300):
         trace = self.trace_path(name)
         cmd = [tool("dlrecord"), "-q", "-o", trace, "--"] + argv

@@ -79,6 +79,19 @@ TEST(TriageClassifier, RelativePathInTheMessageMatchesTheRecordedAbsolutePath) {
   EXPECT_TRUE(evidenceHas(r, "recorded: open /home/u/job/data/val.json failed with ENOENT"));
 }
 
+// Issue 18 item 2: without a replay that reproduced it, determinism is not known; with several
+// training processes (Hogwild-style) it cannot be claimed at all.
+TEST(TriageClassifier, RetryClaimsNoDeterminismWithoutAReplay) {
+  TriageInput in = exceptionInput("KeyError", "'missing'");
+  TriageResult r = classify(in);
+  EXPECT_EQ(r.retry.rfind("not known without a replay", 0), 0u) << r.retry;
+  EXPECT_EQ(r.retry.find("will fail the same way"), std::string::npos) << r.retry;
+  in.trainingProcesses = 4;
+  r = classify(in);
+  EXPECT_NE(r.retry.find("cannot be claimed: 4 processes trained at once"), std::string::npos) << r.retry;
+  EXPECT_NE(r.retry.find("shared-memory updates race"), std::string::npos) << r.retry;
+}
+
 TEST(TriageClassifier, LibraryNotFound) {
   // GPU images: a CUDA runtime missing from the image (only on GPU machines).
   EXPECT_EQ(cat("ImportError", "libcudart.so.11.0: cannot open shared object file: No such file or directory"),

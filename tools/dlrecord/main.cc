@@ -80,9 +80,15 @@ int64_t realNs() {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
 }
 
-// Creates the trace directory and the launcher stream. Throws TraceError.
+// Creates the trace directory and the launcher stream. Throws TraceError; Usage when `-o` names a
+// path that cannot hold a trace (known before the job starts, so the job is not run).
 std::unique_ptr<StreamWriter> openLauncherStream(const RecordOptions& o, const std::string& trace) {
-  UniqueFd dir = createTraceDir(trace);
+  UniqueFd dir;
+  try {
+    dir = createTraceDir(trace);
+  } catch (const TraceError& e) {
+    throw TraceError(ErrorKind::Usage, std::string("-o: ") + e.what());
+  }
   // Under torchrun (`torchrun ... --no-python dlrecord -o T -- python3 train.py`) one dlrecord
   // runs per rank, possibly on many hosts sharing T: each writes launcher.rank<R>.dls into the
   // same trace, and only its own name must be free.
@@ -287,8 +293,10 @@ int run(int argc, char** argv) {
     paths = findInstallPaths();
     launcher = openLauncherStream(o, trace);
   } catch (const TraceError& e) {
-    if (e.kind() == ErrorKind::Usage && std::string(e.what()).find(" already holds ") != std::string::npos) {
-      std::fprintf(stderr, "dlrecord: %s\n", e.what());
+    // A bad -o (missing parent, a file, no permission, an existing trace) is the user's to fix
+    // before the job runs; only a broken installation still runs the job unrecorded.
+    if (e.kind() == ErrorKind::Usage) {
+      std::fprintf(stderr, "dlrecord: %s\n", tools::printable(e.what()).c_str());
       return kExitUsage;
     }
     problems.push_back(std::string("cannot record: ") + e.what() + "; running the job without recording");

@@ -38,29 +38,13 @@
 #include "tools/dlreplay/Check.h"
 #include "tools/dlreplay/ReplayFiles.h"
 #include "tools/dlreplay/ReplayOptions.h"
+#include "tools/dlreplay/ReplayOutcome.h"
 #include "triage/TraceFacts.h"
 
 extern char** environ;
 
 namespace dlrr {
 namespace {
-
-// Exit codes (docs/cli.md): 0-8 as dltrace for trace problems, then replay outcomes.
-enum : int {
-  kOk = 0,
-  kUsage = 2,
-  kIo = 3,
-  kNotATrace = 4,
-  kFuture = 5,
-  kCorrupt = 6,
-  kNotFound = 7,
-  kInternal = 8,     // a bug in dlreplay: please report it
-  kConsent = 9,      // the trace is from another host/user: --yes or an explicit command needed
-  kNotReached = 10,  // the job ended (or failed otherwise) before the target
-  kDivergence = 11,  // a step recomputed differently from the recording
-  kNoReplay = 12,    // the replayed process never attached to the trace (e.g. not the same program)
-  kNotReproduced = 13,  // --check: the recorded failure did not happen again
-};
 
 int exitFor(ErrorKind k) {
   switch (k) {
@@ -667,38 +651,22 @@ int run(int argc, char** argv) {
   removeTemps();
 
   // Outcome.
-  int exitCode = kNotReached;
-  std::string outcome;
-  std::string stop = report.count("stop") ? report["stop"] : "";
+  ReplayFacts rf;
+  rf.report = report;
+  rf.waitStatus = status;
+  rf.target = target.kind;
+  rf.targetText = target.describe();
+  rf.recordedSteps = sum.steps;
+  if (sum.failure) {
+    rf.recordedFailureKind = sum.failure->kind;
+    rf.recordedSignal = sum.failure->signal;
+  }
+  rf.recordedExit = facts.exitCode;
+  const ReplayOutcome decided = decideReplayOutcome(rf);
+  int exitCode = decided.exitCode;
+  const std::string& outcome = decided.message;
   bool died = WIFSIGNALED(status);
   int sig = died ? WTERMSIG(status) : 0;
-  if (report.empty()) {
-    exitCode = kNoReplay;
-    outcome = "the replayed process never attached to the trace (is it the recorded program? did it import torch?)";
-  } else if (report.count("divergence.step")) {
-    exitCode = kDivergence;
-    outcome = "diverged at step " + report["divergence.step"] + ": " +
-              tools::printableSummary(report["divergence.detail"], kSummaryTextMax);
-  } else if (stop == "target") {
-    exitCode = kOk;
-    outcome = "reached " + target.describe();
-  } else if (stop == "end-of-recording") {
-    outcome = "ran past the end of the recording before reaching " + target.describe();
-  } else if (target.kind == ReplayTarget::Kind::Crash && sum.failure &&
-             ((sum.failure->kind == "signal" && died && sig == sum.failure->signal) ||
-              (sum.failure->kind == "exception" && report.count("exception")))) {
-    exitCode = kOk;
-    outcome = sum.failure->kind == "signal" ? "reproduced the crash: " + std::string(strsignal(sig))
-                                            : "reproduced the exception: " +
-                                                  tools::printableSummary(report["exception"], kSummaryTextMax);
-  } else if (target.kind == ReplayTarget::Kind::End && stop == "exit" && !report.count("divergence.step")) {
-    exitCode = kOk;
-    outcome = "replayed to the end";
-  } else {
-    outcome = "ended before reaching " + target.describe() +
-              (died ? std::string(" (killed by ") + strsignal(sig) + ")"
-                    : " (exit status " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")");
-  }
   std::string verified = report.count("verified_steps") ? report["verified_steps"] : "0";
 
   // --check: the verdict on determinism, and what triage says about this kind of failure.
@@ -726,6 +694,10 @@ int run(int argc, char** argv) {
       if (exitCode != kNoReplay) exitCode = kNotReproduced;
     }
   }
+  // One verdict: a replay that did not reproduce the failure shows no determinism, whatever
+  // the failure's kind usually is.
+  const bool unshown = o.check && !reproduced && tri.determinism == triage::Determinism::Deterministic;
+  if (unshown) tri.determinism = triage::Determinism::Unknown;
   if (o.json) {
     std::string out;
     tools::JsonWriter j(out, 0);  // one line, after whatever the job printed
@@ -759,8 +731,12 @@ int run(int argc, char** argv) {
       const char* kind = tri.determinism == triage::Determinism::Deterministic      ? ", a deterministic kind of failure"
                          : tri.determinism == triage::Determinism::NonDeterministic ? ", a non-deterministic kind of failure"
                                                                                      : "";
-      std::fprintf(stderr, "dlreplay: triage: %s [%s]%s%s%s%s\n", ci.name, triage::dimensionName(tri.dimension), kind,
-                   *ci.why ? " (" : "", ci.why, *ci.why ? ")" : "");
+      if (unshown)
+        std::fprintf(stderr, "dlreplay: triage: %s [%s]; determinism not known: this replay did not reproduce it\n",
+                     ci.name, triage::dimensionName(tri.dimension));
+      else
+        std::fprintf(stderr, "dlreplay: triage: %s [%s]%s%s%s%s\n", ci.name, triage::dimensionName(tri.dimension), kind,
+                     *ci.why ? " (" : "", ci.why, *ci.why ? ")" : "");
       if (tri.determinism == triage::Determinism::NonDeterministic && reproduced)
         std::fprintf(stderr, "dlreplay: it reproduced here; on another node or with other co-tenants it may not\n");
     }
@@ -769,6 +745,13 @@ int run(int argc, char** argv) {
           k.rfind("env.", 0) == 0 || k.rfind("launch.", 0) == 0 || k.rfind("gpu.", 0) == 0 ||
           (k.rfind("dist.", 0) == 0 && k != "dist.rank")) {
         std::string name = k.substr(k.find('.') + 1);
+        if (k == "stop.step" && v == "-") {  // it stopped between steps: say which, not "-"
+          std::fprintf(stderr, "dlreplay:   step: %s\n",
+                       decided.verified
+                           ? ("none open (after step " + std::to_string(decided.verified - 1) + ")").c_str()
+                           : "none (before the first step)");
+          continue;
+        }
         if (k == "stop.where") {  // may end in an exception's message: one line
           std::fprintf(stderr, "dlreplay:   %s: %s\n", name.c_str(), tools::printableSummary(v, kSummaryTextMax).c_str());
           continue;

@@ -266,7 +266,7 @@ int run(const Args& args, Output&) {
     if (auto k = args.value("--tensor-kind")) tkind = parseTensorKind(*k);
     auto call = args.intValue("--call");
     auto output = args.intValue("--output");
-    std::vector<std::string> seen;
+    std::vector<std::string> seen, matchLabels;
     std::vector<Target> matches;
     forEachEventOfStep(s, opts.step, [&](schema::Event::Reader e) {
       if (!e.isTensor()) return;
@@ -285,6 +285,7 @@ int run(const Args& args, Output&) {
       for (auto d : tr.getShape()) x.shape.push_back(d);
       x.hash = {tr.getData().getHashLo(), tr.getData().getHashHi()};
       x.size = tr.getData().getSize();
+      matchLabels.push_back(label);
       matches.push_back(std::move(x));
     });
     std::string have;
@@ -292,9 +293,14 @@ int run(const Args& args, Output&) {
     if (matches.empty())
       throw TraceError(ErrorKind::NotFound, "no tensor '" + printable(path) + "' in " + stepText + " of stream " +
                                                 s.name() + " (recorded: " + (have.empty() ? "none" : have) + ")");
-    if (matches.size() > 1)
+    if (matches.size() > 1) {
+      // Only the matches: the step's other tensors would read as candidates.
+      std::string which;
+      for (size_t i = 0; i < matchLabels.size() && i < kMaxListedPaths; ++i) which += (i ? ", " : "") + matchLabels[i];
+      if (matchLabels.size() > kMaxListedPaths) which += ", ... (" + std::to_string(matchLabels.size()) + " in all)";
       throw TraceError(ErrorKind::NotFound, "several tensors match '" + printable(path) + "' in " + stepText + " (" +
-                                                have + "); narrow with --tensor-kind, --call, --output");
+                                                which + "); narrow with --tensor-kind, --call, --output");
+    }
     target = matches.front();
   }
   writeNpy(opts.outFile, *target, s);

@@ -419,8 +419,14 @@ class Replayer(Recorder):
         super()._before_backward(tensors)
         if self._armed and not self._stopped and self.target.digest_kind == native.DIGEST_LOSS:
             self._armed = False
-            self.stop("target", "before backward() of step %d: every module output was finite, the loss was "
-                      "not" % self.steps.current, sys._getframe(1), scan_batch=True)
+            if self.capture_level <= native.CAPTURE_MINIMAL:
+                # Minimal capture digests no module outputs: whether one was non-finite is unknown.
+                what = ("the loss was not finite (module outputs were not recorded under --capture "
+                        "minimal: whether one was non-finite first is not known)")
+            else:
+                what = "every module output was finite, the loss was not"
+            self.stop("target", "before backward() of step %d: %s" % (self.steps.current, what), sys._getframe(1),
+                      scan_batch=True)
 
     def _after_backward(self):
         super()._after_backward()
@@ -511,6 +517,7 @@ class Replayer(Recorder):
                 top = top.tb_next
             top.tb_frame.f_globals.setdefault("dlrr", helpers)
             debugger.interaction(None, tb)
+            self._end_if_quit(debugger)
             return
         frame = _user_frame(frame or sys._getframe(1))
         frame.f_globals["dlrr"] = helpers
@@ -518,6 +525,7 @@ class Replayer(Recorder):
         # inside torch); then, if the user stepped rather than continued, trace from here.
         debugger.reset()
         debugger.interaction(frame, None)
+        self._end_if_quit(debugger)
         if debugger.stoplineno != -1:  # step / next / until / return
             f = frame
             while f is not None:
@@ -525,6 +533,19 @@ class Replayer(Recorder):
                 debugger.botframe = f
                 f = f.f_back
             sys.settrace(debugger.trace_dispatch)
+
+    @staticmethod
+    def _end_if_quit(debugger):
+        """`q` at the stop ends the replay (the report is written): the job must not train on."""
+        if not debugger.quitting:
+            return
+        sys.stderr.write("dlrr: quit: the replay ends here\n")
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(0)
 
     def _wait_for_debugger(self, reason, detail):
         pid = os.getpid()

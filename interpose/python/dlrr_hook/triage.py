@@ -54,10 +54,19 @@ def _metadata_version(name):
         from importlib import metadata
     except ImportError:  # pragma: no cover - python < 3.8
         return ""
+    # `name` is an import name (PIL); its distribution may be named otherwise (Pillow), as
+    # env-diff's probe (triage/Environment.cc) also resolves it.
+    dists = [name]
     try:
-        return metadata.version(name)
+        dists += metadata.packages_distributions().get(name, [])
     except Exception:
-        return ""
+        pass
+    for d in dists:
+        try:
+            return metadata.version(d)
+        except Exception:
+            continue
+    return ""
 
 
 def _version(name, module, path):

@@ -41,6 +41,9 @@ def main():
     ap.add_argument("--own-excepthook", action="store_true")
     ap.add_argument("--no-loader", action="store_true")
     args = ap.parse_args()
+    # A replay given the same argv can be made to end otherwise (dlreplay attaches by argv).
+    args.steps = int(os.environ.get("DLRR_TEST_STEPS", args.steps))
+    args.raise_at = int(os.environ.get("DLRR_TEST_RAISE_AT", args.raise_at))
     if args.own_excepthook:
         sys.excepthook = lambda t, e, tb: print("job: uncaught %s" % t.__name__, file=sys.stderr)
     lr = float(os.environ.get("DLRR_TEST_LR", "0.05"))

@@ -1,0 +1,122 @@
+// The replay verdict never flatters (issue 12 item 3, issue 18 items 1 and 14).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "tools/dlreplay/ReplayOutcome.h"
+
+namespace dlrr {
+namespace {
+
+ReplayFacts atEnd(uint64_t verified, uint64_t recorded) {
+  ReplayFacts f;
+  f.report = {{"stop", "exit"}, {"verified_steps", std::to_string(verified)}};
+  f.waitStatus = W_EXITCODE(0, 0);
+  f.target = ReplayTarget::Kind::End;
+  f.targetText = "the end";
+  f.recordedSteps = recorded;
+  f.recordedExit = 0;
+  return f;
+}
+
+TEST(ReplayOutcome, EveryStepVerifiedToTheEndIsSuccess) {
+  ReplayOutcome o = decideReplayOutcome(atEnd(121, 121));
+  EXPECT_EQ(o.exitCode, kOk);
+  EXPECT_EQ(o.message, "replayed to the end");
+}
+
+TEST(ReplayOutcome, AnExceptionTheRecordingDidNotRaiseIsADivergenceNamingIt) {
+  ReplayFacts f = atEnd(0, 121);
+  f.report["exception"] = "FileNotFoundError: [Errno 2] No such file or directory: 'data/train.csv'";
+  f.report["exception.where"] = "train.py:12 in <module>";
+  f.waitStatus = W_EXITCODE(1, 0);
+  ReplayOutcome o = decideReplayOutcome(f);
+  EXPECT_EQ(o.exitCode, kDivergence);
+  EXPECT_NE(o.message.find("raised FileNotFoundError: [Errno 2] No such file or directory: 'data/train.csv' at "
+                           "train.py:12 in <module>"),
+            std::string::npos)
+      << o.message;
+  EXPECT_NE(o.message.find("the recording exited with status 0"), std::string::npos) << o.message;
+  EXPECT_NE(o.message.find("no step verified"), std::string::npos) << o.message;
+}
+
+TEST(ReplayOutcome, FewerStepsVerifiedThanRecordedAtTheEndIsNeverSuccess) {
+  ReplayOutcome o = decideReplayOutcome(atEnd(3, 121));
+  EXPECT_EQ(o.exitCode, kDivergence);
+  EXPECT_NE(o.message.find("ended after 3 of 121 recorded steps; last verified step 2"), std::string::npos)
+      << o.message;
+}
+
+TEST(ReplayOutcome, ADifferentExitStatusIsADivergence) {
+  ReplayFacts f = atEnd(5, 5);
+  f.waitStatus = W_EXITCODE(3, 0);
+  ReplayOutcome o = decideReplayOutcome(f);
+  EXPECT_EQ(o.exitCode, kDivergence);
+  EXPECT_NE(o.message.find("exited with status 3; the recording exited with status 0; last verified step 4"),
+            std::string::npos)
+      << o.message;
+}
+
+TEST(ReplayOutcome, ASignalTheRecordingDidNotDieOfIsADivergenceNamingIt) {
+  ReplayFacts f = atEnd(2, 5);
+  f.report.erase("stop");
+  f.waitStatus = W_EXITCODE(0, SIGSEGV);
+  f.target = ReplayTarget::Kind::Nan;
+  f.targetText = "the first NaN/Inf (step 4)";
+  f.recordedFailureKind = "nonfinite";
+  ReplayOutcome o = decideReplayOutcome(f);
+  EXPECT_EQ(o.exitCode, kDivergence);
+  EXPECT_NE(o.message.find("(signal 11)"), std::string::npos) << o.message;
+  EXPECT_NE(o.message.find("last verified step 1"), std::string::npos) << o.message;
+}
+
+TEST(ReplayOutcome, TheRecordedCrashReproducedIsSuccess) {
+  ReplayFacts f = atEnd(4, 4);
+  f.report.erase("stop");
+  f.target = ReplayTarget::Kind::Crash;
+  f.recordedFailureKind = "signal";
+  f.recordedSignal = SIGSEGV;
+  f.recordedExit = 128 + SIGSEGV;
+  f.waitStatus = W_EXITCODE(0, SIGSEGV);
+  EXPECT_EQ(decideReplayOutcome(f).exitCode, kOk);
+  f.waitStatus = W_EXITCODE(0, SIGABRT);  // another signal: not the recorded crash
+  EXPECT_EQ(decideReplayOutcome(f).exitCode, kDivergence);
+}
+
+TEST(ReplayOutcome, AReplayThatEndsAsTheRecordingDidBeforeTheTargetIsNotReached) {
+  ReplayFacts f = atEnd(2, 5);
+  f.report.erase("stop");
+  f.target = ReplayTarget::Kind::Step;
+  f.targetText = "step 4";
+  ReplayOutcome o = decideReplayOutcome(f);
+  EXPECT_EQ(o.exitCode, kNotReached);
+  EXPECT_NE(o.message.find("ended before reaching step 4: the replayed job exited with status 0; last verified step 1"),
+            std::string::npos)
+      << o.message;
+}
+
+TEST(ReplayOutcome, AnExceptionInAStepNamesTheExceptionNotTheMissingLoss) {
+  ReplayFacts f = atEnd(3, 8);
+  f.report["divergence.step"] = "3";
+  f.report["divergence.detail"] = "loss: recorded 1.19615221, replayed nan";
+  f.report["exception"] = "KeyError: 'missing-key-3'";
+  f.waitStatus = W_EXITCODE(1, 0);
+  ReplayOutcome o = decideReplayOutcome(f);
+  EXPECT_EQ(o.exitCode, kDivergence);
+  EXPECT_EQ(o.message,
+            "diverged at step 3: the replayed job raised KeyError: 'missing-key-3' where the recording did not; last "
+            "verified step 2");
+}
+
+TEST(ReplayOutcome, NeverAttachedAndStepDivergenceKeepTheirCodes) {
+  ReplayFacts f = atEnd(0, 5);
+  f.report.clear();
+  EXPECT_EQ(decideReplayOutcome(f).exitCode, kNoReplay);
+  f = atEnd(1, 5);
+  f.report["divergence.step"] = "1";
+  f.report["divergence.detail"] = "loss";
+  EXPECT_EQ(decideReplayOutcome(f).message, "diverged at step 1: loss");
+}
+
+}  // namespace
+}  // namespace dlrr

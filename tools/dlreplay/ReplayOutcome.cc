@@ -1,0 +1,106 @@
+#include "tools/dlreplay/ReplayOutcome.h"
+
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "tools/common/Text.h"
+
+namespace dlrr {
+namespace {
+
+constexpr size_t kTextMax = 300;
+
+std::string fact(const ReplayFacts& f, const char* key) {
+  auto it = f.report.find(key);
+  return it == f.report.end() ? "" : it->second;
+}
+
+std::string lastVerified(uint64_t verified) {
+  return verified == 0 ? "no step verified" : "last verified step " + std::to_string(verified - 1);
+}
+
+std::string signalText(int sig) {
+  const char* d = strsignal(sig);
+  return std::string(d ? d : "signal") + " (signal " + std::to_string(sig) + ")";
+}
+
+}  // namespace
+
+ReplayOutcome decideReplayOutcome(const ReplayFacts& f) {
+  ReplayOutcome r;
+  r.verified = std::strtoull(fact(f, "verified_steps").c_str(), nullptr, 10);
+  const std::string stop = fact(f, "stop");
+  const bool died = WIFSIGNALED(f.waitStatus);
+  const int sig = died ? WTERMSIG(f.waitStatus) : 0;
+  const int status = WIFEXITED(f.waitStatus) ? WEXITSTATUS(f.waitStatus) : died ? 128 + sig : -1;
+  const bool raised = f.report.count("exception") != 0;
+  const bool recordedRaised = f.recordedFailureKind == "exception";
+  const bool recordedDied = f.recordedFailureKind == "signal";
+  // What the replayed process did at its end, named: the signal, the exception and where, the status.
+  std::string ended;
+  if (died) {
+    ended = "was killed by " + signalText(sig);
+  } else if (raised) {
+    ended = "raised " + tools::printableSummary(fact(f, "exception"), kTextMax);
+    if (std::string where = fact(f, "exception.where"); !where.empty())
+      ended += " at " + tools::printableSummary(where, kTextMax);
+  } else {
+    ended = "exited with status " + std::to_string(status);
+  }
+
+  if (f.report.empty()) {
+    r.exitCode = kNoReplay;
+    r.message = "the replayed process never attached to the trace (is it the recorded program? did it import torch?)";
+  } else if (f.report.count("divergence.step")) {
+    r.exitCode = kDivergence;
+    // An exception or a signal the recording did not have is the cause of what the step then
+    // lacked (its loss, its outputs): name it first.
+    if ((raised && !recordedRaised) || (died && !(recordedDied && sig == f.recordedSignal)))
+      r.message = "diverged at step " + fact(f, "divergence.step") + ": the replayed job " + ended +
+                  " where the recording did not; " + lastVerified(r.verified);
+    else
+      r.message = "diverged at step " + fact(f, "divergence.step") + ": " +
+                  tools::printableSummary(fact(f, "divergence.detail"), kTextMax);
+  } else if (stop == "target") {
+    r.exitCode = kOk;
+    r.message = "reached " + f.targetText;
+  } else if (stop == "end-of-recording") {
+    r.message = "ran past the end of the recording before reaching " + f.targetText;
+  } else if (f.target == ReplayTarget::Kind::Crash &&
+             ((recordedDied && died && sig == f.recordedSignal) || (recordedRaised && raised))) {
+    r.exitCode = kOk;
+    r.message = died ? "reproduced the crash: " + std::string(strsignal(sig))
+                     : "reproduced the exception: " + tools::printableSummary(fact(f, "exception"), kTextMax);
+  } else {
+    // The process ended without a stop at the target. Where the recording ended the same way
+    // (same exception kind, signal or status) this is the end; anything else is a divergence.
+    const bool sameEnd = died     ? recordedDied && sig == f.recordedSignal
+                         : raised ? recordedRaised
+                                  : !f.recordedExit || status == *f.recordedExit;
+    const bool atEnd = f.target == ReplayTarget::Kind::End && stop == "exit";
+    if (!sameEnd) {
+      r.exitCode = kDivergence;
+      std::string recorded = recordedDied     ? "was killed by " + signalText(f.recordedSignal)
+                             : recordedRaised ? "raised an exception"
+                             : f.recordedExit ? "exited with status " + std::to_string(*f.recordedExit)
+                                              : "did not";
+      r.message =
+          "diverged: the replayed job " + ended + "; the recording " + recorded + "; " + lastVerified(r.verified);
+    } else if (atEnd && r.verified < f.recordedSteps) {
+      r.exitCode = kDivergence;
+      r.message = "diverged: the replayed job ended after " + std::to_string(r.verified) + " of " +
+                  std::to_string(f.recordedSteps) + " recorded steps; " + lastVerified(r.verified);
+    } else if (atEnd) {
+      r.exitCode = kOk;
+      r.message = "replayed to the end";
+    } else {
+      r.message =
+          "ended before reaching " + f.targetText + ": the replayed job " + ended + "; " + lastVerified(r.verified);
+    }
+  }
+  return r;
+}
+
+}  // namespace dlrr

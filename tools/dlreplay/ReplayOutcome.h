@@ -1,0 +1,54 @@
+#pragma once
+// What one replayed process came to, decided once: from its report (the facts it wrote) and
+// its wait status, and what the recording holds, the exit code and the outcome line dlreplay
+// prints. Pure, so every failure mode is unit-tested (tests/unit/ReplayOutcomeTest.cc).
+//
+// The verdict never flatters: a replayed process that exits, raises or dies where the
+// recording did not is a divergence naming what happened and the last verified step, and
+// "N of M verified" with N < M at the end is never success.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "replayer/ReplayTarget.h"
+
+namespace dlrr {
+
+// Exit codes (docs/cli.md): 0-8 as dltrace for trace problems, then replay outcomes.
+enum : int {
+  kOk = 0,
+  kUsage = 2,
+  kIo = 3,
+  kNotATrace = 4,
+  kFuture = 5,
+  kCorrupt = 6,
+  kNotFound = 7,
+  kInternal = 8,        // a bug in dlreplay: please report it
+  kConsent = 9,         // the trace is from another host/user: --yes or an explicit command needed
+  kNotReached = 10,     // the job ended (or failed otherwise) before the target
+  kDivergence = 11,     // the replay did what the recording did not (a step, an exit, an exception, a signal)
+  kNoReplay = 12,       // the replayed process never attached to the trace (e.g. not the same program)
+  kNotReproduced = 13,  // --check: the recorded failure did not happen again
+};
+
+struct ReplayFacts {
+  std::map<std::string, std::string> report;  // the replayed process's report; empty: never attached
+  int waitStatus = 0;                         // as waitpid() gave it
+  ReplayTarget::Kind target = ReplayTarget::Kind::End;
+  std::string targetText;  // ReplayTarget::describe()
+  uint64_t recordedSteps = 0;
+  std::string recordedFailureKind;  // "exception", "signal", "nonfinite", ... or empty
+  int recordedSignal = 0;
+  std::optional<int> recordedExit;  // the recorded job's exit status (128+N: signal N)
+};
+
+struct ReplayOutcome {
+  int exitCode = kNotReached;
+  std::string message;  // one line, escaped
+  uint64_t verified = 0;
+};
+
+ReplayOutcome decideReplayOutcome(const ReplayFacts& f);
+
+}  // namespace dlrr
