@@ -152,6 +152,40 @@ class PassTest(unittest.TestCase):
         self.assertIn("write %s" % path, self.facts.values("path"))
 
 
+class FakeCuda:
+    """torch.cuda's peak statistics, scripted: a GPU this machine does not have."""
+
+    def __init__(self):
+        self.peak = 0
+
+    def is_initialized(self):
+        return True
+
+    def device_count(self):
+        return 1
+
+    def max_memory_allocated(self, device):
+        return self.peak
+
+
+class GpuPeakTest(unittest.TestCase):
+    def test_a_pass_reports_the_allocator_peak_and_whether_it_reached_it(self):
+        pf, facts = make(2)
+        cuda = FakeCuda()
+        pf._torch = type("FakeTorch", (), {"cuda": cuda})
+        it = type("It", (), {"_num_yielded": 0})()
+        cuda.peak = 100
+        p = pf._begin_pass(it)
+        cuda.peak = 250  # the training pass allocated more
+        pf._end_pass(it, p, True)
+        it2 = type("It", (), {"_num_yielded": 0})()
+        p2 = pf._begin_pass(it2)
+        pf._end_pass(it2, p2, True)  # evaluation stayed below: no new peak
+        passes = facts.values("pass")
+        self.assertTrue(passes[0].endswith("gpu_peak=250 gpu_new_peak=1"), passes[0])
+        self.assertTrue(passes[1].endswith("gpu_peak=250 gpu_new_peak=0"), passes[1])
+
+
 class UseTest(unittest.TestCase):
     def test_paths_and_environment_read_by_the_jobs_code(self):
         pf, facts = make(2)

@@ -88,6 +88,28 @@ TEST(PreflightReport, ParsesTheHooksFactsInNumberOrder) {
   EXPECT_TRUE(lines[1].cut);
 }
 
+TEST(PreflightReport, GpuPeaksPerPhaseAreExactOnlyWhereANewPeakWasReached) {
+  std::map<std::string, std::string> rt = {
+      {"preflight.k", "2"},
+      {"preflight.pass.0",
+       "loader=0 dataset=D phase=training batches=2 of=9 cut=1 updates=2 peak_rss_kib=1 "
+       "batch_size=8 gpu_peak=3000000000 gpu_new_peak=1"},
+      {"preflight.pass.1",
+       "loader=1 dataset=D phase=evaluation batches=2 of=9 cut=1 updates=0 peak_rss_kib=1 "
+       "batch_size=8 gpu_peak=3000000000 gpu_new_peak=0"}};
+  auto f = preflight::parseFacts(rt);
+  auto lines = preflight::phaseLines(f);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0].gpuPeak, 3000000000);
+  EXPECT_EQ(lines[1].gpuPeak, -1);
+  EXPECT_EQ(lines[1].gpuCeiling, 3000000000);
+  triage::TriageInput in;
+  triage::TriageResult t;
+  std::string text = preflight::renderText(f, preflight::judge(f, in, t, 0), in, t, "tr", 1);
+  EXPECT_NE(text.find(", GPU allocator peak 2.8 GiB"), std::string::npos) << text;
+  EXPECT_NE(text.find(", GPU at most 2.8 GiB (no new allocator peak)"), std::string::npos) << text;
+}
+
 TEST(PreflightReport, AVerdictFollowsTheExitAndTheRecordedFailure) {
   auto f = preflight::parseFacts(sampleRuntime());
   triage::TriageInput in;

@@ -91,6 +91,8 @@ Facts parseFacts(const std::map<std::string, std::string>& runtime) {
     p.updates = intField(m, "updates", 0);
     p.peakRssKib = static_cast<uint64_t>(std::max<int64_t>(0, intField(m, "peak_rss_kib", 0)));
     p.batchSize = intField(m, "batch_size", -1);
+    p.gpuPeak = intField(m, "gpu_peak", -1);
+    p.gpuNewPeak = intField(m, "gpu_new_peak", 0) != 0;
     f.passes.push_back(std::move(p));
   }
   for (const auto& [n, v] : numbered["loop"]) f.loops.push_back(v);
@@ -133,6 +135,12 @@ std::vector<PhaseLine> phaseLines(const Facts& f) {
     it->cut = it->cut || p.cut;
     it->peakRssKib = std::max(it->peakRssKib, p.peakRssKib);
     it->batchSize = std::max(it->batchSize, p.batchSize);
+    if (p.gpuPeak >= 0) {
+      if (p.gpuNewPeak)
+        it->gpuPeak = std::max(it->gpuPeak, p.gpuPeak);
+      else
+        it->gpuCeiling = std::max(it->gpuCeiling, p.gpuPeak);
+    }
   }
   return lines;
 }
@@ -223,7 +231,11 @@ std::string renderText(const Facts& f, const Report& r, const triage::TriageInpu
       << printable(l.dataset) << "): " << l.passes << (l.passes == 1 ? " pass" : " passes") << ", " << l.minBatches;
     if (l.maxBatches != l.minBatches) o << "-" << l.maxBatches;
     if (l.of >= 0) o << " of " << l.of;
-    o << " batches" << (l.cut ? " (cut)" : "") << ", peak RSS " << mib(l.peakRssKib) << "\n";
+    o << " batches" << (l.cut ? " (cut)" : "") << ", peak RSS " << mib(l.peakRssKib);
+    if (l.gpuPeak >= 0) o << ", GPU allocator peak " << tools::humanBytes(static_cast<uint64_t>(l.gpuPeak));
+    if (l.gpuPeak < 0 && l.gpuCeiling >= 0)
+      o << ", GPU at most " << tools::humanBytes(static_cast<uint64_t>(l.gpuCeiling)) << " (no new allocator peak)";
+    o << "\n";
   }
   for (const auto& l : f.loops) o << "    loop without a DataLoader: " << printable(l) << "\n";
   if (!f.saves.empty()) o << "  checkpoints and exports:\n";
@@ -308,6 +320,8 @@ std::string renderJson(const Facts& f, const Report& r, const triage::TriageInpu
     j.field("updates", p.updates);
     j.field("peak_rss_bytes", p.peakRssKib * 1024);
     j.field("batch_size", p.batchSize);
+    j.field("gpu_peak_bytes", p.gpuPeak);
+    j.field("gpu_new_peak", p.gpuNewPeak);
     j.endObject();
   }
   j.endArray();

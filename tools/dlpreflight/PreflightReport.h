@@ -22,7 +22,9 @@ struct Pass {
   bool cut = false;
   int64_t updates = 0;
   uint64_t peakRssKib = 0;
-  int64_t batchSize = -1;  // the loader's batch size (-1: none, e.g. batch_size=None)
+  int64_t batchSize = -1;   // the loader's batch size (-1: none, e.g. batch_size=None)
+  int64_t gpuPeak = -1;     // the CUDA allocator's peak so far at the pass's end (-1: no CUDA)
+  bool gpuNewPeak = false;  // that peak was reached during the pass (else: not above it)
 };
 
 struct EnvRead {
@@ -64,6 +66,8 @@ struct PhaseLine {
   bool cut = false;
   uint64_t peakRssKib = 0;
   int64_t batchSize = -1;
+  int64_t gpuPeak = -1;     // the highest GPU peak reached in one of these passes (-1: none)
+  int64_t gpuCeiling = -1;  // passes that reached no new peak stayed at or below this
 };
 std::vector<PhaseLine> phaseLines(const Facts& f);
 

@@ -151,10 +151,14 @@ def _caller_is_import_or_hook(frame):
 
 
 class _Pass:
-    __slots__ = ("key", "loader", "dataset", "length", "batches", "updates", "peak", "cut", "batch_size")
+    __slots__ = ("key", "loader", "dataset", "length", "batches", "updates", "peak", "cut", "batch_size",
+                 "gpu_start", "gpu_peak", "gpu_new")
 
     def __init__(self, key, loader, dataset, length, batch_size):
         self.batch_size = batch_size
+        self.gpu_start = None  # the CUDA allocator's peak so far when the pass began
+        self.gpu_peak = None
+        self.gpu_new = False
         self.key = key
         self.loader = loader
         self.dataset = dataset
@@ -192,6 +196,7 @@ class Preflight:
         self._clear_refs_ok = True
         self.cuda_rewrites = 0  # device arguments moved from CUDA to the CPU
         self._cpu_mode = None
+        self._torch = None
         self.error = None
 
     # ------------------------------------------------------------------ plumbing
@@ -251,6 +256,7 @@ class Preflight:
 
     # ------------------------------------------------------------------ DataLoader passes
     def install_torch(self, patcher, torch, dataloader):
+        self._torch = torch
         for cls_name in ("_SingleProcessDataLoaderIter", "_MultiProcessingDataLoaderIter"):
             cls = getattr(dataloader, cls_name, None)
             if cls is not None and "_next_data" in vars(cls):
@@ -363,10 +369,25 @@ class Preflight:
         self._passes[id(it)] = p
         self._stack.append(p)
         p.peak = self._hwm_kib()
+        p.gpu_start = self._gpu_max()
         return p
+
+    def _gpu_max(self):
+        """The CUDA caching allocator's peak so far (max over devices), or None without CUDA.
+        Never resets the statistics: a job may log them itself."""
+        cuda = getattr(self._torch, "cuda", None)
+        if cuda is None or not cuda.is_initialized():
+            return None
+        return max((cuda.max_memory_allocated(d) for d in range(cuda.device_count())), default=None)
 
     def _end_pass(self, it, p, cut):
         self._fold_peak()
+        now = self._gpu_max()
+        if now is not None:
+            # A peak above the one before the pass was reached in it (exact); otherwise the
+            # pass stayed at or below the earlier peak.
+            p.gpu_peak = now
+            p.gpu_new = p.gpu_start is None or now > p.gpu_start
         self._passes.pop(id(it), None)
         if p in self._stack:
             self._stack.remove(p)
@@ -377,7 +398,8 @@ class Preflight:
         self._fact("preflight.pass.%d" % p.key,
                    "loader=%d dataset=%s phase=%s batches=%d of=%d cut=%d updates=%d peak_rss_kib=%d "
                    "batch_size=%d" % (p.loader, p.dataset, "training" if p.updates else "evaluation", p.batches,
-                                      p.length, 1 if p.cut else 0, p.updates, p.peak, p.batch_size))
+                                      p.length, 1 if p.cut else 0, p.updates, p.peak, p.batch_size)
+                   + ("" if p.gpu_peak is None else " gpu_peak=%d gpu_new_peak=%d" % (p.gpu_peak, 1 if p.gpu_new else 0)))
 
     # ------------------------------------------------------------------ updates and loops
     def on_update(self, kind):
