@@ -68,6 +68,14 @@ def _under(path, roots):
     return False
 
 
+def _starts_line(x):
+    """The line instruction x starts, or None (Python 3.13 made starts_line a bool and put the
+    number in line_number)."""
+    if isinstance(x.starts_line, bool):
+        return getattr(x, "line_number", None) if x.starts_line else None
+    return x.starts_line
+
+
 def find_loop(code, offset):
     """(start, exit, break_line) of the innermost loop of `code` around instruction `offset`.
 
@@ -92,8 +100,8 @@ def find_loop(code, offset):
     break_line = None
     line = None
     for x in ins:
-        if x.starts_line is not None:
-            line = x.starts_line
+        if _starts_line(x) is not None:
+            line = _starts_line(x)
         if (start < x.offset < end and x.opname.startswith("JUMP") and x.argval == exit_offset
                 and line is not None and
                 linecache.getline(code.co_filename, line).strip() == "break"):
@@ -106,8 +114,8 @@ def _lines_of(code):
     """{offset: line} of every instruction (the line in force at that offset)."""
     lines, line = {}, None
     for x in dis.get_instructions(code):
-        if x.starts_line is not None:
-            line = x.starts_line
+        if _starts_line(x) is not None:
+            line = _starts_line(x)
         lines[x.offset] = line
     return lines
 
