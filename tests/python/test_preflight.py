@@ -116,6 +116,19 @@ class LoopTest(unittest.TestCase):
         self.assertEqual(seen, [0, 1])
 
 
+    @unittest.skipUnless(LOOPS_UNSUPPORTED, "Python 3.11 leaves loops (tested above)")
+    def test_on_python_3_12_and_later_loops_run_whole_and_the_report_says_so(self):
+        pf, facts = make(2)
+        ran = []
+        for i in range(6):
+            pf.on_update("step")
+            ran.append(i)
+        self.assertEqual(len(ran), 6)
+        loops = facts.values("loop")
+        self.assertEqual(len(loops), 1, loops)
+        self.assertIn("not supported on Python", loops[0])
+
+
 class PassTest(unittest.TestCase):
     def setUp(self):
         self.pf, self.facts = make(2)
