@@ -8,7 +8,7 @@ const char* const kPreflightUsage =
     "usage: dlpreflight [options] -- CMD [ARGS...]\n"
     "\n"
     "Runs the unchanged job in miniature before you submit it: every DataLoader pass is cut to\n"
-    "K batches and (Python 3.11) every loop that trains without a DataLoader to K updates, so every\n"
+    "K batches and (Python 3.11, 3.13) every loop that trains without a DataLoader to K updates, so every\n"
     "epoch, evaluation pass, checkpoint save and final export runs in seconds. The run is\n"
     "recorded like any dlrecord run. Then one report: which phases ran, what failed and where\n"
     "(with dltrace triage's category and evidence), what the job touched that may not exist\n"

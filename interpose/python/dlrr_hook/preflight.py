@@ -26,6 +26,7 @@ import dis
 import linecache
 import os
 import sys
+import warnings
 
 _HOOK_DIR = os.path.dirname(os.path.abspath(__file__))
 _MAX_PATHS = 256
@@ -68,6 +69,11 @@ def _under(path, roots):
     return False
 
 
+# Python versions whose loop layout find_loop reads and whose f_lineno jump out of a loop was
+# checked (Debian 12's 3.11, Debian 13's 3.13).
+LOOP_JUMP_VERSIONS = ((3, 11), (3, 13))
+
+
 def _starts_line(x):
     """The line instruction x starts, or None (Python 3.13 made starts_line a bool and put the
     number in line_number)."""
@@ -95,6 +101,14 @@ def find_loop(code, offset):
     head = next((x for x in ins if x.offset == start), None)
     if head is not None and head.opname == "FOR_ITER":
         exit_offset = head.argval
+        # 3.12+ ends a for loop with END_FOR (3.13: END_FOR, POP_TOP) numbered with the header's
+        # line; the loop is left for the instruction after them.
+        at = next((j for j, x in enumerate(ins) if x.offset == exit_offset), None)
+        if at is not None and ins[at].opname == "END_FOR":
+            at += 1
+            if at < len(ins) and ins[at].opname == "POP_TOP" and sys.version_info >= (3, 13):
+                at += 1
+            exit_offset = ins[at].offset if at < len(ins) else None
     else:
         exit_offset = ins[i + 1].offset if i + 1 < len(ins) else None
     break_line = None
@@ -102,8 +116,10 @@ def find_loop(code, offset):
     for x in ins:
         if _starts_line(x) is not None:
             line = _starts_line(x)
-        if (start < x.offset < end and x.opname.startswith("JUMP") and x.argval == exit_offset
-                and line is not None and
+        # A break jumps out of the loop: to its exit, or (3.13, a loop ending its enclosing loop's
+        # body) straight back to the enclosing loop's header.
+        out = isinstance(x.argval, int) and (x.argval == exit_offset or not start <= x.argval <= end)
+        if (start < x.offset < end and x.opname.startswith("JUMP") and out and line is not None and
                 linecache.getline(code.co_filename, line).strip() == "break"):
             break_line = line
             break
@@ -448,13 +464,14 @@ class Preflight:
         return None, None
 
     def _leave_loop(self, frame):
-        if sys.version_info >= (3, 12):
-            # 3.12+ lays loops out differently (END_FOR on the header's line, other jump and line
-            # numbering): not verified there, so no jump is ever attempted; the loop runs whole.
+        if sys.version_info[:2] not in LOOP_JUMP_VERSIONS:
+            # The jump relies on each version's loop layout and line events (checked on these
+            # versions only): elsewhere no jump is ever attempted; the loop runs whole.
             if not self._no_loop_reported:
                 self._no_loop_reported = True
                 self._fact("preflight.loop.%d" % self._loops_cut, "not cut: leaving loops without a "
-                           "DataLoader is not supported on Python %d.%d yet; they run whole" % sys.version_info[:2])
+                           "DataLoader is not supported on Python %d.%d (tested: %s); they run whole"
+                           % (sys.version_info[:2] + (", ".join("%d.%d" % v for v in LOOP_JUMP_VERSIONS),)))
                 self._loops_cut += 1
             self._loop_updates = 0
             return
@@ -474,12 +491,20 @@ class Preflight:
             self._loop_updates = 0
             return
         lines = _lines_of(code)
+        first = {}  # line -> the offset a jump to that line lands on (its first instruction)
+        for o in sorted(lines):
+            if lines[o] is not None:
+                first.setdefault(lines[o], o)
         header_line = lines.get(start)
         body = [lines[o] for o in lines if start <= o < (exit_offset or start) and lines[o] is not None]
         exit_line = lines.get(exit_offset) if exit_offset is not None else None
         where = "%s:%s" % (os.path.basename(code.co_filename), header_line)
         target = None
-        if exit_line is not None and body and not (min(body) <= exit_line <= max(body)) and exit_line != header_line:
+        # f_lineno lands on a line's first instruction: the exit's line must start at the exit
+        # (3.13 numbers an inner loop's exit with the enclosing loop's header, whose first
+        # instruction sets that loop up again).
+        if (exit_line is not None and body and not (min(body) <= exit_line <= max(body))
+                and exit_line != header_line and first.get(exit_line) == exit_offset):
             target = exit_line
         elif break_line is not None:
             target = break_line
@@ -504,7 +529,10 @@ class Preflight:
             _, _, _, target, where, previous = t
             self._tracing = None
             try:
-                frame.f_lineno = target  # only from inside a trace function of this frame
+                with warnings.catch_warnings():
+                    # 3.13 warns (on the job's stderr) when the jump leaves locals unbound.
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    frame.f_lineno = target  # only from inside a trace function of this frame
                 self._fact("preflight.loop.%d" % self._loops_cut,
                            "cut: %s after %d updates" % (where, self._loop_updates))
             except Exception as exc:
