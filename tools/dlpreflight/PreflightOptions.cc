@@ -1,7 +1,5 @@
 #include "tools/dlpreflight/PreflightOptions.h"
 
-#include <charconv>
-
 namespace dlrr {
 
 const char* const kPreflightUsage =
@@ -35,67 +33,46 @@ const char* const kPreflightUsage =
     "Exit status: 0 the job passed (every phase ran and it exited 0); 1 it failed (the report\n"
     "says where); 2 usage error; 127 CMD not found, 126 not executable.\n";
 
-PreflightOptions parsePreflightOptions(const std::vector<std::string>& args) {
+PreflightOptions parsePreflightOptions(const std::vector<std::string>& argv) {
+  using tools::OptSpec;
   using tools::UsageError;
+  using T = OptSpec::Type;
+  const tools::Args args(argv,
+                         {{"--help", T::Final, "-h"},
+                          {"--version", T::Final},
+                          {"--batches", T::Value, "-k"},
+                          {"--output", T::Value, "-o"},
+                          {"--compare", T::Value},
+                          {"--memory-at", T::Value},
+                          {"--write-through", T::Flag},
+                          {"--json", T::Flag}},
+                         tools::Args::Layout::Command);
   PreflightOptions o;
-  size_t i = 0;
-  auto value = [&](const std::string& flag) -> std::string {
-    if (i + 1 >= args.size()) throw UsageError("option " + flag + " needs a value");
-    return args[++i];
-  };
-  bool sawDashDash = false;
-  for (; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--") {
-      sawDashDash = true;
-      ++i;
-      break;
-    }
-    if (a == "-h" || a == "--help") {
-      o.action = PreflightOptions::Action::Help;
-      return o;
-    } else if (a == "--version") {
-      o.action = PreflightOptions::Action::Version;
-      return o;
-    } else if (a == "-k" || a == "--batches" || a.rfind("--batches=", 0) == 0) {
-      std::string v = a.rfind("--batches=", 0) == 0 ? a.substr(10) : value(a);
-      int k = 0;
-      auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), k);  // digits only
-      if (ec != std::errc() || end != v.data() + v.size() || k < 1 || k > 1000000)
-        throw UsageError("--batches must be an integer from 1 to 1000000 (got '" + v + "')");
-      o.batches = k;
-    } else if (a == "-o" || a == "--output") {
-      o.output = value(a);
-      if (o.output.empty()) throw UsageError("--output needs a path");
-    } else if (a.rfind("--output=", 0) == 0) {
-      o.output = a.substr(9);
-      if (o.output.empty()) throw UsageError("--output needs a path");
-    } else if (a == "--compare" || a.rfind("--compare=", 0) == 0) {
-      o.compare = a == "--compare" ? value(a) : a.substr(10);
-      if (o.compare.empty()) throw UsageError("--compare needs a trace");
-    } else if (a == "--memory-at" || a.rfind("--memory-at=", 0) == 0) {
-      std::string v = a == "--memory-at" ? value(a) : a.substr(12);
-      int64_t n = 0;
-      auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-      if (ec != std::errc() || end != v.data() + v.size() || n < 1 || n > (int64_t{1} << 40))
-        throw UsageError("--memory-at must be a positive batch size (got '" + v + "')");
-      o.targetBatch = n;
-    } else if (a == "--write-through") {
-      o.writeThrough = true;
-    } else if (a == "--json") {
-      o.json = true;
-    } else if (!a.empty() && a[0] == '-') {
-      throw UsageError("unknown option '" + a + "'");
-    } else {
-      throw UsageError("missing '--' before the command (write: dlpreflight [options] -- " + a + " ...)");
-    }
+  o.batches = static_cast<int>(args.intValue("--batches", 1, 1000000).value_or(o.batches));
+  o.output = args.value("--output").value_or("");
+  if (args.has("--output") && o.output.empty()) throw UsageError("--output needs a path");
+  o.compare = args.value("--compare").value_or("");
+  if (args.has("--compare") && o.compare.empty()) throw UsageError("--compare needs a trace");
+  try {
+    o.targetBatch = args.intValue("--memory-at", 1, int64_t{1} << 40).value_or(0);
+  } catch (const UsageError&) {
+    throw UsageError("--memory-at must be a positive batch size (got '" + *args.value("--memory-at") + "')");
   }
-  if (!sawDashDash) throw UsageError("missing '--' and the command to run");
+  o.writeThrough = args.has("--write-through");
+  o.json = args.has("--json");
+  // --help and --version end the parse where they stand: the options before them were checked.
+  if (args.final() == "--help") o.action = PreflightOptions::Action::Help;
+  if (args.final() == "--version") o.action = PreflightOptions::Action::Version;
+  if (o.action != PreflightOptions::Action::Run) return o;
+  if (!args.positional().empty())
+    throw UsageError("missing '--' before the command (write: dlpreflight [options] -- " + args.positional()[0] +
+                     " ...)");
+  if (!args.sawDashDash()) throw UsageError("missing '--' and the command to run");
   if ((o.targetBatch > 0) != !o.compare.empty())
     throw UsageError(
         "--compare and --memory-at go together (an earlier run at another batch size, and the batch "
         "size to estimate for)");
-  for (; i < args.size(); ++i) o.command.push_back(args[i]);
+  o.command = args.command();
   if (o.command.empty()) throw UsageError("no command after '--'");
   return o;
 }

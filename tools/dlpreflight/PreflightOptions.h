@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/common/UsageError.h"
+#include "tools/common/Args.h"
 
 namespace dlrr {
 

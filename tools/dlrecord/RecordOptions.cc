@@ -1,8 +1,5 @@
 #include "tools/dlrecord/RecordOptions.h"
 
-#include <charconv>
-#include <cstdlib>
-
 namespace dlrr {
 
 const char* const kRecordUsage =
@@ -33,59 +30,39 @@ const char* const kRecordUsage =
     "Exit status: CMD's own (128+N when it died of signal N); 127 when CMD cannot be found,\n"
     "126 when it cannot be executed, 2 on a usage error. Recording problems never change it.\n";
 
-RecordOptions parseRecordOptions(const std::vector<std::string>& args) {
+RecordOptions parseRecordOptions(const std::vector<std::string>& argv) {
+  using tools::OptSpec;
   using tools::UsageError;
+  using T = OptSpec::Type;
+  const tools::Args args(argv,
+                         {{"--help", T::Final, "-h"},
+                          {"--version", T::Final},
+                          {"--output", T::Value, "-o"},
+                          {"--capture", T::Value},
+                          {"--collectives", T::Value},
+                          {"--ring-steps", T::Value},
+                          {"--redact", T::Value},
+                          {"--quiet", T::Flag, "-q"}},
+                         tools::Args::Layout::Command);
   RecordOptions o;
-  size_t i = 0;
-  auto value = [&](const std::string& flag) -> std::string {
-    if (i + 1 >= args.size()) throw UsageError("option " + flag + " needs a value");
-    return args[++i];
-  };
-  bool sawDashDash = false;
-  for (; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--") {
-      sawDashDash = true;
-      ++i;
-      break;
-    }
-    if (a == "-h" || a == "--help") {
-      o.action = RecordOptions::Action::Help;
-      return o;
-    } else if (a == "--version") {
-      o.action = RecordOptions::Action::Version;
-      return o;
-    } else if (a == "-o" || a == "--output") {
-      o.output = value(a);
-    } else if (a.rfind("--output=", 0) == 0) {
-      o.output = a.substr(9);
-    } else if (a == "--capture" || a.rfind("--capture=", 0) == 0) {
-      o.capture = a == "--capture" ? value(a) : a.substr(10);
-      if (o.capture != "minimal" && o.capture != "default" && o.capture != "full")
-        throw UsageError("--capture must be minimal, default or full (got '" + o.capture + "')");
-    } else if (a == "--collectives" || a.rfind("--collectives=", 0) == 0) {
-      o.collectives = a == "--collectives" ? value(a) : a.substr(14);
-      if (o.collectives != "digest" && o.collectives != "full")
-        throw UsageError("--collectives must be digest or full (got '" + o.collectives + "')");
-    } else if (a == "--ring-steps" || a.rfind("--ring-steps=", 0) == 0) {
-      std::string v = a == "--ring-steps" ? value(a) : a.substr(13);
-      int k = -1;
-      auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), k);  // no blanks, no '+'
-      if (ec != std::errc() || end != v.data() + v.size() || k < 0 || k > 64)
-        throw UsageError("--ring-steps must be an integer from 0 to 64 (got '" + v + "')");
-      o.ringSteps = k;
-    } else if (a == "--redact" || a.rfind("--redact=", 0) == 0) {
-      o.redact = parseRedactPatterns(a == "--redact" ? value(a) : a.substr(9));
-    } else if (a == "-q" || a == "--quiet") {
-      o.quiet = true;
-    } else if (!a.empty() && a[0] == '-') {
-      throw UsageError("unknown option '" + a + "'");
-    } else {
-      throw UsageError("missing '--' before the command (write: dlrecord [options] -- " + a + " ...)");
-    }
-  }
-  if (!sawDashDash) throw UsageError("missing '--' and the command to record");
-  for (; i < args.size(); ++i) o.command.push_back(args[i]);
+  o.output = args.value("--output").value_or("");
+  o.capture = args.value("--capture").value_or(o.capture);
+  if (o.capture != "minimal" && o.capture != "default" && o.capture != "full")
+    throw UsageError("--capture must be minimal, default or full (got '" + o.capture + "')");
+  o.collectives = args.value("--collectives").value_or(o.collectives);
+  if (o.collectives != "digest" && o.collectives != "full")
+    throw UsageError("--collectives must be digest or full (got '" + o.collectives + "')");
+  o.ringSteps = static_cast<int>(args.intValue("--ring-steps", 0, 64).value_or(o.ringSteps));
+  if (auto r = args.value("--redact")) o.redact = parseRedactPatterns(*r);
+  o.quiet = args.has("--quiet");
+  // --help and --version end the parse where they stand: the options before them were checked.
+  if (args.final() == "--help") o.action = RecordOptions::Action::Help;
+  if (args.final() == "--version") o.action = RecordOptions::Action::Version;
+  if (o.action != RecordOptions::Action::Record) return o;
+  if (!args.positional().empty())
+    throw UsageError("missing '--' before the command (write: dlrecord [options] -- " + args.positional()[0] + " ...)");
+  if (!args.sawDashDash()) throw UsageError("missing '--' and the command to record");
+  o.command = args.command();
   if (o.command.empty()) throw UsageError("no command after '--'");
   return o;
 }

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "format/Redact.h"
-#include "tools/common/UsageError.h"
+#include "tools/common/Args.h"
 
 namespace dlrr {
 

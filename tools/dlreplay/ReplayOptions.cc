@@ -1,6 +1,5 @@
 #include "tools/dlreplay/ReplayOptions.h"
 
-#include <charconv>
 #include <cstdlib>
 
 #include "replayer/ReplayTarget.h"
@@ -51,69 +50,62 @@ const char* const kReplayUsage =
     "6 corrupt trace; 7 no such step/stream/failure; 8 internal error;\n"
     "126/127 the command cannot be run / found.\n";
 
-ReplayOptions parseReplayOptions(const std::vector<std::string>& args) {
+ReplayOptions parseReplayOptions(const std::vector<std::string>& argv) {
+  using tools::OptSpec;
   using tools::UsageError;
+  using T = OptSpec::Type;
+  const tools::Args args(argv,
+                         {{"--help", T::Final, "-h"},
+                          {"--version", T::Final},
+                          {"--until", T::Value},
+                          {"--debug", T::Value},
+                          {"--stream", T::Value},
+                          {"--rank", T::Value},
+                          {"--serve-files", T::Value},
+                          {"--scratch", T::Value},
+                          {"--all-ranks", T::Flag},
+                          {"--yes", T::Flag},
+                          {"--check", T::Flag},
+                          {"--dry-run", T::Flag},
+                          {"--json", T::Flag},
+                          {"--quiet", T::Flag, "-q"}},
+                         tools::Args::Layout::Command);
   ReplayOptions o;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&](const std::string& flag) -> std::string {
-      auto eq = a.find('=');
-      if (a.rfind("--", 0) == 0 && eq != std::string::npos) return a.substr(eq + 1);
-      if (i + 1 >= args.size()) throw UsageError("option " + flag + " needs a value");
-      return args[++i];
-    };
-    auto is = [&](const char* flag) { return a == flag || a.rfind(std::string(flag) + "=", 0) == 0; };
-    if (a == "--") {
-      for (++i; i < args.size(); ++i) o.command.push_back(args[i]);
-      if (o.command.empty()) throw UsageError("no command after '--'");
-      break;
-    } else if (a == "-h" || a == "--help") {
-      o.action = ReplayOptions::Action::Help;
-      return o;
-    } else if (a == "--version") {
-      o.action = ReplayOptions::Action::Version;
-      return o;
-    } else if (is("--until")) {
-      o.until = value("--until");
-    } else if (is("--debug")) {
-      o.debug = value("--debug");
-      if (o.debug != "pdb" && o.debug != "gdb" && o.debug != "wait")
-        throw UsageError("--debug must be pdb, gdb or wait (got '" + o.debug + "')");
-    } else if (is("--stream")) {
-      o.stream = value("--stream");
-    } else if (is("--rank")) {
-      std::string v = value("--rank");
-      int r = -1;
-      auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), r);  // no blanks, no '+'
-      if (ec != std::errc() || end != v.data() + v.size() || r < 0 || r > (1 << 24))
-        throw UsageError("--rank must be a rank number (got '" + v + "')");
-      o.rank = r;
-    } else if (is("--serve-files")) {
-      o.serveFiles = value("--serve-files");
-      if (o.serveFiles != "missing" && o.serveFiles != "always" && o.serveFiles != "never")
-        throw UsageError("--serve-files must be missing, always or never (got '" + o.serveFiles + "')");
-    } else if (is("--scratch")) {
-      o.scratch = value("--scratch");
-      if (o.scratch.empty()) throw UsageError("--scratch needs a directory");
-    } else if (a == "--all-ranks") {
-      o.allRanks = true;
-    } else if (a == "--yes") {
-      o.yes = true;
-    } else if (a == "--check") {
-      o.check = true;
-    } else if (a == "--dry-run") {
-      o.dryRun = true;
-    } else if (a == "--json") {
-      o.json = true;
-    } else if (a == "-q" || a == "--quiet") {
-      o.quiet = true;
-    } else if (!a.empty() && a[0] == '-') {
-      throw UsageError("unknown option '" + a + "'");
-    } else if (o.trace.empty()) {
-      o.trace = a;
-    } else {
-      throw UsageError("unexpected argument '" + a + "' (a command to run goes after '--')");
-    }
+  o.until = args.value("--until").value_or("");
+  o.debug = args.value("--debug").value_or("");
+  if (args.has("--debug") && o.debug != "pdb" && o.debug != "gdb" && o.debug != "wait")
+    throw UsageError("--debug must be pdb, gdb or wait (got '" + o.debug + "')");
+  o.stream = args.value("--stream").value_or("");
+  try {
+    if (auto r = args.intValue("--rank", 0, 1 << 24)) o.rank = static_cast<int>(*r);
+  } catch (const UsageError&) {
+    throw UsageError("--rank must be a rank number (got '" + *args.value("--rank") + "')");
+  }
+  if (auto v = args.value("--serve-files")) {
+    o.serveFiles = *v;
+    if (o.serveFiles != "missing" && o.serveFiles != "always" && o.serveFiles != "never")
+      throw UsageError("--serve-files must be missing, always or never (got '" + o.serveFiles + "')");
+  }
+  if (auto v = args.value("--scratch")) {
+    o.scratch = *v;
+    if (o.scratch.empty()) throw UsageError("--scratch needs a directory");
+  }
+  o.allRanks = args.has("--all-ranks");
+  o.yes = args.has("--yes");
+  o.check = args.has("--check");
+  o.dryRun = args.has("--dry-run");
+  o.json = args.has("--json");
+  o.quiet = args.has("--quiet");
+  // --help and --version end the parse where they stand: the options before them were checked.
+  if (args.final() == "--help") o.action = ReplayOptions::Action::Help;
+  if (args.final() == "--version") o.action = ReplayOptions::Action::Version;
+  if (o.action != ReplayOptions::Action::Replay) return o;
+  if (args.positional().size() > 1)
+    throw UsageError("unexpected argument '" + args.positional()[1] + "' (a command to run goes after '--')");
+  if (!args.positional().empty()) o.trace = args.positional()[0];
+  if (args.sawDashDash()) {
+    o.command = args.command();
+    if (o.command.empty()) throw UsageError("no command after '--'");
   }
   if (o.trace.empty()) throw UsageError("missing TRACE");
   if (o.check && !o.until.empty()) throw UsageError("--check replays to the recorded failure; it takes no --until");

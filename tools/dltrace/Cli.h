@@ -1,5 +1,5 @@
 #pragma once
-// Argument parsing, exit codes and error reporting for dltrace. The exit-code table lives
+// Exit codes and error reporting for dltrace (arguments: tools/common/Args.h). The exit-code table lives
 // here and in docs/cli.md; exitCodeFor() is the one place TraceError kinds become exit codes.
 #include <cstdint>
 #include <cstdio>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "format/TraceError.h"
+#include "tools/common/Args.h"  // OptSpec, Args
 #include "tools/common/UsageError.h"
 
 namespace dlrr::tools {
@@ -29,34 +30,6 @@ int exitCodeFor(ErrorKind kind) noexcept;
 
 // UsageError (tools/common/UsageError.h): main prints the message, the command's usage line
 // and a --help hint.
-
-struct OptSpec {
-  enum class Type { Flag, Value, OptionalValue };
-  std::string name;  // "--json", "-o"
-  Type type = Type::Flag;
-};
-
-// Parsed arguments of one subcommand. Accepts "--opt value", "--opt=value"; an optional value
-// is taken from the next argument unless that starts with '-'. "--" ends the options.
-class Args {
- public:
-  Args(const std::vector<std::string>& argv, const std::vector<OptSpec>& specs);
-
-  bool has(const std::string& name) const;
-  std::optional<std::string> value(const std::string& name) const;  // nullopt: absent or no value
-  std::optional<int64_t> intValue(const std::string& name) const;   // UsageError when not an integer
-  const std::vector<std::string>& positional() const { return positional_; }
-  // The single TRACE argument: UsageError when missing or when there are more.
-  const std::string& trace() const;
-
- private:
-  struct Seen {
-    std::string name;
-    std::optional<std::string> value;
-  };
-  std::vector<Seen> seen_;
-  std::vector<std::string> positional_;
-};
 
 // Buffered stdout; write errors (EPIPE, ENOSPC) surface as TraceError(Io) at flush().
 class Output {
