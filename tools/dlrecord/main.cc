@@ -249,14 +249,6 @@ void forwardSignal(int sig, siginfo_t* info, void*) {
 // its last.
 constexpr size_t kSummaryFailureMax = 300;
 
-std::string humanBytes(uint64_t b) {
-  char buf[32];
-  if (b >= (1u << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", b / 1048576.0);
-  else if (b >= 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
-  else std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
-  return buf;
-}
-
 std::string drain(int fd) {
   std::string out;
   char buf[4096];
@@ -423,7 +415,7 @@ int run(int argc, char** argv) {
       auto t = Trace::open(trace, OpenMode::Tolerant);
       TraceSummary s = t->summarize();
       std::string line = "dlrecord: trace " + tools::printable(trace) + ": " + std::to_string(s.steps) + " step" +
-                         (s.steps == 1 ? "" : "s") + ", " + humanBytes(s.bytes);
+                         (s.steps == 1 ? "" : "s") + ", " + tools::humanBytes(s.bytes);
       RankReport ranks = analyzeRanks(*t);
       // One line whatever the job raised (a DataLoader worker's exception carries a traceback);
       // `dltrace info` / `events` show the whole message.
