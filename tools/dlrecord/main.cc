@@ -35,6 +35,7 @@
 #include "format/TraceError.h"
 #include "format/Version.h"
 #include "recorder/ResourceUsage.h"
+#include "tools/common/ChildProcess.h"
 #include "tools/common/Text.h"
 #include "tools/dlrecord/InstallPaths.h"
 #include "tools/dlrecord/RecordOptions.h"
@@ -236,15 +237,6 @@ std::vector<std::string> childEnvironment(const RecordOptions& o, const std::str
   return env;
 }
 
-pid_t gChild = -1;
-
-void forwardSignal(int sig, siginfo_t* info, void*) {
-  // Terminal-generated signals (Ctrl-C) reach the whole foreground group, the job included;
-  // forwarding those would deliver them twice.
-  if (info && info->si_code == SI_KERNEL && (sig == SIGINT || sig == SIGQUIT)) return;
-  if (gChild > 0) ::kill(gChild, sig);
-}
-
 // Bytes of the failure in the summary line: room for an exception's type, its first line and
 // its last.
 constexpr size_t kSummaryFailureMax = 300;
@@ -299,17 +291,13 @@ int run(int argc, char** argv) {
 
   int statusPipe[2] = {-1, -1};
   if (recording && ::pipe2(statusPipe, O_CLOEXEC | O_NONBLOCK) != 0) statusPipe[0] = statusPipe[1] = -1;
-  int execPipe[2];
-  if (::pipe2(execPipe, O_CLOEXEC) != 0) {
-    std::perror("dlrecord: pipe");
-    return 1;
-  }
-  std::vector<std::string> env;
+  tools::LaunchSpec spec;
+  spec.argv = o.command;
   std::string gpuOff;
   if (recording)
-    env = childEnvironment(o, trace, *paths, statusPipe[1], gpuOff);
+    spec.env = childEnvironment(o, trace, *paths, statusPipe[1], gpuOff);
   else
-    for (char** e = environ; *e; ++e) env.emplace_back(*e);
+    for (char** e = environ; *e; ++e) spec.env.emplace_back(*e);
   if (!gpuOff.empty()) {
     problems.push_back("GPU capture off: " + gpuOff);
     capnp::MallocMessageBuilder sm;
@@ -320,56 +308,29 @@ int run(int argc, char** argv) {
     rs.setMessage("GPU capture off: " + gpuOff);
     launcher->append(sm);
   }
-  std::vector<char*> envp, args;
-  for (auto& s : env) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  for (auto& s : o.command) args.push_back(s.data());
-  args.push_back(nullptr);
-
-  // Handlers are installed before fork so no signal is lost; the child resets them.
-  struct sigaction sa {};
-  sa.sa_sigaction = forwardSignal;
-  sa.sa_flags = SA_SIGINFO | SA_RESTART;
-  sigemptyset(&sa.sa_mask);
-  const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
-  for (int s : forwarded) ::sigaction(s, &sa, nullptr);
-
-  pid_t pid = ::fork();
-  if (pid < 0) {
-    std::perror("dlrecord: fork");
+  if (statusPipe[1] >= 0) spec.inheritFds.push_back(statusPipe[1]);  // the job's library reports through it
+  tools::ChildResult child;
+  try {
+    child = tools::launch(spec);
+  } catch (const std::system_error& e) {
+    std::fprintf(stderr, "dlrecord: cannot start the job: %s\n", e.what());
     return 1;
   }
-  if (pid == 0) {
-    for (int s : forwarded) ::signal(s, SIG_DFL);
-    if (statusPipe[1] >= 0) ::fcntl(statusPipe[1], F_SETFD, 0);  // the job inherits the status fd
-    ::execvpe(args[0], args.data(), envp.data());
-    int err = errno;
-    ssize_t w = ::write(execPipe[1], &err, sizeof err);
-    (void)w;
-    ::_exit(err == ENOENT ? kExitCannotRun : kExitNotExecutable);
-  }
-  gChild = pid;
-  ::close(execPipe[1]);
   if (statusPipe[1] >= 0) ::close(statusPipe[1]);
-  int execErr = 0;
-  if (::read(execPipe[0], &execErr, sizeof execErr) == static_cast<ssize_t>(sizeof execErr)) {
-    ::waitpid(pid, nullptr, 0);
-    std::fprintf(stderr, "dlrecord: cannot run '%s': %s\n", o.command[0].c_str(), std::strerror(execErr));
+  if (child.execError != 0) {
+    std::fprintf(stderr, "dlrecord: cannot run '%s': %s\n", o.command[0].c_str(), std::strerror(child.execError));
     if (launcher) {
       launcher->close();
       launcher.reset();
     }
     std::error_code ec;
     std::filesystem::remove_all(trace, ec);  // nothing was recorded: leave nothing behind
-    return execErr == ENOENT ? kExitCannotRun : kExitNotExecutable;
+    return child.execError == ENOENT ? kExitCannotRun : kExitNotExecutable;
   }
-  ::close(execPipe[0]);
-
-  int status = 0;
-  rusage childUsage {};
-  while (::wait4(pid, &status, 0, &childUsage) < 0 && errno == EINTR) {
-  }
-  int exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+  const pid_t pid = child.pid;
+  const int status = child.waitStatus;
+  const rusage& childUsage = child.usage;
+  int exitCode = tools::shellExitCode(status);
 
   std::string statusText = statusPipe[0] >= 0 ? drain(statusPipe[0]) : "";
   if (statusPipe[0] >= 0) ::close(statusPipe[0]);
