@@ -23,6 +23,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "format/Ranks.h"
@@ -32,6 +33,7 @@
 #include "format/Version.h"
 #include "replayer/ReplaySession.h"
 #include "replayer/ReplayTarget.h"
+#include "tools/common/ChildProcess.h"
 #include "tools/common/Json.h"
 #include "tools/common/Text.h"
 #include "tools/dlrecord/InstallPaths.h"
@@ -101,12 +103,6 @@ std::map<std::string, std::string> readReport(const std::string& path) {
     else r[k] = v;
   }
   return r;
-}
-
-pid_t gChild = -1;
-void forward(int sig, siginfo_t* info, void*) {
-  if (info && info->si_code == SI_KERNEL && (sig == SIGINT || sig == SIGQUIT)) return;
-  if (gChild > 0) ::kill(gChild, sig);
 }
 
 std::string currentHost() {
@@ -582,55 +578,25 @@ int run(int argc, char** argv) {
   };
   std::vector<std::string> envStrings;
   for (auto& [k, v] : env) envStrings.push_back(k + "=" + v);
-  std::vector<char*> envp, args;
-  for (auto& s : envStrings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  for (auto& s : full) args.push_back(s.data());
-  args.push_back(nullptr);
-
-  struct sigaction sa {};
-  sa.sa_sigaction = forward;
-  sa.sa_flags = SA_SIGINFO | SA_RESTART;
-  sigemptyset(&sa.sa_mask);
-  const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
-  if (o.debug != "pdb" && o.debug != "gdb")  // an interactive debugger owns Ctrl-C
-    for (int s : forwarded) ::sigaction(s, &sa, nullptr);
-  else
-    ::signal(SIGINT, SIG_IGN);
-  int execPipe[2];
-  if (::pipe2(execPipe, O_CLOEXEC) != 0) {
-    std::perror("dlreplay: pipe");
+  tools::LaunchSpec spec;
+  spec.argv = full;
+  spec.env = envStrings;
+  spec.cwd = cwd;
+  spec.passSignalsOn = o.debug != "pdb" && o.debug != "gdb";  // an interactive debugger owns Ctrl-C
+  tools::ChildResult child;
+  try {
+    child = tools::launch(spec);
+  } catch (const std::system_error& e) {
+    std::fprintf(stderr, "dlreplay: cannot start the job: %s\n", e.what());
     removeTemps();
     return kIo;
   }
-  pid_t pid = ::fork();
-  if (pid < 0) {
-    std::perror("dlreplay: fork");
+  if (child.execError != 0) {
+    std::fprintf(stderr, "dlreplay: cannot run '%s': %s\n", full[0].c_str(), std::strerror(child.execError));
     removeTemps();
-    return kIo;
+    return child.execError == ENOENT ? 127 : 126;
   }
-  if (pid == 0) {
-    for (int s : forwarded) ::signal(s, SIG_DFL);
-    if (::chdir(cwd.c_str()) != 0) ::_exit(127);
-    ::execvpe(args[0], args.data(), envp.data());
-    int e = errno;
-    ssize_t w = ::write(execPipe[1], &e, sizeof e);
-    (void)w;
-    ::_exit(127);
-  }
-  gChild = pid;
-  ::close(execPipe[1]);
-  int execErr = 0;
-  if (::read(execPipe[0], &execErr, sizeof execErr) == static_cast<ssize_t>(sizeof execErr)) {
-    ::waitpid(pid, nullptr, 0);
-    std::fprintf(stderr, "dlreplay: cannot run '%s': %s\n", args[0], std::strerror(execErr));
-    removeTemps();
-    return execErr == ENOENT ? 127 : 126;
-  }
-  ::close(execPipe[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  int status = child.waitStatus;
   if (o.allRanks) {
     ::unlink(reportPath);
     if (!o.json) files.print(stderr);
