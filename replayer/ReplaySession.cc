@@ -1,5 +1,7 @@
 #include "replayer/ReplaySession.h"
 
+#include "replayer/ReplayReport.h"
+
 #include "format/DistEnv.h"
 
 #include <fcntl.h>
@@ -48,17 +50,6 @@ std::string num(double d) {
 bool sameBits(double a, double b) {
   if (std::isnan(a) && std::isnan(b)) return true;
   return std::memcmp(&a, &b, sizeof a) == 0;
-}
-
-std::string escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '\n') o += "\\n";
-    else if (c == '\t') o += "\\t";
-    else if (c == '\\') o += "\\\\";
-    else o += c;
-  }
-  return o;
 }
 
 const char* kindName(int k) {
@@ -455,25 +446,25 @@ void ReplaySession::writeReport(const std::string& stopReason) {
   std::string reason = stopReason;
   if (!finalStop_.empty()) reason = finalStop_;
   else if (reason != "running" && reason != "exit") finalStop_ = reason;
-  std::ostringstream o;
-  o << "stop\t" << escape(reason) << "\n";
-  o << "target\t" << target_.describe() << "\n";
-  o << "target.step\t" << target_.step << "\n";
-  o << "target.where\t" << escape(target_.where) << "\n";
-  o << "verified_steps\t" << verifiedSteps_ << "\n";
-  o << "recorded_steps\t" << recordedSteps_ << "\n";
-  o << "last_step\t" << lastStepEnded_ << "\n";
+  ReportLines r;
+  r.add("stop", reason);
+  r.add("target", target_.describe());
+  r.add("target.step", target_.step);
+  r.add("target.where", target_.where);
+  r.add("verified_steps", verifiedSteps_);
+  r.add("recorded_steps", recordedSteps_);
+  r.add("last_step", lastStepEnded_);
   if (divergence_) {
-    o << "divergence.step\t" << divergence_->step << "\n";
-    o << "divergence.kind\t" << kindName(divergence_->kind) << "\n";
-    o << "divergence.path\t" << escape(divergence_->path) << "\n";
-    o << "divergence.detail\t" << escape(divergence_->detail) << "\n";
+    r.add("divergence.step", divergence_->step);
+    r.add("divergence.kind", kindName(divergence_->kind));
+    r.add("divergence.path", divergence_->path);
+    r.add("divergence.detail", divergence_->detail);
   }
-  writeGpuReport(o);
-  writeDistReport(o);
-  for (const auto& [k, v] : facts_) o << escape(k) << "\t" << escape(v) << "\n";
-  for (const auto& w : warnings_) o << "warning\t" << escape(w) << "\n";
-  std::string text = o.str();
+  writeGpuReport(r);
+  writeDistReport(r);
+  for (const auto& [k, v] : facts_) r.add(k, v);
+  for (const auto& w : warnings_) r.add("warning", w);
+  const std::string& text = r.text();
   int fd = ::open(path, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return;
   ssize_t w = ::write(fd, text.data(), text.size());

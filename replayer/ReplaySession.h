@@ -25,6 +25,8 @@
 
 namespace dlrr {
 
+class ReportLines;  // replayer/ReplayReport.h
+
 struct RecordedDigest {
   uint64_t hash = 0;
   uint64_t nanCount = 0;
@@ -150,11 +152,11 @@ class ReplaySession {
   void load();
   void loadCollective(schema::Event::Reader e);  // ReplaySessionDist.cc
   void collectiveDivergenceLocked(uint64_t seq, int64_t step, const std::string& what);
-  void writeDistReport(std::ostream& o);
+  void writeDistReport(ReportLines& r);
   void loadGpuEvent(schema::Event::Reader e);  // InternedString, CudaLaunch
   void resolveKernelNames();
   void checkLaunchesLocked(int64_t step, bool complete);
-  void writeGpuReport(std::ostream& o);
+  void writeGpuReport(ReportLines& r);
   int incomparableLocked(int recordedAlgorithm, int algorithm);
   int checkDigestAlgorithm(int64_t step, int kind, const std::string& path, uint32_t callIndex, uint32_t output,
                            int algorithm, const DigestResult& got);

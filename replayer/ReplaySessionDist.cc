@@ -6,6 +6,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "replayer/ReplayReport.h"
 #include "replayer/ReplaySession.h"
 
 namespace dlrr {
@@ -136,11 +137,12 @@ int ReplaySession::collectiveResult(uint64_t seq, uint32_t index, std::vector<ui
 
 int ReplaySession::recordedRank() const { return stream_ ? stream_->header().getRank() : -1; }
 
-void ReplaySession::writeDistReport(std::ostream& o) {
+void ReplaySession::writeDistReport(ReportLines& r) {
   if (collectives_.empty() && collectivesIssued_ == 0) return;
-  o << "dist.rank\t" << recordedRank() << "\n";
-  o << "dist.collectives\t" << collectivesIssued_ << " of " << collectives_.size() << " recorded issued; "
-    << collectiveTensorsVerified_ << " tensors verified; " << collectiveResultsServed_ << " results served\n";
+  r.add("dist.rank", recordedRank());
+  r.add("dist.collectives", std::to_string(collectivesIssued_) + " of " + std::to_string(collectives_.size()) +
+                                " recorded issued; " + std::to_string(collectiveTensorsVerified_) + " tensors verified; " +
+                                std::to_string(collectiveResultsServed_) + " results served");
 }
 
 }  // namespace dlrr

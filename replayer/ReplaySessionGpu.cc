@@ -1,22 +1,10 @@
 // ReplaySession's GPU checks: recorded kernel launches per step against the replayed ones
 // (LaunchCompare), device digests compared like with like, and the report lines for both.
-#include <ostream>
-
+#include "replayer/ReplayReport.h"
 #include "replayer/ReplaySession.h"
 
 namespace dlrr {
 namespace {
-
-std::string escapeText(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '\n') o += "\\n";
-    else if (c == '\t') o += "\\t";
-    else if (c == '\\') o += "\\\\";
-    else o += c;
-  }
-  return o;
-}
 
 const char* algorithmName(int a) { return a == 0 ? "xxh3 (host)" : a == 1 ? "deviceSum (GPU)" : "unknown"; }
 
@@ -129,25 +117,24 @@ int ReplaySession::checkDigestValues(int64_t step, int kind, const std::string& 
   return checkDigestAlgorithm(step, kind, path, callIndex, output, algorithm, got);
 }
 
-void ReplaySession::writeGpuReport(std::ostream& o) {
-  if (gpuCaptureKnown_)
-    o << "gpu.capture\t" << (gpuCaptureOff_.empty() ? "on" : "off: " + escapeText(gpuCaptureOff_)) << "\n";
+void ReplaySession::writeGpuReport(ReportLines& r) {
+  if (gpuCaptureKnown_) r.add("gpu.capture", gpuCaptureOff_.empty() ? "on" : "off: " + gpuCaptureOff_);
   auto rec = runtime_.find("gpu.capture");
   if (rec != runtime_.end() && rec->second.rfind("on", 0) != 0)
-    o << "gpu.recorded\t" << escapeText(rec->second) << " (launch sequences not checked)\n";
+    r.add("gpu.recorded", rec->second + " (launch sequences not checked)");
   else if (!recordedLaunches_.empty())
-    o << "gpu.capture\tnot started (CUDA not initialised in this replay); the recording has kernel launches\n";
+    r.add("gpu.capture", "not started (CUDA not initialised in this replay); the recording has kernel launches");
   if (launchStepsChecked_ || launchDivergence_) {
-    o << "launch.steps_checked\t" << launchStepsChecked_ << "\n";
-    o << "launch.steps_matched\t" << launchStepsMatched_ << "\n";
+    r.add("launch.steps_checked", launchStepsChecked_);
+    r.add("launch.steps_matched", launchStepsMatched_);
   }
   if (launchDivergence_) {
-    o << "launch.divergence.step\t" << launchDivergenceStep_ << "\n";
-    o << "launch.divergence.position\t" << (launchDivergence_->position ? *launchDivergence_->position : 0) << "\n";
-    o << "launch.divergence.detail\t" << escapeText(launchDivergence_->detail) << "\n";
+    r.add("launch.divergence.step", launchDivergenceStep_);
+    r.add("launch.divergence.position", launchDivergence_->position ? *launchDivergence_->position : 0);
+    r.add("launch.divergence.detail", launchDivergence_->detail);
   }
-  if (!launchAtStop_.empty()) o << "launch.at_stop\t" << escapeText(launchAtStop_) << "\n";
-  if (incomparableDigests_) o << "digests.incomparable\t" << incomparableDigests_ << "\n";
+  if (!launchAtStop_.empty()) r.add("launch.at_stop", launchAtStop_);
+  if (incomparableDigests_) r.add("digests.incomparable", incomparableDigests_);
 }
 
 }  // namespace dlrr

@@ -31,6 +31,7 @@
 #include "format/Trace.h"
 #include "format/TraceError.h"
 #include "format/Version.h"
+#include "replayer/ReplayReport.h"
 #include "replayer/ReplaySession.h"
 #include "replayer/ReplayTarget.h"
 #include "tools/common/ChildProcess.h"
@@ -80,29 +81,10 @@ std::string joinCommand(const std::vector<std::string>& argv) {
 }
 
 std::map<std::string, std::string> readReport(const std::string& path) {
-  std::map<std::string, std::string> r;
-  std::ifstream in(path);
-  std::string line;
-  auto unescape = [](const std::string& s) {
-    std::string o;
-    for (size_t i = 0; i < s.size(); ++i) {
-      if (s[i] == '\\' && i + 1 < s.size()) {
-        char c = s[++i];
-        o += c == 'n' ? '\n' : c == 't' ? '\t' : c;
-      } else {
-        o += s[i];
-      }
-    }
-    return o;
-  };
-  while (std::getline(in, line)) {
-    auto tab = line.find('\t');
-    if (tab == std::string::npos) continue;
-    std::string k = line.substr(0, tab), v = unescape(line.substr(tab + 1));
-    if (r.count(k)) r[k] += "\n" + v;  // repeated keys (warnings) accumulate
-    else r[k] = v;
-  }
-  return r;
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parseReplayReport(text.str());
 }
 
 std::string currentHost() {
