@@ -262,6 +262,16 @@ std::string FileRedirect::forWrite(const std::string& abs, int flags, int& err) 
     err = errno ? errno : EIO;
     return {};
   }
+  if (m && (flags & O_TRUNC) && !(flags & O_CREAT)) {
+    // The file exists (here or served) and is to be emptied: its scratch copy must exist for an
+    // open without O_CREAT (filelock opens an existing lock file O_RDWR|O_TRUNC).
+    int fd = ::open(w.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, (m & 07777) | 0600);
+    if (fd < 0) {
+      err = errno;
+      return {};
+    }
+    ::close(fd);
+  }
   if (gone) ::unlink((deleted_ + abs + kMarker).c_str());
   changed_ = true;
   log("written", abs);

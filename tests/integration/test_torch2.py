@@ -56,8 +56,6 @@ class Torch2FeaturesTest(TraceTestCase):
     def test_numpy_array_batches(self):
         self.check("numpy-batches")
 
-    @unittest.skip("issue 19, regressed when this round's branches were merged: the compiled job's replay now "
-                   "ends in a divergence (exit 11); it passed on the torch2 branch alone; not investigated")
     def test_torch_compile(self):
         self.check("compile")
 

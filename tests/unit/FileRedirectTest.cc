@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -108,6 +110,16 @@ TEST_F(FileRedirectTest, WritesGoToTheScratchCopyAndLaterReadsSeeIt) {
   EXPECT_EQ(err, EEXIST);
   EXPECT_EQ(fr.forWrite(user_ + "/missing.txt", O_WRONLY, err), "");
   EXPECT_EQ(err, ENOENT);
+  // An existing file opened O_RDWR|O_TRUNC without O_CREAT (filelock's lock files, inductor):
+  // the real open that follows needs the scratch copy to exist, empty.
+  put(user_ + "/x.lock", "held");
+  w = fr.forWrite(user_ + "/x.lock", O_RDWR | O_TRUNC, err);
+  ASSERT_EQ(w, scratch_ + "/written" + user_ + "/x.lock");
+  int fd = ::open(w.c_str(), O_RDWR | O_TRUNC | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ::close(fd);
+  EXPECT_EQ(slurp(w), "");
+  EXPECT_EQ(slurp(user_ + "/x.lock"), "held");
 }
 
 TEST_F(FileRedirectTest, MkdirRenameAndRemoveLeaveTheUsersFilesAlone) {
