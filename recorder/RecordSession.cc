@@ -20,6 +20,8 @@
 #include "format/TraceDir.h"
 #include "format/TraceError.h"
 #include "format/Version.h"
+#include "recorder/FullTensorEvent.h"
+#include "recorder/NonFiniteFailure.h"
 #include "recorder/OwnFds.h"
 
 namespace dlrr {
@@ -184,7 +186,7 @@ size_t describeIp(uint64_t ip, const char* maps, size_t mapsLen, char* out, size
 
 }  // namespace
 
-RecordSession::RecordSession(Config cfg) : cfg_(std::move(cfg)), ownerPid_(::getpid()) {
+RecordSession::RecordSession(Config cfg) : cfg_(std::move(cfg)), ownerPid_(::getpid()), ring_(cfg_.ringSteps) {
   startNs_ = monoNs();
   if (cfg_.statusFd >= 0) {
     // The number travels in the environment to exec'd children, where it may be closed or be
@@ -399,16 +401,7 @@ void RecordSession::stepBegin(int64_t step, uint32_t loader, uint64_t batchIndex
   if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->stepBegan(step);
   stepNonFinite_.store(0);
   stepDigests_.store(0);
-  {
-    std::lock_guard<std::mutex> lk(ringMu_);
-    while (!ring_.empty() && static_cast<int64_t>(ring_.size()) >= cfg_.ringSteps) {
-      for (auto& k : ring_.begin()->second) {
-        ringBytes_ -= k.bytes.size();
-        recycleLocked(std::move(k.bytes));
-      }
-      ring_.erase(ring_.begin());
-    }
-  }
+  ring_.stepBegan();
   emit(
       [&](schema::Event::Builder e, StreamWriter&) {
         auto sb = e.initStepBegin();
@@ -508,41 +501,15 @@ int RecordSession::digest(int kind, const char* path, uint32_t callIndex, uint32
   std::string_view dt = dtype ? dtype : "";
   out = computeDigest(dt, data, data ? nbytes : 0);
   stepDigests_.fetch_add(1, std::memory_order_relaxed);
-  uint64_t bad = out.nanCount + out.infCount;
   int64_t step = step_.load();
   if (keep && data && cfg_.capture == CaptureLevel::Full) {
     // Full capture: every kept tensor of every step goes to the trace now (content-addressed,
     // so repeats cost nothing); the failure ring is then redundant.
-    std::string dts(dt);
     emit([&](schema::Event::Builder e, StreamWriter& w) {
-      auto ft = e.initTensor();
-      ft.setKind(static_cast<schema::TensorDigest::Kind>(kind));
-      ft.setPath(path ? path : "");
-      ft.setCallIndex(callIndex);
-      ft.setOutput(output);
-      auto t = ft.initTensor();
-      t.setDtype(dts);
-      auto s = t.initShape(static_cast<unsigned>(ndim > 0 ? ndim : 0));
-      for (int i = 0; i < ndim; ++i) s.set(static_cast<unsigned>(i), shape[i]);
-      t.setDevice("cpu");
-      setRef(t.initData(), w.putBlob(data, nbytes, dtypeElemSize(dts)));
+      fillFullTensor(e, w, kind, path ? path : "", callIndex, output, dt, shape, ndim, data, nbytes);
     });
-  } else if (keep && cfg_.ringSteps > 0 && data) {
-    std::lock_guard<std::mutex> lk(ringMu_);
-    if (ringBytes_ + nbytes <= kRingCapBytes) {
-      std::vector<uint8_t> bytes = spareLocked(nbytes);
-      bytes.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + nbytes);
-      Kept k{kind,
-             path ? path : "",
-             callIndex,
-             output,
-             std::string(dt),
-             std::vector<int64_t>(shape, shape + ndim),
-             std::move(bytes),
-             step};
-      ringBytes_ += nbytes;
-      ring_[step].push_back(std::move(k));
-    }
+  } else if (keep) {
+    keepInRing(step, kind, path, callIndex, output, dt, shape, ndim, data, nbytes);
   }
   emit([&](schema::Event::Builder e, StreamWriter&) {
     auto d = e.initDigest();
@@ -559,96 +526,68 @@ int RecordSession::digest(int kind, const char* path, uint32_t callIndex, uint32
     d.setMin(out.min);
     d.setMax(out.max);
   });
-  if (bad) {
-    stepNonFinite_.fetch_add(bad, std::memory_order_relaxed);
-    bool expected = false;
-    if (haveFailure_.compare_exchange_strong(expected, true)) {
-      failureStep_.store(step);
-      static const char* kKindNames[] = {"output of", "gradient of", "parameter", "loss",
-                                         "batch",     "tensor",      "input of"};
-      const char* kn = kind >= 0 && kind <= 6 ? kKindNames[kind] : "tensor";
-      std::string p = path ? path : "";
-      std::string where = kind == 3 ? "loss"
-                                    : (kind == 1   ? "grad:" + p
-                                       : kind == 2 ? "param:" + p
-                                       : p.empty() ? "<root>"
-                                                   : p);
-      std::ostringstream msg;
-      msg << out.nanCount << " NaN, " << out.infCount << " Inf in " << kn
-          << (kind == 3 ? "" : " " + (p.empty() ? std::string("<root>") : p));
-      if (kind == 0 && callIndex) msg << " (call " << callIndex << ")";
-      emit([&](schema::Event::Builder e, StreamWriter& w) {
-        auto f = e.initFailure();
-        f.setKind(schema::Failure::Kind::NONFINITE);
-        f.setStep(step);
-        f.setWhere(where);
-        f.setMessage(msg.str());
-        f.setCallIndex(callIndex);
-        f.setDigestKind(static_cast<schema::TensorDigest::Kind>(kind));
-        flushRing(w);
-      });
-      StreamWriter* w;
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        w = writer_.get();
-      }
-      if (w) w->commit(true);
-    }
-  }
+  recordNonFinite(step, kind, path, callIndex, out, false);
   return 0;
 }
 
-std::vector<uint8_t> RecordSession::spareLocked(size_t n) {
-  // Best fit among the buffers of evicted steps: a step keeps the same tensors as the last,
-  // so this is usually an exact fit.
-  size_t best = spare_.size();
-  for (size_t i = 0; i < spare_.size(); ++i)
-    if (spare_[i].capacity() >= n && (best == spare_.size() || spare_[i].capacity() < spare_[best].capacity()))
-      best = i;
-  if (best == spare_.size()) return {};
-  std::vector<uint8_t> out = std::move(spare_[best]);
-  spare_[best] = std::move(spare_.back());
-  spare_.pop_back();
-  spareBytes_ -= out.capacity();
-  return out;
+void RecordSession::keepInRing(int64_t step, int kind, const char* path, uint32_t callIndex, uint32_t output,
+                               std::string_view dtype, const int64_t* shape, int ndim, const void* data,
+                               uint64_t nbytes) {
+  if (ring_.keep(step, kind, path ? path : "", callIndex, output, dtype, shape, ndim, data, nbytes) !=
+      FailureRing::Keep::WriteNow)
+    return;
+  // The failing step goes on after its failure: what it computes next is written at once.
+  appendEvent(step, [&](schema::Event::Builder e, StreamWriter& w) {
+    fillFullTensor(e, w, kind, path ? path : "", callIndex, output, dtype, shape, ndim, data, nbytes);
+  });
 }
 
-void RecordSession::recycleLocked(std::vector<uint8_t>&& bytes) {
-  if (spare_.size() >= kMaxSpare || spareBytes_ + bytes.capacity() > kRingCapBytes) return;  // freed
-  spareBytes_ += bytes.capacity();
-  spare_.push_back(std::move(bytes));
+void RecordSession::recordNonFinite(int64_t step, int kind, const char* path, uint32_t callIndex,
+                                    const DigestResult& d, bool flushObserver) {
+  uint64_t bad = d.nanCount + d.infCount;
+  if (!bad) return;
+  stepNonFinite_.fetch_add(bad, std::memory_order_relaxed);
+  bool expected = false;
+  if (!haveFailure_.compare_exchange_strong(expected, true)) return;
+  failureStep_.store(step);
+  NonFiniteFailure nf = describeNonFinite(kind, path ? path : "", callIndex, d.nanCount, d.infCount);
+  // The failure first, then the failing step's ring tensors, each made durable before the
+  // next: a job killed meanwhile (a `timeout`, a scheduler's SIGTERM) keeps what matters most.
+  std::vector<KeptTensor> kept = ring_.takeForFailure(step);
+  size_t ofStep = 0;
+  while (ofStep < kept.size() && kept[ofStep].step == step) ++ofStep;
+  appendEvent(step, [&](schema::Event::Builder e, StreamWriter&) {
+    auto f = e.initFailure();
+    f.setKind(schema::Failure::Kind::NONFINITE);
+    f.setStep(step);
+    f.setWhere(nf.where);
+    f.setMessage(nf.message);
+    f.setCallIndex(callIndex);
+    f.setDigestKind(static_cast<schema::TensorDigest::Kind>(kind));
+    f.setRingTensors(static_cast<uint32_t>(ofStep));
+  });
+  if (flushObserver)
+    if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->flush();
+  commitNow();
+  for (size_t i = 0; i < kept.size(); ++i) {
+    const KeptTensor& k = kept[i];
+    appendEvent(k.step, [&](schema::Event::Builder e, StreamWriter& w) {
+      fillFullTensor(e, w, k.kind, k.path, k.callIndex, k.output, k.dtype, k.shape.data(),
+                     static_cast<int>(k.shape.size()), k.bytes.data(), k.bytes.size());
+    });
+    if (i + 1 == ofStep) commitNow();
+    std::vector<uint8_t>().swap(kept[i].bytes);  // written: its memory goes back now
+  }
+  commitNow();
 }
 
-void RecordSession::flushRing(StreamWriter& w) {
-  std::map<int64_t, std::vector<Kept>> ring;
+void RecordSession::commitNow() {
+  StreamWriter* w;
   {
-    std::lock_guard<std::mutex> lk(ringMu_);
-    if (ringFlushed_) return;
-    ringFlushed_ = true;
-    ring.swap(ring_);
-    ringBytes_ = 0;
+    std::lock_guard<std::mutex> lk(mu_);
+    w = writer_.get();
   }
-  for (auto& [step, kept] : ring) {
-    for (auto& k : kept) {
-      capnp::MallocMessageBuilder msg;
-      auto e = msg.initRoot<schema::Event>();
-      e.setTNs(monoNs() - startNs_);
-      e.setStep(k.step);
-      e.setThread(threadNumber());
-      auto ft = e.initTensor();
-      ft.setKind(static_cast<schema::TensorDigest::Kind>(k.kind));
-      ft.setPath(k.path);
-      ft.setCallIndex(k.callIndex);
-      ft.setOutput(k.output);
-      auto t = ft.initTensor();
-      t.setDtype(k.dtype);
-      auto s = t.initShape(static_cast<unsigned>(k.shape.size()));
-      for (size_t i = 0; i < k.shape.size(); ++i) s.set(static_cast<unsigned>(i), k.shape[i]);
-      t.setDevice("cpu");
-      setRef(t.initData(), w.putBlob(k.bytes.data(), k.bytes.size(), dtypeElemSize(k.dtype)));
-      w.append(msg);
-    }
-  }
+  if (w) w->commit(true);
 }
 
 bool RecordSession::firstFailureStep(int64_t& step) const {
@@ -690,13 +629,13 @@ void RecordSession::failureException(const char* type, const char* message, cons
 
 void RecordSession::beforeFork() noexcept {
   mu_.lock();
-  ringMu_.lock();
+  ring_.lockForFork();
   if (writer_) writer_->beforeFork();
 }
 
 void RecordSession::afterForkParent() noexcept {
   if (writer_) writer_->afterForkParent();
-  ringMu_.unlock();
+  ring_.unlockAfterForkParent();
   mu_.unlock();
 }
 
@@ -713,10 +652,7 @@ void RecordSession::afterForkChild() noexcept {
   unprotectAllFds();  // the child's copies are not ours: the job may close them
   if (writer_) writer_->afterForkChild();
   (void)writer_.release();  // owned by the parent's copy of memory; never destroy it here
-  ring_.clear();
-  spare_.clear();
-  spareBytes_ = 0;
-  ringMu_.unlock();
+  ring_.resetAfterForkChild();
   mu_.unlock();
   disabled_.store(true);
   exited_.store(true);
