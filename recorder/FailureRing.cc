@@ -4,9 +4,9 @@
 
 namespace dlrr {
 
-FailureRing::Keep FailureRing::keep(int64_t step, int kind, std::string_view path, uint32_t callIndex,
-                                    uint32_t output, std::string_view dtype, const int64_t* shape, int ndim,
-                                    const void* data, uint64_t nbytes) {
+FailureRing::Keep FailureRing::keep(int64_t step, int kind, std::string_view path, uint32_t callIndex, uint32_t output,
+                                    std::string_view dtype, const int64_t* shape, int ndim, const void* data,
+                                    uint64_t nbytes) {
   if (steps_ <= 0 || !data) return Keep::Dropped;
   std::lock_guard<std::mutex> lk(mu_);
   if (failed_) {
@@ -55,8 +55,9 @@ std::vector<KeptTensor> FailureRing::takeForFailure(int64_t failingStep) {
     spareBytes_ = 0;
   }
   std::vector<KeptTensor> out;
-  auto move = [&out](std::vector<KeptTensor>& v) { out.insert(out.end(), std::make_move_iterator(v.begin()),
-                                                               std::make_move_iterator(v.end())); };
+  auto move = [&out](std::vector<KeptTensor>& v) {
+    out.insert(out.end(), std::make_move_iterator(v.begin()), std::make_move_iterator(v.end()));
+  };
   if (auto it = ring.find(failingStep); it != ring.end()) {
     move(it->second);
     ring.erase(it);

@@ -41,8 +41,8 @@ class FailureRing {
     WriteNow  // a tensor of the failing step after the failure: the caller writes it now
   };
   // What happens to a tensor of `step`; copies it when the answer is Kept.
-  Keep keep(int64_t step, int kind, std::string_view path, uint32_t callIndex, uint32_t output,
-            std::string_view dtype, const int64_t* shape, int ndim, const void* data, uint64_t nbytes);
+  Keep keep(int64_t step, int kind, std::string_view path, uint32_t callIndex, uint32_t output, std::string_view dtype,
+            const int64_t* shape, int ndim, const void* data, uint64_t nbytes);
 
   // A step begins: evicts the oldest steps so that at most steps-1 remain besides it.
   void stepBegan();

@@ -10,8 +10,7 @@ NonFiniteFailure describeNonFinite(int kind, std::string_view path, uint32_t cal
                                    uint64_t infCount) {
   using K = schema::TensorDigest::Kind;
   auto is = [kind](K k) { return kind == static_cast<int>(k); };
-  static const char* kKindNames[] = {"output of", "gradient of", "parameter", "loss",
-                                     "batch",     "tensor",      "input of"};
+  static const char* kKindNames[] = {"output of", "gradient of", "parameter", "loss", "batch", "tensor", "input of"};
   static_assert(static_cast<int>(K::MODULE_INPUT) == 6, "kKindNames follows TensorDigest.Kind");
   const char* kn = kind >= 0 && kind <= 6 ? kKindNames[kind] : "tensor";
   std::string p(path);

@@ -536,10 +536,12 @@ void RecordSession::keepInRing(int64_t step, int kind, const char* path, uint32_
   if (ring_.keep(step, kind, path ? path : "", callIndex, output, dtype, shape, ndim, data, nbytes) !=
       FailureRing::Keep::WriteNow)
     return;
-  // The failing step goes on after its failure: what it computes next is written at once.
+  // The failing step goes on after its failure: what it computes next is written at once and
+  // made durable (the step may never end: a job that hangs there is killed by its `timeout`).
   appendEvent(step, [&](schema::Event::Builder e, StreamWriter& w) {
     fillFullTensor(e, w, kind, path ? path : "", callIndex, output, dtype, shape, ndim, data, nbytes);
   });
+  commitNow();
 }
 
 void RecordSession::recordNonFinite(int64_t step, int kind, const char* path, uint32_t callIndex,

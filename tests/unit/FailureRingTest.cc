@@ -1,11 +1,11 @@
 // The failure ring (recorder/FailureRing): which steps it keeps, its byte cap, the order in
 // which a failure hands its tensors over (failing step first), and what happens after.
-#include "recorder/FailureRing.h"
-
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <vector>
+
+#include "recorder/FailureRing.h"
 
 namespace dlrr {
 namespace {

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "format/Frame.h"
+#include "format/StreamReader.h"
 #include "format/Trace.h"
 #include "recorder/RecordSession.h"
 #include "support/SampleTrace.h"
@@ -96,6 +98,45 @@ TEST(RecordSession, StepsDigestsFailureAndRing) {
   EXPECT_EQ(sum.failure->ringWritten, 1u);
   EXPECT_EQ(nonFiniteAtStep2, 1u);
   for (auto& st : t->streams()) EXPECT_TRUE(st->verify().empty());
+  testing::removeTree(dir);
+}
+
+// A process killed right after its failure event (the ring's tensors not yet written): the
+// summary says how many tensors the failure announced and how many reached the stream, so
+// `dltrace info` can say that the failing step's tensors are missing and why.
+TEST(RecordSession, RingTensorsMissingAfterTheFailureAreCounted) {
+  std::string dir = testing::makeTempDir("rs") + "/t";
+  {
+    RecordSession s(recordConfig(dir));
+    int64_t shape[1] = {3};
+    for (int step = 0; step < 3; ++step) {
+      s.stepBegin(step, 0, static_cast<uint64_t>(step), 0, false);
+      std::vector<float> out = {1.f, step == 2 ? std::nanf("") : 2.f, 3.f};
+      DigestResult r;
+      s.digest(0, "fc1", 0, 0, "float32", 1, shape, out.data(), out.size() * 4, true, r);
+      s.digest(0, "fc2", 0, 0, "float32", 1, shape, out.data(), out.size() * 4, false, r);
+      if (step < 2) s.stepEnd(step, 1.0);
+    }
+  }
+  std::string file;
+  uint64_t cut = 0;
+  {
+    auto t = Trace::open(dir);
+    StreamReader* m = t->mainStream();
+    ASSERT_NE(m, nullptr);
+    file = dir + "/" + m->name() + ".dls";
+    m->forEachEvent([&](schema::Event::Reader e, const FrameInfo& f) {
+      if (e.isFailure()) cut = f.offset + kFrameHeaderSize + f.header.storedLen;
+    });
+  }
+  ASSERT_GT(cut, 0u);
+  ASSERT_EQ(::truncate(file.c_str(), static_cast<off_t>(cut)), 0);  // killed before the ring was written
+  auto t = Trace::open(dir, OpenMode::Tolerant);
+  TraceSummary sum = t->summarize();
+  ASSERT_TRUE(sum.failure);
+  EXPECT_EQ(sum.failure->step, 2);
+  EXPECT_EQ(sum.failure->ringTensors, 1u);
+  EXPECT_EQ(sum.failure->ringWritten, 0u);
   testing::removeTree(dir);
 }
 
