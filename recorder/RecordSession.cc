@@ -71,32 +71,6 @@ void setRef(schema::BlobRef::Builder b, const BlobId& id) {
   b.setSize(id.size);
 }
 
-// Async-signal-safe helpers for the fatal-signal path.
-size_t readFdInto(int fd, char* buf, size_t cap) noexcept {
-  if (fd < 0) return 0;
-  size_t n = 0;
-  while (n < cap) {
-    ssize_t r = ::pread(fd, buf + n, cap - n, static_cast<off_t>(n));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    n += static_cast<size_t>(r);
-  }
-  return n;
-}
-
-size_t readFileInto(const char* path, char* buf, size_t cap) noexcept {
-  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  size_t n = 0;
-  while (n < cap) {
-    ssize_t r = ::read(fd, buf + n, cap - n);
-    if (r <= 0) break;
-    n += static_cast<size_t>(r);
-  }
-  ::close(fd);
-  return n;
-}
-
 // Writes to the status pipe without ever raising SIGPIPE in the job: dlrecord may be gone
 // (killed), and a job that restored SIGPIPE's default (or any non-Python job) would die of it.
 void writeNoSigpipe(int fd, const char* p, size_t n) noexcept {
@@ -111,77 +85,6 @@ void writeNoSigpipe(int fd, const char* p, size_t n) noexcept {
     ::sigtimedwait(&pipeSet, nullptr, &zero);  // consume the SIGPIPE this write raised
   }
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
-}
-
-size_t formatHex(uint64_t v, char* out) noexcept {
-  char tmp[17];
-  size_t n = 0;
-  do {
-    tmp[n++] = "0123456789abcdef"[v & 0xF];
-    v >>= 4;
-  } while (v && n < 16);
-  out[0] = '0';
-  out[1] = 'x';
-  for (size_t i = 0; i < n; ++i) out[2 + i] = tmp[n - 1 - i];
-  return n + 2;
-}
-
-uint64_t parseHex(const char*& p, const char* end) noexcept {
-  uint64_t v = 0;
-  while (p < end) {
-    char c = *p;
-    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-    if (d < 0) break;
-    v = v * 16 + static_cast<uint64_t>(d);
-    ++p;
-  }
-  return v;
-}
-
-// "libfoo.so+0x1234" for an instruction pointer, from the text of /proc/self/maps; NUL-terminated
-// (capnp::Text::Reader(p, n) requires p[n] == '\0': a build with KJ_DEBUG throws otherwise). cap >= 21.
-size_t describeIp(uint64_t ip, const char* maps, size_t mapsLen, char* out, size_t cap) noexcept {
-  const char* p = maps;
-  const char* end = maps + mapsLen;
-  while (p < end) {
-    const char* line = p;
-    const char* eol = p;
-    while (eol < end && *eol != '\n') ++eol;
-    const char* q = line;
-    uint64_t lo = parseHex(q, eol);
-    if (q < eol && *q == '-') ++q;
-    uint64_t hi = parseHex(q, eol);
-    if (ip >= lo && ip < hi) {
-      // fields after the range: perms offset dev inode, then the path
-      int field = 0;
-      uint64_t fileOff = 0;
-      while (q < eol && field < 4) {
-        while (q < eol && *q == ' ') ++q;
-        if (field == 1) fileOff = parseHex(q, eol);
-        while (q < eol && *q != ' ') ++q;
-        ++field;
-      }
-      while (q < eol && *q == ' ') ++q;
-      const char* name = q;
-      for (const char* s = q; s < eol; ++s)
-        if (*s == '/') name = s + 1;
-      size_t n = 0;
-      for (const char* s = name; s < eol && n + 20 < cap; ++s) out[n++] = *s;
-      if (n == 0 && n + 20 < cap) {
-        const char anon[] = "[anon]";
-        for (char c : anon)
-          if (c) out[n++] = c;
-      }
-      out[n++] = '+';
-      n += formatHex(ip - lo + fileOff, out + n);
-      out[n] = '\0';
-      return n;
-    }
-    p = eol + 1;
-  }
-  size_t n = formatHex(ip, out);
-  out[n] = '\0';
-  return n;
 }
 
 }  // namespace
@@ -201,9 +104,6 @@ RecordSession::RecordSession(Config cfg) : cfg_(std::move(cfg)), ownerPid_(::get
       ::fcntl(cfg_.statusFd, F_SETFL, fl | O_NONBLOCK);
     protectFd(cfg_.statusFd);
   }
-  signalArena_.resize(32768);  // 256 KiB for the failure message built in a signal handler
-  signalText_.resize(64 * 1024);
-  mapsText_.resize(512 * 1024);  // also the output buffer of the signal path
 }
 
 RecordSession::~RecordSession() { onExit(true, 0); }
@@ -665,59 +565,7 @@ void RecordSession::onFatalSignal(int sig, const siginfo_t* info, const uint64_t
   if (disabled_.load() || exited_.load() || ::getpid() != ownerPid_) return;
   StreamWriter* w = writer_.get();  // no lock: may be held by the interrupted thread
   if (!w) return;
-  try {
-    std::memset(signalArena_.data(), 0, signalArena_.size() * sizeof(capnp::word));
-    capnp::MallocMessageBuilder msg(kj::arrayPtr(signalArena_.data(), signalArena_.size()),
-                                    capnp::AllocationStrategy::FIXED_SIZE);
-    auto e = msg.initRoot<schema::Event>();
-    e.setTNs(monoNs() - startNs_);
-    int64_t step = step_.load();
-    e.setStep(step);
-    e.setThread(threadNumber());
-    auto f = e.initFailure();
-    f.setKind(schema::Failure::Kind::SIGNAL);
-    f.setStep(step);
-    f.setSignal(sig);
-    f.setSignalCode(info ? info->si_code : 0);
-    // si_addr means something only for a fault the kernel raised (si_code > 0); for a signal
-    // sent with kill/tgkill/raise (e.g. Python's faulthandler re-raising the fault after it
-    // wrote the Python stacks) the same bytes hold the sender's pid and uid.
-    bool fault = sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE;
-    f.setFaultAddress(info && fault && info->si_code > 0 ? reinterpret_cast<uint64_t>(info->si_addr) : 0);
-    const char* name = sig == SIGSEGV   ? "SIGSEGV"
-                       : sig == SIGBUS  ? "SIGBUS"
-                       : sig == SIGFPE  ? "SIGFPE"
-                       : sig == SIGILL  ? "SIGILL"
-                       : sig == SIGABRT ? "SIGABRT"
-                                        : "signal";
-    f.setMessage(name);
-    auto st = f.initNativeStack(static_cast<unsigned>(nips));
-    for (int i = 0; i < nips; ++i) st.set(static_cast<unsigned>(i), ips[i]);
-    size_t mapsLen = readFileInto("/proc/self/maps", mapsText_.data(), mapsText_.size());
-    auto syms = f.initNativeSymbols(static_cast<unsigned>(nips));
-    for (int i = 0; i < nips; ++i) {
-      char buf[512];
-      size_t n = describeIp(ips[i], mapsText_.data(), mapsLen, buf, sizeof buf);
-      syms.set(static_cast<unsigned>(i), capnp::Text::Reader(buf, n));
-    }
-    size_t py = readFdInto(pystackFd_, signalText_.data(), signalText_.size() - 1);
-    signalText_[py] = '\0';  // Text::Reader(p, n) needs p[n] == '\0', as for the symbols
-    f.setPythonStack(capnp::Text::Reader(signalText_.data(), py));
-    // Where: the faulting native frame (the innermost one when the caller knows no better).
-    if (nips > 0) f.setWhere(syms[static_cast<unsigned>(faultFrame >= 0 && faultFrame < nips ? faultFrame : 0)]);
-    auto segs = msg.getSegmentsForOutput();
-    if (segs.size() != 1) return;  // did not fit the arena: nothing safe to write
-    // Flat message = segment table (count-1, size, pad) + segment.
-    uint32_t table[2] = {0, static_cast<uint32_t>(segs[0].size())};
-    size_t bytes = 8 + segs[0].size() * 8;
-    auto* out = reinterpret_cast<uint8_t*>(mapsText_.data());  // reuse: maps text is no longer needed
-    if (bytes > mapsText_.size()) return;
-    std::memcpy(out, table, 8);
-    std::memcpy(out + 8, segs[0].begin(), segs[0].size() * 8);
-    w->writeFromSignal(out, bytes);
-  } catch (...) {
-    // The arena was too small or capnp refused: the crash still happens as it would have.
-  }
+  crash_.write(*w, monoNs() - startNs_, step_.load(), threadNumber(), sig, info, ips, nips, faultFrame, pystackFd_);
 }
 
 void RecordSession::onExit(bool exited, int code) noexcept {

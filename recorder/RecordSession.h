@@ -17,6 +17,7 @@
 #include "format/StreamWriter.h"
 #include "recorder/BatchBuilder.h"
 #include "recorder/Config.h"
+#include "recorder/CrashRecorder.h"
 #include "recorder/FailureRing.h"
 #include "recorder/StepObserver.h"
 #include "recorder/TensorDigest.h"
@@ -185,10 +186,7 @@ class RecordSession {
   uint64_t nextCollective_ = 0;
   static constexpr size_t kMaxPendingCollectives = 4096;  // async works never waited on
 
-  // Preallocated for the signal path (no allocation there).
-  std::vector<capnp::word> signalArena_;
-  std::vector<char> signalText_;
-  std::vector<char> mapsText_;
+  CrashRecorder crash_;  // the fatal-signal path, with its preallocated memory
 };
 
 }  // namespace dlrr
