@@ -17,9 +17,9 @@
 #include <sstream>
 
 #include "format/DistEnv.h"
+#include "format/StreamHeaderBuilder.h"
 #include "format/TraceDir.h"
 #include "format/TraceError.h"
-#include "format/Version.h"
 #include "recorder/FullTensorEvent.h"
 #include "recorder/NonFiniteFailure.h"
 #include "recorder/OwnFds.h"
@@ -30,12 +30,6 @@ namespace {
 int64_t monoNs() noexcept {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
-}
-
-int64_t realNs() noexcept {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
   return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
 }
 
@@ -183,20 +177,14 @@ StreamWriter* RecordSession::writer() {
     if (base.empty()) base = "p" + std::to_string(::getpid());
     UniqueFd fd = createStreamFile(dir, base, name);
     capnp::MallocMessageBuilder hm;
-    auto h = hm.initRoot<schema::StreamHeader>();
-    h.setStreamName(name);
-    h.setRole(schema::StreamHeader::Role::PROCESS);
-    h.setPid(::getpid());
-    h.setPpid(::getppid());
+    auto h = initStreamHeader(hm, name, schema::StreamHeader::Role::PROCESS);
     std::string parent = "p" + std::to_string(::getppid());
     if (::faccessat(dir, (parent + kStreamExt).c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0) h.setParentStream(parent);
-    h.setStartNs(realNs());
     auto argv = readCmdline();
     auto a = h.initArgv(static_cast<unsigned>(argv.size()));
     for (size_t i = 0; i < argv.size(); ++i) a.set(static_cast<unsigned>(i), argv[i]);
     h.setCwd(readLink("/proc/self/cwd"));
     h.setExe(readLink("/proc/self/exe"));
-    h.setDlrrVersion(kDlrrVersion);
     char host[256] = {};
     if (::gethostname(host, sizeof host - 1) == 0) h.setHost(host);
     h.setRank(dist.rank);
