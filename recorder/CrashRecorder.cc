@@ -10,7 +10,7 @@
 namespace dlrr {
 
 CrashRecorder::CrashRecorder() {
-  arena_.resize(32768);  // 256 KiB for the failure message built in a signal handler
+  arena_ = std::make_unique<capnp::word[]>(kArenaWords);  // the failure message built in a signal handler
   pyText_.resize(64 * 1024);
   mapsText_.resize(512 * 1024);  // also the output buffer of the signal path
 }
@@ -18,8 +18,8 @@ CrashRecorder::CrashRecorder() {
 void CrashRecorder::write(StreamWriter& w, int64_t tNs, int64_t step, uint32_t thread, int sig, const siginfo_t* info,
                           const uint64_t* ips, int nips, int faultFrame, int pystackFd) noexcept {
   try {
-    std::memset(arena_.data(), 0, arena_.size() * sizeof(capnp::word));
-    capnp::MallocMessageBuilder msg(kj::arrayPtr(arena_.data(), arena_.size()), capnp::AllocationStrategy::FIXED_SIZE);
+    std::memset(arena_.get(), 0, kArenaWords * sizeof(capnp::word));
+    capnp::MallocMessageBuilder msg(kj::arrayPtr(arena_.get(), kArenaWords), capnp::AllocationStrategy::FIXED_SIZE);
     auto e = msg.initRoot<schema::Event>();
     e.setTNs(tNs);
     e.setStep(step);

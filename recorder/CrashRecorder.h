@@ -6,7 +6,9 @@
 #include <capnp/common.h>
 #include <signal.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "format/StreamWriter.h"
@@ -23,9 +25,11 @@ class CrashRecorder {
              const uint64_t* ips, int nips, int faultFrame, int pystackFd) noexcept;
 
  private:
-  std::vector<capnp::word> arena_;  // the message
-  std::vector<char> pyText_;        // the Python stacks
-  std::vector<char> mapsText_;      // /proc/self/maps, then the flat message written out
+  // The message (words are not copyable: a vector of them does not build with clang).
+  static constexpr size_t kArenaWords = 32768;  // 256 KiB
+  std::unique_ptr<capnp::word[]> arena_;
+  std::vector<char> pyText_;    // the Python stacks
+  std::vector<char> mapsText_;  // /proc/self/maps, then the flat message written out
 };
 
 }  // namespace dlrr
