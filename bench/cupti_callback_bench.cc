@@ -163,6 +163,7 @@ double callbackPath(uint64_t n, int threads, bool concurrentDrain) {
     t.beginStep(static_cast<int64_t>(i / kPerStep));
     uint64_t chunk = std::min<uint64_t>(kPerStep / threads, n - i);
     std::vector<std::thread> th;
+    th.reserve(static_cast<size_t>(threads));
     for (int w = 0; w < threads; ++w)
       th.emplace_back([&, w] {
         auto start = Clock::now();

@@ -84,7 +84,7 @@ class StreamWriter {
 
   // Async-signal-safe: asks the writer thread to flush, waits up to signalDrainMs for it,
   // then appends one uncompressed EVENTS frame holding `msg` (a flat Cap'n Proto message) with
-  // a single write(). Returns false when nothing could be written.
+  // a single writev(). Returns false when nothing could be written.
   bool writeFromSignal(const uint8_t* msg, size_t n) noexcept;
 
   bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }

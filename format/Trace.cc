@@ -215,6 +215,8 @@ TraceSummary Trace::summarize() {
         if (e.isFailure() && !first) {
           first = failureInfo(e.getFailure(), ss.name);
           first->betweenSteps = first->step >= 0 && first->step <= lastEnded;
+        } else if (first && e.isTensor() && e.getStep() == first->step && first->ringWritten < first->ringTensors) {
+          ++first->ringWritten;  // the ring's tensors follow their failure event
         }
       });
     } catch (const TraceError& e) {
@@ -262,6 +264,7 @@ FailureInfo failureInfo(schema::Failure::Reader f, const std::string& stream) {
   fi.exceptionType = f.getExceptionType().cStr();
   fi.signal = f.getSignal();
   fi.stream = stream;
+  fi.ringTensors = f.getRingTensors();
   return fi;
 }
 

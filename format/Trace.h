@@ -21,6 +21,10 @@ struct FailureInfo {
   int signal = 0;
   std::string stream;
   bool betweenSteps = false;  // `step` had ended when it happened (e.g. right after optimizer.step())
+  // nonfinite: the failing step's failure-ring tensors announced by the failure, and how many
+  // of them reached the stream (fewer: the process ended while they were being written).
+  uint32_t ringTensors = 0;
+  uint32_t ringWritten = 0;
 };
 
 struct StepInfo {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "interpose/CEnums.h"
 #include "interpose/ProcessRecorder.h"
 #include "interpose/SignalHandlers.h"
 
@@ -121,7 +122,7 @@ int64_t dlrr_current_step(void) {
 }
 
 void dlrr_rng_state(int kind, int device, const void* data, uint64_t n) {
-  if (kind < 0 || kind > 3) return;
+  if (kind < 0 || kind > kMaxRngKind) return;
   withRecorder([&](RecordSession& s) { s.rngState(kind, device, data, n); });
 }
 
@@ -179,7 +180,7 @@ void dlrr_loader_end(uint32_t loader, uint32_t iteration, uint64_t batches) {
 
 int dlrr_digest(int kind, const char* path, uint32_t call_index, uint32_t output, const char* dtype, int ndim,
                 const int64_t* shape, const void* data, uint64_t nbytes, int keep, dlrr_digest_t* out) {
-  if (kind < 0 || kind > 6 || ndim < 0 || ndim > 64) return -1;
+  if (kind < 0 || kind > kMaxDigestKind || ndim < 0 || ndim > kMaxTensorDims) return -1;
   int rc = -1;
   auto fill = [&](const DigestResult& r) {
     if (!out) return;

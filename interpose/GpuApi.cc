@@ -14,6 +14,7 @@
 #include <string>
 
 #include "dlrr/dlrr.h"
+#include "interpose/CEnums.h"
 #include "interpose/ProcessRecorder.h"
 #include "interpose/cupti/GpuInjection.h"
 
@@ -69,7 +70,9 @@ extern "C" {
 
 int dlrr_digest_values(int kind, const char* path, uint32_t call_index, uint32_t output, const char* dtype, int ndim,
                        const int64_t* shape, int algorithm, const dlrr_digest_t* digest) {
-  if (kind < 0 || kind > 6 || ndim < 0 || ndim > 64 || !digest || algorithm < 0 || algorithm > 1) return -1;
+  if (kind < 0 || kind > kMaxDigestKind || ndim < 0 || ndim > kMaxTensorDims || !digest || algorithm < 0 ||
+      algorithm > kMaxDigestAlgorithm)
+    return -1;
   DigestResult d;
   d.hash = digest->hash;
   d.nanCount = digest->nan_count;
@@ -97,7 +100,7 @@ int dlrr_digest_values(int kind, const char* path, uint32_t call_index, uint32_t
 
 void dlrr_keep_tensor(int kind, const char* path, uint32_t call_index, uint32_t output, const char* dtype, int ndim,
                       const int64_t* shape, const void* data, uint64_t nbytes) {
-  if (kind < 0 || kind > 6 || ndim < 0 || ndim > 64) return;
+  if (kind < 0 || kind > kMaxDigestKind || ndim < 0 || ndim > kMaxTensorDims) return;
   RecordSession* s = processRecorder();
   if (!s || !s->active()) return;
   ReentryGuard g;

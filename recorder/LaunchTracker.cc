@@ -514,6 +514,7 @@ size_t LaunchTracker::drain(LaunchSink& sink) {
     }
   }
   std::vector<std::pair<int64_t, Drops>> dropSteps;
+  dropSteps.reserve(drops.size());
   for (auto& [epoch, d] : drops) dropSteps.emplace_back(stepOfEpoch(epoch), d);
   slk.unlock();
   for (auto& [s, d] : dropSteps) sink.dropped(s, d.launches, d.copies);

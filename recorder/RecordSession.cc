@@ -17,9 +17,11 @@
 #include <sstream>
 
 #include "format/DistEnv.h"
+#include "format/StreamHeaderBuilder.h"
 #include "format/TraceDir.h"
 #include "format/TraceError.h"
-#include "format/Version.h"
+#include "recorder/FullTensorEvent.h"
+#include "recorder/NonFiniteFailure.h"
 #include "recorder/OwnFds.h"
 
 namespace dlrr {
@@ -28,12 +30,6 @@ namespace {
 int64_t monoNs() noexcept {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
-}
-
-int64_t realNs() noexcept {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
   return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
 }
 
@@ -69,32 +65,6 @@ void setRef(schema::BlobRef::Builder b, const BlobId& id) {
   b.setSize(id.size);
 }
 
-// Async-signal-safe helpers for the fatal-signal path.
-size_t readFdInto(int fd, char* buf, size_t cap) noexcept {
-  if (fd < 0) return 0;
-  size_t n = 0;
-  while (n < cap) {
-    ssize_t r = ::pread(fd, buf + n, cap - n, static_cast<off_t>(n));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    n += static_cast<size_t>(r);
-  }
-  return n;
-}
-
-size_t readFileInto(const char* path, char* buf, size_t cap) noexcept {
-  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  size_t n = 0;
-  while (n < cap) {
-    ssize_t r = ::read(fd, buf + n, cap - n);
-    if (r <= 0) break;
-    n += static_cast<size_t>(r);
-  }
-  ::close(fd);
-  return n;
-}
-
 // Writes to the status pipe without ever raising SIGPIPE in the job: dlrecord may be gone
 // (killed), and a job that restored SIGPIPE's default (or any non-Python job) would die of it.
 void writeNoSigpipe(int fd, const char* p, size_t n) noexcept {
@@ -111,80 +81,9 @@ void writeNoSigpipe(int fd, const char* p, size_t n) noexcept {
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
-size_t formatHex(uint64_t v, char* out) noexcept {
-  char tmp[17];
-  size_t n = 0;
-  do {
-    tmp[n++] = "0123456789abcdef"[v & 0xF];
-    v >>= 4;
-  } while (v && n < 16);
-  out[0] = '0';
-  out[1] = 'x';
-  for (size_t i = 0; i < n; ++i) out[2 + i] = tmp[n - 1 - i];
-  return n + 2;
-}
-
-uint64_t parseHex(const char*& p, const char* end) noexcept {
-  uint64_t v = 0;
-  while (p < end) {
-    char c = *p;
-    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-    if (d < 0) break;
-    v = v * 16 + static_cast<uint64_t>(d);
-    ++p;
-  }
-  return v;
-}
-
-// "libfoo.so+0x1234" for an instruction pointer, from the text of /proc/self/maps; NUL-terminated
-// (capnp::Text::Reader(p, n) requires p[n] == '\0': a build with KJ_DEBUG throws otherwise). cap >= 21.
-size_t describeIp(uint64_t ip, const char* maps, size_t mapsLen, char* out, size_t cap) noexcept {
-  const char* p = maps;
-  const char* end = maps + mapsLen;
-  while (p < end) {
-    const char* line = p;
-    const char* eol = p;
-    while (eol < end && *eol != '\n') ++eol;
-    const char* q = line;
-    uint64_t lo = parseHex(q, eol);
-    if (q < eol && *q == '-') ++q;
-    uint64_t hi = parseHex(q, eol);
-    if (ip >= lo && ip < hi) {
-      // fields after the range: perms offset dev inode, then the path
-      int field = 0;
-      uint64_t fileOff = 0;
-      while (q < eol && field < 4) {
-        while (q < eol && *q == ' ') ++q;
-        if (field == 1) fileOff = parseHex(q, eol);
-        while (q < eol && *q != ' ') ++q;
-        ++field;
-      }
-      while (q < eol && *q == ' ') ++q;
-      const char* name = q;
-      for (const char* s = q; s < eol; ++s)
-        if (*s == '/') name = s + 1;
-      size_t n = 0;
-      for (const char* s = name; s < eol && n + 20 < cap; ++s) out[n++] = *s;
-      if (n == 0 && n + 20 < cap) {
-        const char anon[] = "[anon]";
-        for (char c : anon)
-          if (c) out[n++] = c;
-      }
-      out[n++] = '+';
-      n += formatHex(ip - lo + fileOff, out + n);
-      out[n] = '\0';
-      return n;
-    }
-    p = eol + 1;
-  }
-  size_t n = formatHex(ip, out);
-  out[n] = '\0';
-  return n;
-}
-
 }  // namespace
 
-RecordSession::RecordSession(Config cfg) : cfg_(std::move(cfg)), ownerPid_(::getpid()) {
+RecordSession::RecordSession(Config cfg) : cfg_(std::move(cfg)), ownerPid_(::getpid()), ring_(cfg_.ringSteps) {
   startNs_ = monoNs();
   if (cfg_.statusFd >= 0) {
     // The number travels in the environment to exec'd children, where it may be closed or be
@@ -199,9 +98,6 @@ RecordSession::RecordSession(Config cfg) : cfg_(std::move(cfg)), ownerPid_(::get
       ::fcntl(cfg_.statusFd, F_SETFL, fl | O_NONBLOCK);
     protectFd(cfg_.statusFd);
   }
-  signalArena_.resize(32768);  // 256 KiB for the failure message built in a signal handler
-  signalText_.resize(64 * 1024);
-  mapsText_.resize(512 * 1024);  // also the output buffer of the signal path
 }
 
 RecordSession::~RecordSession() { onExit(true, 0); }
@@ -281,20 +177,14 @@ StreamWriter* RecordSession::writer() {
     if (base.empty()) base = "p" + std::to_string(::getpid());
     UniqueFd fd = createStreamFile(dir, base, name);
     capnp::MallocMessageBuilder hm;
-    auto h = hm.initRoot<schema::StreamHeader>();
-    h.setStreamName(name);
-    h.setRole(schema::StreamHeader::Role::PROCESS);
-    h.setPid(::getpid());
-    h.setPpid(::getppid());
+    auto h = initStreamHeader(hm, name, schema::StreamHeader::Role::PROCESS);
     std::string parent = "p" + std::to_string(::getppid());
     if (::faccessat(dir, (parent + kStreamExt).c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0) h.setParentStream(parent);
-    h.setStartNs(realNs());
     auto argv = readCmdline();
     auto a = h.initArgv(static_cast<unsigned>(argv.size()));
     for (size_t i = 0; i < argv.size(); ++i) a.set(static_cast<unsigned>(i), argv[i]);
     h.setCwd(readLink("/proc/self/cwd"));
     h.setExe(readLink("/proc/self/exe"));
-    h.setDlrrVersion(kDlrrVersion);
     char host[256] = {};
     if (::gethostname(host, sizeof host - 1) == 0) h.setHost(host);
     h.setRank(dist.rank);
@@ -399,16 +289,7 @@ void RecordSession::stepBegin(int64_t step, uint32_t loader, uint64_t batchIndex
   if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->stepBegan(step);
   stepNonFinite_.store(0);
   stepDigests_.store(0);
-  {
-    std::lock_guard<std::mutex> lk(ringMu_);
-    while (!ring_.empty() && static_cast<int64_t>(ring_.size()) >= cfg_.ringSteps) {
-      for (auto& k : ring_.begin()->second) {
-        ringBytes_ -= k.bytes.size();
-        recycleLocked(std::move(k.bytes));
-      }
-      ring_.erase(ring_.begin());
-    }
-  }
+  ring_.stepBegan();
   emit(
       [&](schema::Event::Builder e, StreamWriter&) {
         auto sb = e.initStepBegin();
@@ -508,41 +389,15 @@ int RecordSession::digest(int kind, const char* path, uint32_t callIndex, uint32
   std::string_view dt = dtype ? dtype : "";
   out = computeDigest(dt, data, data ? nbytes : 0);
   stepDigests_.fetch_add(1, std::memory_order_relaxed);
-  uint64_t bad = out.nanCount + out.infCount;
   int64_t step = step_.load();
   if (keep && data && cfg_.capture == CaptureLevel::Full) {
     // Full capture: every kept tensor of every step goes to the trace now (content-addressed,
     // so repeats cost nothing); the failure ring is then redundant.
-    std::string dts(dt);
     emit([&](schema::Event::Builder e, StreamWriter& w) {
-      auto ft = e.initTensor();
-      ft.setKind(static_cast<schema::TensorDigest::Kind>(kind));
-      ft.setPath(path ? path : "");
-      ft.setCallIndex(callIndex);
-      ft.setOutput(output);
-      auto t = ft.initTensor();
-      t.setDtype(dts);
-      auto s = t.initShape(static_cast<unsigned>(ndim > 0 ? ndim : 0));
-      for (int i = 0; i < ndim; ++i) s.set(static_cast<unsigned>(i), shape[i]);
-      t.setDevice("cpu");
-      setRef(t.initData(), w.putBlob(data, nbytes, dtypeElemSize(dts)));
+      fillFullTensor(e, w, kind, path ? path : "", callIndex, output, dt, shape, ndim, data, nbytes);
     });
-  } else if (keep && cfg_.ringSteps > 0 && data) {
-    std::lock_guard<std::mutex> lk(ringMu_);
-    if (ringBytes_ + nbytes <= kRingCapBytes) {
-      std::vector<uint8_t> bytes = spareLocked(nbytes);
-      bytes.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + nbytes);
-      Kept k{kind,
-             path ? path : "",
-             callIndex,
-             output,
-             std::string(dt),
-             std::vector<int64_t>(shape, shape + ndim),
-             std::move(bytes),
-             step};
-      ringBytes_ += nbytes;
-      ring_[step].push_back(std::move(k));
-    }
+  } else if (keep) {
+    keepInRing(step, kind, path, callIndex, output, dt, shape, ndim, data, nbytes);
   }
   emit([&](schema::Event::Builder e, StreamWriter&) {
     auto d = e.initDigest();
@@ -559,96 +414,70 @@ int RecordSession::digest(int kind, const char* path, uint32_t callIndex, uint32
     d.setMin(out.min);
     d.setMax(out.max);
   });
-  if (bad) {
-    stepNonFinite_.fetch_add(bad, std::memory_order_relaxed);
-    bool expected = false;
-    if (haveFailure_.compare_exchange_strong(expected, true)) {
-      failureStep_.store(step);
-      static const char* kKindNames[] = {"output of", "gradient of", "parameter", "loss",
-                                         "batch",     "tensor",      "input of"};
-      const char* kn = kind >= 0 && kind <= 6 ? kKindNames[kind] : "tensor";
-      std::string p = path ? path : "";
-      std::string where = kind == 3 ? "loss"
-                                    : (kind == 1   ? "grad:" + p
-                                       : kind == 2 ? "param:" + p
-                                       : p.empty() ? "<root>"
-                                                   : p);
-      std::ostringstream msg;
-      msg << out.nanCount << " NaN, " << out.infCount << " Inf in " << kn
-          << (kind == 3 ? "" : " " + (p.empty() ? std::string("<root>") : p));
-      if (kind == 0 && callIndex) msg << " (call " << callIndex << ")";
-      emit([&](schema::Event::Builder e, StreamWriter& w) {
-        auto f = e.initFailure();
-        f.setKind(schema::Failure::Kind::NONFINITE);
-        f.setStep(step);
-        f.setWhere(where);
-        f.setMessage(msg.str());
-        f.setCallIndex(callIndex);
-        f.setDigestKind(static_cast<schema::TensorDigest::Kind>(kind));
-        flushRing(w);
-      });
-      StreamWriter* w;
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        w = writer_.get();
-      }
-      if (w) w->commit(true);
-    }
-  }
+  recordNonFinite(step, kind, path, callIndex, out, false);
   return 0;
 }
 
-std::vector<uint8_t> RecordSession::spareLocked(size_t n) {
-  // Best fit among the buffers of evicted steps: a step keeps the same tensors as the last,
-  // so this is usually an exact fit.
-  size_t best = spare_.size();
-  for (size_t i = 0; i < spare_.size(); ++i)
-    if (spare_[i].capacity() >= n && (best == spare_.size() || spare_[i].capacity() < spare_[best].capacity()))
-      best = i;
-  if (best == spare_.size()) return {};
-  std::vector<uint8_t> out = std::move(spare_[best]);
-  spare_[best] = std::move(spare_.back());
-  spare_.pop_back();
-  spareBytes_ -= out.capacity();
-  return out;
+void RecordSession::keepInRing(int64_t step, int kind, const char* path, uint32_t callIndex, uint32_t output,
+                               std::string_view dtype, const int64_t* shape, int ndim, const void* data,
+                               uint64_t nbytes) {
+  if (ring_.keep(step, kind, path ? path : "", callIndex, output, dtype, shape, ndim, data, nbytes) !=
+      FailureRing::Keep::WriteNow)
+    return;
+  // The failing step goes on after its failure: what it computes next is written at once and
+  // made durable (the step may never end: a job that hangs there is killed by its `timeout`).
+  appendEvent(step, [&](schema::Event::Builder e, StreamWriter& w) {
+    fillFullTensor(e, w, kind, path ? path : "", callIndex, output, dtype, shape, ndim, data, nbytes);
+  });
+  commitNow();
 }
 
-void RecordSession::recycleLocked(std::vector<uint8_t>&& bytes) {
-  if (spare_.size() >= kMaxSpare || spareBytes_ + bytes.capacity() > kRingCapBytes) return;  // freed
-  spareBytes_ += bytes.capacity();
-  spare_.push_back(std::move(bytes));
+void RecordSession::recordNonFinite(int64_t step, int kind, const char* path, uint32_t callIndex,
+                                    const DigestResult& d, bool flushObserver) {
+  uint64_t bad = d.nanCount + d.infCount;
+  if (!bad) return;
+  stepNonFinite_.fetch_add(bad, std::memory_order_relaxed);
+  bool expected = false;
+  if (!haveFailure_.compare_exchange_strong(expected, true)) return;
+  failureStep_.store(step);
+  NonFiniteFailure nf = describeNonFinite(kind, path ? path : "", callIndex, d.nanCount, d.infCount);
+  // The failure first, then the failing step's ring tensors, each made durable before the
+  // next: a job killed meanwhile (a `timeout`, a scheduler's SIGTERM) keeps what matters most.
+  std::vector<KeptTensor> kept = ring_.takeForFailure(step);
+  size_t ofStep = 0;
+  while (ofStep < kept.size() && kept[ofStep].step == step) ++ofStep;
+  appendEvent(step, [&](schema::Event::Builder e, StreamWriter&) {
+    auto f = e.initFailure();
+    f.setKind(schema::Failure::Kind::NONFINITE);
+    f.setStep(step);
+    f.setWhere(nf.where);
+    f.setMessage(nf.message);
+    f.setCallIndex(callIndex);
+    f.setDigestKind(static_cast<schema::TensorDigest::Kind>(kind));
+    f.setRingTensors(static_cast<uint32_t>(ofStep));
+  });
+  if (flushObserver)
+    if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->flush();
+  commitNow();
+  for (size_t i = 0; i < kept.size(); ++i) {
+    const KeptTensor& k = kept[i];
+    appendEvent(k.step, [&](schema::Event::Builder e, StreamWriter& w) {
+      fillFullTensor(e, w, k.kind, k.path, k.callIndex, k.output, k.dtype, k.shape.data(),
+                     static_cast<int>(k.shape.size()), k.bytes.data(), k.bytes.size());
+    });
+    if (i + 1 == ofStep) commitNow();
+    std::vector<uint8_t>().swap(kept[i].bytes);  // written: its memory goes back now
+  }
+  commitNow();
 }
 
-void RecordSession::flushRing(StreamWriter& w) {
-  std::map<int64_t, std::vector<Kept>> ring;
+void RecordSession::commitNow() {
+  StreamWriter* w;
   {
-    std::lock_guard<std::mutex> lk(ringMu_);
-    if (ringFlushed_) return;
-    ringFlushed_ = true;
-    ring.swap(ring_);
-    ringBytes_ = 0;
+    std::lock_guard<std::mutex> lk(mu_);
+    w = writer_.get();
   }
-  for (auto& [step, kept] : ring) {
-    for (auto& k : kept) {
-      capnp::MallocMessageBuilder msg;
-      auto e = msg.initRoot<schema::Event>();
-      e.setTNs(monoNs() - startNs_);
-      e.setStep(k.step);
-      e.setThread(threadNumber());
-      auto ft = e.initTensor();
-      ft.setKind(static_cast<schema::TensorDigest::Kind>(k.kind));
-      ft.setPath(k.path);
-      ft.setCallIndex(k.callIndex);
-      ft.setOutput(k.output);
-      auto t = ft.initTensor();
-      t.setDtype(k.dtype);
-      auto s = t.initShape(static_cast<unsigned>(k.shape.size()));
-      for (size_t i = 0; i < k.shape.size(); ++i) s.set(static_cast<unsigned>(i), k.shape[i]);
-      t.setDevice("cpu");
-      setRef(t.initData(), w.putBlob(k.bytes.data(), k.bytes.size(), dtypeElemSize(k.dtype)));
-      w.append(msg);
-    }
-  }
+  if (w) w->commit(true);
 }
 
 bool RecordSession::firstFailureStep(int64_t& step) const {
@@ -690,13 +519,13 @@ void RecordSession::failureException(const char* type, const char* message, cons
 
 void RecordSession::beforeFork() noexcept {
   mu_.lock();
-  ringMu_.lock();
+  ring_.lockForFork();
   if (writer_) writer_->beforeFork();
 }
 
 void RecordSession::afterForkParent() noexcept {
   if (writer_) writer_->afterForkParent();
-  ringMu_.unlock();
+  ring_.unlockAfterForkParent();
   mu_.unlock();
 }
 
@@ -713,10 +542,7 @@ void RecordSession::afterForkChild() noexcept {
   unprotectAllFds();  // the child's copies are not ours: the job may close them
   if (writer_) writer_->afterForkChild();
   (void)writer_.release();  // owned by the parent's copy of memory; never destroy it here
-  ring_.clear();
-  spare_.clear();
-  spareBytes_ = 0;
-  ringMu_.unlock();
+  ring_.resetAfterForkChild();
   mu_.unlock();
   disabled_.store(true);
   exited_.store(true);
@@ -727,59 +553,7 @@ void RecordSession::onFatalSignal(int sig, const siginfo_t* info, const uint64_t
   if (disabled_.load() || exited_.load() || ::getpid() != ownerPid_) return;
   StreamWriter* w = writer_.get();  // no lock: may be held by the interrupted thread
   if (!w) return;
-  try {
-    std::memset(signalArena_.data(), 0, signalArena_.size() * sizeof(capnp::word));
-    capnp::MallocMessageBuilder msg(kj::arrayPtr(signalArena_.data(), signalArena_.size()),
-                                    capnp::AllocationStrategy::FIXED_SIZE);
-    auto e = msg.initRoot<schema::Event>();
-    e.setTNs(monoNs() - startNs_);
-    int64_t step = step_.load();
-    e.setStep(step);
-    e.setThread(threadNumber());
-    auto f = e.initFailure();
-    f.setKind(schema::Failure::Kind::SIGNAL);
-    f.setStep(step);
-    f.setSignal(sig);
-    f.setSignalCode(info ? info->si_code : 0);
-    // si_addr means something only for a fault the kernel raised (si_code > 0); for a signal
-    // sent with kill/tgkill/raise (e.g. Python's faulthandler re-raising the fault after it
-    // wrote the Python stacks) the same bytes hold the sender's pid and uid.
-    bool fault = sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE;
-    f.setFaultAddress(info && fault && info->si_code > 0 ? reinterpret_cast<uint64_t>(info->si_addr) : 0);
-    const char* name = sig == SIGSEGV   ? "SIGSEGV"
-                       : sig == SIGBUS  ? "SIGBUS"
-                       : sig == SIGFPE  ? "SIGFPE"
-                       : sig == SIGILL  ? "SIGILL"
-                       : sig == SIGABRT ? "SIGABRT"
-                                        : "signal";
-    f.setMessage(name);
-    auto st = f.initNativeStack(static_cast<unsigned>(nips));
-    for (int i = 0; i < nips; ++i) st.set(static_cast<unsigned>(i), ips[i]);
-    size_t mapsLen = readFileInto("/proc/self/maps", mapsText_.data(), mapsText_.size());
-    auto syms = f.initNativeSymbols(static_cast<unsigned>(nips));
-    for (int i = 0; i < nips; ++i) {
-      char buf[512];
-      size_t n = describeIp(ips[i], mapsText_.data(), mapsLen, buf, sizeof buf);
-      syms.set(static_cast<unsigned>(i), capnp::Text::Reader(buf, n));
-    }
-    size_t py = readFdInto(pystackFd_, signalText_.data(), signalText_.size() - 1);
-    signalText_[py] = '\0';  // Text::Reader(p, n) needs p[n] == '\0', as for the symbols
-    f.setPythonStack(capnp::Text::Reader(signalText_.data(), py));
-    // Where: the faulting native frame (the innermost one when the caller knows no better).
-    if (nips > 0) f.setWhere(syms[static_cast<unsigned>(faultFrame >= 0 && faultFrame < nips ? faultFrame : 0)]);
-    auto segs = msg.getSegmentsForOutput();
-    if (segs.size() != 1) return;  // did not fit the arena: nothing safe to write
-    // Flat message = segment table (count-1, size, pad) + segment.
-    uint32_t table[2] = {0, static_cast<uint32_t>(segs[0].size())};
-    size_t bytes = 8 + segs[0].size() * 8;
-    auto* out = reinterpret_cast<uint8_t*>(mapsText_.data());  // reuse: maps text is no longer needed
-    if (bytes > mapsText_.size()) return;
-    std::memcpy(out, table, 8);
-    std::memcpy(out + 8, segs[0].begin(), segs[0].size() * 8);
-    w->writeFromSignal(out, bytes);
-  } catch (...) {
-    // The arena was too small or capnp refused: the crash still happens as it would have.
-  }
+  crash_.write(*w, monoNs() - startNs_, step_.load(), threadNumber(), sig, info, ips, nips, faultFrame, pystackFd_);
 }
 
 void RecordSession::onExit(bool exited, int code) noexcept {

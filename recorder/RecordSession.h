@@ -11,11 +11,14 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "format/StreamWriter.h"
 #include "recorder/BatchBuilder.h"
 #include "recorder/Config.h"
+#include "recorder/CrashRecorder.h"
+#include "recorder/FailureRing.h"
 #include "recorder/StepObserver.h"
 #include "recorder/TensorDigest.h"
 #include "recorder/TriageLog.h"
@@ -113,8 +116,14 @@ class RecordSession {
   void reportStatus(const std::string& line) noexcept;
   void reportWriterFailure(StreamWriter& w) noexcept;
   int traceDirFd();  // caller holds mu_; throws TraceError
-  void recordFailureLocked();
-  void flushRing(StreamWriter& w);
+  // Keeps a tensor in the failure ring, or writes it at once when its step already failed.
+  void keepInRing(int64_t step, int kind, const char* path, uint32_t callIndex, uint32_t output,
+                  std::string_view dtype, const int64_t* shape, int ndim, const void* data, uint64_t nbytes);
+  // The failure rule (the first non-finite digest of the process), shared by host and device
+  // digests: writes the Failure event, then the failure ring, failing step first.
+  void recordNonFinite(int64_t step, int kind, const char* path, uint32_t callIndex, const DigestResult& d,
+                       bool flushObserver);
+  void commitNow();  // the writer's commit(true), when there is a writer
   // Appends the triage facts that changed (reason: step | failure | exit); full = resource
   // limits and /proc figures too. Takes no lock of ours: callable with mu_ held.
   void writeTriage(StreamWriter& w, const char* reason, bool full);
@@ -144,28 +153,7 @@ class RecordSession {
   std::atomic<int64_t> failureStep_{-1};
 
   // Full tensors of the last ringSteps steps, written out only when a failure happens.
-  struct Kept {
-    int kind;
-    std::string path;
-    uint32_t callIndex;
-    uint32_t output;
-    std::string dtype;
-    std::vector<int64_t> shape;
-    std::vector<uint8_t> bytes;
-    int64_t step;
-  };
-  std::mutex ringMu_;
-  std::map<int64_t, std::vector<Kept>> ring_;
-  size_t ringBytes_ = 0;
-  bool ringFlushed_ = false;
-  static constexpr size_t kRingCapBytes = 512u << 20;
-  // Buffers of evicted steps, reused for the next step's copies: the ring copies every module
-  // output of every step, and fresh buffers cost malloc/free and page faults each time.
-  std::vector<std::vector<uint8_t>> spare_;
-  size_t spareBytes_ = 0;
-  static constexpr size_t kMaxSpare = 256;
-  std::vector<uint8_t> spareLocked(size_t n);        // ringMu_ held; empty when none fits
-  void recycleLocked(std::vector<uint8_t>&& bytes);  // ringMu_ held
+  FailureRing ring_;
 
   // Triage facts.
   TriageLog triage_;
@@ -198,10 +186,7 @@ class RecordSession {
   uint64_t nextCollective_ = 0;
   static constexpr size_t kMaxPendingCollectives = 4096;  // async works never waited on
 
-  // Preallocated for the signal path (no allocation there).
-  std::vector<capnp::word> signalArena_;
-  std::vector<char> signalText_;
-  std::vector<char> mapsText_;
+  CrashRecorder crash_;  // the fatal-signal path, with its preallocated memory
 };
 
 }  // namespace dlrr

@@ -103,7 +103,7 @@ int deniedHere(const std::string& abs, bool exists) {
 
 }  // namespace
 
-FileRedirect::FileRedirect(std::string scratch, std::string traceDir, ServeFiles serve)
+FileRedirect::FileRedirect(const std::string& scratch, const std::string& traceDir, ServeFiles serve)
     : scratch_(lexicallyNormal(scratch)),
       served_(scratch_ + "/served"),
       written_(scratch_ + "/written"),

@@ -26,7 +26,7 @@ enum class ServeFiles { Never, Missing, Always };
 
 class FileRedirect {
  public:
-  FileRedirect(std::string scratch, std::string traceDir, ServeFiles serve);
+  FileRedirect(const std::string& scratch, const std::string& traceDir, ServeFiles serve);
   // DLRR_SCRATCH / DLRR_SERVE_FILES / DLRR_TRACE of a replayed process; none when replay has
   // no scratch directory (or this is not replay).
   struct Settings {

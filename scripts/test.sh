@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian 12 machine, builds dlrr and runs every test: unit (GoogleTest),
-# Python hook unit tests, integration (real torch jobs recorded and replayed), a sanitizer
-# (ASan+UBSan) build of the unit tests, and short fuzzing runs of the trace reader, the batch encoding
+# Python hook unit tests, integration (real torch jobs recorded and replayed), sanitizer
+# builds of the unit tests (ASan+UBSan, ThreadSanitizer), lint (pyflakes on the Python,
+# clang-tidy on the C++ files of the commit under test), and short fuzzing runs of the trace reader, the batch encoding
 # and the tools' command-line parsers; then the unit, Python and integration tests again on the
 # second platform (Debian 13: torch 2.6, Python 3.13, g++ 14) in a chroot (scripts/torch2.sh).
 set -euo pipefail
@@ -17,6 +18,13 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDLRR_SANITIZE=ON -D
 cmake --build build-asan -j"$(nproc)" --target dlrr_unit_tests
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j2 -L unit -LE python  # the hook's Python tests need no sanitizer build
+
+echo "== ThreadSanitizer build of the unit tests"
+bash scripts/tsan.sh
+
+echo "== lint: pyflakes (the hook, the env probe), clang-tidy (C++ files changed by the commit under test)"
+pyflakes3 interpose/python triage/env_probe.py
+bash scripts/tidy.sh --since "${DLRR_TIDY_SINCE:-HEAD~1}"
 
 if [ -x scripts/fuzz.sh ]; then
   echo "== fuzzing the trace reader (short run; scripts/fuzz.sh SECONDS for a long one)"

@@ -333,6 +333,265 @@ bool parseWorkerException(const std::string& m, std::string& type, std::string& 
   return !type.empty() && type.find(' ') == std::string::npos;
 }
 
+// ---- the exception rule table: rules are tried in order and the first that matches decides.
+// The order matters: GPU rules come first because their messages also say "out of memory" or
+// "error"; specific messages come before the bare exception types that would also match them.
+
+// What a rule looks at: the exception's type and message as recorded and lowercased, its
+// base type name (without the module), and whether its traceback passes through a data reader.
+struct ExceptionText {
+  const std::string& type;
+  const std::string& message;
+  const std::vector<Frame>& tb;
+  std::string base, m, t;
+  bool readsData;
+};
+
+struct ExceptionRule {
+  const char* name;  // what the rule recognises (for a reader of the table)
+  bool (*matches)(const ExceptionText&);
+  ExceptionClass (*classify)(const ExceptionText&);
+};
+
+bool readsDataFile(const std::vector<Frame>& tb) {
+  for (const char* reader : {"/json/", "/pickle", "numpy/lib/format.py", "numpy/lib/npyio.py", "/csv.py",
+                             "torch/serialization.py", "PIL/", "/zipfile", "/tarfile", "/gzip.py", "pandas/io/",
+                             "h5py/"})
+    if (framesMention(tb, reader)) return true;
+  return false;
+}
+
+std::string frameworkModuleOf(const ExceptionText& x) {  // "module 'torch.x' has no attribute": torch.x
+  if (x.base != "AttributeError" || !has(x.message, "module '")) return "";
+  std::string mod = quotedAfter(x.message, "module");
+  return frameworks().count(topLevel(mod)) ? mod : "";
+}
+
+ExceptionClass clipped(Category c, const ExceptionText& x) { return make(c, clip(x.message, 160)); }
+
+const ExceptionRule kExceptionRules[] = {
+    // ---- GPU
+    {"GPU out of memory",
+     [](const ExceptionText& x) {
+       return any(x.m, "cuda out of memory", "cuda error: out of memory", "cublas_status_alloc_failed",
+                  "cudnn_status_alloc_failed", "hip out of memory", "mps backend out of memory",
+                  "cudaerrormemoryallocation", "out of memory on device") ||
+              (x.base == "OutOfMemoryError" && !any(x.t, "cpu"));
+     },
+     [](const ExceptionText& x) {
+       std::string detail = "the GPU allocator could not satisfy a request";
+       auto p = x.message.find("Tried to allocate ");
+       if (p != std::string::npos) {
+         detail = x.message.substr(p, x.message.find_first_of(";(", p) - p);
+         while (!detail.empty() && detail.back() == ' ') detail.pop_back();
+       }
+       return make(C::GpuOutOfMemory, detail);
+     }},
+    {"collective failed or timed out",
+     [](const ExceptionText& x) {
+       return any(x.m, "nccl", "gloo", "process group", "c10d") &&
+              any(x.m, "timeout", "timed out", "watchdog", "connection reset", "connection closed",
+                  "unhandled system error", "remote process exited", "broken pipe", "peer");
+     },
+     [](const ExceptionText&) { return make(C::CommunicationFailure, "a collective operation failed or timed out"); }},
+    {"torch.distributed error types",
+     [](const ExceptionText& x) {
+       return x.base == "DistBackendError" || x.base == "DistNetworkError" || x.base == "DistStoreError";
+     },
+     [](const ExceptionText& x) { return make(C::CommunicationFailure, x.base); }},
+    {"no usable CUDA device",
+     [](const ExceptionText& x) {
+       return any(x.m, "no cuda gpus are available", "found no nvidia driver", "cuda driver version is insufficient",
+                  "all cuda-capable devices are busy", "invalid device ordinal", "cuda error: unknown error",
+                  "no cuda-capable device is detected", "cuda driver initialization failed");
+     },
+     [](const ExceptionText&) { return make(C::DeviceUnavailable, "no usable CUDA device"); }},
+    {"framework build without this GPU",
+     [](const ExceptionText& x) { return any(x.m, "torch not compiled with cuda enabled", "no kernel image is available"); },
+     [](const ExceptionText&) {
+       return make(C::LibraryNotFound, "the installed framework build does not support this GPU (or has no CUDA)");
+     }},
+    // ---- memory
+    {"host allocation failed",
+     [](const ExceptionText& x) {
+       return x.base == "MemoryError" || x.base == "_ArrayMemoryError" ||
+              any(x.m, "defaultcpuallocator: can't allocate memory", "defaultcpuallocator: not enough memory",
+                  "cannot allocate memory", "[errno 12]", "std::bad_alloc", "unable to allocate") ||
+              (any(x.m, "out of memory") && !any(x.m, "cuda", "gpu", "device"));
+     },
+     [](const ExceptionText&) { return make(C::CpuOutOfMemory, "a host memory allocation failed"); }},
+    {"DataLoader worker killed",
+     [](const ExceptionText& x) { return any(x.m, "dataloader worker") && any(x.m, "killed by signal: killed"); },
+     [](const ExceptionText&) {
+       return make(C::CpuOutOfMemory,
+                   "a DataLoader worker was killed (SIGKILL: most often the kernel's OOM killer)");
+     }},
+    {"shared memory exhausted",
+     [](const ExceptionText& x) { return any(x.m, "bus error") && any(x.m, "shared memory", "shm"); },
+     [](const ExceptionText&) {
+       return make(C::CpuOutOfMemory, "shared memory (/dev/shm) ran out for DataLoader workers");
+     }},
+    // ---- libraries and modules
+    {"Python module missing", [](const ExceptionText& x) { return x.base == "ModuleNotFoundError"; },
+     [](const ExceptionText& x) {
+       std::string mod = quotedAfter(x.message, "No module named");
+       return make(C::LibraryNotFound,
+                   mod.empty() ? "a Python module is not installed" : "Python module '" + mod + "' is not installed");
+     }},
+    {"shared library failed to load",
+     [](const ExceptionText& x) {
+       return any(x.m, "cannot open shared object file", "undefined symbol:", "version `glibc", "wrong elf class",
+                  "dll load failed", "image not found", "error while loading shared libraries");
+     },
+     [](const ExceptionText& x) {
+       auto colon = x.message.find(':');
+       std::string lib = colon == std::string::npos ? "" : x.message.substr(0, colon);
+       auto sp = lib.rfind(' ');
+       if (sp != std::string::npos) lib = lib.substr(sp + 1);
+       return make(C::LibraryNotFound,
+                   lib.empty() ? "a shared library failed to load" : "shared library " + lib + " failed to load");
+     }},
+    {"import failed", [](const ExceptionText& x) { return x.base == "ImportError"; },
+     [](const ExceptionText& x) {
+       if (has(x.message, "cannot import name")) {
+         std::string name = quotedAfter(x.message, "cannot import name");
+         std::string from = quotedAfter(x.message, "from");
+         if (frameworks().count(topLevel(from)))
+           return make(C::FrameworkApiMisuse,
+                       "'" + name + "' is not in the installed " + topLevel(from) + " (an API of another version)");
+         return make(C::LibraryNotFound, "the installed '" + from + "' has no '" + name + "' (another version?)");
+       }
+       return make(C::LibraryNotFound, "an import failed");
+     }},
+    // ---- file system
+    {"permission denied",
+     [](const ExceptionText& x) {
+       return x.base == "PermissionError" || any(x.m, "[errno 13]", "permission denied",
+                                                 "[errno 1] operation not permitted", "read-only file system",
+                                                 "[errno 30]");
+     },
+     [](const ExceptionText& x) { return make(C::PermissionDenied, pathInMessage(x.message)); }},
+    {"disk full",
+     [](const ExceptionText& x) {
+       return any(x.m, "[errno 28]", "no space left on device", "disk quota exceeded", "[errno 122]");
+     },
+     [](const ExceptionText& x) { return make(C::DiskFull, pathInMessage(x.message)); }},
+    {"path not found",
+     [](const ExceptionText& x) {
+       return x.base == "FileNotFoundError" || x.base == "NotADirectoryError" || x.base == "IsADirectoryError" ||
+              any(x.m, "[errno 2]", "no such file or directory", "[errno 20]", "not a directory") ||
+              (any(x.m, "does not exist", "not found", "can't find", "cannot find", "could not find") &&
+               !pathInMessage(x.message).empty());
+     },
+     [](const ExceptionText& x) { return make(C::PathNotFound, pathInMessage(x.message)); }},
+    // ---- syntax
+    {"syntax error",
+     [](const ExceptionText& x) {
+       return x.base == "SyntaxError" || x.base == "IndentationError" || x.base == "TabError";
+     },
+     [](const ExceptionText& x) { return make(C::SyntaxError, x.message); }},
+    // ---- data
+    {"text decoding",
+     [](const ExceptionText& x) {
+       return x.base == "UnicodeDecodeError" || x.base == "UnicodeEncodeError" || x.base == "UnicodeError" ||
+              x.base == "UnicodeTranslateError" || any(x.m, "codec can't decode", "codec can't encode");
+     },
+     [](const ExceptionText& x) { return make(C::UnexpectedEncoding, x.message.substr(0, x.message.find(':'))); }},
+    {"corrupt data file",
+     [](const ExceptionText& x) {
+       const std::string& b = x.base;
+       return b == "JSONDecodeError" || b == "UnpicklingError" || b == "BadZipFile" || b == "BadZipfile" ||
+              b == "UnidentifiedImageError" || b == "BadGzipFile" || b == "ParserError" || x.t == "_csv.error" ||
+              x.t == "csv.error" || x.t == "tarfile.readerror" || x.t == "zlib.error" ||
+              any(x.m, "pytorchstreamreader failed", "failed finding central directory", "invalid load key",
+                  "pickle data was truncated", "image file is truncated", "cannot identify image file",
+                  "compressed file ended before", "expecting value: line", "unterminated string starting at",
+                  "failed to interpret file", "as a pickle", "could not convert string to float",
+                  "truncated file") ||
+              (b == "EOFError" && (x.readsData || any(x.m, "ran out of input", "no data left in file"))) ||
+              (x.readsData && (b == "ValueError" || b == "OSError"));
+     },
+     [](const ExceptionText& x) {
+       return make(C::CorruptData, x.readsData ? "while reading a data file" : "a record could not be parsed");
+     }},
+    // ---- deep-learning specific: shapes, NaN, API use
+    {"tensor shapes, dtypes or devices",
+     [](const ExceptionText& x) {
+       return any(x.m, "size mismatch", "shape mismatch", "shapes cannot be multiplied", "must match the size of tensor",
+                  "sizes of tensors must match", "expected input batch_size", "to match target batch_size",
+                  "error(s) in loading state_dict", "missing key(s) in state_dict", "unexpected key(s) in state_dict",
+                  "is invalid for input of size", "expected scalar type", "expected object of scalar type",
+                  "expected all tensors to be on the same device", "should be the same", "dimension out of range",
+                  "inconsistent tensor size", "number of dims don't match", "doesn't match the broadcast shape",
+                  "mismatch in shape", "expected 2d", "expected 3d", "expected 4d", "-dimensional input",
+                  "must be the same as input size", "using a target size", "to have 3 channels", " channels, but got ",
+                  "non-singleton dimension", "found dtype");
+     },
+     [](const ExceptionText& x) { return clipped(C::TensorMismatch, x); }},
+    {"NaN or Inf loss",
+     [](const ExceptionText& x) {
+       return x.base == "FloatingPointError" ||
+              any(x.m, "returned nan", "loss is nan", "nan loss", "loss nan", "non-finite loss", "loss is inf",
+                  "contains nan", "nan or inf", "inf or nan", "`inf`, `nan`", "nan values", "is nan");
+     },
+     [](const ExceptionText& x) { return clipped(C::LossNaN, x); }},
+    {"framework API misuse",
+     [](const ExceptionText& x) {
+       return any(x.m, "backward through the graph a second time",
+                  "does not require grad and does not have a grad_fn", "a leaf variable that requires grad",
+                  "modified by an inplace operation", "can't call numpy() on tensor that requires grad",
+                  "can't convert cuda", "use tensor.cpu()", "cannot re-initialize cuda in forked subprocess",
+                  "default process group has not been initialized",
+                  "expected to have finished reduction in the prior iteration",
+                  "grad can be implicitly created only for scalar outputs", "can't pickle local object",
+                  "weights only load failed", "is not a module subclass");
+     },
+     [](const ExceptionText& x) { return clipped(C::FrameworkApiMisuse, x); }},
+    {"framework attribute of another version", [](const ExceptionText& x) { return !frameworkModuleOf(x).empty(); },
+     [](const ExceptionText& x) {
+       return make(C::FrameworkApiMisuse, "'" + frameworkModuleOf(x) + "' has no '" +
+                                              quotedAfter(x.message, "has no attribute") +
+                                              "' (an API of another version)");
+     }},
+    // ---- general code errors
+    {"None used as a value",
+     [](const ExceptionText& x) {
+       return any(x.m, "nonetype") && (x.base == "AttributeError" || x.base == "TypeError");
+     },
+     [](const ExceptionText& x) { return clipped(C::NullReference, x); }},
+    {"launch argument rejected",
+     [](const ExceptionText& x) { return x.base == "ArgumentError" || x.t == "argparse.argumenterror"; },
+     [](const ExceptionText&) { return make(C::IllegalArgument, "a launch argument was rejected"); }},
+    {"device-side assert", [](const ExceptionText& x) { return any(x.m, "device-side assert triggered"); },
+     [](const ExceptionText&) {
+       return make(C::IllegalArgument, "a device-side assert (most often a label or index out of range)");
+     }},
+    {"interrupted", [](const ExceptionText& x) { return x.base == "KeyboardInterrupt"; },
+     [](const ExceptionText&) { return make(C::ExternalSignal, "interrupted (SIGINT)"); }},
+    {"call with wrong arguments",
+     [](const ExceptionText& x) {
+       return x.base == "TypeError" && any(x.m, "unexpected keyword argument", "required positional argument",
+                                           "positional argument but", "positional arguments but");
+     },
+     [](const ExceptionText& x) { return clipped(C::IllegalArgument, x); }},
+    {"TypeError", [](const ExceptionText& x) { return x.base == "TypeError"; },
+     [](const ExceptionText& x) { return clipped(C::TypeMismatch, x); }},
+    {"ValueError", [](const ExceptionText& x) { return x.base == "ValueError"; },
+     [](const ExceptionText& x) { return clipped(C::IllegalArgument, x); }},
+    {"KeyError", [](const ExceptionText& x) { return x.base == "KeyError"; },
+     [](const ExceptionText& x) { return make(C::KeyNotFound, "key " + x.message); }},
+    {"AttributeError", [](const ExceptionText& x) { return x.base == "AttributeError"; },
+     [](const ExceptionText& x) { return clipped(C::AttributeNotFound, x); }},
+    {"IndexError", [](const ExceptionText& x) { return x.base == "IndexError"; },
+     [](const ExceptionText& x) { return clipped(C::IndexOutOfRange, x); }},
+    {"undefined name", [](const ExceptionText& x) { return x.base == "NameError" || x.base == "UnboundLocalError"; },
+     [](const ExceptionText& x) { return clipped(C::UndefinedName, x); }},
+    {"NotImplementedError", [](const ExceptionText& x) { return x.base == "NotImplementedError"; },
+     [](const ExceptionText& x) { return clipped(C::NotImplemented, x); }},
+    {"input ended early", [](const ExceptionText& x) { return x.base == "EOFError"; },
+     [](const ExceptionText&) { return make(C::CorruptData, "input ended early"); }},
+};
+
 }  // namespace
 
 ExceptionClass classifyException(const std::string& type, const std::string& message, const std::vector<Frame>& tb) {
@@ -341,161 +600,10 @@ ExceptionClass classifyException(const std::string& type, const std::string& mes
     std::vector<Frame> wFrames;
     if (parseWorkerException(message, wType, wMessage, wFrames)) return classifyException(wType, wMessage, wFrames);
   }
-  const std::string base = baseType(type);
-  const std::string m = lower(message);
-  const std::string t = lower(type);
-
-  // ---- GPU first: their messages also say "out of memory" / "error".
-  if (any(m, "cuda out of memory", "cuda error: out of memory", "cublas_status_alloc_failed",
-          "cudnn_status_alloc_failed", "hip out of memory", "mps backend out of memory", "cudaerrormemoryallocation",
-          "out of memory on device") ||
-      (base == "OutOfMemoryError" && !any(t, "cpu"))) {
-    std::string detail = "the GPU allocator could not satisfy a request";
-    auto p = message.find("Tried to allocate ");
-    if (p != std::string::npos) {
-      detail = message.substr(p, message.find_first_of(";(", p) - p);
-      while (!detail.empty() && detail.back() == ' ') detail.pop_back();
-    }
-    return make(C::GpuOutOfMemory, detail);
-  }
-  if (any(m, "nccl", "gloo", "process group", "c10d") &&
-      any(m, "timeout", "timed out", "watchdog", "connection reset", "connection closed", "unhandled system error",
-          "remote process exited", "broken pipe", "peer"))
-    return make(C::CommunicationFailure, "a collective operation failed or timed out");
-  if (base == "DistBackendError" || base == "DistNetworkError" || base == "DistStoreError")
-    return make(C::CommunicationFailure, base);
-  if (any(m, "no cuda gpus are available", "found no nvidia driver", "cuda driver version is insufficient",
-          "all cuda-capable devices are busy", "invalid device ordinal", "cuda error: unknown error",
-          "no cuda-capable device is detected", "cuda driver initialization failed"))
-    return make(C::DeviceUnavailable, "no usable CUDA device");
-  if (any(m, "torch not compiled with cuda enabled", "no kernel image is available"))
-    return make(C::LibraryNotFound, "the installed framework build does not support this GPU (or has no CUDA)");
-
-  // ---- memory
-  if (base == "MemoryError" || base == "_ArrayMemoryError" ||
-      any(m, "defaultcpuallocator: can't allocate memory", "defaultcpuallocator: not enough memory",
-          "cannot allocate memory", "[errno 12]", "std::bad_alloc", "unable to allocate") ||
-      (any(m, "out of memory") && !any(m, "cuda", "gpu", "device")))
-    return make(C::CpuOutOfMemory, "a host memory allocation failed");
-  if (any(m, "dataloader worker") && any(m, "killed by signal: killed"))
-    return make(C::CpuOutOfMemory, "a DataLoader worker was killed (SIGKILL: most often the kernel's OOM killer)");
-  if (any(m, "bus error") && any(m, "shared memory", "shm"))
-    return make(C::CpuOutOfMemory, "shared memory (/dev/shm) ran out for DataLoader workers");
-
-  // ---- libraries and modules
-  if (base == "ModuleNotFoundError") {
-    std::string mod = quotedAfter(message, "No module named");
-    return make(C::LibraryNotFound,
-                mod.empty() ? "a Python module is not installed" : "Python module '" + mod + "' is not installed");
-  }
-  if (any(m, "cannot open shared object file", "undefined symbol:", "version `glibc", "wrong elf class",
-          "dll load failed", "image not found", "error while loading shared libraries")) {
-    auto colon = message.find(':');
-    std::string lib = colon == std::string::npos ? "" : message.substr(0, colon);
-    auto sp = lib.rfind(' ');
-    if (sp != std::string::npos) lib = lib.substr(sp + 1);
-    return make(C::LibraryNotFound,
-                lib.empty() ? "a shared library failed to load" : "shared library " + lib + " failed to load");
-  }
-  if (base == "ImportError") {
-    if (has(message, "cannot import name")) {
-      std::string name = quotedAfter(message, "cannot import name");
-      std::string from = quotedAfter(message, "from");
-      if (frameworks().count(topLevel(from)))
-        return make(C::FrameworkApiMisuse,
-                    "'" + name + "' is not in the installed " + topLevel(from) + " (an API of another version)");
-      return make(C::LibraryNotFound, "the installed '" + from + "' has no '" + name + "' (another version?)");
-    }
-    return make(C::LibraryNotFound, "an import failed");
-  }
-
-  // ---- file system
-  if (base == "PermissionError" || any(m, "[errno 13]", "permission denied", "[errno 1] operation not permitted",
-                                       "read-only file system", "[errno 30]"))
-    return make(C::PermissionDenied, pathInMessage(message));
-  if (any(m, "[errno 28]", "no space left on device", "disk quota exceeded", "[errno 122]"))
-    return make(C::DiskFull, pathInMessage(message));
-  if (base == "FileNotFoundError" || base == "NotADirectoryError" || base == "IsADirectoryError" ||
-      any(m, "[errno 2]", "no such file or directory", "[errno 20]", "not a directory") ||
-      (any(m, "does not exist", "not found", "can't find", "cannot find", "could not find") &&
-       !pathInMessage(message).empty()))
-    return make(C::PathNotFound, pathInMessage(message));
-
-  // ---- syntax
-  if (base == "SyntaxError" || base == "IndentationError" || base == "TabError") return make(C::SyntaxError, message);
-
-  // ---- data
-  if (base == "UnicodeDecodeError" || base == "UnicodeEncodeError" || base == "UnicodeError" ||
-      base == "UnicodeTranslateError" || any(m, "codec can't decode", "codec can't encode"))
-    return make(C::UnexpectedEncoding, message.substr(0, message.find(':')));
-  bool readsData = framesMention(tb, "/json/") || framesMention(tb, "/pickle") ||
-                   framesMention(tb, "numpy/lib/format.py") || framesMention(tb, "numpy/lib/npyio.py") ||
-                   framesMention(tb, "/csv.py") || framesMention(tb, "torch/serialization.py") ||
-                   framesMention(tb, "PIL/") || framesMention(tb, "/zipfile") || framesMention(tb, "/tarfile") ||
-                   framesMention(tb, "/gzip.py") || framesMention(tb, "pandas/io/") || framesMention(tb, "h5py/");
-  if (base == "JSONDecodeError" || base == "UnpicklingError" || base == "BadZipFile" || base == "BadZipfile" ||
-      base == "UnidentifiedImageError" || base == "BadGzipFile" || base == "ParserError" || t == "_csv.error" ||
-      t == "csv.error" || t == "tarfile.readerror" || t == "zlib.error" ||
-      any(m, "pytorchstreamreader failed", "failed finding central directory", "invalid load key",
-          "pickle data was truncated", "image file is truncated", "cannot identify image file",
-          "compressed file ended before", "expecting value: line", "unterminated string starting at",
-          "failed to interpret file", "as a pickle", "could not convert string to float", "truncated file") ||
-      (base == "EOFError" && (readsData || any(m, "ran out of input", "no data left in file"))) ||
-      (readsData && (base == "ValueError" || base == "OSError")))
-    return make(C::CorruptData, readsData ? "while reading a data file" : "a record could not be parsed");
-
-  // ---- deep-learning specific: shapes, NaN, API use
-  if (any(m, "size mismatch", "shape mismatch", "shapes cannot be multiplied", "must match the size of tensor",
-          "sizes of tensors must match", "expected input batch_size", "to match target batch_size",
-          "error(s) in loading state_dict", "missing key(s) in state_dict", "unexpected key(s) in state_dict",
-          "is invalid for input of size", "expected scalar type", "expected object of scalar type",
-          "expected all tensors to be on the same device", "should be the same", "dimension out of range",
-          "inconsistent tensor size", "number of dims don't match", "doesn't match the broadcast shape",
-          "mismatch in shape", "expected 2d", "expected 3d", "expected 4d", "-dimensional input",
-          "must be the same as input size", "using a target size", "to have 3 channels", " channels, but got ",
-          "non-singleton dimension", "found dtype"))
-    return make(C::TensorMismatch, clip(message, 160));
-  if (base == "FloatingPointError" ||
-      any(m, "returned nan", "loss is nan", "nan loss", "loss nan", "non-finite loss", "loss is inf", "contains nan",
-          "nan or inf", "inf or nan", "`inf`, `nan`", "nan values", "is nan"))
-    return make(C::LossNaN, clip(message, 160));
-  if (any(m, "backward through the graph a second time", "does not require grad and does not have a grad_fn",
-          "a leaf variable that requires grad", "modified by an inplace operation",
-          "can't call numpy() on tensor that requires grad", "can't convert cuda", "use tensor.cpu()",
-          "cannot re-initialize cuda in forked subprocess", "default process group has not been initialized",
-          "expected to have finished reduction in the prior iteration",
-          "grad can be implicitly created only for scalar outputs", "can't pickle local object",
-          "weights only load failed", "is not a module subclass"))
-    return make(C::FrameworkApiMisuse, clip(message, 160));
-  if (base == "AttributeError" && has(message, "module '")) {
-    std::string mod = quotedAfter(message, "module");
-    if (frameworks().count(topLevel(mod)))
-      return make(C::FrameworkApiMisuse, "'" + mod + "' has no '" + quotedAfter(message, "has no attribute") +
-                                             "' (an API of another version)");
-  }
-
-  // ---- general code errors
-  if (any(m, "nonetype") && (base == "AttributeError" || base == "TypeError"))
-    return make(C::NullReference, clip(message, 160));
-  if (base == "ArgumentError" || t == "argparse.argumenterror")
-    return make(C::IllegalArgument, "a launch argument was rejected");
-  if (any(m, "device-side assert triggered"))
-    return make(C::IllegalArgument, "a device-side assert (most often a label or index out of range)");
-  if (base == "KeyboardInterrupt") return make(C::ExternalSignal, "interrupted (SIGINT)");
-  if (base == "TypeError") {
-    if (any(m, "unexpected keyword argument", "required positional argument", "positional argument but",
-            "positional arguments but"))
-      return make(C::IllegalArgument, clip(message, 160));
-    return make(C::TypeMismatch, clip(message, 160));
-  }
-  if (base == "ValueError") return make(C::IllegalArgument, clip(message, 160));
-  if (base == "KeyError") return make(C::KeyNotFound, "key " + message);
-  if (base == "AttributeError") return make(C::AttributeNotFound, clip(message, 160));
-  if (base == "IndexError") return make(C::IndexOutOfRange, clip(message, 160));
-  if (base == "NameError" || base == "UnboundLocalError") return make(C::UndefinedName, clip(message, 160));
-  if (base == "NotImplementedError") return make(C::NotImplemented, clip(message, 160));
-  if (base == "EOFError") return make(C::CorruptData, "input ended early");
-  return make(C::OtherPythonError, base.empty() ? "" : base);
+  const ExceptionText x{type, message, tb, baseType(type), lower(message), lower(type), readsDataFile(tb)};
+  for (const ExceptionRule& r : kExceptionRules)
+    if (r.matches(x)) return r.classify(x);
+  return make(C::OtherPythonError, x.base.empty() ? "" : x.base);
 }
 
 namespace {

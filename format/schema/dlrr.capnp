@@ -309,6 +309,8 @@ struct Failure {
   pythonStack @11 :Text;     # faulthandler's text dump
   callIndex @12 :UInt32;
   digestKind @13 :TensorDigest.Kind;
+  ringTensors @14 :UInt32;   # nonfinite: failure-ring tensors of this step written right after
+                             # this event (fewer in the stream: the process ended first)
   enum Kind {
     nonfinite @0;
     exception @1;

@@ -12,6 +12,7 @@ from harness import EXAMPLES, PY, TraceTestCase, children, dataset, events, info
 HERE = os.path.dirname(os.path.abspath(__file__))
 TINY = os.path.join(HERE, "jobs", "tiny_train.py")
 RNN_LM = os.path.join(HERE, "jobs", "rnn_lm.py")
+NAN_THEN_HANG = os.path.join(HERE, "jobs", "nan_then_hang.py")
 SEED_NAN_STEP = 30  # examples/README.md: --seed 8 puts the first NaN at step 30
 
 
@@ -169,6 +170,43 @@ class RecordExampleTest(TraceTestCase):
         self.assertEqual(p.returncode, 0)
         self.assertEqual(p.stdout, "hello\n")
         self.assertIn("no steps captured: torch was never imported", p.stderr)
+
+    def test_job_killed_by_timeout_during_its_failing_step_keeps_its_tensors(self):
+        # Issue 18.6: a job that `timeout` ended during its failing step lost that step's ring
+        # tensors ("recorded: none") while the step before was being written. The failing
+        # step's tensors come first, those computed after the failure (`2`, after `1` went
+        # NaN) included; the step before follows.
+        argv = ["timeout", "-s", "TERM", "600", tool("dlrecord"), "-q", "-o", self.trace_path(), "--", PY,
+                NAN_THEN_HANG, "--at", "3"]
+        env = dict(os.environ)
+        env.pop("DLRR_MODE", None)
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                             env=env, text=True)
+        try:
+            for line in p.stdout:
+                if line == "failing step computed\n":
+                    break
+            p.send_signal(signal.SIGTERM)  # to `timeout`, which sends it on, as when its time is up
+            _, err = p.communicate(timeout=120)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        self.assertEqual(p.returncode, 128 + signal.SIGTERM, err)
+        doc = info(self.trace_path())
+        self.assertEqual(doc["failure"]["kind"], "nonfinite")
+        self.assertEqual(doc["failure"]["step"], 3)
+        self.assertEqual(doc["failure"]["where"], "1")
+        self.assertGreater(doc["failure"]["ring_tensors"], 0)
+        self.assertEqual(doc["failure"]["ring_tensors_written"], doc["failure"]["ring_tensors"])
+        self.assertEqual(doc["failure"]["ring_tensors_missing"], "")
+        for step, module in ((3, "0"), (3, "1"), (3, "2"), (3, "4"), (2, "2")):
+            out = os.path.join(self.tmp, "s%d_%s.npy" % (step, module))
+            d = run([tool("dltrace"), "dump", self.trace_path(), "--step", str(step), "--tensor", module, "-o", out])
+            self.assertEqual(d.returncode, 0, "step %d module %s: %s" % (step, module, d.stderr))
+            self.assertGreater(os.path.getsize(out), 64 * 4)
+        t = run([tool("dltrace"), "info", self.trace_path()])
+        self.assertNotIn("failure-ring tensors", t.stdout)
 
     def test_kill_9_mid_run_keeps_completed_steps(self):
         data = dataset()

@@ -98,12 +98,14 @@ class ReplayExampleTest(TraceTestCase):
 
     def test_pdb_through_stdin(self):
         p = run([tool("dlreplay"), self.trace, "--until", "nan", "--debug", "pdb"],
-                input="p dlrr.step\np dlrr.module\np sorted(dlrr.recorded_tensors())[:1]\nc\n")
+                input="p dlrr.step\np dlrr.module\np sorted(dlrr.recorded_tensors())\nc\n")
         self.assertEqual(p.returncode, 0, p.stderr[-3000:])
         self.assertRegex(p.stdout, r"-> .*self\.conv1\(")  # the frame that calls the module
         self.assertIn("(Pdb) %d\n" % SEED_NAN_STEP, p.stdout)
         self.assertIn("'conv1'", p.stdout)
-        self.assertIn("module output:conv1#0.0", p.stdout)
+        self.assertIn("'module output:conv1#0.0'", p.stdout)  # the failing module's output
+        # ... and what the failing step computed after it (issue 18.6: once lost, "recorded: none")
+        self.assertIn("'loss:loss#0.0'", p.stdout)
 
     def test_gdb_batch_reaches_dlrr_replay_stopped(self):
         if not shutil.which("gdb"):

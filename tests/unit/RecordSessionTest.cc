@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "format/Frame.h"
+#include "format/StreamReader.h"
 #include "format/Trace.h"
 #include "recorder/RecordSession.h"
 #include "support/SampleTrace.h"
@@ -56,6 +58,9 @@ TEST(RecordSession, StepsDigestsFailureAndRing) {
       s.digest(0, "fc1", 0, 0, "float32", 1, shape, out.data(), out.size() * 4, true, r);
       if (step == 2) {
         EXPECT_EQ(r.nanCount, 1u);
+        // After the failure the failing step goes on: its next tensors are written at once.
+        std::vector<float> next = {4.f, 5.f, 6.f};
+        s.digest(0, "fc2", 0, 0, "float32", 1, shape, next.data(), next.size() * 4, true, r);
       }
       s.stepEnd(step, step == 2 ? std::nan("") : 1.0 / (step + 1));
     }
@@ -71,16 +76,67 @@ TEST(RecordSession, StepsDigestsFailureAndRing) {
   EXPECT_EQ(sum.failure->kind, "nonfinite");
   EXPECT_EQ(sum.failure->step, 2);
   EXPECT_EQ(sum.failure->where, "fc1");
-  // The ring held steps 1 and 2 when the failure happened: both are written, step 3 is not.
-  std::vector<int64_t> ringSteps;
+  // The ring held steps 1 and 2 when the failure happened: both are written after the failure
+  // event, the failing step first (a job killed meanwhile keeps it); then the rest of step 2
+  // as it is computed; nothing of step 3.
+  std::vector<std::pair<int64_t, std::string>> ringSteps;
   uint64_t nonFiniteAtStep2 = 0;
+  bool failureSeen = false;
   t->mainStream()->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
-    if (e.isTensor()) ringSteps.push_back(e.getStep());
+    if (e.isFailure()) {
+      failureSeen = true;
+      EXPECT_EQ(e.getFailure().getRingTensors(), 1u);
+    }
+    if (e.isTensor()) {
+      EXPECT_TRUE(failureSeen);
+      ringSteps.emplace_back(e.getStep(), e.getTensor().getPath().cStr());
+    }
     if (e.isStepEnd() && e.getStepEnd().getStep() == 2) nonFiniteAtStep2 = e.getStepEnd().getNonFinite();
   });
-  EXPECT_EQ(ringSteps, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(ringSteps, (std::vector<std::pair<int64_t, std::string>>{{2, "fc1"}, {1, "fc1"}, {2, "fc2"}}));
+  EXPECT_EQ(sum.failure->ringTensors, 1u);
+  EXPECT_EQ(sum.failure->ringWritten, 1u);
   EXPECT_EQ(nonFiniteAtStep2, 1u);
   for (auto& st : t->streams()) EXPECT_TRUE(st->verify().empty());
+  testing::removeTree(dir);
+}
+
+// A process killed right after its failure event (the ring's tensors not yet written): the
+// summary says how many tensors the failure announced and how many reached the stream, so
+// `dltrace info` can say that the failing step's tensors are missing and why.
+TEST(RecordSession, RingTensorsMissingAfterTheFailureAreCounted) {
+  std::string dir = testing::makeTempDir("rs") + "/t";
+  {
+    RecordSession s(recordConfig(dir));
+    int64_t shape[1] = {3};
+    for (int step = 0; step < 3; ++step) {
+      s.stepBegin(step, 0, static_cast<uint64_t>(step), 0, false);
+      std::vector<float> out = {1.f, step == 2 ? std::nanf("") : 2.f, 3.f};
+      DigestResult r;
+      s.digest(0, "fc1", 0, 0, "float32", 1, shape, out.data(), out.size() * 4, true, r);
+      s.digest(0, "fc2", 0, 0, "float32", 1, shape, out.data(), out.size() * 4, false, r);
+      if (step < 2) s.stepEnd(step, 1.0);
+    }
+  }
+  std::string file;
+  uint64_t cut = 0;
+  {
+    auto t = Trace::open(dir);
+    StreamReader* m = t->mainStream();
+    ASSERT_NE(m, nullptr);
+    file = dir + "/" + m->name() + ".dls";
+    m->forEachEvent([&](schema::Event::Reader e, const FrameInfo& f) {
+      if (e.isFailure()) cut = f.offset + kFrameHeaderSize + f.header.storedLen;
+    });
+  }
+  ASSERT_GT(cut, 0u);
+  ASSERT_EQ(::truncate(file.c_str(), static_cast<off_t>(cut)), 0);  // killed before the ring was written
+  auto t = Trace::open(dir, OpenMode::Tolerant);
+  TraceSummary sum = t->summarize();
+  ASSERT_TRUE(sum.failure);
+  EXPECT_EQ(sum.failure->step, 2);
+  EXPECT_EQ(sum.failure->ringTensors, 1u);
+  EXPECT_EQ(sum.failure->ringWritten, 0u);
   testing::removeTree(dir);
 }
 

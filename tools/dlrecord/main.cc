@@ -31,6 +31,7 @@
 #include "format/Redact.h"
 #include "format/StreamWriter.h"
 #include "format/Trace.h"
+#include "format/StreamHeaderBuilder.h"
 #include "format/TraceDir.h"
 #include "format/TraceError.h"
 #include "format/Version.h"
@@ -103,13 +104,7 @@ std::unique_ptr<StreamWriter> openLauncherStream(const RecordOptions& o, const s
     throw TraceError(ErrorKind::Usage, trace + " already holds a trace; remove it or choose another -o");
   }
   capnp::MallocMessageBuilder hm;
-  auto h = hm.initRoot<schema::StreamHeader>();
-  h.setStreamName(launcherName);
-  h.setRole(schema::StreamHeader::Role::LAUNCHER);
-  h.setPid(::getpid());
-  h.setPpid(::getppid());
-  h.setStartNs(realNs());
-  h.setDlrrVersion(kDlrrVersion);
+  auto h = initStreamHeader(hm, launcherName, schema::StreamHeader::Role::LAUNCHER);
   h.setFormatMinor(kFormatMinor);
   auto ti = h.initTrace();
   ti.setCreatedNs(realNs());

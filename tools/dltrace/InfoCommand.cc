@@ -1,5 +1,7 @@
 // dltrace info: what a trace is (command, host, processes, steps, size, failure) at a glance.
 #include <cstdio>
+#include <optional>
+#include <string>
 
 #include "format/Ranks.h"
 #include "format/Trace.h"
@@ -28,6 +30,22 @@ std::string ratio(uint64_t raw, uint64_t stored) {
 }
 
 std::string pad(const std::string& s, size_t w) { return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' '); }
+
+// When the failing step's failure-ring tensors did not all reach the trace: how many did, and
+// why the rest are missing (the process ended while writing them). "" when none are missing.
+std::string missingRingTensors(const TraceSummary& s) {
+  const FailureInfo* f = s.failure ? &*s.failure : nullptr;
+  if (!f || f->ringWritten >= f->ringTensors) return "";
+  std::optional<int> code;
+  for (const auto& p : s.processes)
+    if (p.name == f->stream) code = p.exitCode;
+  if (!code || *code < 0) code = s.exitCode;  // the process's own exit unrecorded: its launcher saw it
+  std::string why = code && *code > 128 ? "the process was killed (signal " + std::to_string(*code - 128) + ")"
+                    : code             ? "the process exited (code " + std::to_string(*code) + ")"
+                                       : "the process ended (no exit recorded: killed)";
+  return std::to_string(f->ringWritten) + " of " + std::to_string(f->ringTensors) + " failure-ring tensors of step " +
+         std::to_string(f->step) + " written: " + why + " while they were being written";
+}
 
 void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankReport& ranks, const std::string& dlrrVersion) {
   std::string buf;
@@ -61,6 +79,9 @@ void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
     j.field("signal", s.failure->signal);
     j.field("stream", s.failure->stream);
     j.field("summary", formatFailure(*s.failure));
+    j.field("ring_tensors", s.failure->ringTensors);
+    j.field("ring_tensors_written", s.failure->ringWritten);
+    j.field("ring_tensors_missing", missingRingTensors(s));
     j.endObject();
   } else {
     j.null();
@@ -182,6 +203,7 @@ void writeText(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
   else
     out.line("failure     " +
              (s.failure ? printable(formatFailure(*s.failure)) + " [" + s.failure->stream + "]" : std::string("none")));
+  if (std::string m = missingRingTensors(s); !m.empty()) out.line("tensors     " + m);
   out.line("size        " + humanBytes(s.fileBytes) + " on disk; " + humanBytes(s.rawBytes) + " raw in " +
            humanBytes(s.bytes) + " stored (" + ratio(s.rawBytes, s.bytes) + ")");
   out.line("processes");

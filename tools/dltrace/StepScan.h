@@ -3,9 +3,10 @@
 //
 // A step's own events come in order, but the failure ring's full tensors (module outputs,
 // losses, collective results) of the steps before a failure are written only when the
-// failure happens: during the failing step, just before its first non-finite failure event,
-// each stamped with its own (earlier) step. So after step N's events the scan goes on,
-// taking only tensors of step N, until that failure event, or until a step too far after N
+// failure happens: during the failing step, right after its first non-finite failure event
+// (older recordings: just before it), each stamped with its own (earlier) step. So after step
+// N's events the scan goes on, taking only tensors of step N: up to that failure event and
+// on after it until the failing step's next step boundary; or until a step too far after N
 // for N to still have been in the ring (the ring keeps at most kMaxRingSteps steps), or until
 // it is known that no ring was written after step N (a failure at or before N: the ring is
 // written once, at the first failure, and not at all after an exception).
@@ -35,7 +36,11 @@ class StepScan {
     }
     // Past the step: only the failure ring's tensors of it can still come.
     if (failureSeen_ || s >= step_ + kMaxRingSteps) return Verdict::Stop;
-    if (e.isFailure()) return Verdict::Stop;  // the ring, if any, was written just before it
+    if (e.isFailure()) {
+      ringFollows_ = true;  // the ring, if any, is written right after it
+      return Verdict::Skip;
+    }
+    if (ringFollows_ && (e.isStepBegin() || e.isStepEnd())) return Verdict::Stop;
     return e.isTensor() && s == step_ ? Verdict::Take : Verdict::Skip;
   }
 
@@ -43,6 +48,7 @@ class StepScan {
   int64_t step_;
   bool past_ = false;
   bool failureSeen_ = false;
+  bool ringFollows_ = false;
 };
 
 }  // namespace dlrr::tools

@@ -1,9 +1,9 @@
 """dlrr's Python hook: glue between a PyTorch job and the preloaded libdlrr.so.
 
 sitecustomize.py calls install() at interpreter start.  The hook is active only when the
-native library is loaded and recording (dlrr_mode() == 1); it then stays dormant until the
-job imports torch.  Replay (mode 2) will install its own counterpart here, reusing the
-trackers the Recorder is built from (see recorder.py).
+native library is loaded and recording (dlrr_mode() == 1) or replaying (2); it then stays
+dormant until the job imports torch.  Record installs the Recorder, replay the Replayer
+(replay.py), a Recorder subclass that reuses its trackers and serves instead of records.
 
 Module map:
   native    ctypes binding (C API prototypes, constants)
@@ -21,6 +21,11 @@ Module map:
   recorder  Recorder: record mode, wiring all of the above
   batches   decoding of batches served by the replayer
   replay    Replayer: replay mode
+  dist      torch.distributed: collectives, DDP buckets, the stand-in group (docs/distributed.md)
+  gpu       CUDA tensors digested on the device, device failure ring, out of memory (docs/gpu.md)
+  triage    facts only Python sees: packages and versions (docs/triage.md)
+  files     np.memmap ranges, file recording paused during batch fetch (docs/replay.md)
+  preflight the job in miniature: passes and loops cut (docs/preflight.md)
 """
 
 from . import native

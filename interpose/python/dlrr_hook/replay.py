@@ -22,7 +22,6 @@ holding non-finite or extreme values.
 """
 
 import ctypes
-import math
 import os
 import signal
 import sys

@@ -1,0 +1,114 @@
+#include "recorder/FailureRing.h"
+
+#include <iterator>
+
+namespace dlrr {
+
+FailureRing::Keep FailureRing::keep(int64_t step, int kind, std::string_view path, uint32_t callIndex, uint32_t output,
+                                    std::string_view dtype, const int64_t* shape, int ndim, const void* data,
+                                    uint64_t nbytes) {
+  if (steps_ <= 0 || !data) return Keep::Dropped;
+  std::lock_guard<std::mutex> lk(mu_);
+  if (failed_) {
+    if (step != failingStep_ || writtenAfterFailure_ + nbytes > capBytes_) return Keep::Dropped;
+    writtenAfterFailure_ += nbytes;
+    return Keep::WriteNow;
+  }
+  if (ringBytes_ + nbytes > capBytes_) return Keep::Dropped;
+  std::vector<uint8_t> bytes = spareLocked(nbytes);
+  const auto* b = static_cast<const uint8_t*>(data);
+  bytes.assign(b, b + nbytes);
+  KeptTensor k{kind,
+               std::string(path),
+               callIndex,
+               output,
+               std::string(dtype),
+               std::vector<int64_t>(shape, shape + (ndim > 0 && shape ? ndim : 0)),
+               std::move(bytes),
+               step};
+  ringBytes_ += nbytes;
+  ring_[step].push_back(std::move(k));
+  return Keep::Kept;
+}
+
+void FailureRing::stepBegan() {
+  std::lock_guard<std::mutex> lk(mu_);
+  while (!ring_.empty() && static_cast<int64_t>(ring_.size()) >= steps_) {
+    for (auto& k : ring_.begin()->second) {
+      ringBytes_ -= k.bytes.size();
+      recycleLocked(std::move(k.bytes));
+    }
+    ring_.erase(ring_.begin());
+  }
+}
+
+std::vector<KeptTensor> FailureRing::takeForFailure(int64_t failingStep) {
+  std::map<int64_t, std::vector<KeptTensor>> ring;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (failed_) return {};
+    failed_ = true;
+    failingStep_ = failingStep;
+    ring.swap(ring_);
+    ringBytes_ = 0;
+    spare_.clear();  // nothing is kept any more
+    spareBytes_ = 0;
+  }
+  std::vector<KeptTensor> out;
+  auto move = [&out](std::vector<KeptTensor>& v) {
+    out.insert(out.end(), std::make_move_iterator(v.begin()), std::make_move_iterator(v.end()));
+  };
+  if (auto it = ring.find(failingStep); it != ring.end()) {
+    move(it->second);
+    ring.erase(it);
+  }
+  for (auto it = ring.rbegin(); it != ring.rend(); ++it) move(it->second);
+  return out;
+}
+
+size_t FailureRing::countForStep(int64_t step) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = ring_.find(step);
+  return it == ring_.end() ? 0 : it->second.size();
+}
+
+bool FailureRing::failed() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return failed_;
+}
+
+size_t FailureRing::bytes() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return ringBytes_;
+}
+
+void FailureRing::resetAfterForkChild() noexcept {
+  ring_.clear();
+  ringBytes_ = 0;
+  spare_.clear();
+  spareBytes_ = 0;
+  mu_.unlock();
+}
+
+std::vector<uint8_t> FailureRing::spareLocked(size_t n) {
+  // Best fit among the buffers of evicted steps: a step keeps the same tensors as the last,
+  // so this is usually an exact fit.
+  size_t best = spare_.size();
+  for (size_t i = 0; i < spare_.size(); ++i)
+    if (spare_[i].capacity() >= n && (best == spare_.size() || spare_[i].capacity() < spare_[best].capacity()))
+      best = i;
+  if (best == spare_.size()) return {};
+  std::vector<uint8_t> out = std::move(spare_[best]);
+  spare_[best] = std::move(spare_.back());
+  spare_.pop_back();
+  spareBytes_ -= out.capacity();
+  return out;
+}
+
+void FailureRing::recycleLocked(std::vector<uint8_t>&& bytes) {
+  if (spare_.size() >= kMaxSpare || spareBytes_ + bytes.capacity() > capBytes_) return;  // freed
+  spareBytes_ += bytes.capacity();
+  spare_.push_back(std::move(bytes));
+}
+
+}  // namespace dlrr

@@ -1,0 +1,82 @@
+#pragma once
+// The failure ring: full tensors of the last K steps, kept in memory and written to the trace
+// only when the process fails (docs/recording.md). Copying every module output of every step
+// is the ring's whole cost, so buffers of evicted steps are reused for the next step's copies.
+//
+// At the failure the ring hands its tensors over failing step first (then the older steps,
+// newest first): a job killed while they are being written (`timeout`, a scheduler's SIGTERM)
+// loses the oldest step, not the one the user asks about. Tensors of the failing step kept
+// after the failure are not buffered: the caller writes them at once (Keep::WriteNow).
+// Thread-safe; nothing here touches the trace.
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dlrr {
+
+struct KeptTensor {
+  int kind = 0;  // schema TensorDigest.Kind
+  std::string path;
+  uint32_t callIndex = 0;
+  uint32_t output = 0;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+  int64_t step = -1;
+};
+
+class FailureRing {
+ public:
+  static constexpr size_t kDefaultCapBytes = 512u << 20;
+
+  // `steps` <= 0: the ring is off (keep() drops everything).
+  explicit FailureRing(int steps, size_t capBytes = kDefaultCapBytes) : steps_(steps), capBytes_(capBytes) {}
+
+  enum class Keep {
+    Kept,     // copied into the ring
+    Dropped,  // ring off, over its byte cap, or a step other than the failing one after the failure
+    WriteNow  // a tensor of the failing step after the failure: the caller writes it now
+  };
+  // What happens to a tensor of `step`; copies it when the answer is Kept.
+  Keep keep(int64_t step, int kind, std::string_view path, uint32_t callIndex, uint32_t output, std::string_view dtype,
+            const int64_t* shape, int ndim, const void* data, uint64_t nbytes);
+
+  // A step begins: evicts the oldest steps so that at most steps-1 remain besides it.
+  void stepBegan();
+
+  // The failure at `failingStep`: everything kept, failing step first, then the older steps
+  // newest first (each step's tensors in the order kept). Once only: later calls return {}.
+  std::vector<KeptTensor> takeForFailure(int64_t failingStep);
+  // How many tensors of `step` the ring holds now (the failure event says how many follow it).
+  size_t countForStep(int64_t step) const;
+
+  bool failed() const;
+  size_t bytes() const;
+
+  // Fork protocol: the session locks the ring with its own lock before fork(); the child
+  // drops everything (a forked child records nothing).
+  void lockForFork() noexcept { mu_.lock(); }
+  void unlockAfterForkParent() noexcept { mu_.unlock(); }
+  void resetAfterForkChild() noexcept;
+
+ private:
+  std::vector<uint8_t> spareLocked(size_t n);        // empty when none fits
+  void recycleLocked(std::vector<uint8_t>&& bytes);  // frees when the spares are full
+
+  const int steps_;
+  const size_t capBytes_;
+  mutable std::mutex mu_;
+  std::map<int64_t, std::vector<KeptTensor>> ring_;
+  size_t ringBytes_ = 0;
+  bool failed_ = false;
+  int64_t failingStep_ = -1;
+  size_t writtenAfterFailure_ = 0;  // bytes handed out as WriteNow (bounded by the cap too)
+  std::vector<std::vector<uint8_t>> spare_;
+  size_t spareBytes_ = 0;
+  static constexpr size_t kMaxSpare = 256;
+};
+
+}  // namespace dlrr

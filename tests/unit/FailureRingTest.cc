@@ -1,0 +1,97 @@
+// The failure ring (recorder/FailureRing): which steps it keeps, its byte cap, the order in
+// which a failure hands its tensors over (failing step first), and what happens after.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "recorder/FailureRing.h"
+
+namespace dlrr {
+namespace {
+
+FailureRing::Keep keepOne(FailureRing& r, int64_t step, const char* path, size_t n = 16) {
+  std::vector<float> data(n / sizeof(float), static_cast<float>(step));
+  int64_t shape[1] = {static_cast<int64_t>(data.size())};
+  return r.keep(step, 0, path, 0, 0, "float32", shape, 1, data.data(), n);
+}
+
+std::vector<std::pair<int64_t, std::string>> order(const std::vector<KeptTensor>& v) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  for (const auto& k : v) out.emplace_back(k.step, k.path);
+  return out;
+}
+
+TEST(FailureRing, KeepsTheLastKStepsOnly) {
+  FailureRing r(2);
+  for (int64_t s = 0; s < 5; ++s) {
+    r.stepBegan();
+    EXPECT_EQ(keepOne(r, s, "a"), FailureRing::Keep::Kept);
+  }
+  EXPECT_EQ(r.countForStep(2), 0u);
+  EXPECT_EQ(r.countForStep(3), 1u);
+  EXPECT_EQ(r.countForStep(4), 1u);
+  EXPECT_EQ(r.bytes(), 32u);
+}
+
+TEST(FailureRing, FailingStepFirstThenOlderStepsNewestFirst) {
+  FailureRing r(3);
+  for (int64_t s = 0; s < 3; ++s) {
+    r.stepBegan();
+    keepOne(r, s, "a");
+    keepOne(r, s, "b");
+  }
+  auto kept = r.takeForFailure(2);
+  std::vector<std::pair<int64_t, std::string>> want = {{2, "a"}, {2, "b"}, {1, "a"}, {1, "b"}, {0, "a"}, {0, "b"}};
+  EXPECT_EQ(order(kept), want);
+  EXPECT_EQ(kept[0].shape, std::vector<int64_t>{4});
+  EXPECT_EQ(kept[0].bytes.size(), 16u);
+  EXPECT_TRUE(r.takeForFailure(2).empty()) << "the ring is handed over once";
+  EXPECT_EQ(r.bytes(), 0u);
+}
+
+TEST(FailureRing, AfterTheFailureTheFailingStepIsWrittenAtOnceAndOthersDropped) {
+  FailureRing r(2);
+  r.stepBegan();
+  keepOne(r, 7, "layer3.0.conv1");
+  r.takeForFailure(7);
+  EXPECT_TRUE(r.failed());
+  EXPECT_EQ(keepOne(r, 7, "layer3.1.conv1"), FailureRing::Keep::WriteNow);
+  EXPECT_EQ(keepOne(r, 8, "layer3.1.conv1"), FailureRing::Keep::Dropped);
+}
+
+TEST(FailureRing, ByteCapDropsWhatDoesNotFit) {
+  FailureRing r(2, 40);
+  r.stepBegan();
+  EXPECT_EQ(keepOne(r, 0, "a", 32), FailureRing::Keep::Kept);
+  EXPECT_EQ(keepOne(r, 0, "b", 16), FailureRing::Keep::Dropped);
+  EXPECT_EQ(keepOne(r, 0, "c", 8), FailureRing::Keep::Kept);
+  r.takeForFailure(0);
+  EXPECT_EQ(keepOne(r, 0, "d", 32), FailureRing::Keep::WriteNow);
+  EXPECT_EQ(keepOne(r, 0, "e", 16), FailureRing::Keep::Dropped) << "the cap bounds what the failing step writes too";
+}
+
+TEST(FailureRing, OffKeepsNothing) {
+  FailureRing r(0);
+  r.stepBegan();
+  EXPECT_EQ(keepOne(r, 0, "a"), FailureRing::Keep::Dropped);
+  EXPECT_EQ(keepOne(r, 0, "a"), FailureRing::Keep::Dropped);
+  EXPECT_TRUE(r.takeForFailure(0).empty());
+}
+
+TEST(FailureRing, EvictedBuffersAreReusedWithTheirContentReplaced) {
+  FailureRing r(1);
+  r.stepBegan();
+  keepOne(r, 0, "a", 64);
+  r.stepBegan();  // step 0 evicted: its buffer becomes a spare
+  keepOne(r, 1, "a", 32);
+  auto kept = r.takeForFailure(1);
+  ASSERT_EQ(kept.size(), 1u);
+  ASSERT_EQ(kept[0].bytes.size(), 32u);
+  float v;
+  std::memcpy(&v, kept[0].bytes.data(), sizeof v);
+  EXPECT_EQ(v, 1.0f);
+}
+
+}  // namespace
+}  // namespace dlrr
