@@ -3,11 +3,12 @@ builds its own DataLoader inside a function each epoch and iterates it with grad
 (no torch.no_grad()): its first batch costs one step that trains nothing.
 
 --epochs N          epochs (8 training batches each, then an evaluation pass)
---extra-draw-at E   draw one more torch random number inside evaluate() of epoch E, before its
-                    loader is iterated: a job that really draws differently from its recording
-                    when the option differs between record and replay
+DLRR_TEST_EXTRA_DRAW=E  draw one more torch random number inside evaluate() of epoch E, before
+                    its loader is iterated: a job that really draws differently from its
+                    recording when the variable differs between record and replay
 """
 import argparse
+import os
 
 import torch
 from torch import nn
@@ -15,8 +16,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--epochs", type=int, default=2)
-ap.add_argument("--extra-draw-at", type=int, default=-1)
 args = ap.parse_args()
+extra_draw_at = int(os.environ.get("DLRR_TEST_EXTRA_DRAW", "-1"))
 
 torch.manual_seed(0)
 g = torch.Generator().manual_seed(1)
@@ -29,7 +30,7 @@ loss_fn = nn.CrossEntropyLoss()
 
 def evaluate(epoch):
     loader = DataLoader(held_out, batch_size=8)
-    if epoch == args.extra_draw_at:
+    if epoch == extra_draw_at:
         torch.rand(1)
     model.eval()
     correct = 0
