@@ -142,8 +142,9 @@ int run(const Args& args, Output& out) {
     error = e;  // close the JSON document so that what was read stays usable
   }
   if (!json && untrained)
-    out.line("-: no loss recorded; no backward() nor optimizer.step() ran in the step (a batch drawn with "
-             "gradients enabled, e.g. evaluation): not a training step");
+    out.line(
+        "-: no loss recorded; no backward() nor optimizer.step() ran in the step (a batch drawn with "
+        "gradients enabled, e.g. evaluation): not a training step");
   if (json) {
     j.endArray();
     j.key("error");
