@@ -1,6 +1,7 @@
 """A classifier trained from a shuffled DataLoader whose evaluation, as in many example scripts,
 builds its own DataLoader inside a function each epoch and iterates it with gradients enabled
-(no torch.no_grad()): its first batch costs one step that trains nothing.
+(no torch.no_grad()): its first batch costs one step that trains nothing. Its sampler draws
+from the global torch generator (replay must draw the same, or it warns).
 
 --epochs N          epochs (8 training batches each, then an evaluation pass)
 DLRR_TEST_EXTRA_DRAW=E  draw one more torch random number inside evaluate() of epoch E, before
@@ -12,7 +13,7 @@ import os
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, SubsetRandomSampler, TensorDataset
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--epochs", type=int, default=2)
@@ -29,7 +30,8 @@ loss_fn = nn.CrossEntropyLoss()
 
 
 def evaluate(epoch):
-    loader = DataLoader(held_out, batch_size=8)
+    # a validation-split sampler: it draws its permutation from the global torch generator
+    loader = DataLoader(held_out, batch_size=8, sampler=SubsetRandomSampler(range(len(held_out))))
     if epoch == extra_draw_at:
         torch.rand(1)
     model.eval()
