@@ -155,6 +155,7 @@ void Trace::forEachStep(StreamReader& s, const std::function<void(const StepInfo
       si.loss = se.getLoss();
       si.nonFinite = se.getNonFinite();
       si.digests = se.getDigests();
+      si.untrained = se.getUntrained();
       auto it = pending.find(si.step);
       if (it != pending.end()) {
         si.batchBytes = it->second.batchBytes;
@@ -206,7 +207,7 @@ TraceSummary Trace::summarize() {
       s->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
         ++ss.events;
         if (e.isStepEnd()) {
-          ++ss.steps;
+          ++(e.getStepEnd().getUntrained() ? ss.untrainedSteps : ss.steps);
           lastEnded = std::max(lastEnded, e.getStep());
         }
         if (e.isProcessExit()) ss.exitCode = e.getProcessExit().getExitCode();
@@ -225,7 +226,10 @@ TraceSummary Trace::summarize() {
     }
     if (first && (s.get() == mainS)) sum.failure = first;
     if (first && !anyFailure) anyFailure = first;
-    if (s.get() == mainS) sum.steps = ss.steps;
+    if (s.get() == mainS) {
+      sum.steps = ss.steps;
+      sum.untrainedSteps = ss.untrainedSteps;
+    }
     // One launcher per rank (torchrun ... dlrecord): the job failed if any rank did.
     if (ss.role == "launcher" && ss.exitCode && (!sum.exitCode || *sum.exitCode == 0)) sum.exitCode = ss.exitCode;
     sum.bytes += ss.bytes + kFileHeaderSize;

@@ -37,6 +37,7 @@ struct StepInfo {
   // equal fingerprints mean bit-identical recorded tensors. 0 when the step has no digests.
   uint64_t digestFingerprint = 0;
   uint64_t digestEvents = 0;
+  bool untrained = false;  // no backward() nor optimizer.step() ran: no loss, not a training step
 };
 
 struct StreamSummary {
@@ -49,7 +50,8 @@ struct StreamSummary {
   std::string damage;
   bool torn = false;  // `damage` is only a torn tail (StreamStatus::torn): recovered
   uint64_t events = 0;
-  uint64_t steps = 0;
+  uint64_t steps = 0;           // completed training steps (untrained ones not counted)
+  uint64_t untrainedSteps = 0;  // completed steps with no backward() nor optimizer.step()
   std::optional<int> exitCode;
   uint64_t bytes = 0;
   uint64_t rawBytes = 0;
@@ -71,7 +73,8 @@ struct TraceSummary {
   std::string user;
   int64_t createdNs = 0;
   std::optional<int> exitCode;
-  uint64_t steps = 0;           // completed steps of the main (training) stream
+  uint64_t steps = 0;           // completed training steps of the main (training) stream
+  uint64_t untrainedSteps = 0;  // and its steps that trained nothing (StepEnd.untrained)
   std::string mainStream;
   std::optional<FailureInfo> failure;  // the first failure in the main stream, else any
   std::vector<StreamSummary> processes;

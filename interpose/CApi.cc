@@ -103,7 +103,12 @@ void dlrr_recorder_status(int ok, const char* message) {
 
 void dlrr_step_begin(int64_t step, uint32_t loader, uint64_t batch_index, int64_t epoch, int by_optimizer) {
   if (withReplayer([&](ReplaySession& r) { r.beginStep(step); })) return;
-  withRecorder([&](RecordSession& s) { s.stepBegin(step, loader, batch_index, epoch, by_optimizer != 0); });
+  withRecorder(
+      [&](RecordSession& s) { s.stepBegin(step, loader, batch_index, epoch, by_optimizer == 1, by_optimizer == 2); });
+}
+
+void dlrr_step_untrained(int64_t step) {
+  withRecorder([&](RecordSession& s) { s.stepUntrained(step); });
 }
 
 void dlrr_step_end(int64_t step, double loss) {

@@ -284,8 +284,10 @@ void RecordSession::recorderStatus(bool ok, const char* message) {
   if (!ok) reportStatus(message ? message : "");
 }
 
-void RecordSession::stepBegin(int64_t step, uint32_t loader, uint64_t batchIndex, int64_t epoch, bool byOptimizer) {
+void RecordSession::stepBegin(int64_t step, uint32_t loader, uint64_t batchIndex, int64_t epoch, bool byOptimizer,
+                              bool byBackward) {
   step_.store(step, std::memory_order_relaxed);
+  stepUntrained_.store(false);
   if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->stepBegan(step);
   stepNonFinite_.store(0);
   stepDigests_.store(0);
@@ -298,8 +300,13 @@ void RecordSession::stepBegin(int64_t step, uint32_t loader, uint64_t batchIndex
         sb.setBatchIndex(batchIndex);
         sb.setEpoch(epoch);
         sb.setByOptimizer(byOptimizer);
+        sb.setByBackward(byBackward);
       },
       step);
+}
+
+void RecordSession::stepUntrained(int64_t step) {
+  if (step == step_.load(std::memory_order_relaxed)) stepUntrained_.store(true);
 }
 
 void RecordSession::stepEnd(int64_t step, double loss) {
@@ -310,6 +317,7 @@ void RecordSession::stepEnd(int64_t step, double loss) {
     se.setLoss(loss);
     se.setNonFinite(stepNonFinite_.load());
     se.setDigests(stepDigests_.load());
+    se.setUntrained(stepUntrained_.load());
   });
   StreamWriter* w;
   {

@@ -45,7 +45,10 @@ class RecordSession {
   void note(const char* text);
   void recorderStatus(bool ok, const char* message);
 
-  void stepBegin(int64_t step, uint32_t loader, uint64_t batchIndex, int64_t epoch, bool byOptimizer);
+  void stepBegin(int64_t step, uint32_t loader, uint64_t batchIndex, int64_t epoch, bool byOptimizer,
+                 bool byBackward = false);
+  // The open step ran no backward() and no optimizer.step(): its StepEnd says so.
+  void stepUntrained(int64_t step);
   void stepEnd(int64_t step, double loss);
   int64_t currentStep() const noexcept { return step_.load(std::memory_order_relaxed); }
   void rngState(int kind, int device, const void* data, uint64_t n);
@@ -148,6 +151,7 @@ class RecordSession {
 
   // Per-step figures for StepEnd.
   std::atomic<uint64_t> stepNonFinite_{0};
+  std::atomic<bool> stepUntrained_{false};
   std::atomic<uint32_t> stepDigests_{0};
   std::atomic<bool> haveFailure_{false};
   std::atomic<int64_t> failureStep_{-1};

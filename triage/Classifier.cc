@@ -834,7 +834,9 @@ std::string whereText(const TriageInput& in, Phase& phase, int64_t& step) {
     if (loadingBatch(in))
       return "training, loading the batch of step " + std::to_string(t.lastStepEnded + 1) + " (after step " +
              std::to_string(t.lastStepEnded) + ")";
-    return "training step " + std::to_string(t.lastStepEnded) + " (after its optimizer update, before the next step)";
+    return "training step " + std::to_string(t.lastStepEnded) +
+           (t.byBackward ? " (after its backward(), before the next step)"
+                         : " (after its optimizer update, before the next step)");
   }
   phase = Phase::Evaluation;
   return "after the last training step (" + std::to_string(t.lastStepEnded) +

@@ -65,7 +65,8 @@ void update(Timeline& t, schema::Event::Reader e) {
       ++t.stepsBegun;
       t.lastStepBegun = sb.getStep();
       t.stepOpen = true;
-      t.byOptimizer = sb.getByOptimizer();
+      t.byOptimizer = sb.getByOptimizer() || sb.getByBackward();
+      t.byBackward = sb.getByBackward();
       t.trainingLoader = sb.getLoader();
       t.trainingLoaderEnded = false;
       t.evalBatchSeen = false;

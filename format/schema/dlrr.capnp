@@ -200,6 +200,7 @@ struct StepBegin {
   batchIndex @2 :UInt64;
   epoch @3 :Int64;
   byOptimizer @4 :Bool;      # no DataLoader: steps counted by optimizer.step()
+  byBackward @5 :Bool;       # no DataLoader, no optimizer: steps counted by backward()
 }
 
 struct StepEnd {
@@ -207,6 +208,8 @@ struct StepEnd {
   loss @1 :Float64;          # NaN when no loss was seen
   nonFinite @2 :UInt64;      # non-finite values seen in this step's digests
   digests @3 :UInt32;
+  untrained @4 :Bool;        # no backward() nor optimizer.step() ran in it (an evaluation
+                             # batch drawn with gradients enabled): no loss, not a training step
 }
 
 struct Loss {

@@ -107,6 +107,9 @@ class FakeLib:
         self.step = step
         self.calls.append(("step_begin", step, loader, batch_index, epoch, by_optimizer))
 
+    def _dlrr_step_untrained(self, step):
+        self.calls.append(("step_untrained", step))
+
     def _dlrr_step_end(self, step, loss):
         self.calls.append(("step_end", step, loss))
 

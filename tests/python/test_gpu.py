@@ -134,7 +134,7 @@ class DeferredDigestsTest(_AllTensorsOnTheDevice, RecorderTestCase):
         # The loss of each step is the CUDA loss, fetched with the step's digests.
         self.assertEqual([c[2] for c in self.lib.of("step_end")], losses)
         first = [c for c in values if c[1] == native.DIGEST_MODULE_OUTPUT][0]
-        self.assertEqual(first[2:7], ("0", 0, 0, "float32", [8, 4]))
+        self.assertEqual(first[2:7], ("0 (Linear)", 0, 0, "float32", [8, 4]))
         self.assertTrue(0 <= first[8][0] < (1 << 64))
         # The digest kernels run paused: they are not part of the job's captured launches.
         pauses = [c[1] for c in self.lib.of("gpu_pause")]
@@ -152,11 +152,11 @@ class DeferredDigestsTest(_AllTensorsOnTheDevice, RecorderTestCase):
         train_step(model, optimizer, bad)
         kept = self.lib.of("keep_tensor")
         self.assertTrue(kept)
-        self.assertEqual({c[2] for c in kept if c[1] == native.DIGEST_MODULE_OUTPUT}, {"", "0", "1", "2"})
+        self.assertEqual({c[2] for c in kept if c[1] == native.DIGEST_MODULE_OUTPUT}, {"", "0 (Linear)", "1 (ReLU)", "2 (Linear)"})
         keep_at = self.lib.calls.index(kept[0])
         nan_at = next(i for i, c in enumerate(self.lib.calls) if c[0] == "digest_values" and c[8][1])
         self.assertLess(keep_at, nan_at, "ring bytes before the failing digest (the native ring flushes then)")
-        out0 = [c for c in kept if c[2] == "0" and c[1] == native.DIGEST_MODULE_OUTPUT][0]
+        out0 = [c for c in kept if c[2] == "0 (Linear)" and c[1] == native.DIGEST_MODULE_OUTPUT][0]
         self.assertEqual(len(out0[7]), 8 * 4 * 4)
 
     def test_the_ring_budget_bounds_what_is_held(self):

@@ -254,7 +254,7 @@ class DataPipelineModulesTest(RecorderTestCase):
         paths = sorted({d[2] for d in self.digests(native.DIGEST_MODULE_OUTPUT)})
         # The model is the process's first root ("" prefix); nothing of the transforms or the
         # collate function's module was digested.
-        self.assertEqual(paths, ["", "0", "1", "2"])
+        self.assertEqual(paths, ["", "0 (Linear)", "1 (ReLU)", "2 (Linear)"])
 
 
 if __name__ == "__main__":

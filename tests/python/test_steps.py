@@ -22,6 +22,9 @@ class Sink:
     def begin_step(self, step, loader, batch_index, epoch, by_optimizer, rng):
         self.events.append(("begin", step, loader, batch_index, epoch, by_optimizer, rng))
 
+    def untrained_step(self, step):
+        self.events.append(("untrained", step))
+
     def end_step(self, step, loss):
         self.events.append(("end", step, "nan" if math.isnan(loss) else loss))
 
@@ -30,6 +33,7 @@ class StepTrackerTest(unittest.TestCase):
     def setUp(self):
         self.sink = Sink()
         self.steps = StepTracker(self.sink)
+        self.steps.note_optimizer_created()  # the jobs below construct one; see BackwardCountedTest
 
     def train_batch(self, loader, index, epoch, loss):
         training = self.steps.on_batch(loader, index, epoch, True)
@@ -65,6 +69,8 @@ class StepTrackerTest(unittest.TestCase):
         self.assertFalse(self.steps.is_eval_loader(0))
         self.assertTrue(self.train_batch(0, 1, 1, 2.0))
         self.assertEqual([e[1] for e in self.sink.events if e[0] == "begin"], [0, 1, 2])
+        # the eval loader's one spurious step had no backward(): no loss, not a training step
+        self.assertEqual([e for e in self.sink.events if e[0] == "untrained"], [("untrained", 1)])
 
     def test_loader_end_of_other_loader_keeps_step(self):
         self.train_batch(0, 0, 0, 1.0)
@@ -137,6 +143,48 @@ class StepTrackerTest(unittest.TestCase):
         self.train_batch(0, 0, 0, 1.0)
         self.steps.on_exit()
         self.assertEqual(self.sink.events[-1], ("end", 0, 1.0))
+
+
+class BackwardCountedTest(unittest.TestCase):
+    """No DataLoader and no optimizer (an RNN LM updating p.data by hand): backward() counts."""
+
+    def setUp(self):
+        self.sink = Sink()
+        self.steps = StepTracker(self.sink)
+
+    def hand_update_batch(self, loss):
+        self.steps.on_root_forward(True)
+        self.steps.on_backward()
+        self.steps.on_loss(loss)
+        self.steps.on_backward_end()  # p.data.add_(p.grad, alpha=-lr) follows, between steps
+
+    def test_each_backward_is_a_step(self):
+        for loss in (1.0, 2.0, 3.0):
+            self.hand_update_batch(loss)
+        self.steps.on_exit()
+        self.assertEqual([e for e in self.sink.events if e[0] == "end"],
+                         [("end", 0, 1.0), ("end", 1, 2.0), ("end", 2, 3.0)])
+        begins = [(e[1], e[5]) for e in self.sink.events if e[0] == "begin"]
+        self.assertEqual(begins, [(0, native.STEP_BY_BACKWARD), (1, native.STEP_BY_BACKWARD),
+                                  (2, native.STEP_BY_BACKWARD)])
+        # the next step's RNG states are taken when backward() returns, before the next forward
+        self.assertEqual(self.sink.snapshot_steps, [0, 1, 2, 3])
+
+    def test_an_optimizer_makes_optimizer_steps(self):
+        self.steps.note_optimizer_created()
+        self.hand_update_batch(1.0)
+        self.steps.on_optimizer_step_begin()
+        self.steps.on_optimizer_step_end()
+        self.steps.on_exit()
+        self.assertEqual([e[0] for e in self.sink.events], ["begin", "end"])
+        self.assertEqual(self.sink.events[0][5], native.STEP_BY_OPTIMIZER)
+
+    def test_a_trailing_forward_is_an_untrained_step(self):
+        self.hand_update_batch(1.0)
+        self.steps.on_root_forward(True)  # evaluation with gradients enabled, then exit
+        self.steps.on_exit()
+        self.assertEqual(self.sink.events[-2:], [("untrained", 1), ("end", 1, "nan")])
+        self.assertNotIn(("untrained", 0), self.sink.events)
 
 
 if __name__ == "__main__":

@@ -76,8 +76,10 @@ class DigestTest(RecorderTestCase):
             loss.backward()
             optimizer.step()
         outputs = [(c[2], c[3], c[4], c[6], c[8]) for c in self.digests(native.DIGEST_MODULE_OUTPUT)]
-        per_step = [("0", 0, 0, [4, 4], 1), ("1", 0, 0, [4, 4], 1), ("2", 0, 0, [4, 1], 1), ("", 0, 0, [4, 1], 1),
-                    ("0", 1, 0, [4, 4], 1), ("1", 1, 0, [4, 4], 1), ("2", 1, 0, [4, 1], 1), ("", 1, 0, [4, 1], 1),
+        # an nn.Sequential's children carry their class: a bare index names nothing (issue 18.12)
+        lin, relu, out = "0 (Linear)", "1 (ReLU)", "2 (Linear)"
+        per_step = [(lin, 0, 0, [4, 4], 1), (relu, 0, 0, [4, 4], 1), (out, 0, 0, [4, 1], 1), ("", 0, 0, [4, 1], 1),
+                    (lin, 1, 0, [4, 4], 1), (relu, 1, 0, [4, 4], 1), (out, 1, 0, [4, 1], 1), ("", 1, 0, [4, 1], 1),
                     ("MSELoss", 0, 0, [], 1)]
         self.assertEqual(outputs, per_step * 2)
         first = self.digests(native.DIGEST_MODULE_OUTPUT)[0]

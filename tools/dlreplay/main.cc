@@ -211,6 +211,8 @@ int run(int argc, char** argv) {
     for (const auto& b : trace->broken())
       std::fprintf(stderr, "dlreplay: warning: stream %s skipped: %s\n", b.name.c_str(), b.message.c_str());
     sum = trace->summarize();
+    // Replay verifies every recorded step, untrained ones (no backward()) included.
+    sum.steps += sum.untrainedSteps;
     launcher = trace->launcher();
   } catch (const TraceError& e) {
     std::fprintf(stderr, "dlreplay: %s\n", e.what());

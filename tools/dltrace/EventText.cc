@@ -301,12 +301,14 @@ std::string describeEvent(schema::Event::Reader e, const InternTable& names) {
       auto s = e.getStepBegin();
       std::string out = "step " + std::to_string(s.getStep());
       if (s.getByOptimizer()) return out + " (counted by optimizer.step)";
+      if (s.getByBackward()) return out + " (counted by backward(): no optimizer)";
       return out + " epoch " + std::to_string(s.getEpoch()) + " loader " + std::to_string(s.getLoader()) + " batch " +
              std::to_string(s.getBatchIndex());
     }
     case E::STEP_END: {
       auto s = e.getStepEnd();
-      return "step " + std::to_string(s.getStep()) + " loss " + formatDouble(s.getLoss()) + " non-finite " +
+      std::string loss = s.getUntrained() ? "- (untrained: no backward())" : formatDouble(s.getLoss());
+      return "step " + std::to_string(s.getStep()) + " loss " + loss + " non-finite " +
              std::to_string(s.getNonFinite()) + " digests " + std::to_string(s.getDigests());
     }
     case E::LOSS: {

@@ -67,6 +67,7 @@ void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
   else
     j.null();
   j.field("steps", s.steps);
+  j.field("untrained_steps", s.untrainedSteps);
   j.field("main_stream", s.mainStream);
   j.key("failure");
   if (s.failure) {
@@ -197,7 +198,10 @@ void writeText(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
   out.line("created     " + formatTime(s.createdNs));
   out.line("exit code   " + (s.exitCode ? std::to_string(*s.exitCode)
                                         : std::string("unknown (still running, or the launcher was killed)")));
-  out.line("steps       " + std::to_string(s.steps) + (s.mainStream.empty() ? "" : " (stream " + s.mainStream + ")"));
+  out.line("steps       " + std::to_string(s.steps) + (s.mainStream.empty() ? "" : " (stream " + s.mainStream + ")") +
+           (s.untrainedSteps ? ", and " + std::to_string(s.untrainedSteps) +
+                                   " untrained (no backward(): a batch drawn with gradients enabled, not counted)"
+                             : std::string()));
   if (ranks.origin)  // distributed: where it began, not the first rank it reached
     out.line("failure     first non-finite value: " + printable(formatOrigin(*ranks.origin)));
   else

@@ -110,12 +110,18 @@ int run(const Args& args, Output& out) {
              "FINGERPRINT");
   }
   std::optional<TraceError> error;
+  uint64_t untrained = 0;
   try {
     trace->forEachStep(s, [&](const StepInfo& si) {
       if (json) {
         j.beginObject();
         j.field("step", si.step);
-        j.field("loss", si.loss);
+        j.key("loss");
+        if (si.untrained)
+          j.null();  // no loss was recorded
+        else
+          j.value(si.loss);
+        j.field("untrained", si.untrained);
         j.field("non_finite", si.nonFinite);
         j.field("batch_bytes", si.batchBytes);
         j.field("digests", static_cast<uint64_t>(si.digests));
@@ -125,7 +131,8 @@ int run(const Args& args, Output& out) {
         out.write(buf);
         buf.clear();
       } else {
-        out.line(pad(std::to_string(si.step), 8) + pad(formatDouble(si.loss), 24) +
+        untrained += si.untrained;
+        out.line(pad(std::to_string(si.step), 8) + pad(si.untrained ? "-" : formatDouble(si.loss), 24) +
                  pad(std::to_string(si.nonFinite), 10) + pad(humanBytes(si.batchBytes), 12) +
                  pad(std::to_string(si.digests), 8) + (si.digestEvents ? hex64(si.digestFingerprint) : "-"));
       }
@@ -134,6 +141,10 @@ int run(const Args& args, Output& out) {
     if (!json) throw;
     error = e;  // close the JSON document so that what was read stays usable
   }
+  if (!json && untrained)
+    out.line(
+        "-: no loss recorded; no backward() nor optimizer.step() ran in the step (a batch drawn with "
+        "gradients enabled, e.g. evaluation): not a training step");
   if (json) {
     j.endArray();
     j.key("error");
@@ -156,7 +167,8 @@ CommandDef stepsCommand() {
           "one line per completed step: loss, non-finite count, batch bytes, digests",
           "dltrace steps TRACE [--stream NAME] [--json]",
           "Lists the completed steps of one stream (default: the main training process), in\n"
-          "order: step number, loss (nan when none was seen), non-finite values seen in the\n"
+          "order: step number, loss (- when no backward() ran in the step: not a training\n"
+          "step; nan when the loss was NaN or not a scalar), non-finite values seen in the\n"
           "step's digests, bytes of the step's batches, number of digests, and a fingerprint\n"
           "(XXH3-64 over the step's digest hashes): equal fingerprints mean bit-identical\n"
           "recorded tensors.\n"

@@ -7,7 +7,8 @@ the stack is popped even when a forward raises).
 Paths: a module called while no module is executing is a root.  The first root of the
 process has the path prefix "", later roots are named after their class ("CrossEntropyLoss",
 "Net#2" when a name repeats).  A root's submodules get its named_modules() names under that
-prefix ("features.0"); a module reached in a forward but not registered under its root gets
+prefix ("features.0"; a child named by container indices alone gets its class too, "0 (Linear)",
+since a bare "0" names nothing); a module reached in a forward but not registered under its root gets
 "<parent path>.<ClassName>".  Paths are cached per module (weakly) so the per-call cost is
 one dict lookup.
 
@@ -17,6 +18,7 @@ in the main process) are not the step's compute.  Replay serves the batch, so th
 there: they are left out of the stack, the path naming and the digests (see in_fetch).
 """
 
+import re
 import threading
 import weakref
 
@@ -38,6 +40,9 @@ class in_fetch:
 
 def fetching():
     return getattr(_fetch, "depth", 0) > 0
+
+
+_BARE_INDEX = re.compile(r"^[0-9]+(\.[0-9]+)*$")  # a path made of container indices only
 
 
 class ModulePaths:
@@ -78,6 +83,10 @@ class ModulePaths:
         for name, module in root.named_modules():
             if self.lookup(module) is None:
                 path = prefix + "." + name if prefix and name else (prefix or name)
+                if _BARE_INDEX.match(path):
+                    # an nn.Sequential's child is named by its index alone: "0" says nothing,
+                    # "0 (Linear)" does, wherever the name is printed
+                    path = "%s (%s)" % (path, type(module).__name__)
                 self._store(module, path)
 
     def _root_prefix(self, root):

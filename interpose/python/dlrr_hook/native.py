@@ -37,8 +37,13 @@ RNG_PYTHON = 3
 # RngState.device for generators that are not tied to a device.
 NO_DEVICE = -1
 
-# StepBegin.loader when steps are counted by optimizer.step() (no DataLoader).
+# StepBegin.loader when steps are counted by optimizer.step() or backward() (no DataLoader).
 NO_LOADER = 0xFFFFFFFF
+
+# dlrr_step_begin's counting rule: what began (and will end) the step.
+STEP_BY_BATCH = 0
+STEP_BY_OPTIMIZER = 1
+STEP_BY_BACKWARD = 2
 
 # enum dlrr_lookup_op_t (same numbering as schema MissingPath.Op)
 LOOKUP_OPEN = 0
@@ -75,6 +80,7 @@ SIGNATURES = {
     "dlrr_note": (None, [c_char_p]),
     "dlrr_recorder_status": (None, [c_int, c_char_p]),
     "dlrr_step_begin": (None, [c_int64, c_uint32, c_uint64, c_int64, c_int]),
+    "dlrr_step_untrained": (None, [c_int64]),
     "dlrr_step_end": (None, [c_int64, c_double]),
     "dlrr_current_step": (c_int64, []),
     "dlrr_rng_state": (None, [c_int, c_int, c_void_p, c_uint64]),

@@ -241,7 +241,7 @@ class Recorder:
         self._send_runtime_info()
         if not self._cuda_info_sent:
             self._send_cuda_info()
-        self.lib.dlrr_step_begin(step, loader, batch_index, epoch, 1 if by_optimizer else 0)
+        self.lib.dlrr_step_begin(step, loader, batch_index, epoch, int(by_optimizer))
         self._module_calls.clear()
         self._grad_calls.clear()
         self._param_calls.clear()
@@ -249,6 +249,9 @@ class Recorder:
         self._parameters = None
         if rng is not None:
             self.rng.write(rng)
+
+    def untrained_step(self, step):
+        self.lib.dlrr_step_untrained(step)
 
     def end_step(self, step, loss):
         if self.dist is not None:
@@ -387,15 +390,15 @@ class Recorder:
             # DDP waited for every bucket before backward() returned: before the gradient digests
             self.dist.flush_buckets()
             self.dist.flush_gradients()
-        if self.capture_level < native.CAPTURE_DEFAULT:
-            return
-        calls = self._grad_calls
-        for name, param in self._step_parameters()[0]:
-            grad = param.grad
-            if grad is not None:
-                call_index = calls.get(name, 0)
-                calls[name] = call_index + 1
-                self._digest(native.DIGEST_GRADIENT, name, call_index, 0, grad, 0)
+        if self.capture_level >= native.CAPTURE_DEFAULT:
+            calls = self._grad_calls
+            for name, param in self._step_parameters()[0]:
+                grad = param.grad
+                if grad is not None:
+                    call_index = calls.get(name, 0)
+                    calls[name] = call_index + 1
+                    self._digest(native.DIGEST_GRADIENT, name, call_index, 0, grad, 0)
+        self.steps.on_backward_end()  # ends a step counted by backward()
 
     def _before_optimizer_step(self, optimizer):
         self.steps.on_optimizer_step_begin()

@@ -42,7 +42,7 @@ class ReplayIterator:
     def __init__(self, replayer, loader):
         self._replayer = replayer
         self._loader = loader
-        self._first = True
+        self._sampler_iter = None  # the loader's own index sampler, advanced batch by batch
 
     def __iter__(self):
         return self
@@ -225,27 +225,33 @@ class Replayer(Recorder):
     # ------------------------------------------------------------------ batches
     def make_iterator(self, loader):
         torch = self.torch
-        # The real iterator draws its base seed from the global generator (and a
-        # RandomSampler without a generator draws one at its first batch): do the same
-        # draws so the generator stays where the recording had it.
-        torch.empty((), dtype=torch.int64).random_(generator=loader.generator)
         iterator = ReplayIterator(self, loader)
+        # The real iterator makes its index sampler's iterator, then draws its base seed from
+        # the global generator; its samplers draw as batches are taken (RandomSampler,
+        # SubsetRandomSampler, WeightedRandomSampler, the job's own): run the loader's own
+        # sampler batch by batch so the generators stay where the recording had them.
+        # (Mimicking RandomSampler alone left every other sampler's draws out: a faithful
+        # replay warned that the job drew random numbers differently, issue 18.13.)
+        try:
+            iterator._sampler_iter = iter(loader._index_sampler)
+        except Exception:
+            iterator._sampler_iter = None
+        torch.empty((), dtype=torch.int64).random_(generator=loader.generator)
         self.loaders.begin_iteration(loader, iterator)
         return iterator
 
     def next_batch(self, iterator):
         iteration = self.loaders._iteration_of(iterator)
         loader = iteration.loader
-        torch = self.torch
-        if iterator._first:
-            iterator._first = False
-            sampler = getattr(iterator._loader, "sampler", None)
-            if isinstance(sampler, torch.utils.data.RandomSampler) and sampler.generator is None:
-                torch.empty((), dtype=torch.int64).random_()
         length = self.lib.dlrr_replay_iterator_length(loader.number, iteration.number)
         if 0 <= length <= iteration.count:
             self.loaders.stopped(iterator)
             raise StopIteration
+        if iterator._sampler_iter is not None:
+            try:
+                next(iterator._sampler_iter)  # its random draws; the batch itself is served
+            except Exception:
+                iterator._sampler_iter = None  # exhausted or failing: the recording decides
         ptr, n = ctypes.c_void_p(), ctypes.c_uint64()
         if not self.lib.dlrr_replay_batch(loader.number, loader.batches, ctypes.byref(ptr), ctypes.byref(n)):
             where = "batch %d of loader %d" % (loader.batches, loader.number)

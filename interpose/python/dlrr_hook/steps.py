@@ -14,12 +14,14 @@ _NONE = object()  # no RNG snapshot pending (a snapshot itself may be None: repl
 
 
 class _Step:
-    __slots__ = ("number", "loader", "by_optimizer")
+    __slots__ = ("number", "loader", "rule", "by_optimizer", "trained")
 
-    def __init__(self, number, loader, by_optimizer):
+    def __init__(self, number, loader, rule):
         self.number = number
         self.loader = loader
-        self.by_optimizer = by_optimizer
+        self.rule = rule  # native.STEP_BY_*
+        self.by_optimizer = rule != native.STEP_BY_BATCH  # not DataLoader-driven
+        self.trained = False  # a backward() or optimizer.step() ran in it
 
 
 class StepTracker:
@@ -27,7 +29,8 @@ class StepTracker:
 
     Steps are numbered from 0 in the order training batches reach the loop, across epochs
     (as one global counter over the training loader's batches would count them); loops
-    without a DataLoader count optimizer steps instead.
+    without a DataLoader count optimizer steps instead, and loops without an optimizer either
+    (parameters updated by hand) count backward() calls.
 
     DataLoader-driven steps:
       - A batch delivery (a DataLoader iterator's __next__ returning a batch) begins a step
@@ -54,9 +57,17 @@ class StepTracker:
         loop must not steal step 0 from the first training batch.
       - The first DataLoader batch that begins a step switches to DataLoader-driven steps for
         good; an optimizer-driven step still open ends there and numbering continues.
+      - A step begun while no optimizer has been constructed is counted by backward() instead:
+        it ends when the outermost backward() returns (the hand-written update after it runs
+        between steps), and the next one begins right then, exactly as above.
+
+    A step in which no backward() and no optimizer.step() ran (an evaluation batch drawn with
+    gradients enabled, a trailing forward) is reported to the sink by untrained_step(step)
+    just before its end: it had no loss and is not a training step.
 
     The sink provides snapshot_rng(step), begin_step(step, loader, batch_index, epoch,
-    by_optimizer, rng) and end_step(step, loss).  snapshot_rng(step) is called at the exact
+    by_optimizer, rng), untrained_step(step) and end_step(step, loss); by_optimizer is the
+    counting rule, native.STEP_BY_BATCH (0), STEP_BY_OPTIMIZER or STEP_BY_BACKWARD.  snapshot_rng(step) is called at the exact
     program point that defines the RNG states of optimizer-driven step `step` (record takes
     them there, replay restores them there); its result comes back as begin_step's rng.  For
     DataLoader-driven steps rng is None: the caller handles the RNG states of every delivery.
@@ -74,6 +85,7 @@ class StepTracker:
         self._activity = False
         self._pending_rng = _NONE
         self._optimizer_steps = 0
+        self._optimizer_exists = False
 
     # -- queries
     @property
@@ -92,6 +104,10 @@ class StepTracker:
     def note_loader_created(self):
         self._loader_exists = True
 
+    def note_optimizer_created(self):
+        """From then on, steps without a DataLoader are counted by optimizer.step()."""
+        self._optimizer_exists = True
+
     def on_batch(self, loader, batch_index, epoch, grad_enabled):
         """A batch of `loader` reached the loop.  Returns True when it begins a step."""
         previous = self._last_loader
@@ -105,7 +121,7 @@ class StepTracker:
         if training:
             self._loader_driven = True
             self._pending_rng = _NONE
-            self._begin(loader, batch_index, epoch, False, None)
+            self._begin(loader, batch_index, epoch, native.STEP_BY_BATCH, None)
         return training
 
     def on_loader_end(self, loader):
@@ -128,6 +144,14 @@ class StepTracker:
         self._activity = True
         if self._open is None and not self._loader_driven:
             self._begin_optimizer_step()
+        if self._open is not None:
+            self._open.trained = True
+
+    def on_backward_end(self):
+        """The outermost backward() returned (its gradients digested)."""
+        if self._open is not None and self._open.rule == native.STEP_BY_BACKWARD:
+            self._end()
+            self._pending_rng = self._sink.snapshot_rng(self._next)
 
     def on_loss(self, value):
         if self._open is not None:
@@ -135,13 +159,16 @@ class StepTracker:
 
     def on_optimizer_step_begin(self):
         self._activity = True
+        self._optimizer_exists = True
         if self._open is None and not self._loader_driven:
             self._begin_optimizer_step()
+        if self._open is not None:
+            self._open.trained = True
 
     def on_optimizer_step_end(self):
         """An outermost optimizer.step() returned."""
         self._activity = True
-        if self._open is not None and self._open.by_optimizer:
+        if self._open is not None and self._open.rule == native.STEP_BY_OPTIMIZER:
             self._end()
             self._pending_rng = self._sink.snapshot_rng(self._next)
 
@@ -158,17 +185,20 @@ class StepTracker:
             rng = self._sink.snapshot_rng(self._next)
         index = self._optimizer_steps
         self._optimizer_steps += 1
-        self._begin(native.NO_LOADER, index, -1, True, rng)
+        rule = native.STEP_BY_OPTIMIZER if self._optimizer_exists else native.STEP_BY_BACKWARD
+        self._begin(native.NO_LOADER, index, -1, rule, rng)
 
-    def _begin(self, loader, batch_index, epoch, by_optimizer, rng):
-        step = _Step(self._next, loader, by_optimizer)
+    def _begin(self, loader, batch_index, epoch, rule, rng):
+        step = _Step(self._next, loader, rule)
         self._next += 1
         self._open = step
         self._loss = math.nan
-        self._sink.begin_step(step.number, loader, batch_index, epoch, by_optimizer, rng)
+        self._sink.begin_step(step.number, loader, batch_index, epoch, rule, rng)
 
     def _end(self):
         step, loss = self._open, self._loss
         self._open = None
         self._loss = math.nan
+        if not step.trained:
+            self._sink.untrained_step(step.number)
         self._sink.end_step(step.number, loss)

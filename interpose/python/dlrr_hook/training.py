@@ -100,6 +100,7 @@ class TrainingPatches:
             original(self, *args, **kwargs)
             if patches._rec.active:
                 patches._rec.guarded(patches.wrap_step_of, type(self))
+                patches._rec.guarded(patches._rec.steps.note_optimizer_created)
         return __init__
 
     def wrap_step_of(self, cls):
