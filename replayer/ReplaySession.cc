@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -49,7 +50,7 @@ std::string num(double d) {
 
 bool sameBits(double a, double b) {
   if (std::isnan(a) && std::isnan(b)) return true;
-  return std::memcmp(&a, &b, sizeof a) == 0;
+  return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b);  // bit for bit: -0.0 is not 0.0
 }
 
 const char* kindName(int k) {
