@@ -5,6 +5,22 @@
 
 namespace dlrr {
 
+// auto | off | SECONDS (a positive decimal) | Nsteps (N >= 1): what snapshots.py parses.
+bool validSnapshotEvery(const std::string& v) {
+  if (v == "auto" || v == "off") return true;
+  std::string n = v.size() > 5 && v.compare(v.size() - 5, 5, "steps") == 0 ? v.substr(0, v.size() - 5) : v;
+  bool steps = n.size() != v.size();
+  if (n.empty() || n.size() > 12) return false;
+  int dots = 0;
+  for (char c : n) {
+    if (c == '.' && !steps)
+      ++dots;
+    else if (c < '0' || c > '9')
+      return false;
+  }
+  return dots <= 1 && n != "." && std::strtod(n.c_str(), nullptr) > 0;
+}
+
 const char* const kRecordUsage =
     "usage: dlrecord [options] [-o TRACE] -- CMD [ARGS...]\n"
     "\n"
@@ -21,6 +37,9 @@ const char* const kRecordUsage =
     "                                 and received; results of the last K steps kept for a failure\n"
     "                         full:   + every collective's results, so that one rank can be\n"
     "                                 replayed alone (dlreplay --rank R)\n"
+    "  --snapshot-every WHEN  training-state snapshots for jump replay (dlreplay --from):\n"
+    "                       auto (default: by time, ~1% of the job's time), SECONDS, Nsteps\n"
+    "                       (e.g. 1000steps) or off (a failure snapshot is still taken)\n"
     "  --ring-steps K       module outputs and losses of the last K steps are kept in full in\n"
     "                       memory and written only when a failure happens (default 2, 0 = off)\n"
     "  --redact LIST        comma-separated name fragments of environment variables whose\n"
@@ -67,6 +86,10 @@ RecordOptions parseRecordOptions(const std::vector<std::string>& args) {
       o.collectives = a == "--collectives" ? value(a) : a.substr(14);
       if (o.collectives != "digest" && o.collectives != "full")
         throw UsageError("--collectives must be digest or full (got '" + o.collectives + "')");
+    } else if (a == "--snapshot-every" || a.rfind("--snapshot-every=", 0) == 0) {
+      o.snapshotEvery = a == "--snapshot-every" ? value(a) : a.substr(17);
+      if (!validSnapshotEvery(o.snapshotEvery))
+        throw UsageError("--snapshot-every must be auto, off, SECONDS or Nsteps (got '" + o.snapshotEvery + "')");
     } else if (a == "--ring-steps" || a.rfind("--ring-steps=", 0) == 0) {
       std::string v = a == "--ring-steps" ? value(a) : a.substr(13);
       int k = -1;

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "replayer/ReplayTarget.h"
+#include "tools/dlreplay/ReplayPlan.h"
 
 namespace dlrr {
 
@@ -20,6 +21,10 @@ const char* const kReplayUsage =
     "                   step=N   at the start of step N, its batch in hand, before the forward\n"
     "                   crash    at the recorded exception or fatal signal (default when one)\n"
     "                   end      run to the end, verifying every step (default otherwise)\n"
+    "  --from WHERE     snapshot (default when the target has a step and the trace has\n"
+    "                   snapshots): jump to the latest snapshot at or before the target,\n"
+    "                   fast-forwarding the steps before it (not verified); start: replay\n"
+    "                   and verify from step 0; step=N: jump to the snapshot of step N\n"
     "  --debug MODE     pdb: an interactive pdb in your frame at the stop\n"
     "                   gdb: run under gdb, stopping in dlrr_replay_stopped (report written)\n"
     "                        or at a fatal signal (batch mode when stdin is not a terminal:\n"
@@ -75,6 +80,9 @@ ReplayOptions parseReplayOptions(const std::vector<std::string>& args) {
       return o;
     } else if (is("--until")) {
       o.until = value("--until");
+    } else if (is("--from")) {
+      o.from = value("--from");
+      if (o.from.empty() || !validJumpFrom(o.from)) throw UsageError("--from takes snapshot, start or step=N");
     } else if (is("--debug")) {
       o.debug = value("--debug");
       if (o.debug != "pdb" && o.debug != "gdb" && o.debug != "wait")
