@@ -76,7 +76,6 @@ void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
     j.null();
   j.field("steps", s.steps);
   j.field("main_stream", s.mainStream);
-  j.key("failure");
   j.key("snapshots").beginArray();
   for (const auto& sn : snaps) {
     j.beginObject();
@@ -87,6 +86,7 @@ void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
     j.endObject();
   }
   j.endArray();
+  j.key("failure");
   if (s.failure) {
     j.beginObject();
     j.field("kind", s.failure->kind);
