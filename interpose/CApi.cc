@@ -108,7 +108,7 @@ void dlrr_step_begin(int64_t step, uint32_t loader, uint64_t batch_index, int64_
 void dlrr_step_end(int64_t step, double loss) {
   if (withReplayer([&](ReplaySession& r) {
         r.endStep(step, loss);
-        r.writeReport("running");  // a crash later still leaves the figures so far
+        if (step >= r.jumpStep()) r.writeReport("running");  // a crash later still leaves the figures so far
       }))
     return;
   withRecorder([&](RecordSession& s) { s.stepEnd(step, loss); });

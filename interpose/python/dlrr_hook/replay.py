@@ -340,8 +340,7 @@ class Replayer(Recorder):
                 continue
             data = ctypes.string_at(ptr.value, n.value)
             if kind == native.RNG_TORCH_CPU:
-                current = torch.get_rng_state()
-                if bytes(current.numpy().tobytes()) != data:
+                if not quiet and bytes(torch.get_rng_state().numpy().tobytes()) != data:
                     differed.append("torch")
                 torch.set_rng_state(torch.frombuffer(bytearray(data), dtype=torch.uint8))
             elif kind == native.RNG_TORCH_CUDA:
@@ -358,13 +357,13 @@ class Replayer(Recorder):
                 np = sys.modules.get("numpy")
                 if np is not None:
                     state = rngmod.numpy_state_from_bytes(data)
-                    if self.rng.numpy_bytes() != data:
+                    if not quiet and self.rng.numpy_bytes() != data:
                         differed.append("numpy")
                     np.random.set_state(state)
             elif kind == native.RNG_PYTHON:
                 rnd = sys.modules.get("random")
                 if rnd is not None:
-                    if self.rng.python_bytes() != data:
+                    if not quiet and self.rng.python_bytes() != data:
                         differed.append("random")
                     rnd.setstate(rngmod.python_state_from_bytes(data))
         if differed and not self._rng_warned and not quiet:
@@ -484,10 +483,16 @@ class Replayer(Recorder):
                       scan_batch=True)
 
     def _after_backward(self):
+        if self.fast_forwarding:
+            return  # no gradients to digest: the step's compute was skipped
         super()._after_backward()
         if self._anomaly is not None:
             self._anomaly.__exit__(None, None, None)
             self._anomaly = None
+
+    def _digest_parameters(self, optimizer):
+        if not self.fast_forwarding:
+            super()._digest_parameters(optimizer)
 
     def _after_optimizer_step(self, optimizer):
         step = self.steps.current  # a step counted by optimizer.step() ends in super()'s call
