@@ -178,7 +178,13 @@ class SnapshotTaker:
 
     def take(self, step, failure):
         t0 = time.monotonic()
-        tree = build_tree(self.registry)
+        try:
+            tree = build_tree(self.registry)
+        except Exception as exc:  # an object whose state_dict() fails: no snapshots, the recording goes on
+            self.mode = "off"
+            self.failure_taken = True
+            self._lib.dlrr_note(("snapshots off: %s: %s" % (type(exc).__name__, exc)).encode("utf-8", "replace"))
+            return
         self._lib.dlrr_snapshot_begin(step, 1 if failure else 0)
         try:
             self._values.write(tree)
