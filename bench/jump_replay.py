@@ -11,9 +11,9 @@ optimizer step until the loss overflows (about 20,000 steps with the defaults).
   record      --pairs pairs of recordings, snapshots off then on (--snapshot-every EVERY),
               interleaved so both see the same machine load; wall time of each, and the
               ratio on/off per pair
-  replay      of the snapshots-on trace to its NaN: `--from start` (every step verified) and
-              the default jump (the latest snapshot before the NaN: here the failure snapshot),
-              then `--from step=S` with S the last periodic snapshot (its steps verified)
+  replay      of the snapshots-on trace to its NaN: `--from start` (every step verified),
+              `--from snapshot` (the latest snapshot before the NaN: the failure snapshot),
+              then `--from step=S` with S the last periodic snapshot (the default jump)
   bytes       what `dltrace info --json` says of each snapshot: tensor bytes, new bytes after
               dedup; and the trace sizes with snapshots off and on
 
@@ -81,7 +81,7 @@ def main():
         off_b, on_b = info["off"]["bytes"]["files"], doc["bytes"]["files"]
         print("trace bytes on disk: snapshots off %.1f MiB, on %.1f MiB (+%.1f MiB; the snapshots' tensors without "
               "dedup: %.1f MiB)" % (off_b / 2**20, on_b / 2**20, (on_b - off_b) / 2**20, tb / 2**20))
-        runs = [("full replay (--from start)", ["--from", "start"]), ("jump replay (default)", [])]
+        runs = [("full replay (--from start)", ["--from", "start"]), ("jump (--from snapshot)", ["--from", "snapshot"])]
         if periodic:
             runs.append(("jump from step %d" % periodic[-1]["step"], ["--from", "step=%d" % periodic[-1]["step"]]))
         full = None

@@ -48,8 +48,13 @@ class JumpReplayTest(TraceTestCase):
         self.assertEqual(rep["verified_steps"], fail - jump, p.stderr)
         self.assertIn("jumping to the snapshot of step %d" % jump, p.stderr)
         self.assertEqual(rep["report"]["stop"], "target")
-        # The default picks the failure snapshot: the failing step replayed alone.
+        # The default picks the latest periodic snapshot; --from snapshot may take the failure
+        # snapshot: the failing step replayed alone.
         p, rep = replay(trace)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(rep["jump_step"], periodic[-1])
+        self.assertEqual(rep["verified_steps"], fail - periodic[-1])
+        p, rep = replay(trace, "--from", "snapshot")
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(rep["jump_step"], fail)
         self.assertEqual(rep["report"]["stop.step"], str(fail))

@@ -12,17 +12,17 @@ namespace {
 
 const std::vector<SnapshotInfo> kSnaps = {{100, false}, {200, false}, {300, false}, {340, true}};
 
-JumpPlan plan(ReplayTarget::Kind k, int64_t step, const std::string& from,
-              const std::vector<SnapshotInfo>& s = kSnaps) {
+JumpPlan plan(ReplayTarget::Kind k, int64_t step, const std::string& from, const std::vector<SnapshotInfo>& s = kSnaps,
+              bool useFailure = false) {
   std::string err;
-  auto p = planJump(s, k, step, from, err);
+  auto p = planJump(s, k, step, from, useFailure, err);
   EXPECT_TRUE(p.has_value()) << err;
   return p.value_or(JumpPlan{});
 }
 
 std::string error(ReplayTarget::Kind k, int64_t step, const std::string& from) {
   std::string err;
-  EXPECT_FALSE(planJump(kSnaps, k, step, from, err).has_value());
+  EXPECT_FALSE(planJump(kSnaps, k, step, from, false, err).has_value());
   return err;
 }
 
@@ -30,8 +30,12 @@ TEST(ReplayPlan, PicksTheLatestSnapshotAtOrBeforeTheTarget) {
   EXPECT_EQ(plan(ReplayTarget::Kind::Step, 250, "").jumpStep, 200);
   EXPECT_EQ(plan(ReplayTarget::Kind::Step, 200, "").jumpStep, 200);  // its own snapshot: stop right after the restore
   EXPECT_EQ(plan(ReplayTarget::Kind::Step, 99, "").jumpStep, -1);    // none before it: from the start
-  // The failure snapshot is the failing step's: a nan target at step 340 replays that step alone.
-  JumpPlan p = plan(ReplayTarget::Kind::Nan, 340, "");
+  // By default the failure snapshot is left alone (the steps before the failure stay verified);
+  // --check and --from snapshot use it: a nan target at step 340 replays that step alone.
+  EXPECT_EQ(plan(ReplayTarget::Kind::Nan, 340, "").jumpStep, 300);
+  EXPECT_EQ(plan(ReplayTarget::Kind::Nan, 340, "snapshot").jumpStep, 340);
+  EXPECT_EQ(plan(ReplayTarget::Kind::Step, 30, "", {{20, true}}).jumpStep, -1);
+  JumpPlan p = plan(ReplayTarget::Kind::Nan, 340, "", kSnaps, true);
   EXPECT_EQ(p.jumpStep, 340);
   EXPECT_NE(p.why.find("failure snapshot"), std::string::npos) << p.why;
   EXPECT_NE(p.why.find("steps 0-339 are fast-forwarded"), std::string::npos) << p.why;
@@ -39,7 +43,7 @@ TEST(ReplayPlan, PicksTheLatestSnapshotAtOrBeforeTheTarget) {
 
 TEST(ReplayPlan, APeriodicSnapshotWinsOverAFailureOneOfTheSameStep) {
   std::vector<SnapshotInfo> s = {{50, true}, {50, false}};
-  JumpPlan p = plan(ReplayTarget::Kind::Nan, 50, "", s);
+  JumpPlan p = plan(ReplayTarget::Kind::Nan, 50, "", s, true);
   EXPECT_EQ(p.jumpStep, 50);
   EXPECT_EQ(p.why.find("failure"), std::string::npos) << p.why;
 }
@@ -65,7 +69,7 @@ TEST(ReplayPlan, ErrorsSayWhatTheTraceHolds) {
   EXPECT_EQ(error(ReplayTarget::Kind::Step, 50, "snapshot"), "the trace holds no snapshot at or before step 50");
   EXPECT_EQ(error(ReplayTarget::Kind::Step, 50, "step=x"), "--from takes snapshot, start or step=N, not 'step=x'");
   std::string err;
-  EXPECT_FALSE(planJump({}, ReplayTarget::Kind::End, -1, "snapshot", err));
+  EXPECT_FALSE(planJump({}, ReplayTarget::Kind::End, -1, "snapshot", false, err));
   EXPECT_EQ(err, "the trace holds no snapshot (record with dlrecord --snapshot-every)");
 }
 

@@ -28,7 +28,7 @@ bool validJumpFrom(const std::string& from) {
 }
 
 std::optional<JumpPlan> planJump(const std::vector<SnapshotInfo>& snapshots, ReplayTarget::Kind target,
-                                 int64_t targetStep, const std::string& from, std::string& error) {
+                                 int64_t targetStep, const std::string& from, bool useFailure, std::string& error) {
   JumpPlan plan;
   if (!validJumpFrom(from)) {
     error = "--from takes snapshot, start or step=N, not '" + from + "'";
@@ -69,6 +69,7 @@ std::optional<JumpPlan> planJump(const std::vector<SnapshotInfo>& snapshots, Rep
   const SnapshotInfo* best = nullptr;
   for (const auto& s : snapshots) {
     if (s.step <= 0 || (!untilEnd && s.step > targetStep)) continue;
+    if (s.failure && from.empty() && !useFailure) continue;
     if (!best || s.step > best->step || (s.step == best->step && best->failure && !s.failure)) best = &s;
   }
   if (!best) {

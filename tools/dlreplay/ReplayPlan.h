@@ -22,12 +22,15 @@ struct JumpPlan {
   std::string why;        // one line for the user: what is restored, what is fast-forwarded
 };
 
-// `from`: "" (default: the latest snapshot at or before the target's step, when the target
-// has a step), "snapshot" (the same, and for --until end the latest snapshot of all),
-// "start", or "step=N" (a snapshot of step N must exist). `targetStep` is the step the
-// target lies in (-1: none, as for end). nullopt with `error` set when `from` cannot be honoured.
+// `from`: "" (default: the latest periodic snapshot at or before the target's step, when the
+// target has a step; the failure snapshot too when `useFailure`, as for --check), "snapshot"
+// (the latest snapshot of either kind at or before the target, for --until end the latest of
+// all), "start", or "step=N" (a snapshot of step N must exist). The default leaves the failure
+// snapshot alone so that a short job (no periodic snapshot yet) still verifies every step.
+// `targetStep` is the step the target lies in (-1: none, as for end). nullopt with `error`
+// set when `from` cannot be honoured.
 std::optional<JumpPlan> planJump(const std::vector<SnapshotInfo>& snapshots, ReplayTarget::Kind target,
-                                 int64_t targetStep, const std::string& from, std::string& error);
+                                 int64_t targetStep, const std::string& from, bool useFailure, std::string& error);
 
 // Whether `from` is a text planJump accepts (for the option parser).
 bool validJumpFrom(const std::string& from);

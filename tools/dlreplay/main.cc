@@ -414,7 +414,7 @@ int run(int argc, char** argv) {
     int64_t targetStep = target.kind == ReplayTarget::Kind::Step                   ? target.step
                          : (target.kind != ReplayTarget::Kind::End && sum.failure) ? sum.failure->step
                                                                                    : -1;
-    auto p = planJump(snaps, target.kind, targetStep, o.from, err);
+    auto p = planJump(snaps, target.kind, targetStep, o.from, o.check, err);
     if (!p) {
       std::fprintf(stderr, "dlreplay: %s\n", err.c_str());
       return kNotFound;
