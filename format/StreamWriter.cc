@@ -188,6 +188,7 @@ BlobId StreamWriter::putBlob(const void* data, size_t n, unsigned elemSize) {
   queue_.push_back(std::move(item));
   lk.unlock();
   workCv_.notify_one();
+  id.fresh = true;
   return id;
 }
 

@@ -54,6 +54,7 @@ struct WriterStats {
 struct BlobId {
   Hash128 hash;
   uint64_t size = 0;
+  bool fresh = false;  // putBlob queued these bytes (false: already in the stream, or not written)
 };
 
 class StreamWriter {

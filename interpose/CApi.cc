@@ -114,7 +114,7 @@ void dlrr_step_untrained(int64_t step) {
 void dlrr_step_end(int64_t step, double loss) {
   if (withReplayer([&](ReplaySession& r) {
         r.endStep(step, loss);
-        r.writeReport("running");  // a crash later still leaves the figures so far
+        if (step >= r.jumpStep()) r.writeReport("running");  // a crash later still leaves the figures so far
       }))
     return;
   withRecorder([&](RecordSession& s) { s.stepEnd(step, loss); });
@@ -177,6 +177,12 @@ void dlrr_val_tensor(const char* dtype, uint32_t elem_size, int ndim, const int6
   });
 }
 void dlrr_batch_end(void) {
+  withRecorder([&](RecordSession& s) { s.batchEnd(); });
+}
+void dlrr_snapshot_begin(int64_t step, int failure) {
+  withRecorder([&](RecordSession& s) { s.snapshotBegin(step, failure != 0); });
+}
+void dlrr_snapshot_end(void) {
   withRecorder([&](RecordSession& s) { s.batchEnd(); });
 }
 void dlrr_loader_end(uint32_t loader, uint32_t iteration, uint64_t batches) {
@@ -266,6 +272,18 @@ int dlrr_replay_target(dlrr_target_t* out) {
 int dlrr_replay_batch(uint32_t loader, uint64_t index, const uint8_t** data, uint64_t* n) {
   int rc = 0;
   withReplayer([&](ReplaySession& r) { rc = exportBytes(r.batch(loader, index), data, n); });
+  return rc;
+}
+
+int64_t dlrr_replay_jump_step(void) {
+  int64_t s = -1;
+  withReplayer([&](ReplaySession& r) { s = r.jumpStep(); });
+  return s;
+}
+
+int dlrr_replay_snapshot(int64_t step, const uint8_t** data, uint64_t* n) {
+  int rc = 0;
+  withReplayer([&](ReplaySession& r) { rc = exportBytes(r.snapshot(step), data, n); });
   return rc;
 }
 

@@ -13,11 +13,27 @@ void BatchBuilder::begin(uint32_t loader, uint32_t iteration, uint64_t index, bo
   batch_.setIsTraining(isTraining);
   auto idx = batch_.initSampleIndices(static_cast<unsigned>(indices ? nIndices : 0));
   for (uint64_t i = 0; indices && i < nIndices; ++i) idx.set(static_cast<unsigned>(i), indices[i]);
+  isSnapshot_ = false;
   stack_.clear();
   rootDone_ = false;
   pendingKey_.clear();
   error_.clear();
   tensorBytes_ = 0;
+  newBytes_ = 0;
+}
+
+void BatchBuilder::beginSnapshot(int64_t step, bool failure) {
+  msg_ = std::make_unique<capnp::MallocMessageBuilder>();
+  snapshot_ = msg_->initRoot<schema::Event>().initSnapshot();
+  snapshot_.setStep(step);
+  snapshot_.setReason(failure ? schema::Snapshot::Reason::FAILURE : schema::Snapshot::Reason::PERIODIC);
+  isSnapshot_ = true;
+  stack_.clear();
+  rootDone_ = false;
+  pendingKey_.clear();
+  error_.clear();
+  tensorBytes_ = 0;
+  newBytes_ = 0;
 }
 
 bool BatchBuilder::nextSlot(schema::Value::Builder& out) {
@@ -27,7 +43,7 @@ bool BatchBuilder::nextSlot(schema::Value::Builder& out) {
       error_ = "value after the batch was complete";
       return false;
     }
-    out = batch_.initValue();
+    out = isSnapshot_ ? snapshot_.initValue() : batch_.initValue();
     return true;
   }
   Frame& f = stack_.back();
@@ -160,6 +176,7 @@ void BatchBuilder::tensor(const char* dtype, uint32_t elemSize, int ndim, const 
   ref.setHashHi(id.hash.hi);
   ref.setSize(id.size);
   tensorBytes_ += nbytes;
+  if (id.fresh) newBytes_ += nbytes;
   filled();
 }
 
@@ -169,6 +186,10 @@ std::unique_ptr<capnp::MallocMessageBuilder> BatchBuilder::finish(std::string& e
     return nullptr;
   }
   if (error_.empty() && !rootDone_) error_ = "batch structure incomplete";
+  if (error_.empty() && isSnapshot_) {
+    snapshot_.setTensorBytes(tensorBytes_);
+    snapshot_.setNewBytes(newBytes_);
+  }
   if (!error_.empty()) {
     error = error_;
     msg_.reset();

@@ -21,6 +21,8 @@ class BatchBuilder {
 
   void begin(uint32_t loader, uint32_t iteration, uint64_t index, bool isTraining, const int64_t* indices,
              uint64_t nIndices);
+  // A Snapshot event instead of a Batch: the value that follows is the snapshot's tree.
+  void beginSnapshot(int64_t step, bool failure);
   bool active() const { return msg_ != nullptr; }
   void list(uint32_t n);
   void tuple(uint32_t n);
@@ -39,6 +41,7 @@ class BatchBuilder {
   // malformed; `error` then says why).
   std::unique_ptr<capnp::MallocMessageBuilder> finish(std::string& error);
   uint64_t tensorBytes() const { return tensorBytes_; }
+  uint64_t newBytes() const { return newBytes_; }  // tensor bytes the stream did not hold yet
 
  private:
   struct Frame {
@@ -54,11 +57,14 @@ class BatchBuilder {
 
   std::unique_ptr<capnp::MallocMessageBuilder> msg_;
   schema::Batch::Builder batch_{nullptr};
+  schema::Snapshot::Builder snapshot_{nullptr};
+  bool isSnapshot_ = false;
   std::vector<Frame> stack_;
   bool rootDone_ = false;
   std::string pendingKey_;
   std::string error_;
   uint64_t tensorBytes_ = 0;
+  uint64_t newBytes_ = 0;
 };
 
 }  // namespace dlrr

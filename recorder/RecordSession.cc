@@ -350,6 +350,8 @@ void RecordSession::batchBegin(uint32_t loader, uint32_t iteration, uint64_t ind
   batchBuilder().begin(loader, iteration, index, isTraining, indices, n);
 }
 
+void RecordSession::snapshotBegin(int64_t step, bool failure) { batchBuilder().beginSnapshot(step, failure); }
+
 void RecordSession::batchTensor(const char* dtype, uint32_t elemSize, int ndim, const int64_t* shape, const void* data,
                                 uint64_t nbytes, const char* device, bool requiresGrad) {
   StreamWriter* w;
@@ -367,7 +369,7 @@ void RecordSession::batchEnd() {
   std::string err;
   auto msg = batchBuilder().finish(err);
   if (!msg) {
-    note(("batch not recorded: " + err).c_str());
+    note(("batch or snapshot not recorded: " + err).c_str());
     return;
   }
   if (disabled_.load()) return;

@@ -58,7 +58,8 @@ class RecordSession {
                   uint64_t n);
   void batchTensor(const char* dtype, uint32_t elemSize, int ndim, const int64_t* shape, const void* data,
                    uint64_t nbytes, const char* device, bool requiresGrad);
-  void batchEnd();
+  void batchEnd();  // ends a snapshot too
+  void snapshotBegin(int64_t step, bool failure);
   void loaderEnd(uint32_t loader, uint32_t iteration, uint64_t batches);
 
   // Computes and records a digest; returns 0 (recorded) or -1.

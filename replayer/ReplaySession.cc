@@ -9,6 +9,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -97,6 +98,7 @@ ReplaySession::ReplaySession(const Config& cfg, const std::string& until) : cfg_
     std::string mode = l->header().getTrace().getCaptureMode().cStr();
     captureLevel_ = mode == "minimal" ? 0 : mode == "full" ? 2 : 1;
   }
+  if (const char* j = std::getenv("DLRR_JUMP_STEP"); j && *j) jumpStep_ = std::strtoll(j, nullptr, 10);
   if (active_) load();
 }
 
@@ -143,6 +145,16 @@ void ReplaySession::load() {
         batches_[lastBatch] = std::move(rec);
         break;
       }
+      case schema::Event::SNAPSHOT: {
+        BatchRecord rec;
+        rec.event = std::make_unique<capnp::MallocMessageBuilder>();
+        rec.event->setRoot(e);
+        int64_t step = e.getSnapshot().getStep();
+        // Periodic snapshots are taken at the step's start, a failure one mid-step: prefer periodic.
+        if (!snapshots_.count(step) || e.getSnapshot().getReason() == schema::Snapshot::Reason::PERIODIC)
+          snapshots_[step] = std::move(rec);
+        break;
+      }
       case schema::Event::STEP_BEGIN: {
         auto sb = e.getStepBegin();
         int64_t step = sb.getStep();
@@ -172,6 +184,7 @@ void ReplaySession::load() {
         break;
       }
       case schema::Event::DIGEST: {
+        if (e.getStep() < jumpStep_) break;  // a fast-forwarded step: never compared
         auto d = e.getDigest();
         RecordedDigest rd;
         rd.hash = d.getHash();
@@ -261,6 +274,19 @@ bool ReplaySession::serveEntropy(schema::Entropy::Source src, void* buf, size_t 
   return true;
 }
 
+const std::vector<uint8_t>* ReplaySession::snapshot(int64_t step) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = snapshots_.find(step);
+  if (it == snapshots_.end()) return nullptr;
+  BatchRecord& rec = it->second;
+  if (rec.encoded.empty()) {
+    auto ev = rec.event->getRoot<schema::Event>().asReader();
+    encodeValue(ev.getSnapshot().getValue(),
+                [&](const Hash128& h, uint64_t size) { return stream_->readBlob(h, size); }, rec.encoded);
+  }
+  return &rec.encoded;
+}
+
 const std::vector<uint8_t>* ReplaySession::batch(uint32_t loader, uint64_t index) {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = batches_.find({loader, index});
@@ -332,6 +358,7 @@ int ReplaySession::checkDigest(int64_t step, int kind, const std::string& path, 
 int ReplaySession::checkDigestAlgorithm(int64_t step, int kind, const std::string& path, uint32_t callIndex,
                                         uint32_t output, int algorithm, const DigestResult& got) {
   std::lock_guard<std::mutex> lk(mu_);
+  if (step < jumpStep_) return 0;  // fast-forwarded: its compute was skipped, nothing to compare
   auto it = digests_.find(DigestKey{step, kind, path, callIndex, output});
   if (it == digests_.end()) return 2;
   if (step == inStepNumber_) ++seenPerStep_[step];
@@ -366,6 +393,11 @@ void ReplaySession::beginStep(int64_t step) {
 int ReplaySession::endStep(int64_t step, double loss) {
   if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->stepEnding(step);  // delivers its launches
   std::lock_guard<std::mutex> lk(mu_);
+  if (step < jumpStep_) {  // fast-forwarded (jump replay): neither checked nor counted as verified
+    lastStepEnded_ = step;
+    inStepNumber_ = INT64_MIN;
+    return 0;
+  }
   checkLaunchesLocked(step, true);
   lastStepEnded_ = step;
   inStepNumber_ = INT64_MIN;
@@ -455,6 +487,7 @@ void ReplaySession::writeReport(const std::string& stopReason) {
   r.add("verified_steps", verifiedSteps_);
   r.add("recorded_steps", recordedSteps_);
   r.add("last_step", lastStepEnded_);
+  if (jumpStep_ >= 0) r.add("jump.step", jumpStep_);
   if (divergence_) {
     r.add("divergence.step", divergence_->step);
     r.add("divergence.kind", kindName(divergence_->kind));

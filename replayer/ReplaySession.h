@@ -69,6 +69,11 @@ class ReplaySession {
 
   // Batches, encoded for the hook (docs/replay.md, "batch encoding"). Null when not recorded.
   const std::vector<uint8_t>* batch(uint32_t loader, uint64_t index);
+  // Jump replay (DLRR_JUMP_STEP, set by dlreplay from its ReplayPlan): steps before it are
+  // fast-forwarded and not verified; -1 when replaying from the start.
+  int64_t jumpStep() const { return jumpStep_; }
+  // The recorded snapshot of `step`, encoded like a batch. Null when there is none.
+  const std::vector<uint8_t>* snapshot(int64_t step);
   bool batchMeta(uint32_t loader, uint64_t index, int64_t& step, bool& training, const std::vector<int64_t>*& indices);
   int64_t iteratorLength(uint32_t loader, uint32_t iteration) const;
   const std::vector<uint8_t>* rngAtBatch(uint32_t loader, uint64_t index, int kind, int device);
@@ -173,6 +178,8 @@ class ReplaySession {
   std::vector<EntropyRecord> entropy_;
   size_t entropyNext_ = 0;
   std::map<BatchKey, BatchRecord> batches_;
+  std::map<int64_t, BatchRecord> snapshots_;  // by step; a periodic one wins over the failure one
+  int64_t jumpStep_ = -1;
   std::map<std::pair<uint32_t, uint32_t>, int64_t> iteratorLengths_;
   std::map<int64_t, std::vector<RngRecord>> stepRng_;
   std::map<DigestKey, RecordedDigest> digests_;

@@ -97,6 +97,23 @@ struct Event {
     collective @26 :Collective;
     # Data-less replay (docs/replay.md): what the job's main process read from its files.
     file @27 :FileFact;
+    # Jump replay (docs/replay.md): training state at the start of a step.
+    snapshot @28 :Snapshot;
+  }
+}
+
+# The training state at the start of step `step` (modules, gradients, optimizers, LR
+# schedulers, grad scalers) as a structured value: tensors are blobs (content-addressed, so an
+# unchanged tensor costs its bytes once), no pickle. Layout in docs/format.md.
+struct Snapshot {
+  step @0 :Int64;
+  reason @1 :Reason;
+  value @2 :Value;
+  tensorBytes @3 :UInt64;    # raw bytes of its tensors
+  newBytes @4 :UInt64;       # of which not already in the stream (after dedup)
+  enum Reason {
+    periodic @0;             # dlrecord --snapshot-every
+    failure @1;              # first non-finite value of the recording, taken in that step
   }
 }
 

@@ -163,6 +163,12 @@ class FakeLib:
     def _dlrr_batch_end(self):
         self.calls.append(("batch_end",))
 
+    def _dlrr_snapshot_begin(self, step, failure):
+        self.calls.append(("snapshot_begin", step, failure))
+
+    def _dlrr_snapshot_end(self):
+        self.calls.append(("snapshot_end",))
+
     def _dlrr_loader_end(self, loader, iteration, batches):
         self.calls.append(("loader_end", loader, iteration, batches))
 
@@ -227,6 +233,12 @@ class FakeLib:
 
     def _dlrr_replay_recorded_steps(self):
         return -1
+
+    def _dlrr_replay_jump_step(self):
+        return -1
+
+    def _dlrr_replay_snapshot(self, step, data, n):
+        return 0
 
     def _dlrr_replay_recorded_loss(self, step):
         return math.nan

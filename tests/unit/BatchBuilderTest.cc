@@ -52,6 +52,41 @@ TEST(BatchBuilder, NestedStructureRoundTrips) {
   EXPECT_EQ(enc[0], 'D');
 }
 
+// Jump replay's snapshots: the same value tree in a Snapshot event, counting the tensor bytes
+// the stream did not hold yet (BlobId::fresh) apart from all of them.
+TEST(BatchBuilder, SnapshotCountsNewBytesApart) {
+  BatchBuilder b;
+  b.beginSnapshot(40000, true);
+  b.list(2);
+  float w[4] = {1, 2, 3, 4};
+  int64_t shape[1] = {4};
+  int calls = 0;
+  auto put = [&](const void* p, size_t n, unsigned) {
+    BlobId id{hash128(p, n), n};
+    id.fresh = calls++ == 0;  // the second tensor is already in the stream
+    return id;
+  };
+  b.tensor("float32", 4, 1, shape, w, sizeof w, "cpu", false, put);
+  b.tensor("float32", 4, 1, shape, w, sizeof w, "cpu", false, put);
+  std::string err;
+  auto msg = b.finish(err);
+  ASSERT_TRUE(msg) << err;
+  auto ev = msg->getRoot<schema::Event>().asReader();
+  ASSERT_TRUE(ev.isSnapshot());
+  auto sn = ev.getSnapshot();
+  EXPECT_EQ(sn.getStep(), 40000);
+  EXPECT_EQ(sn.getReason(), schema::Snapshot::Reason::FAILURE);
+  EXPECT_EQ(sn.getTensorBytes(), 2 * sizeof w);
+  EXPECT_EQ(sn.getNewBytes(), sizeof w);
+  EXPECT_EQ(sn.getValue().getList().size(), 2u);
+  // A batch after it is a batch again.
+  b.begin(0, 0, 0, true, nullptr, 0);
+  b.none();
+  msg = b.finish(err);
+  ASSERT_TRUE(msg) << err;
+  EXPECT_TRUE(msg->getRoot<schema::Event>().asReader().isBatch());
+}
+
 TEST(BatchBuilder, IncompleteOrMalformedIsRejected) {
   BatchBuilder b;
   b.begin(0, 0, 0, false, nullptr, 0);

@@ -1,6 +1,24 @@
 #include "tools/dlrecord/RecordOptions.h"
 
+#include <cstdlib>
+
 namespace dlrr {
+
+// auto | off | SECONDS (a positive decimal) | Nsteps (N >= 1): what snapshots.py parses.
+bool validSnapshotEvery(const std::string& v) {
+  if (v == "auto" || v == "off") return true;
+  std::string n = v.size() > 5 && v.compare(v.size() - 5, 5, "steps") == 0 ? v.substr(0, v.size() - 5) : v;
+  bool steps = n.size() != v.size();
+  if (n.empty() || n.size() > 12) return false;
+  int dots = 0;
+  for (char c : n) {
+    if (c == '.' && !steps)
+      ++dots;
+    else if (c < '0' || c > '9')
+      return false;
+  }
+  return dots <= 1 && n != "." && std::strtod(n.c_str(), nullptr) > 0;
+}
 
 const char* const kRecordUsage =
     "usage: dlrecord [options] [-o TRACE] -- CMD [ARGS...]\n"
@@ -18,6 +36,9 @@ const char* const kRecordUsage =
     "                                 and received; results of the last K steps kept for a failure\n"
     "                         full:   + every collective's results, so that one rank can be\n"
     "                                 replayed alone (dlreplay --rank R)\n"
+    "  --snapshot-every WHEN  training-state snapshots for jump replay (dlreplay --from):\n"
+    "                       auto (default: by time, ~1% of the job's time), SECONDS, Nsteps\n"
+    "                       (e.g. 1000steps) or off (a failure snapshot is still taken)\n"
     "  --ring-steps K       module outputs and losses of the last K steps are kept in full in\n"
     "                       memory and written only when a failure happens (default 2, 0 = off)\n"
     "  --redact LIST        comma-separated name fragments of environment variables whose\n"
@@ -42,6 +63,7 @@ RecordOptions parseRecordOptions(const std::vector<std::string>& argv) {
                           {"--collectives", T::Value},
                           {"--ring-steps", T::Value},
                           {"--redact", T::Value},
+                          {"--snapshot-every", T::Value},
                           {"--quiet", T::Flag, "-q"}},
                          tools::Args::Layout::Command);
   RecordOptions o;
@@ -54,6 +76,9 @@ RecordOptions parseRecordOptions(const std::vector<std::string>& argv) {
     throw UsageError("--collectives must be digest or full (got '" + o.collectives + "')");
   o.ringSteps = static_cast<int>(args.intValue("--ring-steps", 0, 64).value_or(o.ringSteps));
   if (auto r = args.value("--redact")) o.redact = parseRedactPatterns(*r);
+  o.snapshotEvery = args.value("--snapshot-every").value_or(o.snapshotEvery);
+  if (!validSnapshotEvery(o.snapshotEvery))
+    throw UsageError("--snapshot-every must be auto, off, SECONDS or Nsteps (got '" + o.snapshotEvery + "')");
   o.quiet = args.has("--quiet");
   // --help and --version end the parse where they stand: the options before them were checked.
   if (args.final() == "--help") o.action = RecordOptions::Action::Help;

@@ -19,6 +19,7 @@ struct RecordOptions {
   std::string capture = "default";     // minimal | default | full
   int ringSteps = 2;                   // 0..64
   std::string collectives = "digest";  // digest | full
+  std::string snapshotEvery = "auto";  // auto | off | SECONDS | Nsteps (snapshots.py)
   std::vector<std::string> redact = defaultRedactPatterns();
   bool quiet = false;
   std::vector<std::string> command;  // not empty when action is Record
@@ -26,6 +27,9 @@ struct RecordOptions {
 
 // `args` is argv without the program name. Throws tools::UsageError with the message main
 // prints after "dlrecord: ".
+// dlrecord --snapshot-every's values.
+bool validSnapshotEvery(const std::string& v);
+
 RecordOptions parseRecordOptions(const std::vector<std::string>& args);
 
 }  // namespace dlrr

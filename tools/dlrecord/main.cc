@@ -145,11 +145,13 @@ std::unique_ptr<StreamWriter> openLauncherStream(const RecordOptions& o, const s
   utsname u{};
   if (::uname(&u) == 0) ti.setKernel(std::string(u.sysname) + " " + u.release + " " + u.machine);
   ti.setCaptureMode(o.capture);
-  auto opts = ti.initOptions(2);
+  auto opts = ti.initOptions(3);
   opts[0].setKey("ring_steps");
   opts[0].setValue(std::to_string(o.ringSteps));
   opts[1].setKey("collectives");
   opts[1].setValue(o.collectives);
+  opts[2].setKey("snapshot_every");
+  opts[2].setValue(o.snapshotEvery);
   std::string name;
   return std::make_unique<StreamWriter>(createStreamFile(dir.get(), launcherName, name), hm);
 }
@@ -205,7 +207,7 @@ std::vector<std::string> childEnvironment(const RecordOptions& o, const std::str
   std::vector<std::string> env;
   auto skip = [](const std::string& kv) {
     for (const char* k : {"LD_PRELOAD=", "PYTHONPATH=", "DLRR_MODE=", "DLRR_TRACE=", "DLRR_CAPTURE=", "DLRR_COLLECTIVES=",
-                          "DLRR_RING_STEPS=", "DLRR_STATUS_FD=", "DLRR_LIBRARY="})
+                          "DLRR_RING_STEPS=", "DLRR_STATUS_FD=", "DLRR_LIBRARY=", "DLRR_SNAPSHOT_EVERY="})
       if (kv.rfind(k, 0) == 0) return true;
     return false;
   };
@@ -226,6 +228,7 @@ std::vector<std::string> childEnvironment(const RecordOptions& o, const std::str
   env.push_back("DLRR_RING_STEPS=" + std::to_string(o.ringSteps));
   env.push_back("DLRR_COLLECTIVES=" + o.collectives);
   env.push_back("DLRR_LIBRARY=" + paths.library);
+  env.push_back("DLRR_SNAPSHOT_EVERY=" + o.snapshotEvery);
   struct stat st {};
   if (statusFd >= 0 && ::fstat(statusFd, &st) == 0)  // FD:INODE, so the library can tell it is still our pipe
     env.push_back("DLRR_STATUS_FD=" + std::to_string(statusFd) + ":" + std::to_string(st.st_ino));

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "replayer/ReplayTarget.h"
+#include "tools/dlreplay/ReplayPlan.h"
 
 namespace dlrr {
 
@@ -19,6 +20,11 @@ const char* const kReplayUsage =
     "                   step=N   at the start of step N, its batch in hand, before the forward\n"
     "                   crash    at the recorded exception or fatal signal (default when one)\n"
     "                   end      run to the end, verifying every step (default otherwise)\n"
+    "  --from WHERE     where verification starts (jump replay). Default: the latest periodic\n"
+    "                   snapshot at or before the target's step (none: step 0); the steps\n"
+    "                   before it are fast-forwarded, not verified. snapshot: the latest\n"
+    "                   snapshot, the failure one included; start: step 0; step=N: the\n"
+    "                   snapshot of step N\n"
     "  --debug MODE     pdb: an interactive pdb in your frame at the stop\n"
     "                   gdb: run under gdb, stopping in dlrr_replay_stopped (report written)\n"
     "                        or at a fatal signal (batch mode when stdin is not a terminal:\n"
@@ -58,6 +64,7 @@ ReplayOptions parseReplayOptions(const std::vector<std::string>& argv) {
                          {{"--help", T::Final, "-h"},
                           {"--version", T::Final},
                           {"--until", T::Value},
+                          {"--from", T::Value},
                           {"--debug", T::Value},
                           {"--stream", T::Value},
                           {"--rank", T::Value},
@@ -72,6 +79,10 @@ ReplayOptions parseReplayOptions(const std::vector<std::string>& argv) {
                          tools::Args::Layout::Command);
   ReplayOptions o;
   o.until = args.value("--until").value_or("");
+  if (auto v = args.value("--from")) {
+    o.from = *v;
+    if (o.from.empty() || !validJumpFrom(o.from)) throw UsageError("--from takes snapshot, start or step=N");
+  }
   o.debug = args.value("--debug").value_or("");
   if (args.has("--debug") && o.debug != "pdb" && o.debug != "gdb" && o.debug != "wait")
     throw UsageError("--debug must be pdb, gdb or wait (got '" + o.debug + "')");

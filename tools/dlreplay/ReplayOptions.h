@@ -20,6 +20,7 @@ struct ReplayOptions {
   std::string trace;  // not empty when action is Replay
   std::string until;  // "" or a text parseReplayTarget accepts
   std::string debug;  // "", pdb, gdb or wait
+  std::string from;   // "", snapshot, start or step=N (ReplayPlan.h)
   std::string stream;
   std::optional<int> rank;  // 0..2^24
   bool allRanks = false;

@@ -2,6 +2,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -17,8 +18,11 @@ std::string fact(const ReplayFacts& f, const char* key) {
   return it == f.report.end() ? "" : it->second;
 }
 
-std::string lastVerified(uint64_t verified) {
-  return verified == 0 ? "no step verified" : "last verified step " + std::to_string(verified - 1);
+// Verified steps are consecutive from the jump step (0 without a jump).
+std::string lastVerified(uint64_t verified, int64_t jumpStep) {
+  const int64_t first = jumpStep < 0 ? 0 : jumpStep;
+  return verified == 0 ? "no step verified"
+                       : "last verified step " + std::to_string(first + static_cast<int64_t>(verified) - 1);
 }
 
 std::string signalText(int sig) {
@@ -53,13 +57,21 @@ ReplayOutcome decideReplayOutcome(const ReplayFacts& f) {
   if (f.report.empty()) {
     r.exitCode = kNoReplay;
     r.message = "the replayed process never attached to the trace (is it the recorded program? did it import torch?)";
+  } else if (f.report.count("divergence.step") && f.jumpStep >= 0 &&
+             fact(f, "divergence.step") == std::to_string(f.jumpStep)) {
+    // The first step after the jump is where state the snapshot could not restore shows.
+    r.exitCode = kDivergence;
+    r.message = "jump replay diverged after the jump at step " + std::to_string(f.jumpStep) + ": " +
+                tools::printableSummary(fact(f, "divergence.detail"), kTextMax) +
+                "; state outside modules/optimizers/schedulers (Python-side values, code that depends on the "
+                "fast-forwarded steps' results) was not restored; run with --from start for a full replay";
   } else if (f.report.count("divergence.step")) {
     r.exitCode = kDivergence;
     // An exception or a signal the recording did not have is the cause of what the step then
     // lacked (its loss, its outputs): name it first.
     if ((raised && !recordedRaised) || (died && !(recordedDied && sig == f.recordedSignal)))
       r.message = "diverged at step " + fact(f, "divergence.step") + ": the replayed job " + ended +
-                  " where the recording did not; " + lastVerified(r.verified);
+                  " where the recording did not; " + lastVerified(r.verified, f.jumpStep);
     else
       r.message = "diverged at step " + fact(f, "divergence.step") + ": " +
                   tools::printableSummary(fact(f, "divergence.detail"), kTextMax);
@@ -86,18 +98,18 @@ ReplayOutcome decideReplayOutcome(const ReplayFacts& f) {
                              : recordedRaised ? "raised an exception"
                              : f.recordedExit ? "exited with status " + std::to_string(*f.recordedExit)
                                               : "did not";
-      r.message =
-          "diverged: the replayed job " + ended + "; the recording " + recorded + "; " + lastVerified(r.verified);
-    } else if (atEnd && r.verified < f.recordedSteps) {
+      r.message = "diverged: the replayed job " + ended + "; the recording " + recorded + "; " +
+                  lastVerified(r.verified, f.jumpStep);
+    } else if (atEnd && r.verified + static_cast<uint64_t>(std::max<int64_t>(f.jumpStep, 0)) < f.recordedSteps) {
       r.exitCode = kDivergence;
       r.message = "diverged: the replayed job ended after " + std::to_string(r.verified) + " of " +
-                  std::to_string(f.recordedSteps) + " recorded steps; " + lastVerified(r.verified);
+                  std::to_string(f.recordedSteps) + " recorded steps; " + lastVerified(r.verified, f.jumpStep);
     } else if (atEnd) {
       r.exitCode = kOk;
       r.message = "replayed to the end";
     } else {
-      r.message =
-          "ended before reaching " + f.targetText + ": the replayed job " + ended + "; " + lastVerified(r.verified);
+      r.message = "ended before reaching " + f.targetText + ": the replayed job " + ended + "; " +
+                  lastVerified(r.verified, f.jumpStep);
     }
   }
   return r;

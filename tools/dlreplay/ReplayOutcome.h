@@ -41,6 +41,7 @@ struct ReplayFacts {
   std::string recordedFailureKind;  // "exception", "signal", "nonfinite", ... or empty
   int recordedSignal = 0;
   std::optional<int> recordedExit;  // the recorded job's exit status (128+N: signal N)
+  int64_t jumpStep = -1;            // jump replay: the snapshot's step (steps before it not verified)
 };
 
 struct ReplayOutcome {

@@ -42,6 +42,7 @@
 #include "tools/dlreplay/ReplayFiles.h"
 #include "tools/dlreplay/ReplayOptions.h"
 #include "tools/dlreplay/ReplayOutcome.h"
+#include "tools/dlreplay/ReplayPlan.h"
 #include "triage/TraceFacts.h"
 
 extern char** environ;
@@ -373,6 +374,34 @@ int run(int argc, char** argv) {
     }
   }
 
+  // Jump replay (ReplayPlan.h): the snapshot restored, from the replayed stream's Snapshot events.
+  JumpPlan plan;
+  if (o.allRanks) {
+    if (!o.from.empty() && o.from != "start") {
+      std::fprintf(stderr, "dlreplay: --all-ranks replays from step 0; --from is for one process\n");
+      return kUsage;
+    }
+  } else {
+    std::vector<SnapshotInfo> snaps;
+    try {
+      stream->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
+        if (e.isSnapshot())
+          snaps.push_back(
+              {e.getSnapshot().getStep(), e.getSnapshot().getReason() == schema::Snapshot::Reason::FAILURE});
+      });
+    } catch (const TraceError&) {  // damage: the snapshots before it are usable
+    }
+    int64_t targetStep = target.kind == ReplayTarget::Kind::Step                   ? target.step
+                         : (target.kind != ReplayTarget::Kind::End && sum.failure) ? sum.failure->step
+                                                                                   : -1;
+    auto p = planJump(snaps, target.kind, targetStep, o.from, o.check, err);
+    if (!p) {
+      std::fprintf(stderr, "dlreplay: %s\n", err.c_str());
+      return kNotFound;
+    }
+    plan = *p;
+  }
+
   auto ti = launcher->header().getTrace();
   std::vector<std::string> command = o.command;
   bool explicitCommand = !command.empty();
@@ -410,6 +439,7 @@ int run(int argc, char** argv) {
   else
     std::fprintf(stderr, "dlreplay:   in %s, replaying stream %s to %s\n", cwd.c_str(), stream->name().c_str(),
                  target.describe().c_str());
+  if (plan.jumpStep >= 0) std::fprintf(stderr, "dlreplay:   %s\n", plan.why.c_str());
   if (rankSel && ranks.origin && ranks.origin->rank != rankSel->rank && rankSel->failureReceived)
     std::fprintf(stderr, "dlreplay: note: rank %d received its non-finite values; they began on %s\n", rankSel->rank,
                  formatOrigin(*ranks.origin).c_str());
@@ -490,6 +520,10 @@ int run(int argc, char** argv) {
   }
   env["DLRR_UNTIL"] = until;
   env["DLRR_REPORT"] = reportPath;
+  if (plan.jumpStep >= 0)
+    env["DLRR_JUMP_STEP"] = std::to_string(plan.jumpStep);
+  else
+    env.erase("DLRR_JUMP_STEP");
   // --all-ranks: each rank writes REPORT.rank<R>; the files exist beforehand (the library
   // never creates one: it writes only where dlreplay asked).
   RankReports rankReports;
@@ -612,6 +646,7 @@ int run(int argc, char** argv) {
     rf.recordedSignal = sum.failure->signal;
   }
   rf.recordedExit = facts.exitCode;
+  rf.jumpStep = plan.jumpStep;
   const ReplayOutcome decided = decideReplayOutcome(rf);
   int exitCode = decided.exitCode;
   const std::string& outcome = decided.message;
@@ -641,6 +676,10 @@ int run(int argc, char** argv) {
                                   std::to_string(facts.exitCode.value_or(-1))
                             : outcome;
       verdict = "not reproduced: " + why;
+      if (plan.jumpStep >= 0 && exitCode != kNoReplay)
+        verdict += "; from the snapshot of step " + std::to_string(plan.jumpStep) +
+                   ", on the same build: a transient fault (a hardware check is advised) unless state the snapshot "
+                   "cannot hold changed the result (--check --from start replays every step)";
       if (exitCode != kNoReplay) exitCode = kNotReproduced;
     }
   }
@@ -658,6 +697,7 @@ int run(int argc, char** argv) {
     j.field("message", outcome);
     j.field("verified_steps", std::strtoll(verified.c_str(), nullptr, 10));
     j.field("recorded_steps", static_cast<long long>(sum.steps));
+    j.field("jump_step", static_cast<long long>(plan.jumpStep));
     if (o.check) {
       j.key("check").beginObject();
       j.field("reproduced", reproduced);
@@ -673,8 +713,11 @@ int run(int argc, char** argv) {
     j.endObject();
     std::printf("%s\n", out.c_str());
   } else {
-    std::fprintf(stderr, "dlreplay: %s; %s of %llu recorded steps verified bit-exact\n", outcome.c_str(),
-                 verified.c_str(), static_cast<unsigned long long>(sum.steps));
+    std::string jumped = plan.jumpStep < 0 ? ""
+                                           : " (jumped to step " + std::to_string(plan.jumpStep) +
+                                                 ": steps before it were fast-forwarded, not verified)";
+    std::fprintf(stderr, "dlreplay: %s; %s of %llu recorded steps verified bit-exact%s\n", outcome.c_str(),
+                 verified.c_str(), static_cast<unsigned long long>(sum.steps), jumped.c_str());
     if (o.check) {
       const auto& ci = triage::categoryInfo(tri.category);
       std::fprintf(stderr, "dlreplay: %s\n", verdict.c_str());

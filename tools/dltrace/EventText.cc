@@ -417,6 +417,11 @@ std::string describeEvent(schema::Event::Reader e, const InternTable& names) {
         out += ", bytes " + std::to_string(f.getOffset()) + "+" + humanBytes(f.getData().getSize());
       return out;
     }
+    case E::SNAPSHOT: {
+      auto sn = e.getSnapshot();
+      return "step " + std::to_string(sn.getStep()) + " " + enumName(sn.getReason()) + ", tensors " +
+             humanBytes(sn.getTensorBytes()) + " (" + humanBytes(sn.getNewBytes()) + " new)";
+    }
   }
   return "(written by a newer dlrr; use --json to see its fields)";
 }

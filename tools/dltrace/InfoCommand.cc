@@ -5,6 +5,7 @@
 
 #include "format/Ranks.h"
 #include "format/Trace.h"
+#include "format/TraceError.h"
 #include "tools/common/Json.h"
 #include "tools/common/Text.h"
 #include "tools/dltrace/Commands.h"
@@ -29,6 +30,30 @@ std::string ratio(uint64_t raw, uint64_t stored) {
   return b;
 }
 
+struct SnapshotRow {
+  int64_t step;
+  bool failure;
+  uint64_t tensorBytes;
+  uint64_t newBytes;
+};
+
+// Jump replay's snapshots in the main stream (a damaged tail ends the list).
+std::vector<SnapshotRow> snapshotsOf(Trace& trace, const TraceSummary& s) {
+  std::vector<SnapshotRow> rows;
+  StreamReader* r = s.mainStream.empty() ? nullptr : trace.find(s.mainStream);
+  if (!r) return rows;
+  try {
+    r->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
+      if (!e.isSnapshot()) return;
+      auto sn = e.getSnapshot();
+      rows.push_back(
+          {sn.getStep(), sn.getReason() == schema::Snapshot::Reason::FAILURE, sn.getTensorBytes(), sn.getNewBytes()});
+    });
+  } catch (const TraceError&) {
+  }
+  return rows;
+}
+
 std::string pad(const std::string& s, size_t w) { return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' '); }
 
 // When the failing step's failure-ring tensors did not all reach the trace: how many did, and
@@ -47,7 +72,8 @@ std::string missingRingTensors(const TraceSummary& s) {
          std::to_string(f->step) + " written: " + why + " while they were being written";
 }
 
-void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankReport& ranks, const std::string& dlrrVersion) {
+void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankReport& ranks, const std::string& dlrrVersion,
+               const std::vector<SnapshotRow>& snaps) {
   std::string buf;
   JsonWriter j(buf, 2);
   j.beginObject();
@@ -69,6 +95,16 @@ void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
   j.field("steps", s.steps);
   j.field("untrained_steps", s.untrainedSteps);
   j.field("main_stream", s.mainStream);
+  j.key("snapshots").beginArray();
+  for (const auto& sn : snaps) {
+    j.beginObject();
+    j.field("step", sn.step);
+    j.field("reason", std::string(sn.failure ? "failure" : "periodic"));
+    j.field("tensor_bytes", sn.tensorBytes);
+    j.field("new_bytes", sn.newBytes);
+    j.endObject();
+  }
+  j.endArray();
   j.key("failure");
   if (s.failure) {
     j.beginObject();
@@ -188,7 +224,8 @@ void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
   out.write(buf);
 }
 
-void writeText(Output& out, Trace& trace, const TraceSummary& s, const RankReport& ranks, const std::string& dlrrVersion) {
+void writeText(Output& out, Trace& trace, const TraceSummary& s, const RankReport& ranks, const std::string& dlrrVersion,
+               const std::vector<SnapshotRow>& snaps) {
   out.line("trace       " + printable(trace.path()));
   out.line("format      " + s.formatVersion +
            (dlrrVersion.empty() ? "" : " (written by dlrr " + printable(dlrrVersion) + ")"));
@@ -210,6 +247,21 @@ void writeText(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
   if (std::string m = missingRingTensors(s); !m.empty()) out.line("tensors     " + m);
   out.line("size        " + humanBytes(s.fileBytes) + " on disk; " + humanBytes(s.rawBytes) + " raw in " +
            humanBytes(s.bytes) + " stored (" + ratio(s.rawBytes, s.bytes) + ")");
+  if (!snaps.empty()) {
+    uint64_t raw = 0, fresh = 0;
+    for (const auto& sn : snaps) raw += sn.tensorBytes, fresh += sn.newBytes;
+    out.line("snapshots   " + std::to_string(snaps.size()) + " (jump replay: dlreplay --from); tensors " +
+             humanBytes(raw) + ", " + humanBytes(fresh) + " new after dedup");
+    out.line("  " + pad("STEP", 10) + pad("REASON", 10) + pad("TENSORS", 12) + "NEW");
+    const size_t shown = 20;  // the first and the last ones
+    for (size_t i = 0; i < snaps.size(); ++i) {
+      if (snaps.size() > shown && i == shown / 2) out.line("  ... " + std::to_string(snaps.size() - shown) + " more");
+      if (snaps.size() > shown && i >= shown / 2 && i < snaps.size() - shown / 2) continue;
+      const auto& sn = snaps[i];
+      out.line("  " + pad(std::to_string(sn.step), 10) + pad(sn.failure ? "failure" : "periodic", 10) +
+               pad(humanBytes(sn.tensorBytes), 12) + humanBytes(sn.newBytes));
+    }
+  }
   out.line("processes");
   out.line("  " + pad("STREAM", 12) + pad("ROLE", 9) + pad("PID", 8) + pad("EVENTS", 9) + pad("STEPS", 7) +
            pad("EXIT", 6) + pad("STATE", 9) + "ARGV");
@@ -246,10 +298,11 @@ int run(const Args& args, Output& out) {
   std::string dlrrVersion;
   if (StreamReader* l = trace->launcher()) dlrrVersion = l->header().getDlrrVersion().cStr();
   RankReport ranks = analyzeRanks(*trace);
+  std::vector<SnapshotRow> snaps = snapshotsOf(*trace, s);
   if (args.has("--json"))
-    writeJson(out, *trace, s, ranks, dlrrVersion);
+    writeJson(out, *trace, s, ranks, dlrrVersion, snaps);
   else
-    writeText(out, *trace, s, ranks, dlrrVersion);
+    writeText(out, *trace, s, ranks, dlrrVersion, snaps);
   return kExitOk;
 }
 

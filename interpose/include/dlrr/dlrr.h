@@ -100,6 +100,11 @@ DLRR_API void dlrr_val_opaque(const char* type_name);
 DLRR_API void dlrr_val_tensor(const char* dtype, uint32_t elem_size, int ndim, const int64_t* shape, const void* data,
                               uint64_t nbytes, const char* device, int requires_grad);
 DLRR_API void dlrr_batch_end(void);
+/* ---- training-state snapshot at the start of `step` (jump replay): one value built with the
+ * dlrr_val_* calls between begin and end (docs/format.md, "Snapshots"). failure: 1 for the
+ * snapshot of the step with the first non-finite value. */
+DLRR_API void dlrr_snapshot_begin(int64_t step, int failure);
+DLRR_API void dlrr_snapshot_end(void);
 /* An iterator of `loader` ended (StopIteration) after `batches` batches. */
 DLRR_API void dlrr_loader_end(uint32_t loader, uint32_t iteration, uint64_t batches);
 
@@ -177,6 +182,11 @@ DLRR_API int dlrr_replay_rng_at_step(int64_t step, int kind, int device, const u
 /* A runtime fact of the recording ("torch.num_threads", ...), or NULL. */
 DLRR_API const char* dlrr_replay_runtime_info(const char* key);
 DLRR_API int64_t dlrr_replay_recorded_steps(void);
+/* Jump replay: the step whose snapshot the replay restores (-1: replay from the start), and
+ * that snapshot's value in the batch encoding (1 ok, 0 none). Steps before it are
+ * fast-forwarded: not verified. */
+DLRR_API int64_t dlrr_replay_jump_step(void);
+DLRR_API int dlrr_replay_snapshot(int64_t step, const uint8_t** data, uint64_t* n);
 DLRR_API double dlrr_replay_recorded_loss(int64_t step);
 /* Full tensors the recording kept for `step` (the failure ring), as an encoded dict
  * "kind:path#call.output" -> tensor. Always 1 in replay (possibly an empty dict). */

@@ -28,6 +28,7 @@ from .modules import ModuleTracker
 from .patching import Patcher
 from .preflight import Preflight, preflight_batches
 from .rng import RngCapture
+from .snapshots import Registry, SnapshotTaker
 from .steps import StepTracker
 from .tensors import TensorMarshal
 from .training import TrainingPatches
@@ -79,6 +80,9 @@ class Recorder:
         self._watcher = None
         self._runtime_sent = False
         self._cuda_info_sent = False
+        self.registry = Registry()  # what trains: snapshots (record) and their restore (replay)
+        self.snapshots = None
+        self.fast_forwarding = False  # replay: before the jump step, compute is skipped
         self.gpu = None  # GpuDigests: CUDA tensors digested on their device (gpu.py)
         self._gpu_deferred = True  # record: one transfer per step; replay checks at once
         self.error = None  # the internal error that disabled capture, if any
@@ -199,8 +203,31 @@ class Recorder:
         self.training.install(self._patcher)
         self.dist = DistHooks(self, torch, self.dist_replay_mode())
         self.dist.install(self._patcher)
+        self._patch_state_owners(torch)
         if self.lib.dlrr_mode() == native.MODE_RECORD:  # what the main process reads (files.py)
             FileCapture(self, self.lib).install(self._patcher, dataloader)
+            self.snapshots = SnapshotTaker(self.lib, self.values, self.registry)
+
+    def _patch_state_owners(self, torch):
+        """LR schedulers and grad scalers, in creation order (snapshots.py)."""
+        sched = importlib.import_module("torch.optim.lr_scheduler")
+        owners = [(getattr(sched, "LRScheduler", None) or getattr(sched, "_LRScheduler", None),
+                   self.registry.note_scheduler)]
+        amp = getattr(getattr(torch, "cuda", None), "amp", None)
+        if amp is not None and hasattr(amp, "GradScaler"):
+            owners.append((amp.GradScaler, self.registry.note_scaler))
+        rec = self
+        for cls, note in owners:
+            if cls is None:
+                continue
+
+            def wrap(original, note=note):
+                def __init__(self, *args, **kwargs):
+                    original(self, *args, **kwargs)
+                    if rec.active:
+                        rec.guarded(note, self)
+                return __init__
+            self._patcher.wrap(cls, "__init__", wrap)
 
     def _preflight_fact(self, key, value):
         self.lib.dlrr_runtime_info(native.text(key), native.text(value))
@@ -249,6 +276,8 @@ class Recorder:
         self._parameters = None
         if rng is not None:
             self.rng.write(rng)
+        if self.snapshots is not None:
+            self.snapshots.at_step_start(step)
 
     def untrained_step(self, step):
         self.lib.dlrr_step_untrained(step)
@@ -336,9 +365,22 @@ class Recorder:
             return None
         self._digest_fn(kind, path, call_index, output, p[1], p[3], p[4], p[5], p[6], keep,
                         self._digest_ref)
+        out = self._digest_out
+        if (out.nan_count or out.inf_count) and kind in (native.DIGEST_MODULE_OUTPUT, native.DIGEST_LOSS):
+            self._failure_snapshot()
         return p[0]
 
+    def _failure_snapshot(self):
+        """The first non-finite forward value: the step's start state is still live (snapshots.py)."""
+        s = self.snapshots
+        step = self.steps.current
+        if s is not None and not s.failure_taken and step is not None and self.registry.roots:
+            s.failure_taken = True
+            s.take(step, True)
+
     def _on_root(self, module, grad_enabled):
+        if grad_enabled:
+            self.registry.note_root(module)
         ref = self._roots.get(id(module))
         if ref is None or ref() is not module:
             self._roots[id(module)] = weakref.ref(module)  # never keeps a model alive

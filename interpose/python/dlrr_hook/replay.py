@@ -30,7 +30,9 @@ import warnings
 
 from . import gpu, native, rng as rngmod, runtime
 from .batches import BatchDecoder
+from .modules import fetching
 from .recorder import Recorder
+from .snapshots import restore_tree
 
 _HOOK_DIR = os.path.dirname(os.path.abspath(__file__))
 _EXTREME = 1e6  # |x| above this in an input batch is named as extreme
@@ -123,6 +125,9 @@ class Replayer(Recorder):
         self._gpu_deferred = False  # device digests checked at once, to stop at the divergence
         self._gpu_checked = False
         self._cuda_rng_warned = False
+        # Jump replay: steps before the jump step are fast-forwarded (see _install_fast_forward).
+        self.jump_step = lib.dlrr_replay_jump_step()
+        self.fast_forwarding = self.jump_step > 0
 
     # ------------------------------------------------------------------ set-up
     def install(self):
@@ -162,6 +167,50 @@ class Replayer(Recorder):
         super()._on_torch(torch)
         module_module = __import__("torch.nn.modules.module", fromlist=["Module"])
         self._pre_handle = module_module.register_module_forward_pre_hook(self._pre_forward)
+        if self.fast_forwarding:
+            self._install_fast_forward(torch)
+
+    def _install_fast_forward(self, torch):
+        """Before the jump step, a root module's call returns zeros shaped like its real output
+        (learnt from one real call per module and input shapes), requiring grad where the real one
+        did, so the job's loss, backward() and logging run on trivial tensors; optimizer.step()
+        is skipped (training.py). Loop counters, schedulers and Python-side state advance through
+        the job's own code; the snapshot then restores what trains."""
+        replayer = self
+        templates = {}
+
+        def wrap(original):
+            def __call__(module, *args, **kwargs):
+                if not replayer.fast_forwarding or not replayer.active or fetching() or \
+                        replayer.modules._local.__dict__.get("stack"):
+                    return original(module, *args, **kwargs)
+                key = (id(module), module.training, torch.is_grad_enabled(), _shapes(args, kwargs, torch.Tensor))
+                template = templates.get(key)
+                if template is None:
+                    out = original(module, *args, **kwargs)
+                    templates[key] = replayer.guarded(_template, out, torch.Tensor) or False
+                    return out
+                replayer.guarded(replayer._on_root, module, torch.is_grad_enabled())
+                if template is False or not replayer.fast_forwarding:  # the jump step began: compute
+                    return original(module, *args, **kwargs)
+                return _instantiate(template, torch)
+            return __call__
+        self._patcher.wrap(torch.nn.Module, "__call__", wrap)
+
+    def _restore_jump(self, step):
+        """At the jump step's start: load the recorded snapshot into the live objects."""
+        self.fast_forwarding = False
+        ptr, n = ctypes.c_void_p(), ctypes.c_uint64()
+        if not self.lib.dlrr_replay_snapshot(step, ctypes.byref(ptr), ctypes.byref(n)):
+            self._fact("warning", "jump: the trace holds no snapshot of step %d" % step)
+            return
+        tree = self.decoder.decode(ctypes.string_at(ptr.value, n.value))
+        problems = restore_tree(self.registry, tree, self.torch)
+        self._fact("jump.restored", "step %d: %d module(s), %d optimizer(s), %d scheduler(s), %d grad scaler(s)" % (
+            step, len(tree.get("modules", [])), len(tree.get("optimizers", [])), len(tree.get("schedulers", [])),
+            len(tree.get("scalers", []))))
+        for p in problems:
+            self._fact("warning", "jump: not restored: %s" % p)
 
     def dist_replay_mode(self):
         """How collectives replay: with real peers (all) or served from the trace (alone)."""
@@ -288,14 +337,15 @@ class Replayer(Recorder):
     def _restore_rng(self, fetch, what):
         torch = self.torch
         differed = []
+        # Fast-forwarded steps skip their draws (dropout in a skipped forward): no drift to report.
+        quiet = self.fast_forwarding
         for kind, device in self._rng_slots():
             ptr, n = ctypes.c_void_p(), ctypes.c_uint64()
             if not fetch(kind, device, ctypes.byref(ptr), ctypes.byref(n)):
                 continue
             data = ctypes.string_at(ptr.value, n.value)
             if kind == native.RNG_TORCH_CPU:
-                current = torch.get_rng_state()
-                if bytes(current.numpy().tobytes()) != data:
+                if not quiet and bytes(torch.get_rng_state().numpy().tobytes()) != data:
                     differed.append("torch")
                 torch.set_rng_state(torch.frombuffer(bytearray(data), dtype=torch.uint8))
             elif kind == native.RNG_TORCH_CUDA:
@@ -312,16 +362,16 @@ class Replayer(Recorder):
                 np = sys.modules.get("numpy")
                 if np is not None:
                     state = rngmod.numpy_state_from_bytes(data)
-                    if self.rng.numpy_bytes() != data:
+                    if not quiet and self.rng.numpy_bytes() != data:
                         differed.append("numpy")
                     np.random.set_state(state)
             elif kind == native.RNG_PYTHON:
                 rnd = sys.modules.get("random")
                 if rnd is not None:
-                    if self.rng.python_bytes() != data:
+                    if not quiet and self.rng.python_bytes() != data:
                         differed.append("random")
                     rnd.setstate(rngmod.python_state_from_bytes(data))
-        if differed and not self._rng_warned:
+        if differed and not self._rng_warned and not quiet:
             self._rng_warned = True
             self._fact("warning", "RNG state (%s) at %s differed from the recording before it was restored; "
                        "the job drew random numbers differently between steps" % (", ".join(differed), what))
@@ -356,6 +406,8 @@ class Replayer(Recorder):
 
     def _at_step_start(self, step):
         t = self.target
+        if self.fast_forwarding and step >= self.jump_step:
+            self._restore_jump(step)
         if self._stopped:
             return
         if t.kind == native.TARGET_STEP and step == t.step:
@@ -386,6 +438,8 @@ class Replayer(Recorder):
 
     # ------------------------------------------------------------------ checks
     def _digest(self, kind, path, call_index, output, tensor, keep):
+        if self.fast_forwarding:
+            return None  # nothing to compare: the step's compute was skipped
         g = self.gpu
         if g is not None and g.applies(tensor) and self.capture_level < native.CAPTURE_FULL:
             rc = g.digest(kind, path, call_index, output, tensor, 0)  # like the recording: on the device
@@ -434,10 +488,16 @@ class Replayer(Recorder):
                       scan_batch=True)
 
     def _after_backward(self):
+        if self.fast_forwarding:
+            return  # no gradients to digest: the step's compute was skipped
         super()._after_backward()
         if self._anomaly is not None:
             self._anomaly.__exit__(None, None, None)
             self._anomaly = None
+
+    def _digest_parameters(self, optimizer):
+        if not self.fast_forwarding:
+            super()._digest_parameters(optimizer)
 
     def _after_optimizer_step(self, optimizer):
         step = self.steps.current  # a step counted by optimizer.step() ends in super()'s call
@@ -657,3 +717,47 @@ def _tensors_with_paths(value, tensor_type, prefix=""):
     elif isinstance(value, dict):
         for k, item in value.items():
             yield from _tensors_with_paths(item, tensor_type, "%s.%s" % (prefix, k) if prefix else str(k))
+
+
+def _shapes(args, kwargs, tensor_type):
+    """What a root's output shape may depend on: its tensor arguments' shapes and dtypes."""
+    def one(v):
+        if isinstance(v, tensor_type):
+            return (tuple(v.shape), v.dtype, v.device.type)
+        if isinstance(v, (list, tuple)):
+            return tuple(one(x) for x in v)
+        if isinstance(v, dict):
+            return tuple((k, one(x)) for k, x in v.items())
+        return type(v).__name__
+    return (one(args), one(kwargs))
+
+
+def _template(value, tensor_type, depth=0):
+    """A recipe for a stand-in of `value` (None: a type fast-forward cannot stand in for)."""
+    if isinstance(value, tensor_type):
+        return ("T", tuple(value.shape), value.dtype, value.device, value.requires_grad)
+    if depth > 8:
+        return None
+    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+        items = [_template(v, tensor_type, depth + 1) for v in value]
+        return None if any(i is None for i in items) else ("L" if type(value) is list else "U", items)
+    if type(value) is dict:
+        items = {k: _template(v, tensor_type, depth + 1) for k, v in value.items()}
+        return None if any(i is None for i in items.values()) else ("D", items)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return ("V", value)
+    return None
+
+
+def _instantiate(t, torch):
+    kind = t[0]
+    if kind == "T":
+        z = torch.zeros(t[1], dtype=t[2], device=t[3])
+        return z.requires_grad_() if t[4] and z.is_floating_point() else z
+    if kind == "L":
+        return [_instantiate(i, torch) for i in t[1]]
+    if kind == "U":
+        return tuple(_instantiate(i, torch) for i in t[1])
+    if kind == "D":
+        return {k: _instantiate(i, torch) for k, i in t[1].items()}
+    return t[1]

@@ -101,6 +101,7 @@ class TrainingPatches:
             if patches._rec.active:
                 patches._rec.guarded(patches.wrap_step_of, type(self))
                 patches._rec.guarded(patches._rec.steps.note_optimizer_created)
+                patches._rec.guarded(patches._rec.registry.note_optimizer, self)
         return __init__
 
     def wrap_step_of(self, cls):
@@ -122,7 +123,8 @@ class TrainingPatches:
             rec.guarded(patches._before_step, self)
             local.step = 1
             try:
-                result = original(self, *args, **kwargs)
+                # Jump replay's fast-forward: the update is skipped (the snapshot restores it).
+                result = None if rec.fast_forwarding else original(self, *args, **kwargs)
             finally:
                 local.step = 0
             if rec.active:

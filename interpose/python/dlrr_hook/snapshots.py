@@ -1,0 +1,199 @@
+"""Training-state snapshots for jump replay (docs/replay.md, "Jump replay").
+
+Record: at the start of a step (when the recorder announces it), the state of everything the
+hook knows trains - every root module that had a grad-enabled forward (its state_dict and its
+parameters' .grad, which matter when gradients accumulate across micro-batches), every
+optimizer, LR scheduler and GradScaler, in creation order - is written as one structured value
+(ValueWriter: no pickle; tensors become content-addressed blobs, so an unchanged tensor costs
+its bytes once).  RNG states and loader positions are not in it: the trace has them for every
+step already, and replay restores them there.
+
+Cadence (DLRR_SNAPSHOT_EVERY, set by `dlrecord --snapshot-every`): "off", "Nsteps" (every N
+steps), "S" (every S seconds), or "auto" (default): by time, the interval growing with the
+measured cost of a snapshot so that snapshots take about 1% of the job's time.
+
+A failure snapshot is taken once, in the step whose module output or loss is the first
+non-finite value: the optimizer has not stepped yet, so the state is still the step's start
+(except buffers a forward updates in place, e.g. BatchNorm running statistics), and the
+failing step can be replayed alone.  It is taken whatever the cadence.
+
+Replay: Snapshots.restore(tree) loads the same objects, matched by creation order.
+"""
+
+import os
+import time
+import weakref
+
+_AUTO_MIN_S = 30.0    # first auto snapshot after this long, and never more often
+_AUTO_COST = 100.0    # interval >= 100x the last snapshot's cost: ~1% of the job's time
+
+
+def parse_cadence(text):
+    """("off"|"steps"|"seconds"|"auto", number). Unknown text: auto."""
+    text = (text or "auto").strip().lower()
+    if text in ("off", "0", "none"):
+        return ("off", 0)
+    try:
+        if text.endswith("steps"):
+            n = int(text[:-5])
+            return ("steps", n) if n > 0 else ("off", 0)
+        if text.endswith("s") and text[:-1].replace(".", "", 1).isdigit():
+            text = text[:-1]
+        v = float(text)
+        return ("seconds", v) if v > 0 else ("off", 0)
+    except ValueError:
+        return ("auto", 0)
+
+
+class Registry:
+    """What trains, in creation (or first training use) order: the same order in a replay."""
+
+    def __init__(self):
+        self.roots = []       # weakrefs of root modules with a grad-enabled forward
+        self.optimizers = []
+        self.schedulers = []
+        self.scalers = []
+        self._checked = {}  # id -> weakref: roots looked at once (a call per step stays cheap)
+
+    @staticmethod
+    def _add(lst, obj):
+        for ref in lst:
+            if ref() is obj:
+                return
+        lst.append(weakref.ref(obj))
+
+    def note_root(self, module):
+        ref = self._checked.get(id(module))
+        if ref is not None and ref() is module:
+            return
+        self._checked[id(module)] = weakref.ref(module)
+        # Modules without state (a loss function) are no part of the training state.
+        for _ in module.state_dict(keep_vars=True):
+            self._add(self.roots, module)
+            return
+
+    def note_optimizer(self, opt):
+        self._add(self.optimizers, opt)
+
+    def note_scheduler(self, sched):
+        self._add(self.schedulers, sched)
+
+    def note_scaler(self, scaler):
+        self._add(self.scalers, scaler)
+
+    @staticmethod
+    def live(lst):
+        return [ref() for ref in lst if ref() is not None]
+
+
+def _optimizer_tree(opt):
+    sd = opt.state_dict()
+    return {"state": {str(k): v for k, v in sd["state"].items()}, "param_groups": sd["param_groups"]}
+
+
+def _scheduler_tree(sched):
+    sd = sched.state_dict()
+    # Functions (LambdaLR's lambdas) are not state: the job's code recreates them.
+    return {k: v for k, v in sd.items() if not callable(v)}
+
+
+def build_tree(registry):
+    modules = []
+    for m in Registry.live(registry.roots):
+        grads = {name: (p.grad.detach() if p.grad is not None else None) for name, p in m.named_parameters()}
+        modules.append({"type": type(m).__name__, "state": dict(m.state_dict()), "grads": grads})
+    return {
+        "format": 1,
+        "modules": modules,
+        "optimizers": [_optimizer_tree(o) for o in Registry.live(registry.optimizers)],
+        "schedulers": [_scheduler_tree(s) for s in Registry.live(registry.schedulers)],
+        "scalers": [s.state_dict() for s in Registry.live(registry.scalers)],
+    }
+
+
+def restore_tree(registry, tree, torch):
+    """Loads `tree` into the live objects; returns a list of what could not be restored."""
+    problems = []
+
+    def pair(kind, live, saved):
+        if len(live) != len(saved):
+            problems.append("%d %s here, %d in the snapshot" % (len(live), kind, len(saved)))
+        return zip(live, saved)
+
+    with torch.no_grad():
+        for m, saved in pair("modules", Registry.live(registry.roots), tree.get("modules", [])):
+            try:
+                m.load_state_dict(saved["state"], strict=True)
+            except Exception as exc:  # names or shapes differ: not the recorded model
+                problems.append("module %s: %s" % (type(m).__name__, str(exc).splitlines()[0]))
+                continue
+            grads = saved.get("grads", {})
+            for name, p in m.named_parameters():
+                g = grads.get(name)
+                p.grad = None if g is None else g.to(dtype=p.dtype, device=p.device).clone()
+    for o, saved in pair("optimizers", Registry.live(registry.optimizers), tree.get("optimizers", [])):
+        try:
+            state = {int(k): v for k, v in saved["state"].items()}
+            o.load_state_dict({"state": state, "param_groups": saved["param_groups"]})
+        except Exception as exc:
+            problems.append("optimizer %s: %s" % (type(o).__name__, exc))
+    for s, saved in pair("schedulers", Registry.live(registry.schedulers), tree.get("schedulers", [])):
+        try:
+            sd = s.state_dict()
+            sd.update(saved)
+            s.load_state_dict(sd)
+        except Exception as exc:
+            problems.append("scheduler %s: %s" % (type(s).__name__, exc))
+    for s, saved in pair("grad scalers", Registry.live(registry.scalers), tree.get("scalers", [])):
+        try:
+            s.load_state_dict(saved)
+        except Exception as exc:
+            problems.append("grad scaler: %s" % exc)
+    return problems
+
+
+class SnapshotTaker:
+    """Record side: decides when, and writes the snapshot through the C API."""
+
+    def __init__(self, lib, values, registry):
+        self._lib = lib
+        self._values = values
+        self.registry = registry
+        self.mode, self.every = parse_cadence(os.environ.get("DLRR_SNAPSHOT_EVERY"))
+        self._last_t = time.monotonic()
+        self._last_step = None
+        self._interval = _AUTO_MIN_S if self.mode == "auto" else self.every
+        self.failure_taken = False
+        self.taken = 0
+
+    def at_step_start(self, step):
+        if self.mode == "off" or step == 0 or not self.registry.roots:
+            return
+        if self.mode == "steps":
+            due = step % self.every == 0
+        else:
+            due = time.monotonic() - self._last_t >= self._interval
+        if due:
+            self.take(step, False)
+
+    def take(self, step, failure):
+        t0 = time.monotonic()
+        try:
+            tree = build_tree(self.registry)
+        except Exception as exc:  # an object whose state_dict() fails: no snapshots, the recording goes on
+            self.mode = "off"
+            self.failure_taken = True
+            self._lib.dlrr_note(("snapshots off: %s: %s" % (type(exc).__name__, exc)).encode("utf-8", "replace"))
+            return
+        self._lib.dlrr_snapshot_begin(step, 1 if failure else 0)
+        try:
+            self._values.write(tree)
+        finally:
+            self._lib.dlrr_snapshot_end()
+        now = time.monotonic()
+        if self.mode == "auto":
+            self._interval = max(_AUTO_MIN_S, _AUTO_COST * (now - t0))
+        self._last_t = now
+        self.taken += 1
+        if failure:
+            self.failure_taken = True

@@ -1,0 +1,142 @@
+"""Jump replay (issue 15): snapshots while recording, dlreplay jumping to the latest snapshot
+before the target, fast-forwarding the steps before it and verifying every step after it."""
+import json
+import os
+import signal
+import subprocess
+import time
+import unittest
+
+from harness import PY, ROOT, TraceTestCase, children, info, run, tool
+
+JOB = os.path.join(ROOT, "tests", "integration", "jobs", "jump_job.py")
+
+
+def record(trace, mode, *job_args, every="50steps"):
+    p = run([tool("dlrecord"), "-o", trace, "--snapshot-every", every, "--", PY, JOB, mode] + list(job_args))
+    if p.returncode != 0:
+        raise AssertionError("dlrecord failed:\n" + p.stderr)
+    return p
+
+
+def replay(trace, *args):
+    p = run([tool("dlreplay"), trace, "--json"] + list(args))
+    doc = json.loads(p.stdout.splitlines()[-1]) if p.stdout.strip() else {}
+    return p, doc
+
+
+class JumpReplayTest(TraceTestCase):
+    def check_reaches_the_failure(self, mode, *job_args):
+        trace = self.trace_path()
+        record(trace, mode, *job_args)
+        doc = info(trace)
+        fail = doc["failure"]["step"]
+        self.assertGreaterEqual(fail, 150, "the job must go non-finite late for a jump to mean anything")
+        snaps = doc["snapshots"]
+        periodic = [s["step"] for s in snaps if s["reason"] == "periodic"]
+        self.assertEqual(periodic, list(range(50, fail + 1, 50)))
+        self.assertEqual([s["step"] for s in snaps if s["reason"] == "failure"], [fail])
+        # Unchanged tensors are stored once: the later snapshots add less than they hold.
+        self.assertTrue(all(s["new_bytes"] <= s["tensor_bytes"] for s in snaps))
+        # Jump to a periodic snapshot well before the failure: every step after it is verified
+        # bit-exactly up to the failing step, where the replay stops before the recorded value.
+        jump = periodic[-3]
+        p, rep = replay(trace, "--from", "step=%d" % jump)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(rep["jump_step"], jump)
+        self.assertEqual(rep["report"]["stop.step"], str(fail))
+        self.assertEqual(rep["verified_steps"], fail - jump, p.stderr)
+        self.assertIn("jumping to the snapshot of step %d" % jump, p.stderr)
+        self.assertEqual(rep["report"]["stop"], "target")
+        # The default picks the latest periodic snapshot; --from snapshot may take the failure
+        # snapshot: the failing step replayed alone.
+        p, rep = replay(trace)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(rep["jump_step"], periodic[-1])
+        self.assertEqual(rep["verified_steps"], fail - periodic[-1])
+        p, rep = replay(trace, "--from", "snapshot")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(rep["jump_step"], fail)
+        self.assertEqual(rep["report"]["stop.step"], str(fail))
+        return trace, fail
+
+    def test_dataloader_mlp_with_lambda_lr_and_gradient_accumulation(self):
+        trace, fail = self.check_reaches_the_failure("loader")
+        # To the end from a snapshot: every step after the jump verified, none before it counted.
+        p, rep = replay(trace, "--from", "step=100", "--until", "end")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(rep["verified_steps"], fail + 1 - 100)
+        self.assertEqual(rep["recorded_steps"], fail + 1)
+
+    def test_loop_without_dataloader_computing_its_lr_from_its_counter(self):
+        self.check_reaches_the_failure("lm")
+
+    def test_check_uses_the_failure_snapshot(self):
+        trace = self.trace_path()
+        record(trace, "lm", every="off")
+        doc = info(trace)
+        self.assertEqual([s["reason"] for s in doc["snapshots"]], ["failure"])
+        p = run([tool("dlreplay"), trace, "--check"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("jumping to the snapshot of step %d (the failure snapshot)" % doc["failure"]["step"], p.stderr)
+        self.assertIn("deterministic: reproduced at step %d" % doc["failure"]["step"], p.stderr)
+
+    def test_state_the_snapshot_cannot_hold_is_reported_never_verified(self):
+        trace = self.trace_path()
+        record(trace, "pyside")
+        fail = info(trace)["failure"]["step"]
+        p, rep = replay(trace, "--from", "step=100")
+        self.assertEqual(p.returncode, 11, p.stderr)
+        self.assertIn("jump replay diverged after the jump at step 100", rep["message"])
+        self.assertIn("run with --from start for a full replay", rep["message"])
+        self.assertEqual(rep["verified_steps"], 0)
+        # The full replay verifies it.
+        p, rep = replay(trace, "--from", "start")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(rep["verified_steps"], fail)
+
+    def test_torchvision_resnet18_with_steplr(self):
+        trace = self.trace_path()
+        record(trace, "vision", "--steps", "12", every="4steps")
+        doc = info(trace)
+        self.assertEqual([s["step"] for s in doc["snapshots"]], [4, 8])
+        p, rep = replay(trace, "--from", "step=8", "--until", "end")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(rep["verified_steps"], 4)
+        self.assertIn("jump.restored", rep["report"])
+        self.assertNotIn("warning", rep["report"])
+
+    def test_kill_9_leaves_readable_snapshots(self):
+        trace = self.trace_path()
+        proc = subprocess.Popen([tool("dlrecord"), "-o", trace, "--snapshot-every", "20steps", "--", PY, JOB, "loader",
+                                 "--growth", "1.0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            snaps = []
+            deadline = time.monotonic() + 120
+            while len(snaps) < 3 and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.5)
+                p = run([tool("dltrace"), "info", trace, "--json"])
+                if p.returncode == 0:
+                    snaps = json.loads(p.stdout).get("snapshots", [])
+            self.assertGreaterEqual(len(snaps), 3, "the job never wrote three snapshots")
+            job = children(proc.pid)
+            self.assertTrue(job)
+            os.kill(job[0], signal.SIGKILL)
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        doc = info(trace)
+        steps = [s["step"] for s in doc["snapshots"]]
+        self.assertGreaterEqual(len(steps), 3)
+        self.assertTrue(all(s < doc["steps"] for s in steps), (steps, doc["steps"]))
+        last = steps[-1]
+        p, rep = replay(trace, "--from", "snapshot", "--until", "step=%d" % (doc["steps"] - 1))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(rep["jump_step"], last)
+        self.assertEqual(rep["verified_steps"], doc["steps"] - 1 - last)
+
+
+if __name__ == "__main__":
+    unittest.main()

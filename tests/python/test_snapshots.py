@@ -1,0 +1,81 @@
+"""snapshots.py: the cadence option, and a snapshot tree restoring real torch objects exactly."""
+
+import unittest
+
+import fake_native  # noqa: F401  (puts the hook on sys.path)
+from dlrr_hook.snapshots import Registry, build_tree, parse_cadence, restore_tree
+
+import torch
+import torch.nn as nn
+
+
+def make(seed):
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 0.5 ** k)
+    reg = Registry()
+    reg.note_root(model)
+    reg.note_root(nn.CrossEntropyLoss())  # no state: not part of the snapshot
+    reg.note_optimizer(opt)
+    reg.note_scheduler(sched)
+    return model, opt, sched, reg
+
+
+def train(model, opt, sched, steps, seed):
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        x, y = torch.randn(16, 4, generator=g), torch.randint(0, 2, (16,), generator=g)
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        sched.step()
+    # A half-accumulated gradient: part of the state at a step boundary.
+    x, y = torch.randn(16, 4, generator=g), torch.randint(0, 2, (16,), generator=g)
+    nn.functional.cross_entropy(model(x), y).backward()
+
+
+class CadenceTest(unittest.TestCase):
+    def test_values(self):
+        self.assertEqual(parse_cadence("off"), ("off", 0))
+        self.assertEqual(parse_cadence("1000steps"), ("steps", 1000))
+        self.assertEqual(parse_cadence("90"), ("seconds", 90.0))
+        self.assertEqual(parse_cadence("2.5s"), ("seconds", 2.5))
+        self.assertEqual(parse_cadence(None), ("auto", 0))
+        self.assertEqual(parse_cadence("auto"), ("auto", 0))
+        self.assertEqual(parse_cadence("0steps"), ("off", 0))
+
+
+class TreeTest(unittest.TestCase):
+    def test_restore_makes_the_next_steps_bit_identical(self):
+        model, opt, sched, reg = make(0)
+        train(model, opt, sched, 5, seed=1)
+        tree = build_tree(reg)
+        self.assertEqual(len(tree["modules"]), 1)
+        self.assertEqual(set(tree["optimizers"][0]["state"]), {"0", "1", "2", "3", "4", "5"})
+        # Text keys and tuples survive; functions do not (LambdaLR's lambdas are code).
+        self.assertTrue(all(not callable(v) for v in tree["schedulers"][0].values()))
+        # Another process's objects, trained differently: the restore makes them the same.
+        model2, opt2, sched2, reg2 = make(7)
+        train(model2, opt2, sched2, 2, seed=9)
+        self.assertEqual(restore_tree(reg2, tree, torch), [])
+        train(model, opt, sched, 3, seed=5)
+        train(model2, opt2, sched2, 3, seed=5)
+        for a, b in zip(model.state_dict().values(), model2.state_dict().values()):
+            self.assertTrue(torch.equal(a, b))
+        for a, b in zip(model.parameters(), model2.parameters()):
+            self.assertTrue(torch.equal(a.grad, b.grad))
+        self.assertEqual(sched.get_last_lr(), sched2.get_last_lr())
+
+    def test_a_different_model_is_reported_not_loaded(self):
+        model, opt, sched, reg = make(0)
+        tree = build_tree(reg)
+        other = Registry()
+        linear = nn.Linear(3, 3)  # the registry holds weak references
+        other.note_root(linear)
+        problems = restore_tree(other, tree, torch)
+        self.assertTrue(any("module Linear" in p for p in problems), problems)
+        self.assertTrue(any("0 optimizers here, 1 in the snapshot" in p for p in problems), problems)
+
+
+if __name__ == "__main__":
+    unittest.main()
