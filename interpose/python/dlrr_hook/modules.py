@@ -167,9 +167,13 @@ class ModuleTracker:
         on_root = self._on_root
         on_output = self._on_output
         digest_outputs = self._digest_outputs
+        path_entries = paths._paths.get  # the per-call lookup, inlined below (ModulePaths.lookup)
+        fetch = _fetch
 
+        # The hooks run for every module call of every step: lookups are bound once, and the
+        # common case (path known) is inlined; see docs/performance.md.
         def pre_hook(module, args):
-            if not rec.active or (is_compiling is not None and is_compiling()) or fetching():
+            if not rec.active or (is_compiling is not None and is_compiling()) or getattr(fetch, "depth", 0):
                 return None
             try:
                 stack = local.__dict__.get("stack")
@@ -183,7 +187,7 @@ class ModuleTracker:
             return None
 
         def post_hook(module, args, output):
-            if not rec.active or (is_compiling is not None and is_compiling()) or fetching():
+            if not rec.active or (is_compiling is not None and is_compiling()) or getattr(fetch, "depth", 0):
                 return None
             try:
                 stack = local.__dict__.get("stack")
@@ -196,9 +200,13 @@ class ModuleTracker:
                     while stack and stack.pop() is not module:
                         pass
                 if digest_outputs and output is not None:
-                    parent = stack[-1] if stack else None
-                    root = stack[0] if stack else module
-                    on_output(paths.path_of(module, parent, root), output)
+                    entry = path_entries(id(module))
+                    if entry is not None and entry[0]() is module:
+                        on_output(entry[1], output)
+                    else:
+                        parent = stack[-1] if stack else None
+                        root = stack[0] if stack else module
+                        on_output(paths.path_of(module, parent, root), output)
             except Exception as exc:
                 rec.internal_error(exc)
             return None

@@ -392,6 +392,14 @@ class Recorder:
         calls[path] = call_index + 1
         tensor_type = self._tensor_type
         if isinstance(output, tensor_type):
+            g = self.gpu
+            if g is None or self.capture_level >= native.CAPTURE_FULL or not g.applies(output):
+                # _digest's host path inlined: this runs for every module call of every step
+                p = self._prepare(output)
+                if p is not None:
+                    self._digest_fn(native.DIGEST_MODULE_OUTPUT, path, call_index, 0, p[1], p[3], p[4], p[5],
+                                    p[6], self._keep_outputs, self._digest_ref)
+                return
             self._digest(native.DIGEST_MODULE_OUTPUT, path, call_index, 0, output, self._keep_outputs)
             return
         for index, tensor in enumerate(_flat_tensors(output, tensor_type)):

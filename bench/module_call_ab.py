@@ -1,0 +1,120 @@
+"""Cost of the hook per module call and per step boundary, in one recorded process.
+
+    /usr/bin/python3 bench/module_call_ab.py [--build build] [--modules 64] [--rounds 200]
+
+Runs under the real library (preloaded, recording to a temporary trace, as dlrecord runs
+a job).  Per module call: a root holding --modules tiny nn.Modules (a scale of a 4-float
+tensor, so that hashing and copying are negligible) runs forward with recording on and off,
+in alternating rounds; the difference of the main thread's CPU time per module call is the
+hook's cost (pre/post hooks, path, digest dispatch, the dlrr_digest crossing and event).
+Per step boundary: a DataLoader over a 4-float data set is iterated with recording on
+(each batch ends the previous step and begins the next: commit, RNG states, batch value)
+and off.  The minimum over rounds is the figure to compare on a loaded machine (other
+processes only ever add to a round's CPU time: cache and frequency effects); the median is
+printed beside it.  A benchmark, not a test.
+"""
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+PY = "/usr/bin/python3"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+JOB = textwrap.dedent("""
+    import os, statistics, sys, time
+    import dlrr_hook
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+    import torch.nn.modules.module as module_module
+
+    rec = dlrr_hook.current()
+    assert rec is not None and rec.torch is not None, "hook not recording"
+    n, rounds = int(os.environ["BENCH_MODULES"]), int(os.environ["BENCH_ROUNDS"])
+
+    class Scale(nn.Module):
+        def forward(self, x):
+            return x * 1.0
+
+    class Root(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList(Scale() for _ in range(n))
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    model = Root()
+    x = torch.ones(4, requires_grad=True)
+    loader = DataLoader(TensorDataset(torch.ones(100000, 4)), batch_size=1)
+    it = iter(loader)
+
+    def pause():
+        rec.active = False
+        rec.modules.uninstall()
+
+    def resume():
+        rec.modules.install(module_module)
+        rec.active = True
+
+    next(it)  # step 0 open: module calls below belong to a step
+    calls = {True: [], False: []}
+    steps = {True: [], False: []}
+    for r in range(rounds):
+        on = r % 2 == 1
+        (resume if on else pause)()
+        c0 = time.thread_time()
+        model(x)
+        c1 = time.thread_time()
+        for _ in range(8):
+            next(it)
+        c2 = time.thread_time()
+        if r >= 10:
+            calls[on].append((c1 - c0) / (n + 1))
+            steps[on].append((c2 - c1) / 8)
+    pause()
+    assert rec.error is None, "hook disabled itself: %r" % (rec.error,)
+    print(repr({"calls": calls, "steps": steps}))
+""")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--capture", choices=("minimal", "default", "full"), default="default")
+    ap.add_argument("--modules", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=200)
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="dlrr-module-ab-")
+    try:
+        library = os.path.join(args.build, "lib", "dlrr", "libdlrr.so")
+        hook_dir = os.path.join(args.build, "lib", "dlrr", "python")
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("DLRR_") and k not in ("LD_PRELOAD", "PYTHONPATH")}
+        env.update(BENCH_MODULES=str(args.modules), BENCH_ROUNDS=str(args.rounds), LD_PRELOAD=library,
+                   DLRR_LIBRARY=library, DLRR_MODE="record", DLRR_TRACE=tmp, DLRR_CAPTURE=args.capture,
+                   PYTHONPATH=hook_dir)
+        p = subprocess.run([PY, "-c", JOB], env=env, capture_output=True, text=True)
+        if p.returncode != 0:
+            sys.exit("job failed:\n" + p.stderr[-3000:])
+        r = eval(p.stdout.strip().splitlines()[-1])  # our own repr of floats and lists
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("capture %s, %d modules, load average %.2f (main thread CPU time of rounds: min, median)"
+          % (args.capture, args.modules, os.getloadavg()[0]))
+    for what, unit in (("calls", "module call"), ("steps", "step boundary")):
+        for name, stat in (("min", min), ("median", statistics.median)):
+            a, b = stat(r[what][False]), stat(r[what][True])
+            print("per %-14s %-6s plain %8.2f us  recorded %8.2f us  hook %8.2f us"
+                  % (unit, name, a * 1e6, b * 1e6, (b - a) * 1e6))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
