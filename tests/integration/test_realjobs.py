@@ -144,8 +144,8 @@ class HogwildForkTest(TraceTestCase):
 
 class HogwildSpawnTest(TraceTestCase):
     """torch.multiprocessing trainers started with 'spawn' (issue 12, item 4): each is its own
-    stream; replay attaches the first trainer to the stream it recorded, whatever descriptor
-    numbers multiprocessing passes it this time."""
+    stream; replay gives each stream to the trainer the parent created in the same order
+    (DLRR_PROCESS_ID), whatever descriptor numbers multiprocessing passes it this time."""
 
     def record(self, *args):
         trace = self.trace_path()
@@ -167,7 +167,7 @@ class HogwildSpawnTest(TraceTestCase):
 
     @unittest.skip("issue 12 item 4, open: whether two trainers race on the shared model in a given run is "
                    "itself not deterministic (a run without a race replays bit-exact), so this cannot be "
-                   "asserted from one run; and the stream a trainer claims depends on start order")
+                   "asserted from one run (the stream a trainer claims is now fixed by its identity)")
     def test_racy_shared_model_updates_are_a_divergence_naming_step_and_process(self):
         trace = self.record("--processes", "2")
         p, doc = replay(trace, "--until", "end")
