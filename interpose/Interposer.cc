@@ -43,8 +43,9 @@ void replayAtExit() {
 }
 
 void atforkReplayChild() {
-  // DataLoader workers (if any start in replay) must not consume the served entropy.
-  if (ReplaySession* r = processReplayer()) r->deactivate();
+  // DataLoader workers (if any start in replay) must not consume the served entropy; a forked
+  // Hogwild trainer whose identity is the replayed stream's takes the stream over.
+  if (ReplaySession* r = processReplayerAny()) r->afterForkChild();
 }
 
 __attribute__((constructor)) void dlrrInit() {

@@ -27,6 +27,8 @@ ReplaySession* processReplayer() noexcept {
   return r && r->active() ? r : nullptr;
 }
 
+ReplaySession* processReplayerAny() noexcept { return gReplayer.load(std::memory_order_acquire); }
+
 void startProcessReplayer(const Config& cfg, const std::string& until) {
   if (gReplayer.load()) return;
   auto* r = ::new (static_cast<void*>(gReplayStorage)) ReplaySession(cfg, until);

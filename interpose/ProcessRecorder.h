@@ -14,6 +14,8 @@ void startProcessRecorder(const Config& cfg);
 
 // Replay mode: nullptr unless this process is the one being replayed.
 ReplaySession* processReplayer() noexcept;
+// The replay session whether or not this process is the replayed one (fork handling).
+ReplaySession* processReplayerAny() noexcept;
 // Throws TraceError when the trace cannot be loaded.
 void startProcessReplayer(const Config& cfg, const std::string& until);
 

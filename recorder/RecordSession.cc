@@ -85,6 +85,7 @@ void writeNoSigpipe(int fd, const char* p, size_t n) noexcept {
 
 RecordSession::RecordSession(Config cfg) : cfg_(std::move(cfg)), ownerPid_(::getpid()), ring_(cfg_.ringSteps) {
   startNs_ = monoNs();
+  if (const char* id = std::getenv(kProcessIdEnv)) identity_ = id;
   if (cfg_.statusFd >= 0) {
     // The number travels in the environment to exec'd children, where it may be closed or be
     // one of the job's own files (a shell's `exec 5>log`): use it only while it is still
@@ -180,6 +181,7 @@ StreamWriter* RecordSession::writer() {
     auto h = initStreamHeader(hm, name, schema::StreamHeader::Role::PROCESS);
     std::string parent = "p" + std::to_string(::getppid());
     if (::faccessat(dir, (parent + kStreamExt).c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0) h.setParentStream(parent);
+    h.setProcessIdentity(identity_);
     auto argv = readCmdline();
     auto a = h.initArgv(static_cast<unsigned>(argv.size()));
     for (size_t i = 0; i < argv.size(); ++i) a.set(static_cast<unsigned>(i), argv[i]);
@@ -548,12 +550,32 @@ void RecordSession::forked(int childPid) noexcept {
 
 void RecordSession::afterForkChild() noexcept {
   // A forked child without exec (e.g. a DataLoader worker) is not recorded: its work reaches
-  // the parent (batches), and replay serves the parent. After exec it records afresh.
+  // the parent (batches), and replay serves the parent. After exec it records afresh. A
+  // multiprocessing.Process the job started (its new identity is in the environment the
+  // hook set for this fork: a Hogwild trainer) records its own stream, opened on its first
+  // event like any process's.
   unprotectAllFds();  // the child's copies are not ours: the job may close them
   if (writer_) writer_->afterForkChild();
   (void)writer_.release();  // owned by the parent's copy of memory; never destroy it here
   ring_.resetAfterForkChild();
+  const char* id = std::getenv(kProcessIdEnv);  // getenv allocates nothing: safe in a fork child
+  bool trainer = isTrainerIdentity(id) && identity_ != id && !disabled_.load() && !exited_.load();
+  if (trainer) {
+    identity_ = id;
+    ownerPid_ = ::getpid();
+    openTried_ = false;
+    status_.clear();
+    writerFailureReported_.store(false);
+    streamFd_ = -1;
+    pystackReady_ = false;  // the parent's crash file is the parent's
+    pystackFd_ = -1;
+    pystackPath_.clear();
+    startNs_ = monoNs();
+    if (dirFd_.valid()) protectFd(dirFd_.get());  // our inherited copy of the trace directory
+    if (cfg_.statusFd >= 0) protectFd(cfg_.statusFd);
+  }
   mu_.unlock();
+  if (trainer) return;
   disabled_.store(true);
   exited_.store(true);
 }

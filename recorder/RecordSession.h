@@ -134,6 +134,11 @@ class RecordSession {
 
   Config cfg_;
   pid_t ownerPid_ = -1;  // a vfork()ed child shares our memory but has another pid: it must not touch it
+  // DLRR_PROCESS_ID when this process started recording (multiprocessing.Process identity,
+  // "" for the job's main process). A forked child whose environment holds another one is a
+  // Process the job started (a Hogwild trainer): it records its own stream. A fork that keeps
+  // ours (a DataLoader worker, os.fork()) records nothing.
+  std::string identity_;
   mutable std::mutex mu_;
   std::unique_ptr<StreamWriter> writer_;
   bool openTried_ = false;

@@ -1,9 +1,5 @@
 #include "replayer/ReplaySession.h"
 
-#include "replayer/ReplayReport.h"
-
-#include "format/DistEnv.h"
-
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -14,9 +10,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "format/DistEnv.h"
 #include "format/TraceError.h"
 #include "replayer/BatchEncoding.h"
 #include "replayer/ProcessMatch.h"
+#include "replayer/ReplayReport.h"
 
 namespace dlrr {
 namespace {
@@ -81,9 +79,17 @@ ReplaySession::ReplaySession(const Config& cfg, const std::string& until) : cfg_
   std::vector<std::string> recorded;
   for (auto a : stream_->header().getArgv()) recorded.emplace_back(a.cStr());
   active_ = sameCommand(recorded, readCmdline());
-  if (active_ && isMultiprocessingChild(recorded)) {
-    // Sibling children (a Hogwild job's trainers) share a command line: the first to start
-    // replays the stream, the others run unreplayed. The claim lives beside dlreplay's report.
+  if (const char* id = std::getenv(kProcessIdEnv)) identity_ = id;
+  std::string recordedIdentity = stream_->header().getProcessIdentity().cStr();
+  if (!recordedIdentity.empty()) {
+    // A multiprocessing.Process (fork or spawn): siblings share a command line (a forked one
+    // shares its parent's), so the process the parent created in the same order replays the
+    // stream, whichever starts first.
+    active_ = active_ && identity_ == recordedIdentity;
+  } else if (active_ && isMultiprocessingChild(recorded)) {
+    // A trace without identities (recorded before they were): sibling children (a Hogwild
+    // job's trainers) share a command line: the first to start replays the stream, the
+    // others run unreplayed. The claim lives beside dlreplay's report.
     const char* report = std::getenv("DLRR_REPORT");
     if (report && *report) {
       std::string claim = std::string(report) + ".claim." + stream_->name();
@@ -104,7 +110,23 @@ ReplaySession::ReplaySession(const Config& cfg, const std::string& until) : cfg_
 
 ReplaySession::~ReplaySession() = default;
 
+void ReplaySession::afterForkChild() noexcept {
+  const char* id = std::getenv(kProcessIdEnv);
+  std::string recordedIdentity = stream_ ? stream_->header().getProcessIdentity().cStr() : "";
+  bool mine = isTrainerIdentity(id) && identity_ != id && recordedIdentity == id;
+  active_ = false;
+  if (!mine) return;
+  identity_ = id;
+  try {
+    if (!loaded_) load();
+    active_ = true;
+  } catch (...) {
+    // The child runs unreplayed; dlreplay reports that the stream was never attached.
+  }
+}
+
 void ReplaySession::load() {
+  loaded_ = true;
   std::vector<RngRecord> pendingRng;
   BatchKey lastBatch{UINT32_MAX, 0};
   std::optional<schema::Failure::Kind> failureKind;
@@ -125,8 +147,8 @@ void ReplaySession::load() {
       case schema::Event::RNG_STATE: {
         auto r = e.getRngState();
         auto ref = r.getState();
-        RngRecord rec{static_cast<int>(r.getKind()), r.getDevice(), Hash128{ref.getHashLo(), ref.getHashHi()},
-                      ref.getSize(), {}};
+        RngRecord rec{
+            static_cast<int>(r.getKind()), r.getDevice(), Hash128{ref.getHashLo(), ref.getHashHi()}, ref.getSize(), {}};
         if (stepWithoutBatch) stepRng_[openStep].push_back(rec);
         pendingRng.push_back(std::move(rec));
         break;
@@ -235,7 +257,8 @@ void ReplaySession::load() {
         }
         break;
       }
-      default: break;
+      default:
+        break;
     }
   });
   resolveKernelNames();
@@ -258,8 +281,7 @@ bool ReplaySession::serveEntropy(schema::Entropy::Source src, void* buf, size_t 
   if (!active_ || entropyNext_ >= entropy_.size()) return false;
   const EntropyRecord& r = entropy_[entropyNext_];
   // /dev/urandom and /dev/random reads are interchangeable sources of the same kind of bytes.
-  bool srcOk = r.source == static_cast<int>(src) ||
-               (r.source >= 2 && static_cast<int>(src) >= 2);
+  bool srcOk = r.source == static_cast<int>(src) || (r.source >= 2 && static_cast<int>(src) >= 2);
   if (!srcOk || r.requested != n || r.data.size() > n) {
     if (warnings_.size() < 20)
       warnings_.push_back("entropy request " + std::to_string(entropyNext_) + " differs from the recording (" +
@@ -294,8 +316,9 @@ const std::vector<uint8_t>* ReplaySession::batch(uint32_t loader, uint64_t index
   BatchRecord& rec = it->second;
   if (rec.encoded.empty()) {
     auto ev = rec.event->getRoot<schema::Event>().asReader();
-    encodeValue(ev.getBatch().getValue(),
-                [&](const Hash128& h, uint64_t size) { return stream_->readBlob(h, size); }, rec.encoded);
+    encodeValue(
+        ev.getBatch().getValue(), [&](const Hash128& h, uint64_t size) { return stream_->readBlob(h, size); },
+        rec.encoded);
   }
   return &rec.encoded;
 }
@@ -441,8 +464,9 @@ const std::vector<uint8_t>& ReplaySession::recordedTensors(int64_t step) {
     out.insert(out.end(), k.key.begin(), k.key.end());
     capnp::MallocMessageBuilder v;
     v.initRoot<schema::Value>().setTensor(k.msg->getRoot<schema::FullTensor>().asReader().getTensor());
-    encodeValue(v.getRoot<schema::Value>().asReader(),
-                [&](const Hash128& h, uint64_t size) { return stream_->readBlob(h, size); }, out);
+    encodeValue(
+        v.getRoot<schema::Value>().asReader(),
+        [&](const Hash128& h, uint64_t size) { return stream_->readBlob(h, size); }, out);
   }
   return out;
 }
@@ -462,8 +486,10 @@ std::string ReplaySession::recordedDigests(int64_t step) const {
 
 void ReplaySession::fact(const std::string& key, const std::string& value) {
   std::lock_guard<std::mutex> lk(mu_);
-  if (key == "warning") warnings_.push_back(value);
-  else facts_.emplace_back(key, value);
+  if (key == "warning")
+    warnings_.push_back(value);
+  else
+    facts_.emplace_back(key, value);
 }
 
 void ReplaySession::writeReport(const std::string& stopReason) {
@@ -477,8 +503,10 @@ void ReplaySession::writeReport(const std::string& stopReason) {
   std::lock_guard<std::mutex> lk(mu_);
   if (stopping && inStepNumber_ != INT64_MIN) checkLaunchesLocked(inStepNumber_, false);
   std::string reason = stopReason;
-  if (!finalStop_.empty()) reason = finalStop_;
-  else if (reason != "running" && reason != "exit") finalStop_ = reason;
+  if (!finalStop_.empty())
+    reason = finalStop_;
+  else if (reason != "running" && reason != "exit")
+    finalStop_ = reason;
   ReportLines r;
   r.add("stop", reason);
   r.add("target", target_.describe());

@@ -60,6 +60,10 @@ class ReplaySession {
   // the replayed command (a launcher shell, a helper tool) run untouched.
   bool active() const noexcept { return active_; }
   void deactivate() noexcept { active_ = false; }
+  // In a forked child: a multiprocessing.Process the job started (a Hogwild trainer) whose
+  // identity is the stream's takes it over (loading it now); any other fork (a DataLoader
+  // worker) runs unreplayed.
+  void afterForkChild() noexcept;
   const ReplayTarget& target() const { return target_; }
   // The recorded fatal signal when the target is `crash` and the recorded failure is one, else 0.
   int crashSignal() const noexcept { return crashSignal_; }
@@ -173,6 +177,8 @@ class ReplaySession {
   std::unique_ptr<Trace> trace_;
   StreamReader* stream_ = nullptr;
   bool active_ = false;
+  bool loaded_ = false;
+  std::string identity_;  // DLRR_PROCESS_ID of this process ("" for the job's main process)
   mutable std::mutex mu_;
 
   std::vector<EntropyRecord> entropy_;
@@ -196,7 +202,7 @@ class ReplaySession {
   std::atomic<int64_t> step_{-1};
   std::vector<std::pair<std::string, std::string>> facts_;
   std::string reportSuffix_;  // --all-ranks: each rank writes DLRR_REPORT.rank<R>
-  std::string finalStop_;  // the first real stop reason sticks (later "exit" does not undo it)
+  std::string finalStop_;     // the first real stop reason sticks (later "exit" does not undo it)
   int captureLevel_ = 1;
   struct KeptTensor {
     std::string key;

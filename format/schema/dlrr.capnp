@@ -31,6 +31,10 @@ struct StreamHeader {
   host @17 :Text;                # hostname of this process (ranks may run on many hosts)
   distEnv @18 :List(KeyValue);   # the launcher-set variables a rank needs to run alone
                                  # (RANK, WORLD_SIZE, MASTER_*, TORCHELASTIC_*, OMP_NUM_THREADS, ...)
+  # A multiprocessing.Process of the job (Hogwild trainers, fork or spawn): its identity,
+  # the order its parent created it in ("1", "2", nested "1:2"), from DLRR_PROCESS_ID that the
+  # Python hook sets around Process.start(). Replay matches a process to its stream by it.
+  processIdentity @19 :Text;
 
   enum Role {
     launcher @0;             # dlrecord itself: command, environment, exit status

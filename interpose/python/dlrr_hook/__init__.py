@@ -54,10 +54,34 @@ def install(lib=None):
         from .replay import Replayer
         recorder = Replayer(lib)
     else:
+        _name_children(lib)
         return None
     _recorder = recorder
     recorder.install()
     return recorder
+
+
+def _name_children(lib):
+    """A process of a recorded or replayed job that is not recorded or replayed itself (the
+    parent of replayed Hogwild trainers) still names the Processes it starts (processes.py);
+    a forked one that libdlrr replays gets the hook then."""
+    import os
+    if os.environ.get("DLRR_MODE") not in ("record", "replay"):
+        return
+    try:
+        from . import processes
+        from .patching import Patcher
+        processes.install(Patcher())
+
+        def after_in_child():
+            try:
+                if _recorder is None and lib.dlrr_mode() != native.MODE_OFF:
+                    install(lib)
+            except Exception:
+                pass
+        os.register_at_fork(after_in_child=after_in_child)
+    except Exception:
+        pass
 
 
 def uninstall():

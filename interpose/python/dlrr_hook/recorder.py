@@ -18,7 +18,7 @@ import sys
 import traceback
 import weakref
 
-from . import gpu, native, runtime
+from . import gpu, native, processes, runtime
 from .dist import DistHooks
 from .files import FileCapture
 from .failures import FailureHooks
@@ -37,10 +37,18 @@ from .values import ValueWriter
 
 
 def _disable_in_child(recorder_ref):
-    """os.register_at_fork(after_in_child=...): workers record nothing (see Recorder)."""
+    """os.register_at_fork(after_in_child=...): workers record nothing (see Recorder); a
+    multiprocessing.Process with an identity of its own (a Hogwild trainer) records on."""
     recorder = recorder_ref()
-    if recorder is not None:
-        recorder.disable_in_child()
+    if recorder is None:
+        return
+    ident = os.environ.get(processes.ENV, "")
+    if (processes.is_trainer_identity(ident) and ident != recorder.process_identity
+            and recorder.lib.dlrr_mode() != native.MODE_OFF):
+        recorder.process_identity = ident
+        recorder.guarded(recorder.start_in_child)
+        return
+    recorder.disable_in_child()
 
 
 def _where(exc):
@@ -112,6 +120,8 @@ class Recorder:
         if self.preflight is not None:
             self.guarded(self.preflight.install)
         atexit.register(self._at_exit)
+        self.process_identity = os.environ.get(processes.ENV, "")
+        self.guarded(processes.install, self._patcher)
         os.register_at_fork(after_in_child=lambda ref=weakref.ref(self): _disable_in_child(ref))
         self._watcher = ImportWatcher("torch", lambda module: self.guarded(self._on_torch, module))
         self._watcher.start()
@@ -127,6 +137,11 @@ class Recorder:
         self.failures.uninstall()
         self.triage.uninstall()
         atexit.unregister(self._at_exit)
+
+    def start_in_child(self):
+        """A forked trainer records its own stream: its crash file is its own, not the parent's."""
+        self.failures.disable_faulthandler()
+        self.failures.enable_faulthandler()
 
     def disable_in_child(self):
         self.active = False

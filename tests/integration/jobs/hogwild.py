@@ -15,7 +15,7 @@ def train(rank, model, args):
         model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
     x = torch.randn(256, 8)
     y = (x[:, 0] > 0).long()
-    loader = DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True, num_workers=0)
+    loader = DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True, num_workers=args.workers)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     for epoch in range(args.epochs):
         for step, (xb, yb) in enumerate(loader):
@@ -32,6 +32,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--start", default="fork")
     ap.add_argument("--separate", action="store_true")
+    ap.add_argument("--workers", type=int, default=0)
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
