@@ -19,6 +19,7 @@ import traceback
 import weakref
 
 from . import gpu, native, runtime
+from .digest_batch import DigestBatch
 from .dist import DistHooks
 from .files import FileCapture
 from .failures import FailureHooks
@@ -88,6 +89,7 @@ class Recorder:
         self._keep_outputs = 1 if self.capture_level >= native.CAPTURE_DEFAULT else 0
         self._tensor_type = None
         self._prepare = None
+        self._batch = DigestBatch(lib) if DigestBatch.usable else None  # gradients, parameters
         # Per-step state (reset at step begin/end).
         self._module_calls = {}
         self._grad_calls = {}
@@ -335,6 +337,24 @@ class Recorder:
                         self._digest_ref)
         return p[0]
 
+    def _digest_in_batch(self, kind, path, call_index, tensor):
+        """_digest(kind, path, call_index, 0, tensor, 0), CPU tensors gathered into one
+        dlrr_digest_many call that _flush_batch(kind) makes (the same events, in order)."""
+        batch = self._batch
+        g = self.gpu
+        if batch is None or (g is not None and g.applies(tensor)):
+            if batch is not None:
+                batch.flush(kind)  # the events stay in call order
+            self._digest(kind, path, call_index, 0, tensor, 0)
+            return
+        p = self._prepare(tensor)
+        if p is not None:
+            batch.add(path, call_index, 0, p, 0)
+
+    def _flush_batch(self, kind):
+        if self._batch is not None:
+            self._batch.flush(kind)
+
     def _on_root(self, module, grad_enabled):
         ref = self._roots.get(id(module))
         if ref is None or ref() is not module:
@@ -390,12 +410,16 @@ class Recorder:
         if self.capture_level < native.CAPTURE_DEFAULT:
             return
         calls = self._grad_calls
-        for name, param in self._step_parameters()[0]:
-            grad = param.grad
-            if grad is not None:
-                call_index = calls.get(name, 0)
-                calls[name] = call_index + 1
-                self._digest(native.DIGEST_GRADIENT, name, call_index, 0, grad, 0)
+        digest = self._digest_in_batch
+        try:
+            for name, param in self._step_parameters()[0]:
+                grad = param.grad
+                if grad is not None:
+                    call_index = calls.get(name, 0)
+                    calls[name] = call_index + 1
+                    digest(native.DIGEST_GRADIENT, name, call_index, grad)
+        finally:
+            self._flush_batch(native.DIGEST_GRADIENT)
 
     def _before_optimizer_step(self, optimizer):
         self.steps.on_optimizer_step_begin()
@@ -413,14 +437,18 @@ class Recorder:
         if number is None:
             number = self._optimizer_numbers[optimizer] = len(self._optimizer_numbers)
         calls = self._param_calls
-        for g, group in enumerate(optimizer.param_groups):
-            for i, param in enumerate(group["params"]):
-                name = names.get(id(param))
-                if name is None:
-                    name = ("optimizer%d.group%d.%d" % (number, g, i)).encode()
-                call_index = calls.get(name, 0)
-                calls[name] = call_index + 1
-                self._digest(native.DIGEST_PARAMETER, name, call_index, 0, param, 0)
+        digest = self._digest_in_batch
+        try:
+            for g, group in enumerate(optimizer.param_groups):
+                for i, param in enumerate(group["params"]):
+                    name = names.get(id(param))
+                    if name is None:
+                        name = ("optimizer%d.group%d.%d" % (number, g, i)).encode()
+                    call_index = calls.get(name, 0)
+                    calls[name] = call_index + 1
+                    digest(native.DIGEST_PARAMETER, name, call_index, param)
+        finally:
+            self._flush_batch(native.DIGEST_PARAMETER)
 
 
 def _flat_tensors(value, tensor_type, depth=0):
