@@ -34,6 +34,22 @@ bench("marshal.prepare(4 floats)", lambda: rec.marshal.prepare(small))
 bench("dlrr_digest ctypes (4 floats)", lambda: d(2, b"w", 0, 0, p[1], p[3], p[4], p[5], p[6], 0, ref))
 bench("dlrr_digest keep=1 kind 0", lambda: d(0, b"m", 0, 0, p[1], p[3], p[4], p[5], p[6], 1, ref))
 bench("rec._digest (4 floats)", lambda: rec._digest(2, b"w", 0, 0, small, 0))
+params = [(("p%d" % i).encode(), torch.zeros(4)) for i in range(16)]
+
+
+def one_by_one():
+    for name, t in params:
+        rec._digest(2, name, 0, 0, t, 0)
+
+
+def batched():
+    for name, t in params:
+        rec._digest_in_batch(2, name, 0, t)
+    rec._flush_batch(2)
+
+
+bench("16 parameter digests, one call each", one_by_one)
+bench("16 parameter digests, dlrr_digest_many", batched)
 bench("lib.dlrr_current_step()", lambda: lib.dlrr_current_step())
 bench("torch.get_rng_state()", torch.get_rng_state)
 bench("rng.snapshot()", rec.rng.snapshot)

@@ -252,6 +252,8 @@ class GpuDigests:
     def flush(self, step_end=True):
         """Sends the deferred digests; at a step end, also returns the step's CUDA loss (float or
         None) and releases the step's failure-ring references."""
+        if not self._pending and self._loss is None and not self._held:
+            return None  # nothing on a device this step (every CPU job): no pause crossings
         self._pause(1)
         try:
             return self._flush(step_end)
