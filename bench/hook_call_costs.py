@@ -10,8 +10,11 @@ work.  "Seq(10 Linear)" is 11 module calls per forward (10 layers + the root): (
 no hooks) / 11 is the hook's cost per module call.  A benchmark, not a test.
 """
 import time
+
 import torch
+
 import dlrr_hook
+
 rec = dlrr_hook.current()
 assert rec is not None, "run me under dlrecord"
 lib = rec.lib
@@ -19,16 +22,25 @@ torch.manual_seed(0)
 model = torch.nn.Linear(4, 4)
 x = torch.randn(2, 4)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
-loss = model(x).sum(); loss.backward(); opt.step()
+loss = model(x).sum()
+loss.backward()
+opt.step()
 small = torch.zeros(4)
 N = 20000
+
+
 def bench(name, fn):
-    for _ in range(200): fn()
+    for _ in range(200):
+        fn()
     t0 = time.thread_time()
-    for _ in range(N): fn()
+    for _ in range(N):
+        fn()
     print("%-40s %7.2f us" % (name, (time.thread_time() - t0) / N * 1e6))
+
+
 p = rec.marshal.prepare(small)
-d = lib.dlrr_digest; ref = rec._digest_ref
+d = lib.dlrr_digest
+ref = rec._digest_ref
 bench("noop python call", lambda: None)
 bench("marshal.prepare(4 floats)", lambda: rec.marshal.prepare(small))
 bench("dlrr_digest ctypes (4 floats)", lambda: d(2, b"w", 0, 0, p[1], p[3], p[4], p[5], p[6], 0, ref))
@@ -69,7 +81,6 @@ seq = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(10)])
 
 def fwd():
     seq(x)
-
 
 
 rec.modules.install(torch.nn.modules.module)
