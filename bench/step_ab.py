@@ -15,7 +15,9 @@ parameter digests.  Clocks: wall (perf_counter) and the main thread's CPU time. 
 thread's own work (compression, writes) shows in wall time only, where it competes for a
 core.  --lib null swaps in a do-nothing build of the C API: the Python hook alone.
 
-Prints median ms/step of each side, the difference and the ratio, with the spread of the
+Prints median ms/step of each side, the difference and the ratio, and per clock the ratio and
+difference of adjacent blocks (the main thread's CPU pairs are the figure to trust on a loaded
+machine), with the spread of the
 block medians.  A benchmark, not a test.
 """
 import argparse
@@ -68,7 +70,8 @@ JOB = textwrap.dedent("""
 
     wall, cpu = {True: [], False: []}, {True: [], False: []}
     blocks = {True: [], False: []}
-    on, count, current = False, 0, []
+    cpu_blocks = {True: [], False: []}
+    on, count, current, current_cpu = False, 0, [], []
     pause()
     for epoch in range(int(os.environ["BENCH_EPOCHS"])):
         it = iter(loader)
@@ -88,11 +91,13 @@ JOB = textwrap.dedent("""
                 wall[on].append(w1 - w0)
                 cpu[on].append(c1 - c0)
                 current.append(w1 - w0)
+                current_cpu.append(c1 - c0)
             count += 1
             if count % block == 0:
                 if current:
                     blocks[on].append(statistics.median(current))
-                current = []
+                    cpu_blocks[on].append(statistics.median(current_cpu))
+                current, current_cpu = [], []
                 if on:
                     pause()
                 else:
@@ -100,7 +105,7 @@ JOB = textwrap.dedent("""
                 on = not on
     pause()
     assert rec.error is None, "hook disabled itself: %r" % (rec.error,)
-    print(repr({"wall": wall, "cpu": cpu, "blocks": blocks}))
+    print(repr({"wall": wall, "cpu": cpu, "blocks": blocks, "cpu_blocks": cpu_blocks}))
 """)
 
 
@@ -150,12 +155,15 @@ def main():
     for clock in ("wall", "cpu"):
         a, b = statistics.median(r[clock][False]), statistics.median(r[clock][True])
         print("%-6s %14.3f %14.3f %12.3f %8.3f" % (clock, a * 1e3, b * 1e3, (b - a) * 1e3, b / a))
-    pairs = list(zip(r["blocks"][False], r["blocks"][True]))
-    ratios = sorted(b / a for a, b in pairs)
-    if ratios:
-        q = lambda f: ratios[min(len(ratios) - 1, int(f * len(ratios)))]  # noqa: E731
-        print("wall ratio of adjacent block medians: median %.3f, p10 %.3f, p90 %.3f (%d pairs)"
-              % (statistics.median(ratios), q(0.1), q(0.9), len(ratios)))
+    for clock, key in (("wall", "blocks"), ("cpu", "cpu_blocks")):
+        pairs = list(zip(r[key][False], r[key][True]))
+        ratios = sorted(b / a for a, b in pairs)
+        diffs = sorted((b - a) * 1e3 for a, b in pairs)
+        if ratios:
+            q = lambda v, f: v[min(len(v) - 1, int(f * len(v)))]  # noqa: E731
+            print("%s ratio of adjacent block medians: median %.3f, p10 %.3f, p90 %.3f; +ms/step median %.3f "
+                  "(%d pairs)" % (clock, statistics.median(ratios), q(ratios, 0.1), q(ratios, 0.9),
+                                  statistics.median(diffs), len(ratios)))
 
 
 if __name__ == "__main__":

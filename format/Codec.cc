@@ -171,7 +171,7 @@ void PayloadCodec::DDeleter::operator()(ZSTD_DCtx_s* d) const noexcept { ZSTD_fr
 PayloadCodec::PayloadCodec(int level) : level_(level), cctx_(ZSTD_createCCtx()), dctx_(ZSTD_createDCtx()) {}
 PayloadCodec::~PayloadCodec() = default;
 
-Codec PayloadCodec::encode(const uint8_t* raw, size_t n, Codec wanted, std::vector<uint8_t>& out) {
+Codec PayloadCodec::encode(const uint8_t* raw, size_t n, Codec wanted, std::vector<uint8_t>& out, int level) {
   if (wanted.compression == Compression::None || n == 0) {
     out.insert(out.end(), raw, raw + n);
     return Codec{};
@@ -187,7 +187,7 @@ Codec PayloadCodec::encode(const uint8_t* raw, size_t n, Codec wanted, std::vect
   size_t base = out.size();
   size_t bound = ZSTD_compressBound(n);
   out.resize(base + bound);
-  size_t got = ZSTD_compressCCtx(cctx_.get(), out.data() + base, bound, src, n, level_);
+  size_t got = ZSTD_compressCCtx(cctx_.get(), out.data() + base, bound, src, n, level);
   if (ZSTD_isError(got) || got >= n) {  // incompressible (or zstd failed): store raw
     out.resize(base);
     out.insert(out.end(), raw, raw + n);

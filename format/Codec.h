@@ -27,7 +27,11 @@ class PayloadCodec {
 
   // Appends the encoded form of raw[0..n) to `out` and returns the codec used: `wanted`, or
   // None when compression would not shrink the data.
-  Codec encode(const uint8_t* raw, size_t n, Codec wanted, std::vector<uint8_t>& out);
+  Codec encode(const uint8_t* raw, size_t n, Codec wanted, std::vector<uint8_t>& out) {
+    return encode(raw, n, wanted, out, level_);
+  }
+  // The same at another zstd level (any level decodes alike).
+  Codec encode(const uint8_t* raw, size_t n, Codec wanted, std::vector<uint8_t>& out, int level);
   // Decodes exactly rawLen bytes into `out` (resized). Throws TraceError(Corrupt) on bad data.
   void decode(Codec codec, const uint8_t* stored, size_t storedLen, size_t rawLen, std::vector<uint8_t>& out);
 

@@ -284,7 +284,7 @@ void StreamWriter::writeEvents() {
   if (pendingEvents_.empty()) return;
   encodeBuf_.clear();
   Codec want{opts_.compressEvents ? Compression::Zstd : Compression::None, 0};
-  Codec used = codec_.encode(pendingEvents_.data(), pendingEvents_.size(), want, encodeBuf_);
+  Codec used = codec_.encode(pendingEvents_.data(), pendingEvents_.size(), want, encodeBuf_, opts_.eventsZstdLevel);
   uint64_t frameOffset = offset_;
   if (writeFrame(FrameKind::Events, used, nullptr, 0, encodeBuf_.data(), encodeBuf_.size(),
                  static_cast<uint32_t>(pendingEvents_.size()))) {

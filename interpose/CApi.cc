@@ -215,6 +215,19 @@ int dlrr_digest(int kind, const char* path, uint32_t call_index, uint32_t output
   return rc;
 }
 
+int dlrr_digest_many(int kind, uint32_t n, const dlrr_digest_item_t* items) {
+  if (!items && n) return -1;
+  int differ = 0, rc = -1;
+  for (uint32_t i = 0; i < n; ++i) {
+    const dlrr_digest_item_t& it = items[i];
+    int r = dlrr_digest(kind, it.path, it.call_index, it.output, it.dtype, it.ndim, it.shape, it.data, it.nbytes,
+                        it.keep, nullptr);
+    if (r == 1) ++differ;
+    if (r >= 0) rc = 0;
+  }
+  return rc < 0 && n ? -1 : differ;
+}
+
 int dlrr_first_failure_step(int64_t* step) {
   RecordSession* s = processRecorder();
   int64_t st = -1;

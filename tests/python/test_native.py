@@ -18,6 +18,7 @@ _C_TYPES = {
     "const char* const*": ctypes.POINTER(ctypes.c_char_p),
     "dlrr_digest_t*": ctypes.POINTER(native.DigestT),
     "const dlrr_digest_t*": ctypes.POINTER(native.DigestT),
+    "const dlrr_digest_item_t*": ctypes.POINTER(native.DigestItemT),
     "dlrr_target_t*": ctypes.POINTER(native.TargetT),
     "const uint8_t**": ctypes.POINTER(ctypes.c_void_p), "uint64_t*": ctypes.POINTER(ctypes.c_uint64),
     "int*": ctypes.POINTER(ctypes.c_int), "const int64_t**": ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)),
@@ -55,6 +56,7 @@ class BindingTest(unittest.TestCase):
 
     def test_digest_struct_layout(self):
         self.assertEqual(ctypes.sizeof(native.DigestT), 40)
+        self.assertEqual(ctypes.sizeof(native.DigestItemT), 56)
 
     def test_constants_match_header(self):
         for cname, value in re.findall(r"DLRR_(\w+) = (\d+)", header_text()):

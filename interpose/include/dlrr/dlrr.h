@@ -117,6 +117,22 @@ DLRR_API void dlrr_loader_end(uint32_t loader, uint32_t iteration, uint64_t batc
 DLRR_API int dlrr_digest(int kind, const char* path, uint32_t call_index, uint32_t output, const char* dtype,
                          int ndim, const int64_t* shape, const void* data, uint64_t nbytes, int keep,
                          dlrr_digest_t* out);
+/* One tensor of dlrr_digest_many: dlrr_digest's arguments without kind and out. */
+typedef struct dlrr_digest_item {
+  const char* path;
+  const char* dtype;
+  const int64_t* shape;
+  const void* data;
+  uint64_t nbytes;
+  uint32_t call_index;
+  uint32_t output;
+  int32_t ndim;
+  int32_t keep;
+} dlrr_digest_item_t;
+/* dlrr_digest of n tensors of one kind in one call (a step's gradients or parameters: one
+ * crossing instead of n), with the same effect as n calls in item order. Returns how many
+ * differ from the recording (replay), 0 when recording, -1 off or error. */
+DLRR_API int dlrr_digest_many(int kind, uint32_t n, const dlrr_digest_item_t* items);
 /* 1 when this process has recorded a failure (its step in *step), else 0. */
 DLRR_API int dlrr_first_failure_step(int64_t* step);
 

@@ -66,6 +66,14 @@ class DigestT(ctypes.Structure):
                 ("min", c_double), ("max", c_double)]
 
 
+class DigestItemT(ctypes.Structure):
+    """struct dlrr_digest_item (dlrr_digest_many)."""
+
+    _fields_ = [("path", c_char_p), ("dtype", c_char_p), ("shape", POINTER(c_int64)), ("data", c_void_p),
+                ("nbytes", c_uint64), ("call_index", c_uint32), ("output", c_uint32), ("ndim", c_int32),
+                ("keep", c_int32)]
+
+
 _CHARPP = POINTER(c_char_p)
 
 # name -> (restype, argtypes), in the order of dlrr.h.
@@ -104,6 +112,7 @@ SIGNATURES = {
     "dlrr_loader_end": (None, [c_uint32, c_uint32, c_uint64]),
     "dlrr_digest": (c_int, [c_int, c_char_p, c_uint32, c_uint32, c_char_p, c_int, POINTER(c_int64),
                             c_void_p, c_uint64, c_int, POINTER(DigestT)]),
+    "dlrr_digest_many": (c_int, [c_int, c_uint32, POINTER(DigestItemT)]),
     "dlrr_first_failure_step": (c_int, [POINTER(c_int64)]),
     "dlrr_failure_exception": (None, [c_char_p, c_char_p, c_char_p, c_int, _CHARPP,
                                       POINTER(c_int32), _CHARPP, _CHARPP]),

@@ -19,6 +19,7 @@ import traceback
 import weakref
 
 from . import gpu, native, processes, runtime
+from .digest_batch import DigestBatch
 from .dist import DistHooks
 from .files import FileCapture
 from .failures import FailureHooks
@@ -100,6 +101,7 @@ class Recorder:
         self._keep_outputs = 1 if self.capture_level >= native.CAPTURE_DEFAULT else 0
         self._tensor_type = None
         self._prepare = None
+        self._batch = DigestBatch(lib) if DigestBatch.usable else None  # gradients, parameters
         # Per-step state (reset at step begin/end).
         self._module_calls = {}
         self._grad_calls = {}
@@ -393,6 +395,24 @@ class Recorder:
             s.failure_taken = True
             s.take(step, True)
 
+    def _digest_in_batch(self, kind, path, call_index, tensor):
+        """_digest(kind, path, call_index, 0, tensor, 0), CPU tensors gathered into one
+        dlrr_digest_many call that _flush_batch(kind) makes (the same events, in order)."""
+        batch = self._batch
+        g = self.gpu
+        if batch is None or (g is not None and g.applies(tensor)):
+            if batch is not None:
+                batch.flush(kind)  # the events stay in call order
+            self._digest(kind, path, call_index, 0, tensor, 0)
+            return
+        p = self._prepare(tensor)
+        if p is not None:
+            batch.add(path, call_index, 0, p, 0)
+
+    def _flush_batch(self, kind):
+        if self._batch is not None:
+            self._batch.flush(kind)
+
     def _on_root(self, module, grad_enabled):
         if grad_enabled:
             self.registry.note_root(module)
@@ -414,6 +434,9 @@ class Recorder:
                 if p is not None:
                     self._digest_fn(native.DIGEST_MODULE_OUTPUT, path, call_index, 0, p[1], p[3], p[4], p[5],
                                     p[6], self._keep_outputs, self._digest_ref)
+                    out = self._digest_out
+                    if out.nan_count or out.inf_count:
+                        self._failure_snapshot()
                 return
             self._digest(native.DIGEST_MODULE_OUTPUT, path, call_index, 0, output, self._keep_outputs)
             return
@@ -457,12 +480,16 @@ class Recorder:
             self.dist.flush_gradients()
         if self.capture_level >= native.CAPTURE_DEFAULT:
             calls = self._grad_calls
-            for name, param in self._step_parameters()[0]:
-                grad = param.grad
-                if grad is not None:
-                    call_index = calls.get(name, 0)
-                    calls[name] = call_index + 1
-                    self._digest(native.DIGEST_GRADIENT, name, call_index, 0, grad, 0)
+            digest = self._digest_in_batch
+            try:
+                for name, param in self._step_parameters()[0]:
+                    grad = param.grad
+                    if grad is not None:
+                        call_index = calls.get(name, 0)
+                        calls[name] = call_index + 1
+                        digest(native.DIGEST_GRADIENT, name, call_index, grad)
+            finally:
+                self._flush_batch(native.DIGEST_GRADIENT)
         self.steps.on_backward_end()  # ends a step counted by backward()
 
     def _before_optimizer_step(self, optimizer):
@@ -481,14 +508,18 @@ class Recorder:
         if number is None:
             number = self._optimizer_numbers[optimizer] = len(self._optimizer_numbers)
         calls = self._param_calls
-        for g, group in enumerate(optimizer.param_groups):
-            for i, param in enumerate(group["params"]):
-                name = names.get(id(param))
-                if name is None:
-                    name = ("optimizer%d.group%d.%d" % (number, g, i)).encode()
-                call_index = calls.get(name, 0)
-                calls[name] = call_index + 1
-                self._digest(native.DIGEST_PARAMETER, name, call_index, 0, param, 0)
+        digest = self._digest_in_batch
+        try:
+            for g, group in enumerate(optimizer.param_groups):
+                for i, param in enumerate(group["params"]):
+                    name = names.get(id(param))
+                    if name is None:
+                        name = ("optimizer%d.group%d.%d" % (number, g, i)).encode()
+                    call_index = calls.get(name, 0)
+                    calls[name] = call_index + 1
+                    digest(native.DIGEST_PARAMETER, name, call_index, param)
+        finally:
+            self._flush_batch(native.DIGEST_PARAMETER)
 
 
 def _flat_tensors(value, tensor_type, depth=0):
