@@ -374,7 +374,10 @@ int run(int argc, char** argv) {
       auto t = Trace::open(trace, OpenMode::Tolerant);
       TraceSummary s = t->summarize();
       std::string line = "dlrecord: trace " + tools::printable(trace) + ": " + std::to_string(s.steps) + " step" +
-                         (s.steps == 1 ? "" : "s") + ", " + tools::humanBytes(s.bytes);
+                         (s.steps == 1 ? "" : "s") +
+                         // Steps that trained nothing (evaluation with gradients on): replay verifies them too.
+                         (s.untrainedSteps ? " (+" + std::to_string(s.untrainedSteps) + " untrained)" : "") + ", " +
+                         tools::humanBytes(s.bytes);
       RankReport ranks = analyzeRanks(*t);
       // One line whatever the job raised (a DataLoader worker's exception carries a traceback);
       // `dltrace info` / `events` show the whole message.
