@@ -85,7 +85,7 @@ echo "torch2: $(in_chroot /usr/bin/python3 -c 'import sys, torch, numpy; print("
 
 # The checkout at the same path inside, so build-trixie's absolute paths hold on both sides.
 bind "$REPO" "$REPO"
-in_chroot bash -c "cd '$REPO' && export CCACHE_BASEDIR='$REPO' CCACHE_DIR=/root/.ccache &&
+in_chroot bash -c "cd '$REPO' && export CCACHE_BASEDIR='$REPO' CCACHE_NOHASHDIR=1 CCACHE_DIR=/root/.ccache &&  # worktrees share hits
   cmake -S . -B build-trixie -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLRR_WERROR=ON \
         -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache >/dev/null &&
   cmake --build build-trixie -j\$(nproc)"

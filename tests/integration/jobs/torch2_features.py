@@ -6,7 +6,7 @@
   numpy-rng                     a Dataset drawing from np.random.default_rng (numpy 2), DataLoader
                                 with two workers (the batches are recorded after collation)
   persistent-workers            the same with persistent_workers=True, two epochs
-  numpy-batches                 a DataLoader whose collate_fn yields numpy arrays
+  numpy-batches                 a DataLoader whose collate_fn yields numpy arrays and a numpy scalar
   compile                       the model under torch.compile (inductor on CPU)
   func-grad                     torch.func.grad + functional_call, parameters updated by hand
 """
@@ -57,9 +57,9 @@ elif feature == "persistent-workers":
     loader = torch.utils.data.DataLoader(Draws(), batch_size=16, num_workers=2, persistent_workers=True)
     batches = (b for epoch in range(2) for b in loader)  # lazily: one batch per step
 elif feature == "numpy-batches":
-    stack = lambda items: (np.stack([x for x, _ in items]), np.array([y for _, y in items]))
-    batches = ((torch.from_numpy(x), torch.from_numpy(y))
-               for x, y in torch.utils.data.DataLoader(Draws(), batch_size=8, collate_fn=stack))
+    stack = lambda items: (np.stack([x for x, _ in items]), np.array([y for _, y in items]), np.float32(len(items) / 8))
+    batches = ((torch.from_numpy(x), torch.from_numpy(y) * w)  # w: a numpy scalar (numpy.float32)
+               for x, y, w in torch.utils.data.DataLoader(Draws(), batch_size=8, collate_fn=stack))
 else:
     batches = [(torch.randn(8, 4, 8) if feature == "sdpa" else torch.randn(8, 8), torch.rand(8)) for _ in range(8)]
 
