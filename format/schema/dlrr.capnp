@@ -151,10 +151,9 @@ struct RngState {
 
 struct TensorRef {
   dtype @0 :Text;            # torch dtype name without prefix: float32, int64, bfloat16, ...
-                             # (numpy's dtype name for a numpy value: see device)
   shape @1 :List(Int64);
   data @2 :BlobRef;          # contiguous, row-major bytes
-  device @3 :Text;           # "numpy" / "numpy scalar": a numpy array / scalar (batches), served back as one
+  device @3 :Text;
   requiresGrad @4 :Bool;
 }
 
