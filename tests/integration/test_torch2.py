@@ -36,6 +36,9 @@ class BothPlatformsTest(FeatureCheck, TraceTestCase):
     def test_numpy_array_batches(self):  # numpy arrays and a numpy scalar served back as themselves
         self.check("numpy-batches")
 
+    def test_persistent_workers_two_epochs(self):  # no false "RNG state differed" at the 2nd epoch
+        self.check("persistent-workers")
+
 
 @unittest.skipIf(_torch_major() < 2, "torch 2.x features")
 class Torch2FeaturesTest(FeatureCheck, TraceTestCase):
@@ -55,11 +58,6 @@ class Torch2FeaturesTest(FeatureCheck, TraceTestCase):
     def test_numpy2_default_rng_dataset_with_workers(self):
         self.check("numpy-rng")
 
-    # issue 19, not fixed: replay warns "RNG state (torch) at batch 4 of loader 0 differed" at the
-    # second epoch's first batch, although every step verifies bit-exact
-    @unittest.expectedFailure
-    def test_persistent_workers_two_epochs(self):
-        self.check("persistent-workers")
 
     @unittest.skipIf(os.environ.get("X_SKIP_COMPILE"), "issue 19, regressed when this round's branches were merged: the compiled job's replay now "
                    "ends in a divergence (exit 11); it passed on the torch2 branch alone; not investigated")

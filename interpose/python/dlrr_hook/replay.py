@@ -28,6 +28,7 @@ import signal
 import sys
 import time
 import warnings
+import weakref
 
 from . import gpu, native, rng as rngmod, runtime
 from .batches import BatchDecoder
@@ -124,6 +125,7 @@ class Replayer(Recorder):
         self._gpu_deferred = False  # device digests checked at once, to stop at the divergence
         self._gpu_checked = False
         self._cuda_rng_warned = False
+        self._persistent_loaders = weakref.WeakSet()  # persistent-worker loaders iterated once already
 
     # ------------------------------------------------------------------ set-up
     def install(self):
@@ -228,8 +230,13 @@ class Replayer(Recorder):
         torch = self.torch
         # The real iterator draws its base seed from the global generator (and a
         # RandomSampler without a generator draws one at its first batch): do the same
-        # draws so the generator stays where the recording had it.
-        torch.empty((), dtype=torch.int64).random_(generator=loader.generator)
+        # draws so the generator stays where the recording had it. A loader with persistent
+        # workers makes its iterator once and only resets it at later epochs: no draw then.
+        persistent = getattr(loader, "persistent_workers", False) and getattr(loader, "num_workers", 0) > 0
+        if not (persistent and loader in self._persistent_loaders):
+            torch.empty((), dtype=torch.int64).random_(generator=loader.generator)
+        if persistent:
+            self._persistent_loaders.add(loader)
         iterator = ReplayIterator(self, loader)
         self.loaders.begin_iteration(loader, iterator)
         return iterator
