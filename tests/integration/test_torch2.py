@@ -28,6 +28,7 @@ class FeatureCheck:
         self.assertEqual(rep.stdout, rec.stdout)  # every loss, bit for bit as printed
         self.assertIn("%d of %d recorded steps verified" % (steps, steps), rep.stderr)
         self.assertNotIn("warning", rep.stderr)  # none: environment (torch version), RNG, batches
+        return rep
 
 
 class BothPlatformsTest(FeatureCheck, TraceTestCase):
@@ -59,10 +60,34 @@ class Torch2FeaturesTest(FeatureCheck, TraceTestCase):
         self.check("numpy-rng")
 
 
-    @unittest.skipIf(os.environ.get("X_SKIP_COMPILE"), "issue 19, regressed when this round's branches were merged: the compiled job's replay now "
-                   "ends in a divergence (exit 11); it passed on the torch2 branch alone; not investigated")
     def test_torch_compile(self):
-        self.check("compile")
+        rep = self.check("compile")
+        trace = self.trace_path("compile.trace")
+        # Only the compiled module's own output is digested: the trace and dlreplay say what is not.
+        self.assertIn("unverified: <root> is a torch.compile'd module: its submodules run inside the compiled "
+                      "graph, so their outputs are not digested or verified", rep.stderr)
+        info = run([tool("dltrace"), "info", trace], timeout=120)
+        self.assertIn("<root> is a torch.compile'd module", info.stdout)
+        env = run([tool("dltrace"), "env", trace], timeout=120)
+        self.assertIn("unverified.compiled", env.stdout)
+        # Names are the model's own, without torch.compile's _orig_mod.
+        events = run([tool("dltrace"), "events", trace, "--step", "0"], timeout=120)
+        self.assertEqual(events.returncode, 0, events.stderr)
+        self.assertIn("0.weight", events.stdout)
+        self.assertNotIn("_orig_mod", events.stdout)
+
+    def test_compiled_training_step_until_nan(self):
+        trace = self.trace_path("step-nan.trace")
+        rec = run([tool("dlrecord"), "-q", "-o", trace, "--", PY, JOB, "compile-step-nan"], timeout=300)
+        self.assertEqual(rec.returncode, 0, rec.stderr)
+        self.assertIn("step 5 loss nan", rec.stdout)
+        rep = run([tool("dlreplay"), trace, "--until", "nan"], timeout=300)
+        self.assertEqual(rep.returncode, 0, rep.stderr)  # no false divergence at the NaN
+        self.assertIn("dlreplay: reached nan", rep.stderr)
+        self.assertIn("dlreplay:   step: 5\n", rep.stderr)
+        end = run([tool("dlreplay"), trace, "--until", "end"], timeout=300)
+        self.assertEqual(end.returncode, 0, end.stderr)
+        self.assertEqual(end.stdout, rec.stdout)
 
     # issue 19, not fixed: a torch.func.grad loop without an optimizer is recorded as one step
     @unittest.expectedFailure

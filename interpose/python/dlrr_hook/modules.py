@@ -11,6 +11,11 @@ prefix ("features.0"); a module reached in a forward but not registered under it
 "<parent path>.<ClassName>".  Paths are cached per module (weakly) so the per-call cost is
 one dict lookup.
 
+torch.compile: a compiled model is an OptimizedModule wrapping the original as `_orig_mod`; that
+component is left out of paths and parameter names (shown as the original model's).  The
+hooks stay out of the compiled graph, so a compiled module's submodules are not seen at all
+(the recorder says so in the trace: Recorder._note_compiled).
+
 Data pipeline: module calls made while a DataLoader fetches and collates a batch in this
 thread (torchvision transforms such as Normalize are nn.Modules; with num_workers=0 they run
 in the main process) are not the step's compute.  Replay serves the batch, so they never run
@@ -38,6 +43,18 @@ class in_fetch:
 
 def fetching():
     return getattr(_fetch, "depth", 0) > 0
+
+
+def visible_name(name):
+    """A named_modules()/named_parameters() name without torch.compile's `_orig_mod` parts."""
+    if "_orig_mod" not in name:
+        return name
+    return ".".join(part for part in name.split(".") if part != "_orig_mod")
+
+
+def is_compiled(module):
+    """A torch.compile'd module (torch._dynamo's OptimizedModule)."""
+    return type(module).__name__ == "OptimizedModule" and getattr(module, "_orig_mod", None) is not None
 
 
 class ModulePaths:
@@ -76,6 +93,7 @@ class ModulePaths:
 
     def _index(self, root, prefix):
         for name, module in root.named_modules():
+            name = visible_name(name)
             if self.lookup(module) is None:
                 path = prefix + "." + name if prefix and name else (prefix or name)
                 self._store(module, path)
@@ -120,7 +138,7 @@ class ModulePaths:
             return entry[2]
         prefix = self.lookup(root)
         prefix = prefix.decode("utf-8", "surrogatepass") if prefix else ""
-        params = [((prefix + "." + name if prefix else name).encode("utf-8", "surrogatepass"), p)
+        params = [((prefix + "." + visible_name(name) if prefix else visible_name(name)).encode("utf-8", "surrogatepass"), p)
                   for name, p in root.named_parameters()]
         self._params[id(root)] = (weakref.ref(root), self.generation, params)
         return params

@@ -32,7 +32,7 @@ import weakref
 
 from . import gpu, native, rng as rngmod, runtime
 from .batches import BatchDecoder
-from .recorder import Recorder
+from .recorder import Recorder, compiled_note
 
 _HOOK_DIR = os.path.dirname(os.path.abspath(__file__))
 _EXTREME = 1e6  # |x| above this in an input batch is named as extreme
@@ -224,6 +224,10 @@ class Replayer(Recorder):
 
     def _fact(self, key, value):
         self.lib.dlrr_replay_fact(native.text(key), native.text(value))
+
+    def _note_compiled(self, module):  # dlreplay prints it ("unverified: ...")
+        path = self.modules.paths.path_of(module, None, module).decode("utf-8", "surrogatepass")
+        self._fact("verify.unverified", compiled_note(path))
 
     # ------------------------------------------------------------------ batches
     def make_iterator(self, loader):
