@@ -75,10 +75,8 @@ class DatalessReplayTest(TraceTestCase):
             self.assertIn(path, files["served"], p.stderr)
         for path in data_paths:
             self.assertFalse(os.path.exists(path))  # served, never recreated in place
-        if files["scratch"] and TORCH2:
-            self.skipTest("issue 19, open: on torch 2.6 the replayed job writes something into the scratch "
-                          "directory (not identified); every check before this one passed")
-        self.assertEqual(files["scratch"], "")  # the job wrote nothing: no directory left behind
+        # the job wrote nothing: no directory left behind
+        self.assertEqual(files["scratch"], "", json.dumps(files, indent=1) + p.stderr[-3000:])
         # The text report names what was served.
         text = run([tool("dlreplay"), self.trace_path(), "--until", "nan"])
         self.assertEqual(text.returncode, 0, text.stderr)

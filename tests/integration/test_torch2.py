@@ -76,9 +76,9 @@ class Torch2FeaturesTest(FeatureCheck, TraceTestCase):
         self.assertIn("0.weight", events.stdout)
         self.assertNotIn("_orig_mod", events.stdout)
 
-    def test_compiled_training_step_until_nan(self):
-        trace = self.trace_path("step-nan.trace")
-        rec = run([tool("dlrecord"), "-q", "-o", trace, "--", PY, JOB, "compile-step-nan"], timeout=300)
+    def test_compiled_forward_until_nan(self):  # NaNs made by compiled kernels compare by class
+        trace = self.trace_path("compile-nan.trace")
+        rec = run([tool("dlrecord"), "-q", "-o", trace, "--", PY, JOB, "compile-nan"], timeout=300)
         self.assertEqual(rec.returncode, 0, rec.stderr)
         self.assertIn("step 5 loss nan", rec.stdout)
         rep = run([tool("dlreplay"), trace, "--until", "nan"], timeout=300)

@@ -210,8 +210,6 @@ class TriageTest(TraceTestCase):
         self.assertEvidence(doc, "SyntaxError:", "broken_module.py", "the code ran under Python 3.")
 
     def test_native_crash(self):
-        if torch_loads_ucx_fault_handler():
-            self.skipTest(UCX_FAULTS)
         tiny = os.path.join(HERE, "jobs", "tiny_train.py")
         p, trace = self.record([PY, tiny, "--steps", "5", "--segv-at", "2"])
         self.assertEqual(p.returncode, 128 + signal.SIGSEGV)

@@ -180,6 +180,9 @@ class Recorder:
     def _on_torch(self, torch):
         """torch finished importing: patch the DataLoader, modules, backward and optimizers."""
         self.torch = torch
+        # Libraries torch loads may install fatal-signal handlers over ours (Debian 13's torch
+        # loads UCX, which re-raises with tgkill): ours back on top, theirs called from ours.
+        self.failures.retake_first()
         self._tensor_type = torch.Tensor
         dataloader = importlib.import_module("torch.utils.data.dataloader")
         worker = importlib.import_module("torch.utils.data._utils.worker")

@@ -8,8 +8,9 @@
   persistent-workers            the same with persistent_workers=True, two epochs
   numpy-batches                 a DataLoader whose collate_fn yields numpy arrays and a numpy scalar
   compile                       the model under torch.compile (inductor on CPU)
-  compile-step-nan              a whole training step under torch.compile (forward, backward, SGD
-                                step); an Inf in step 5's batch makes the loss NaN
+  compile-nan                   forward and loss under torch.compile (inductor compiles the backward
+                                too); an Inf in step 5's batch makes the loss, gradients and
+                                parameters NaN
   func-grad                     torch.func.grad + functional_call, parameters updated by hand
 """
 import sys
@@ -67,19 +68,19 @@ else:
 
 if feature == "compile":
     model = torch.compile(model)
-if feature == "compile-step-nan":
+if feature == "compile-nan":
     @torch.compile
-    def train_step(x, y):
-        opt.zero_grad()
-        loss = F.mse_loss(model(x).squeeze(1), y)
-        loss.backward()
-        opt.step()
-        return loss
+    def forward_loss(x, y):
+        return F.mse_loss(model(x).squeeze(1), y)
     for step, (x, y) in enumerate(batches):
         if step == 5:
             x = x.clone()
             x[0, 0] = float("inf")
-        print("step %d loss %.6f" % (step, train_step(x, y).item()), flush=True)
+        opt.zero_grad()
+        loss = forward_loss(x, y)
+        loss.backward()
+        opt.step()
+        print("step %d loss %.6f" % (step, loss.item()), flush=True)
     sys.exit(0)
 if feature == "func-grad":
     params = {k: v.detach() for k, v in model.named_parameters()}
