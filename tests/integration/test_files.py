@@ -14,7 +14,6 @@ import torch
 
 from harness import PY, TraceTestCase, events, run, tool
 
-TORCH2 = int(torch.__version__.split(".")[0]) >= 2
 
 JOBS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "files")
 
