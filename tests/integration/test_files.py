@@ -74,8 +74,17 @@ class DatalessReplayTest(TraceTestCase):
             self.assertIn(path, files["served"], p.stderr)
         for path in data_paths:
             self.assertFalse(os.path.exists(path))  # served, never recreated in place
-        # the job wrote nothing: no directory left behind
-        self.assertEqual(files["scratch"], "", json.dumps(files, indent=1) + p.stderr[-3000:])
+        # The job wrote nothing of its own: no directory left behind. Except on torch 2.x, whose
+        # import of torch.distributed.nn.jit generates _remote_module_non_scriptable.py into a
+        # tempfile.TemporaryDirectory and imports it; the finalizer that removes it does not run
+        # when replay stops the job at the NaN, so that directory is left in the scratch.
+        torch_template = [w for w in files["written"] if os.path.basename(w) == "_remote_module_non_scriptable.py"
+                          and os.path.dirname(w) in files["dirs"]]
+        if files["scratch"] and torch_template and files["written"] == torch_template and not files["deleted"]:
+            made = set(os.path.dirname(w) for w in torch_template)
+            self.assertTrue(all(d in made or os.path.dirname(d) in made for d in files["dirs"]), files)
+        else:
+            self.assertEqual(files["scratch"], "", json.dumps(files, indent=1) + p.stderr[-3000:])
         # The text report names what was served.
         text = run([tool("dlreplay"), self.trace_path(), "--until", "nan"])
         self.assertEqual(text.returncode, 0, text.stderr)

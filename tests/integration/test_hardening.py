@@ -206,11 +206,20 @@ class FaultTransparencyTest(TraceTestCase):
         self.assertEqual(rec.stdout, plain.stdout)
         # Per-run values: object addresses ("Exception ignored in: <... at 0x...>"), the pid in
         # Python 3.12+'s fork warning ("This process (pid=N) is multi-threaded").
-        # UCX's fault report (Debian 13's torch) starts its lines with [host:pid:thread:tid].
-        norm = lambda t: re.sub(r"\[[^\]\s:]+:\d+ *:\d+:\d+\]", "[ucx]",
-                                re.sub(r"pid=\d+", "pid=?", re.sub(r"0x[0-9a-f]+", "0x?", t)))
+        # UCX's fault report (Debian 13's torch): [host:pid:thread:tid] prefixes, "(tid: N)".
+        norm = lambda t: re.sub(r"\(tid: +\d+\)", "(tid: ?)", re.sub(r"\[[^\]\s:]+:\d+ *:\d+:\d+\]", "[ucx]",
+                                re.sub(r"pid=\d+", "pid=?", re.sub(r"0x[0-9a-f]+", "0x?", t))))
         self.maxDiff = None
-        self.assertEqual(norm(rec.stderr), norm(plain.stderr))
+        got, want = norm(rec.stderr).splitlines(), norm(plain.stderr).splitlines()
+        self.assertEqual(len(got), len(want), rec.stderr)
+        # UCX's printed backtrace: dlrr calls UCX's handler from its own (so that it records the
+        # kernel's siginfo), so the frame below UCX's is dlrr's handler, not libc's signal
+        # trampoline (docs/platforms.md). That one frame line may differ; nothing else.
+        ucx_frames = [i for i, (g, w) in enumerate(zip(got, want)) if g != w and re.match(r"^ +\d+ +\S+/libdlrr\.so\(", g)]
+        self.assertLessEqual(len(ucx_frames), 1, rec.stderr)
+        for i in ucx_frames:
+            got[i] = want[i]
+        self.assertEqual(got, want)
         doc = info(self.trace_path())
         printed = len(re.findall(r"^step \d+$", rec.stdout, re.M))
         # Steps 0..printed-2 were committed (the last printed one may still have been in flight).
