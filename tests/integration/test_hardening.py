@@ -29,8 +29,7 @@ import time
 import unittest
 
 import killing
-from harness import (PY, ROOT, UCX_FAULTS, TraceTestCase, children, events, info, run, steps, tool,
-                     torch_loads_ucx_fault_handler)
+from harness import PY, ROOT, TraceTestCase, children, events, info, run, steps, tool
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAULTS = os.path.join(HERE, "jobs", "faults.py")

@@ -11,7 +11,7 @@ import subprocess
 import time
 import unittest
 
-from harness import EXAMPLES, PY, UCX_FAULTS, TraceTestCase, dataset, run, tool, torch_loads_ucx_fault_handler
+from harness import EXAMPLES, PY, TraceTestCase, dataset, run, tool
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOBS = os.path.join(HERE, "jobs", "triage")
