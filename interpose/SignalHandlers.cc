@@ -24,12 +24,14 @@ constexpr int kMaxFrames = 64;
 struct sigaction gPrevious[NSIG];
 std::atomic<bool> gInHandler{false};
 std::atomic<bool> gInstalled{false};
-// A handler that was installed over ours and chains back to us (Python's faulthandler, which
-// the hook enables after the library loaded). On top, it would reach us only through raise(),
-// without the kernel's siginfo (fault code and address); so we take the top slot back and call
-// it ourselves after recording (takeFatalSignalsFirst).
-struct sigaction gAbove[NSIG];
-std::atomic<bool> gHaveAbove[NSIG];
+// Handlers that were installed over ours and chain back to us (Python's faulthandler, which
+// the hook enables after the library loaded; UCX's, which Debian 13's torch loads at import and
+// which re-raises with tgkill). On top, they would reach us only through a re-raise, without
+// the kernel's siginfo (fault code and address); so we take the top slot back and call them
+// ourselves, newest first, before recording (takeFatalSignalsFirst). Oldest first here.
+constexpr int kMaxAbove = 4;
+struct sigaction gAbove[NSIG][kMaxAbove];
+std::atomic<int> gAboveCount[NSIG];
 
 // libunwind is loaded privately (RTLD_LOCAL): linked normally, its exported _Unwind_* would
 // take over C++ exception unwinding for the whole job. Debian ships no PIC archive of it.
@@ -76,14 +78,15 @@ uint64_t signalTrampoline(int sig) noexcept {
 // signal is blocked while we run, so that delivery comes when we return and chains on then;
 // false when it returned without (e.g. faulthandler disabled meanwhile): the caller chains.
 bool callAbove(int sig, siginfo_t* info, void* uctx) noexcept {
-  if (!gHaveAbove[sig].load(std::memory_order_acquire)) return false;
-  const struct sigaction& above = gAbove[sig];
-  if (above.sa_flags & SA_SIGINFO) {
-    if (!above.sa_sigaction) return false;
-    above.sa_sigaction(sig, info, uctx);
-  } else {
-    if (above.sa_handler == SIG_DFL || above.sa_handler == SIG_IGN) return false;
-    above.sa_handler(sig);
+  int n = gAboveCount[sig].load(std::memory_order_acquire);
+  if (n <= 0) return false;
+  for (int k = n - 1; k >= 0; --k) {  // newest first, as the chain they built would have run
+    const struct sigaction& above = gAbove[sig][k];
+    if (above.sa_flags & SA_SIGINFO) {
+      if (above.sa_sigaction) above.sa_sigaction(sig, info, uctx);
+    } else if (above.sa_handler != SIG_DFL && above.sa_handler != SIG_IGN) {
+      above.sa_handler(sig);
+    }
   }
   sigset_t pending;
   return sigpending(&pending) == 0 && sigismember(&pending, sig) == 1;
@@ -301,22 +304,30 @@ int takeFatalSignalsFirst(bool first) noexcept {
   int n = 0;
   struct sigaction ours = fatalAction();
   for (int sig : kSignals) {
+    int count = gAboveCount[sig].load();
     if (!first) {
-      if (gHaveAbove[sig].exchange(false)) n += sigaction(sig, &gAbove[sig], nullptr) == 0;
+      // The oldest (faulthandler) back on top: disabling it then restores ours. Newer ones
+      // (UCX) chained to ours when they were installed, so ours keeps calling them.
+      if (count > 0 && sigaction(sig, &gAbove[sig][0], nullptr) == 0) {
+        gAboveCount[sig].store(0, std::memory_order_release);  // no handler reads them while we shift
+        for (int k = 1; k < count; ++k) gAbove[sig][k - 1] = gAbove[sig][k];
+        gAboveCount[sig].store(count - 1, std::memory_order_release);
+        ++n;
+      }
       continue;
     }
     struct sigaction cur {};
-    if (gHaveAbove[sig].load() || sigaction(sig, nullptr, &cur) != 0) continue;
+    if (count >= kMaxAbove || sigaction(sig, nullptr, &cur) != 0) continue;
     bool siginfo = cur.sa_flags & SA_SIGINFO;
     if (siginfo ? (cur.sa_sigaction == onFatal || !cur.sa_sigaction)
                 : (cur.sa_handler == SIG_DFL || cur.sa_handler == SIG_IGN))
       continue;  // ours is on top already, or nothing is above it
-    gAbove[sig] = cur;
-    gHaveAbove[sig].store(true, std::memory_order_release);
+    gAbove[sig][count] = cur;
+    gAboveCount[sig].store(count + 1, std::memory_order_release);
     if (sigaction(sig, &ours, nullptr) == 0)
       ++n;
     else
-      gHaveAbove[sig].store(false);
+      gAboveCount[sig].store(count);
   }
   return n;
 }

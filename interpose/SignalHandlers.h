@@ -6,11 +6,12 @@ namespace dlrr {
 // the failure (async-signal-safe), then restores and chains to the previous disposition so
 // the process dies (or recovers) exactly as it would have without dlrr.
 void installFatalSignalHandlers() noexcept;
-// first=true: where another handler was installed over ours since (Python's faulthandler, which
-// chains back to us by re-raising, so we would see raise()'s siginfo, not the fault's), put ours
-// back on top; on a fatal signal we record first, then run that handler, then the signal goes
-// on as before. first=false: put those handlers back on top (before they are disabled, so that
-// they restore ours). Returns the number of signals changed.
+// first=true: where another handler was installed over ours since (Python's faulthandler, UCX's:
+// they chain back to us by re-raising, so we would see raise()'s siginfo, not the fault's), put
+// ours back on top; on a fatal signal we capture the stack, run those handlers (newest first),
+// record, and the signal goes on as before. Called again after each such library may have
+// loaded (the hook: at torch's import). first=false: put the oldest (faulthandler) back on top
+// (before it is disabled, so that it restores ours). Returns the number of signals changed.
 int takeFatalSignalsFirst(bool first) noexcept;
 // Replay with --until crash --debug wait: on `sig` (the recorded fatal signal) the process
 // says its PID and the `gdb -p` line on stderr and waits, in the handler, until a debugger

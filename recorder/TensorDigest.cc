@@ -4,10 +4,14 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <type_traits>
 
 #include "format/Hash.h"
+
+#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
+#include <xxhash.h>
 
 namespace dlrr {
 namespace {
@@ -189,6 +193,43 @@ void float32Stats(const uint8_t* p, size_t n, DigestResult& r) noexcept {
   ieeeStats<float, uint32_t>(p, n, r);
 }
 
+// XXH3-64 of the bytes with each NaN (exponent all ones, mantissa not zero) replaced by
+// `canonical`, streamed through a small buffer: no allocation, and run only for tensors that
+// hold a NaN (the statistics pass counted them).
+template <typename U>
+uint64_t canonicalNanHash(const uint8_t* p, size_t n, U canonical) noexcept {
+  constexpr U kSign = U(1) << (sizeof(U) * 8 - 1);
+  constexpr U kExp = sizeof(U) == 8 ? U(0x7FF0000000000000ull) : sizeof(U) == 4 ? U(0x7F800000u) : U(0);
+  static_assert(sizeof(U) >= 4, "16-bit floats pass their own masks");
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  U buf[512];
+  for (size_t i = 0; i < n;) {
+    size_t m = std::min<size_t>(n - i, std::size(buf));
+    std::memcpy(buf, p + i * sizeof(U), m * sizeof(U));
+    for (size_t k = 0; k < m; ++k)
+      if ((buf[k] & ~kSign) > kExp) buf[k] = canonical;
+    XXH3_64bits_update(&state, buf, m * sizeof(U));
+    i += m;
+  }
+  return XXH3_64bits_digest(&state);
+}
+
+uint64_t canonicalNanHash16(const uint8_t* p, size_t n, uint16_t infBits, uint16_t canonical) noexcept {
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  uint16_t buf[1024];
+  for (size_t i = 0; i < n;) {
+    size_t m = std::min<size_t>(n - i, std::size(buf));
+    std::memcpy(buf, p + i * 2, m * 2);
+    for (size_t k = 0; k < m; ++k)
+      if ((buf[k] & 0x7FFFu) > infBits) buf[k] = canonical;
+    XXH3_64bits_update(&state, buf, m * 2);
+    i += m;
+  }
+  return XXH3_64bits_digest(&state);
+}
+
 }  // namespace
 
 unsigned dtypeElemSize(std::string_view d) noexcept {
@@ -230,6 +271,17 @@ DigestResult computeDigest(std::string_view dtype, const void* data, size_t nbyt
     intStats<uint8_t>(p, nbytes, r);
   } else {
     r.min = r.max = std::numeric_limits<double>::quiet_NaN();
+  }
+  r.rawHash = r.hash;
+  if (r.nanCount) {  // set by the float dtypes' statistics only
+    if (dtype == "float32")
+      r.hash = canonicalNanHash<uint32_t>(p, nbytes / 4, 0x7FC00000u);
+    else if (dtype == "float64")
+      r.hash = canonicalNanHash<uint64_t>(p, nbytes / 8, 0x7FF8000000000000ull);
+    else if (dtype == "float16")
+      r.hash = canonicalNanHash16(p, nbytes / 2, 0x7C00u, 0x7E00u);
+    else if (dtype == "bfloat16")
+      r.hash = canonicalNanHash16(p, nbytes / 2, 0x7F80u, 0x7FC0u);
   }
   return r;
 }

@@ -8,7 +8,12 @@
 namespace dlrr {
 
 struct DigestResult {
+  // XXH3-64 of the bytes with every NaN of a float tensor written as the dtype's one quiet NaN:
+  // non-finite values compare by class (NaN, +Inf, -Inf), not by bits (a NaN's payload and
+  // sign depend on the kernel that made it: compiled and eager code differ). Every other bit
+  // counts. Equals rawHash when the tensor holds no NaN, or only canonical ones.
   uint64_t hash = 0;
+  uint64_t rawHash = 0;  // XXH3-64 of the bytes as they are (what traces before this recorded)
   uint64_t nanCount = 0;
   uint64_t infCount = 0;
   double min = 0;  // over finite values; NaN when none

@@ -1,6 +1,7 @@
 #include "replayer/FileRedirect.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -141,11 +142,28 @@ std::optional<FileRedirect::Settings> FileRedirect::fromEnvironment() {
   return s;
 }
 
+namespace {
+// The directory of the object this code is in (libdlrr.so: lib/dlrr, which holds the Python
+// hook). Writes there are dlrr's own, not the job's: Python 3.13 writes the hook's .pyc files
+// when a replay first imports one (replay.py is never imported while recording).
+const std::string& ownDirectory() {
+  static const std::string dir = [] {
+    Dl_info info{};
+    if (!dladdr(reinterpret_cast<void*>(&ownDirectory), &info) || !info.dli_fname || info.dli_fname[0] != '/')
+      return std::string();
+    std::string f = info.dli_fname;
+    return f.substr(0, f.rfind('/'));
+  }();
+  return dir;
+}
+}  // namespace
+
 std::string FileRedirect::resolve(int dirfd, const char* path) const {
   std::string abs = absolutePath(dirfd, path);
   if (abs.empty()) return {};
   for (std::string_view d : {"/proc", "/sys", "/dev", "/run"})
     if (pathUnder(abs, d)) return {};
+  if (const std::string& own = ownDirectory(); !own.empty() && pathUnder(abs, own)) return {};
   if (pathUnder(abs, scratch_) || pathUnder(abs, traceDir_)) return {};
   if ((!report_.empty() && abs.compare(0, report_.size(), report_) == 0) || (!gdbStatus_.empty() && abs == gdbStatus_))
     return {};
@@ -262,10 +280,10 @@ std::string FileRedirect::forWrite(const std::string& abs, int flags, int& err) 
     err = errno ? errno : EIO;
     return {};
   }
-  if (m && (flags & O_TRUNC) && !(flags & O_CREAT)) {
-    // The file exists (here or served) and is to be emptied: its scratch copy must exist for an
-    // open without O_CREAT (filelock opens an existing lock file O_RDWR|O_TRUNC).
-    int fd = ::open(w.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, (m & 07777) | 0600);
+  if (m && (flags & O_TRUNC) && S_ISREG(m)) {
+    // Truncated: nothing to copy, but the copy must exist (O_TRUNC without O_CREAT on an existing
+    // file: filelock's lock files under /tmp/torchinductor_*), with the original's mode.
+    int fd = ::open(w.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, m & 07777);
     if (fd < 0) {
       err = errno;
       return {};

@@ -4,6 +4,8 @@
 #   DLRR_TRIXIE_DIR     the chroot (default /var/cache/dlrr/trixie); reused while complete
 #   DLRR_TRIXIE_MIRROR  the Debian mirror (default: the first .../debian URI in this host's apt sources)
 #   DLRR_TRIXIE_CTEST   extra ctest arguments (e.g. "-R integration_test_replay")
+#   DLRR_TRIXIE_TARGETS build only these targets (e.g. "dlrr dlrecord dlreplay dltrace dlrr_python_hook"
+#                       for the integration tests: the unit tests are the slowest to build)
 # With arguments, runs them (a shell command line, in the checkout) instead of ctest, e.g.
 #   scripts/torch2.sh 'cd tests/integration && DLRR_BUILD=$PWD/../../build-trixie python3 -m unittest -v test_x'
 # A chroot from an interrupted run is detected by its missing marker files (written last) and
@@ -85,10 +87,10 @@ echo "torch2: $(in_chroot /usr/bin/python3 -c 'import sys, torch, numpy; print("
 
 # The checkout at the same path inside, so build-trixie's absolute paths hold on both sides.
 bind "$REPO" "$REPO"
-in_chroot bash -c "cd '$REPO' && export CCACHE_BASEDIR='$REPO' CCACHE_DIR=/root/.ccache &&
+in_chroot bash -c "cd '$REPO' && export CCACHE_BASEDIR='$REPO' CCACHE_NOHASHDIR=1 CCACHE_DIR=/root/.ccache &&  # worktrees share hits
   cmake -S . -B build-trixie -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLRR_WERROR=ON \
         -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache >/dev/null &&
-  cmake --build build-trixie -j\$(nproc)"
+  cmake --build build-trixie -j\$(nproc) ${DLRR_TRIXIE_TARGETS:+--target $DLRR_TRIXIE_TARGETS}"
 if [ $# -gt 0 ]; then
   in_chroot bash -c "cd '$REPO' && $*"
   exit

@@ -18,21 +18,6 @@ BIN = os.path.join(BUILD, "bin")
 EXAMPLES = os.path.join(ROOT, "examples")
 
 
-def torch_loads_ucx_fault_handler():
-    """Whether importing torch loads UCX (Debian 13's torch does), whose SIGSEGV handler installs
-    itself over dlrr's, prints its backtrace and re-raises: dlrr then records SI_TKILL, not the
-    fault (issue 19, not fixed yet)."""
-    global _UCX
-    if _UCX is None:
-        code = "import torch\nprint(any('libucs.so' in l for l in open('/proc/self/maps')))\n"
-        _UCX = run([PY, "-c", code], timeout=120).stdout.strip() == "True"
-    return _UCX
-
-
-_UCX = None
-UCX_FAULTS = "UCX (loaded by this torch) takes SIGSEGV before dlrr and re-raises it: issue 19, not fixed"
-
-
 def tool(name):
     return os.path.join(BIN, name)
 

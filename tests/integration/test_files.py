@@ -8,13 +8,13 @@ import json
 import os
 import shutil
 import struct
+import tempfile
 
 import numpy as np
 import torch
 
 from harness import PY, TraceTestCase, events, run, tool
 
-TORCH2 = int(torch.__version__.split(".")[0]) >= 2
 
 JOBS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "files")
 
@@ -55,6 +55,28 @@ def write_mnist(root, n):
             f.write(struct.pack(">II", 2049, m) + labels[:m].tobytes())
 
 
+TORCH_TEMPLATE = "_remote_module_non_scriptable"
+
+
+def only_torch_template(files):
+    """Whether the scratch directory holds torch 2.x's own write and nothing else: importing
+    torch.distributed.nn.jit generates _remote_module_non_scriptable.py into a fresh
+    tempfile.TemporaryDirectory and imports it (Python 3.13 then writes its .pyc); the finalizer
+    that removes the directory does not run when replay stops the job (--until nan) or in a
+    spawned child, so replay keeps it in the scratch directory (issue 19)."""
+    if not files["scratch"] or files["deleted"]:
+        return False
+    paths = files["written"] + files["dirs"] + [q for r in files["renamed"] for q in r.split(" -> ")]
+    roots = set()
+    for q in paths:
+        if os.path.basename(q).startswith(TORCH_TEMPLATE):
+            d = os.path.dirname(q)
+            roots.add(os.path.dirname(d) if os.path.basename(d) == "__pycache__" else d)
+    tmp = tempfile.gettempdir()
+    return bool(roots) and all(os.path.dirname(r) == tmp for r in roots) and \
+        all(any(q == r or q.startswith(r + "/") for r in roots) for q in paths)
+
+
 class DatalessReplayTest(TraceTestCase):
 
     def record(self, script, *args, env=None):
@@ -75,10 +97,9 @@ class DatalessReplayTest(TraceTestCase):
             self.assertIn(path, files["served"], p.stderr)
         for path in data_paths:
             self.assertFalse(os.path.exists(path))  # served, never recreated in place
-        if files["scratch"] and TORCH2:
-            self.skipTest("issue 19, open: on torch 2.6 the replayed job writes something into the scratch "
-                          "directory (not identified); every check before this one passed")
-        self.assertEqual(files["scratch"], "")  # the job wrote nothing: no directory left behind
+        # The job wrote nothing of its own: no directory left behind (but torch 2.x's template).
+        if not only_torch_template(files):
+            self.assertEqual(files["scratch"], "", json.dumps(files, indent=1) + p.stderr[-3000:])
         # The text report names what was served.
         text = run([tool("dlreplay"), self.trace_path(), "--until", "nan"])
         self.assertEqual(text.returncode, 0, text.stderr)
@@ -234,4 +255,5 @@ class DatalessReplayTest(TraceTestCase):
         self.assertIn("spawn ok True", p.stdout)
         self.assertEqual(doc["verified_steps"], 3, p.stderr)
         self.assertEqual(doc["files"]["written"], [])  # pymp-* and its socket: made and removed
-        self.assertEqual(doc["files"]["scratch"], "")
+        if not only_torch_template(doc["files"]):
+            self.assertEqual(doc["files"]["scratch"], "", json.dumps(doc["files"], indent=1))

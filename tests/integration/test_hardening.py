@@ -29,8 +29,7 @@ import time
 import unittest
 
 import killing
-from harness import (PY, ROOT, UCX_FAULTS, TraceTestCase, children, events, info, run, steps, tool,
-                     torch_loads_ucx_fault_handler)
+from harness import PY, ROOT, TraceTestCase, children, events, info, run, steps, tool
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAULTS = os.path.join(HERE, "jobs", "faults.py")
@@ -206,8 +205,20 @@ class FaultTransparencyTest(TraceTestCase):
         self.assertEqual(rec.stdout, plain.stdout)
         # Per-run values: object addresses ("Exception ignored in: <... at 0x...>"), the pid in
         # Python 3.12+'s fork warning ("This process (pid=N) is multi-threaded").
-        norm = lambda t: re.sub(r"pid=\d+", "pid=?", re.sub(r"0x[0-9a-f]+", "0x?", t))
-        self.assertEqual(norm(rec.stderr), norm(plain.stderr))
+        # UCX's fault report (Debian 13's torch): [host:pid:thread:tid] prefixes, "(tid: N)".
+        norm = lambda t: re.sub(r"\(tid: +\d+\)", "(tid: ?)", re.sub(r"\[[^\]\s:]+:\d+ *:\d+:\d+\]", "[ucx]",
+                                re.sub(r"pid=\d+", "pid=?", re.sub(r"0x[0-9a-f]+", "0x?", t))))
+        self.maxDiff = None
+        got, want = norm(rec.stderr).splitlines(), norm(plain.stderr).splitlines()
+        self.assertEqual(len(got), len(want), rec.stderr)
+        # UCX's printed backtrace: dlrr calls UCX's handler from its own (so that it records the
+        # kernel's siginfo), so the frame below UCX's is dlrr's handler, not libc's signal
+        # trampoline (docs/platforms.md). That one frame line may differ; nothing else.
+        ucx_frames = [i for i, (g, w) in enumerate(zip(got, want)) if g != w and re.match(r"^ +\d+ +\S+/libdlrr\.so\(", g)]
+        self.assertLessEqual(len(ucx_frames), 1, rec.stderr)
+        for i in ucx_frames:
+            got[i] = want[i]
+        self.assertEqual(got, want)
         doc = info(self.trace_path())
         printed = len(re.findall(r"^step \d+$", rec.stdout, re.M))
         # Steps 0..printed-2 were committed (the last printed one may still have been in flight).
@@ -218,8 +229,6 @@ class FaultTransparencyTest(TraceTestCase):
         return rec, doc
 
     def test_native_segfault(self):
-        if torch_loads_ucx_fault_handler():
-            self.skipTest(UCX_FAULTS + " (its printed backtrace differs by one frame)")
         rec, doc = self.compare("segv")
         self.assertEqual(rec.returncode, 128 + signal.SIGSEGV)
         self.assertEqual(doc["failure"]["kind"], "signal")

@@ -11,7 +11,7 @@ import subprocess
 import time
 import unittest
 
-from harness import EXAMPLES, PY, UCX_FAULTS, TraceTestCase, dataset, run, tool, torch_loads_ucx_fault_handler
+from harness import EXAMPLES, PY, TraceTestCase, dataset, run, tool
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOBS = os.path.join(HERE, "jobs", "triage")
@@ -210,8 +210,6 @@ class TriageTest(TraceTestCase):
         self.assertEvidence(doc, "SyntaxError:", "broken_module.py", "the code ran under Python 3.")
 
     def test_native_crash(self):
-        if torch_loads_ucx_fault_handler():
-            self.skipTest(UCX_FAULTS)
         tiny = os.path.join(HERE, "jobs", "tiny_train.py")
         p, trace = self.record([PY, tiny, "--steps", "5", "--segv-at", "2"])
         self.assertEqual(p.returncode, 128 + signal.SIGSEGV)

@@ -13,6 +13,7 @@ import struct
 import unittest
 
 import fake_native  # noqa: F401  (puts interpose/python on sys.path)
+import numpy as np
 import torch
 
 from dlrr_hook.batches import BatchDecoder, BatchFormatError
@@ -27,6 +28,12 @@ def enc_str(s):
 
 def encode(v):
     """Python twin of replayer/BatchEncoding.cc's encodeValue."""
+    if isinstance(v, (np.ndarray, np.generic)):  # before float: numpy.float64 is one (values.py)
+        a = np.asarray(v)
+        data = a.tobytes()
+        return (b"X" + enc_str(a.dtype.name) + struct.pack("<I", a.ndim) + b"".join(struct.pack("<q", d) for d in a.shape)
+                + b"\x00" + enc_str("numpy" if isinstance(v, np.ndarray) else "numpy scalar")
+                + struct.pack("<Q", len(data)) + data)
     if v is None:
         return b"N"
     if isinstance(v, bool):
@@ -58,10 +65,17 @@ def samples():
         {"inputs": [torch.randn(2, 3, 4), torch.randn(5, dtype=torch.float64).requires_grad_()],
          "label": torch.tensor([0, 2]), "id": 17, "meta": {"path": "a/b.png", "ok": False}},
         torch.tensor([1.5, -2.0], dtype=torch.bfloat16), torch.tensor([1 + 2j], dtype=torch.complex64),
+        # numpy values (a collate_fn returning them): arrays and scalars keep their numpy type and dtype
+        (np.arange(12, dtype=np.float32).reshape(3, 4), np.array([True, False]), np.zeros((0, 2), np.int16)),
+        [np.float32(0.5), np.float64(-1.25), np.int64(7), np.bool_(True), np.array(3, dtype=np.uint8),
+         np.array([1 + 2j], np.complex128)],
     ]
 
 
 def same(a, b):
+    if isinstance(a, (np.ndarray, np.generic)):
+        return (type(a) == type(b) and a.dtype == b.dtype and a.shape == b.shape and
+                a.tobytes() == b.tobytes())
     if isinstance(a, torch.Tensor):
         return (isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and
                 a.requires_grad == b.requires_grad and torch.equal(a.detach(), b.detach()))
@@ -73,7 +87,7 @@ def same(a, b):
 
 
 def tensors(v):
-    if isinstance(v, torch.Tensor):
+    if isinstance(v, (torch.Tensor, np.ndarray, np.generic)):
         yield v
     elif isinstance(v, (list, tuple)):
         for x in v:
@@ -125,6 +139,7 @@ class BatchDecoderTest(unittest.TestCase):
                     + bytes([requires_grad]) + enc_str(device) + struct.pack("<Q", len(data)) + data)
 
         self.assertTrue(same(self.dec.decode(xt("int32", [4], 0, bytes(16))), torch.zeros(4, dtype=torch.int32)))
+        self.assertTrue(same(self.dec.decode(xt("int32", [4], 0, bytes(16), "numpy")), np.zeros(4, np.int32)))
         cases = {
             "bool at the end": b"B",
             "bytes cut short": b"Y" + struct.pack("<I", 10) + b"abc",
@@ -142,6 +157,13 @@ class BatchDecoderTest(unittest.TestCase):
             "empty": b"",
             "invalid utf-8 key": b"D\x01\x00\x00\x00" + enc_str(b"\xff\xfe") + b"N",
             "opaque object": b"O" + enc_str("socket"),
+            "numpy: not a dtype name": xt("Tensor", [1], 0, bytes(4), "numpy"),
+            "numpy: object dtype": xt("object", [1], 0, bytes(8), "numpy"),
+            "numpy: a dtype spelled as numpy parses it": xt("<f4", [1], 0, bytes(4), "numpy"),
+            "numpy: structured dtype": xt("f4,f4", [1], 0, bytes(8), "numpy"),
+            "numpy: shape does not match the data": xt("float32", [3], 0, bytes(16), "numpy"),
+            "numpy: negative dimensions": xt("int32", [-2, -2], 0, bytes(16), "numpy"),
+            "numpy: a scalar with a shape": xt("int32", [1], 0, bytes(4), "numpy scalar"),
         }
         for name, data in cases.items():
             with self.subTest(name):
@@ -162,7 +184,8 @@ class BatchDecoderTest(unittest.TestCase):
             except Exception as e:  # noqa: BLE001 - anything else is a finding
                 self.fail("input %r raised %s: %s" % (data, type(e).__name__, e))
             decoded += 1
-            held = sum(t.numel() * t.element_size() for t in tensors(value))
+            held = sum(t.nbytes if isinstance(t, (np.ndarray, np.generic)) else t.numel() * t.element_size()
+                       for t in tensors(value))
             self.assertLessEqual(held, len(data), "decoding %d bytes allocated %d bytes of tensors" % (len(data), held))
         self.assertGreater(decoded, 0)
 

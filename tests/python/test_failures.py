@@ -136,7 +136,8 @@ class FaulthandlerTest(RecorderTestCase):
     def test_library_handler_in_front_until_disabled_or_exit(self):
         # In front once faulthandler is on; faulthandler back in front before it is disabled
         # (so that it restores the library's handler), and at exit (the interpreter goes away).
-        self.assertEqual(self.lib.of("fatal_signals_first"), [("fatal_signals_first", 1)])
+        # In front again once torch has imported: libraries it loads (UCX) install their own.
+        self.assertEqual(self.lib.of("fatal_signals_first"), [("fatal_signals_first", 1)] * 2)
         self.lib.clear()
         self.rec._at_exit()
         self.rec._at_exit()

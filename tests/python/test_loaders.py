@@ -206,13 +206,14 @@ class BatchValuesTest(RecorderTestCase):
         import numpy as np
         Pair = collections.namedtuple("Pair", "a b")
         strided = torch.arange(12, dtype=torch.float32).reshape(3, 4)[:, ::2]
-        value = [Pair(1, 2), np.zeros(2), 1 << 70, strided, object.__new__(object),
-                 collections.OrderedDict(k=1.5), torch.zeros(2, requires_grad=True)]
+        value = [Pair(1, 2), np.array(["text"]), 1 << 70, strided, object.__new__(object),
+                 collections.OrderedDict(k=1.5), torch.zeros(2, requires_grad=True),
+                 np.arange(6, dtype=np.int16).reshape(2, 3)[:, ::2], np.float32(0.5)]
         self.rec.values.write(value)
         calls = self.lib.calls
-        self.assertEqual(calls[0], ("list", 7))
+        self.assertEqual(calls[0], ("list", 9))
         self.assertEqual(calls[1:4], [("tuple", 2), ("int", 1), ("int", 2)])
-        self.assertEqual(calls[4], ("opaque", "numpy.ndarray"))
+        self.assertEqual(calls[4], ("opaque", "numpy.ndarray[<U4]"))  # only numeric and bool dtypes
         self.assertEqual(calls[5], ("opaque", "int (beyond int64)"))
         self.assertEqual(calls[6][0], "tensor")
         self.assertEqual(calls[6][3], [3, 2])
@@ -222,6 +223,13 @@ class BatchValuesTest(RecorderTestCase):
         self.assertEqual(calls[10], ("float", 1.5))
         self.assertEqual(calls[11][6], 1)  # requires_grad
         self.assertEqual(calls[11][5], "cpu")
+        # numpy values: tensors on device "numpy" / "numpy scalar" with numpy's dtype name, bytes
+        # made contiguous (batches.py serves them back as numpy values)
+        self.assertEqual(calls[12][0], "tensor")
+        self.assertEqual((calls[12][1], calls[12][3], calls[12][5]), ("int16", [2, 2], "numpy"))
+        self.assertEqual(calls[12][4], np.array([[0, 2], [3, 5]], np.int16).tobytes())
+        self.assertEqual((calls[13][1], calls[13][3], calls[13][5]), ("float32", [], "numpy scalar"))
+        self.assertEqual(calls[13][4], np.float32(0.5).tobytes())
 
     def test_sparse_tensor_is_opaque(self):
         sparse = torch.zeros(3, 3).to_sparse()

@@ -103,7 +103,13 @@ TEST_F(FileRedirectTest, WritesGoToTheScratchCopyAndLaterReadsSeeIt) {
   // Truncating writes start empty; a new file needs its directory to exist (as the job sees it).
   w = fr.forWrite(user_ + "/ckpt/a.pt", O_WRONLY | O_CREAT | O_TRUNC, err);
   EXPECT_TRUE(exists(scratch_ + "/written" + user_ + "/ckpt"));
-  EXPECT_FALSE(exists(w));
+  EXPECT_EQ(slurp(w), "");  // made empty, nothing copied
+  // O_TRUNC without O_CREAT on an existing file (filelock's lock files): the copy exists to open.
+  std::filesystem::create_directories(user_ + "/locks");
+  put(user_ + "/locks/k.lock", "");
+  w = fr.forWrite(user_ + "/locks/k.lock", O_RDWR | O_TRUNC, err);
+  ASSERT_EQ(w, scratch_ + "/written" + user_ + "/locks/k.lock");
+  EXPECT_TRUE(exists(w));
   EXPECT_EQ(fr.forWrite(user_ + "/nodir/x.pt", O_WRONLY | O_CREAT, err), "");
   EXPECT_EQ(err, ENOENT);
   EXPECT_EQ(fr.forWrite(user_ + "/ckpt/a.pt", O_WRONLY | O_CREAT | O_EXCL, err), "");

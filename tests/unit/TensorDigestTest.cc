@@ -29,6 +29,48 @@ TEST(TensorDigest, HashIsBitExact) {
   EXPECT_EQ(computeDigest("float32", a.data(), 8).hash, computeDigest("float32", a.data(), 8).hash);
 }
 
+// Non-finite values compare by class: NaNs with another payload or sign hash alike (compiled and
+// eager kernels make different NaNs), +Inf and -Inf stay apart, every finite bit still counts.
+template <typename U>
+void nanClassCase(const char* dtype, U one, U nanA, U nanB, U posInf, U negInf) {
+  std::vector<U> a = {one, nanA, posInf, one}, b = {one, nanB, posInf, one};
+  DigestResult ra = computeDigest(dtype, a.data(), a.size() * sizeof(U));
+  DigestResult rb = computeDigest(dtype, b.data(), b.size() * sizeof(U));
+  EXPECT_EQ(ra.hash, rb.hash) << dtype;
+  EXPECT_NE(ra.rawHash, rb.rawHash) << dtype;   // the bits themselves differ
+  std::vector<U> c = {one, nanA, negInf, one};  // +Inf became -Inf
+  EXPECT_NE(computeDigest(dtype, c.data(), c.size() * sizeof(U)).hash, ra.hash) << dtype;
+  std::vector<U> d = {one, nanA, posInf, static_cast<U>(one ^ 1)};  // one finite bit
+  EXPECT_NE(computeDigest(dtype, d.data(), d.size() * sizeof(U)).hash, ra.hash) << dtype;
+  std::vector<U> e = {one, one, posInf, one};  // a NaN became a number
+  EXPECT_NE(computeDigest(dtype, e.data(), e.size() * sizeof(U)).hash, ra.hash) << dtype;
+}
+
+TEST(TensorDigest, NonFiniteValuesCompareByClass) {
+  nanClassCase<uint32_t>("float32", 0x3F800000u, 0x7FC00000u, 0xFFC00001u, 0x7F800000u, 0xFF800000u);
+  nanClassCase<uint64_t>("float64", 0x3FF0000000000000ull, 0x7FF8000000000000ull, 0xFFF0000000000123ull,
+                         0x7FF0000000000000ull, 0xFFF0000000000000ull);
+  nanClassCase<uint16_t>("float16", 0x3C00, 0x7E00, 0xFC01, 0x7C00, 0xFC00);
+  nanClassCase<uint16_t>("bfloat16", 0x3F80, 0x7FC0, 0xFF81, 0x7F80, 0xFF80);
+  // Without a NaN, or with only the canonical one, the hash is the raw bytes' (older traces).
+  float f[2] = {1.0f, std::numeric_limits<float>::infinity()};
+  DigestResult r = computeDigest("float32", f, sizeof f);
+  EXPECT_EQ(r.hash, r.rawHash);
+  uint32_t q[2] = {0x3F800000u, 0x7FC00000u};
+  r = computeDigest("float32", q, sizeof q);
+  EXPECT_EQ(r.hash, r.rawHash);
+  // Longer than the streaming buffer: NaNs in every chunk.
+  std::vector<uint32_t> big(5000, 0x40000000u), big2;
+  for (size_t i = 0; i < big.size(); i += 7) big[i] = 0x7FC00000u;
+  big2 = big;
+  for (size_t i = 0; i < big2.size(); i += 7) big2[i] = 0xFFFFFFFFu;
+  EXPECT_EQ(computeDigest("float32", big.data(), big.size() * 4).hash,
+            computeDigest("float32", big2.data(), big2.size() * 4).hash);
+  big2[4999] = 0x40000001u;
+  EXPECT_NE(computeDigest("float32", big.data(), big.size() * 4).hash,
+            computeDigest("float32", big2.data(), big2.size() * 4).hash);
+}
+
 TEST(TensorDigest, AllNonFiniteHasNanRange) {
   float v[2] = {std::nanf(""), std::nanf("")};
   DigestResult r = computeDigest("float32", v, sizeof v);

@@ -736,6 +736,7 @@ int run(int argc, char** argv) {
     for (auto& [k, v] : report) {
       if (k.rfind("stop.", 0) == 0 || k.rfind("batch.", 0) == 0 || k.rfind("backward.", 0) == 0 ||
           k.rfind("env.", 0) == 0 || k.rfind("launch.", 0) == 0 || k.rfind("gpu.", 0) == 0 ||
+          k.rfind("verify.", 0) == 0 ||  // what this replay could not verify (torch.compile'd submodules)
           (k.rfind("dist.", 0) == 0 && k != "dist.rank")) {
         std::string name = k.substr(k.find('.') + 1);
         if (k == "stop.step" && v == "-") {  // it stopped between steps: say which, not "-"

@@ -1,9 +1,12 @@
 """Decodes a recorded batch served by the replayer (replayer/BatchEncoding.h) into Python.
 
 The encoding is data only (tags, lengths, bytes) and is parsed with `struct`: loading a
-trace never runs code.  Tensors come back as fresh tensors that own their memory.
+trace never runs code.  Tensors come back as fresh tensors that own their memory; numpy
+arrays and scalars (recorded as tensors on device "numpy" / "numpy scalar", values.py) as
+fresh numpy values of the recorded dtype.
 """
 
+import re
 import struct
 
 _U32 = struct.Struct("<I")
@@ -11,6 +14,8 @@ _I64 = struct.Struct("<q")
 _U64 = struct.Struct("<Q")
 _F64 = struct.Struct("<d")
 _MAX_DEPTH = 64
+_NUMPY_DEVICES = ("numpy", "numpy scalar")
+_NUMPY_DTYPE_NAME = re.compile(r"[a-z]+[0-9]*\Z")
 
 
 class BatchFormatError(ValueError):
@@ -21,6 +26,22 @@ class BatchDecoder:
     def __init__(self, torch):
         self._torch = torch
         self._dtypes = {}
+        self._numpy_dtypes = {}
+
+    def _numpy_dtype(self, name):
+        dtype = self._numpy_dtypes.get(name)
+        if dtype is None:
+            import numpy
+            # Only plain numeric/bool dtype names (as values.py records them): nothing structured,
+            # no object dtype, nothing numpy would have to interpret beyond a name.
+            try:
+                dtype = numpy.dtype(name) if _NUMPY_DTYPE_NAME.match(name) else None
+            except TypeError:
+                dtype = None
+            if dtype is None or dtype.kind not in "biufc" or dtype.name != name:
+                raise BatchFormatError("unknown numpy dtype %r in the trace" % name)
+            self._numpy_dtypes[name] = dtype
+        return dtype
 
     def _dtype(self, name):
         entry = self._dtypes.get(name)
@@ -115,6 +136,8 @@ class BatchDecoder:
         pos += 8
         if pos + nbytes > len(view):
             raise BatchFormatError("truncated tensor data")
+        if device in _NUMPY_DEVICES:
+            return self._numpy(view, pos, dtype_name, shape, nbytes, device), pos + nbytes
         dtype, elem_size = self._dtype(dtype_name)
         # The shape must describe exactly the bytes present: nothing is allocated that the
         # trace does not hold, and reshape cannot fail.
@@ -142,3 +165,19 @@ class BatchDecoder:
         if requires_grad:
             tensor.requires_grad_(True)
         return tensor, pos + nbytes
+
+    def _numpy(self, view, pos, dtype_name, shape, nbytes, device):
+        import numpy
+        dtype = self._numpy_dtype(dtype_name)
+        elements = 1
+        for d in shape:
+            if d < 0:
+                raise BatchFormatError("negative dimension %d in an array shape" % d)
+            elements *= d
+        if elements * dtype.itemsize != nbytes:
+            raise BatchFormatError("array of shape %s and dtype %s needs %d bytes, the trace holds %d"
+                                   % (shape, dtype_name, elements * dtype.itemsize, nbytes))
+        if device == "numpy scalar" and shape:
+            raise BatchFormatError("a numpy scalar with shape %s" % shape)
+        array = numpy.frombuffer(bytearray(view[pos:pos + nbytes]), dtype=dtype).reshape(shape)  # owns a copy
+        return array[()] if device == "numpy scalar" else array

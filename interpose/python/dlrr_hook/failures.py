@@ -202,6 +202,12 @@ class FailureHooks:
             self._library_first = not first
             self._lib.dlrr_fatal_signals_first(0 if first else 1)
 
+    def retake_first(self):
+        """While the library's handler runs first: take the top slot back from handlers installed
+        over it since (UCX at torch's import); the library then calls them itself."""
+        if self._pystack_file is not None and self._library_first:
+            self._lib.dlrr_fatal_signals_first(1)
+
     def disable_faulthandler(self):
         """Turn our faulthandler off (forked children, uninstall); theirs stays."""
         if self._pystack_file is not None:

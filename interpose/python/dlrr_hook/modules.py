@@ -12,6 +12,11 @@ since a bare "0" names nothing); a module reached in a forward but not registere
 "<parent path>.<ClassName>".  Paths are cached per module (weakly) so the per-call cost is
 one dict lookup.
 
+torch.compile: a compiled model is an OptimizedModule wrapping the original as `_orig_mod`; that
+component is left out of paths and parameter names (shown as the original model's).  The
+hooks stay out of the compiled graph, so a compiled module's submodules are not seen at all
+(the recorder says so in the trace: Recorder._note_compiled).
+
 Data pipeline: module calls made while a DataLoader fetches and collates a batch in this
 thread (torchvision transforms such as Normalize are nn.Modules; with num_workers=0 they run
 in the main process) are not the step's compute.  Replay serves the batch, so they never run
@@ -43,6 +48,18 @@ def fetching():
 
 
 _BARE_INDEX = re.compile(r"^[0-9]+(\.[0-9]+)*$")  # a path made of container indices only
+
+
+def visible_name(name):
+    """A named_modules()/named_parameters() name without torch.compile's `_orig_mod` parts."""
+    if "_orig_mod" not in name:
+        return name
+    return ".".join(part for part in name.split(".") if part != "_orig_mod")
+
+
+def is_compiled(module):
+    """A torch.compile'd module (torch._dynamo's OptimizedModule)."""
+    return type(module).__name__ == "OptimizedModule" and getattr(module, "_orig_mod", None) is not None
 
 
 class ModulePaths:
@@ -81,6 +98,7 @@ class ModulePaths:
 
     def _index(self, root, prefix):
         for name, module in root.named_modules():
+            name = visible_name(name)
             if self.lookup(module) is None:
                 path = prefix + "." + name if prefix and name else (prefix or name)
                 if _BARE_INDEX.match(path):
@@ -129,7 +147,7 @@ class ModulePaths:
             return entry[2]
         prefix = self.lookup(root)
         prefix = prefix.decode("utf-8", "surrogatepass") if prefix else ""
-        params = [((prefix + "." + name if prefix else name).encode("utf-8", "surrogatepass"), p)
+        params = [((prefix + "." + visible_name(name) if prefix else visible_name(name)).encode("utf-8", "surrogatepass"), p)
                   for name, p in root.named_parameters()]
         self._params[id(root)] = (weakref.ref(root), self.generation, params)
         return params

@@ -25,7 +25,7 @@ from .files import FileCapture
 from .failures import FailureHooks
 from .imports import ImportWatcher
 from .loaders import LoaderTracker, indices_array
-from .modules import ModuleTracker
+from .modules import ModuleTracker, is_compiled
 from .patching import Patcher
 from .preflight import Preflight, preflight_batches
 from .rng import RngCapture
@@ -58,6 +58,12 @@ def _where(exc):
         return "?"
     frame = frames[-1]
     return "%s:%s" % (os.path.basename(frame.filename), frame.lineno)
+
+
+def compiled_note(path):
+    return ("%s is a torch.compile'd module: its submodules run inside the compiled graph, so their outputs "
+            "are not digested or verified (its own output, the loss, gradients and parameters are)"
+            % (path or "<root>"))
 
 
 class Recorder:
@@ -195,6 +201,9 @@ class Recorder:
     def _on_torch(self, torch):
         """torch finished importing: patch the DataLoader, modules, backward and optimizers."""
         self.torch = torch
+        # Libraries torch loads may install fatal-signal handlers over ours (Debian 13's torch
+        # loads UCX, which re-raises with tgkill): ours back on top, theirs called from ours.
+        self.failures.retake_first()
         self._tensor_type = torch.Tensor
         dataloader = importlib.import_module("torch.utils.data.dataloader")
         worker = importlib.import_module("torch.utils.data._utils.worker")
@@ -419,7 +428,17 @@ class Recorder:
         ref = self._roots.get(id(module))
         if ref is None or ref() is not module:
             self._roots[id(module)] = weakref.ref(module)  # never keeps a model alive
+            if is_compiled(module):
+                self._note_compiled(module)
         self.steps.on_root_forward(grad_enabled)
+
+    def _note_compiled(self, module):
+        """Say in the trace what is not verified under torch.compile (dltrace info's recorder
+        notes and dltrace env's unverified.compiled show it)."""
+        path = self.modules.paths.path_of(module, None, module).decode("utf-8", "surrogatepass")
+        note = native.text(compiled_note(path))
+        self.lib.dlrr_runtime_info(b"unverified.compiled", note)
+        self.lib.dlrr_recorder_status(1, note)
 
     def _on_output(self, path, output):
         calls = self._module_calls

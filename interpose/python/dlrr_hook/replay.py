@@ -27,11 +27,12 @@ import signal
 import sys
 import time
 import warnings
+import weakref
 
 from . import gpu, native, rng as rngmod, runtime
 from .batches import BatchDecoder
 from .modules import fetching
-from .recorder import Recorder
+from .recorder import Recorder, compiled_note
 from .snapshots import restore_tree
 
 _HOOK_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -128,6 +129,7 @@ class Replayer(Recorder):
         # Jump replay: steps before the jump step are fast-forwarded (see _install_fast_forward).
         self.jump_step = lib.dlrr_replay_jump_step()
         self.fast_forwarding = self.jump_step > 0
+        self._persistent_loaders = weakref.WeakSet()  # persistent-worker loaders iterated once already
 
     # ------------------------------------------------------------------ set-up
     def install(self):
@@ -271,6 +273,10 @@ class Replayer(Recorder):
     def _fact(self, key, value):
         self.lib.dlrr_replay_fact(native.text(key), native.text(value))
 
+    def _note_compiled(self, module):  # dlreplay prints it ("unverified: ...")
+        path = self.modules.paths.path_of(module, None, module).decode("utf-8", "surrogatepass")
+        self._fact("verify.unverified", compiled_note(path))
+
     # ------------------------------------------------------------------ batches
     def make_iterator(self, loader):
         torch = self.torch
@@ -285,7 +291,13 @@ class Replayer(Recorder):
             iterator._sampler_iter = iter(loader._index_sampler)
         except Exception:
             iterator._sampler_iter = None
-        torch.empty((), dtype=torch.int64).random_(generator=loader.generator)
+        # A loader with persistent workers makes its iterator once and only resets it at later
+        # epochs: a new sampler iterator, no new base seed (no draw then).
+        persistent = getattr(loader, "persistent_workers", False) and getattr(loader, "num_workers", 0) > 0
+        if not (persistent and loader in self._persistent_loaders):
+            torch.empty((), dtype=torch.int64).random_(generator=loader.generator)
+        if persistent:
+            self._persistent_loaders.add(loader)
         self.loaders.begin_iteration(loader, iterator)
         return iterator
 

@@ -1,8 +1,10 @@
 """Walk a batch into the depth-first dlrr_val_* builder calls (no pickle, ever).
 
-Supported: None, bool, int (int64), float, str, bytes, tensors, and list / tuple / dict
-nesting of those (namedtuples are tuples, any Mapping is a dict; non-str dict keys are
-recorded as str(key)).  Anything else becomes an opaque value carrying its type name:
+Supported: None, bool, int (int64), float, str, bytes, tensors, numpy arrays and scalars of
+numeric or bool dtype, and list / tuple / dict nesting of those (namedtuples are tuples, any
+Mapping is a dict; non-str dict keys are recorded as str(key)).  A numpy value is recorded as a
+tensor whose device is "numpy" (array) or "numpy scalar" and whose dtype is numpy's dtype name
+(NUMPY_DEVICES; batches.py serves it back as the same numpy type).  Anything else becomes an opaque value carrying its type name:
 replay cannot serve it, and the trace says so instead of guessing.
 
 Invariant that keeps the native builder consistent: writing one value emits exactly one
@@ -11,12 +13,16 @@ and a child that cannot be written is written as opaque.
 """
 
 import collections.abc
+import ctypes
+import sys
 
 from . import native
 
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
 MAX_DEPTH = 64
+NUMPY_DEVICES = (b"numpy", b"numpy scalar")
+NUMPY_KINDS = "biufc"  # bool, signed, unsigned, float, complex: plain bytes, nothing else
 
 
 def type_name(value):
@@ -72,6 +78,8 @@ class ValueWriter:
     def _resolve(self, cls):
         if issubclass(cls, self._tensor_type):
             writer = self._tensor
+        elif self._is_numpy(cls):  # before float: numpy.float64 is a float, served back as itself
+            writer = self._numpy
         elif issubclass(cls, bool):
             writer = self._bool
         elif issubclass(cls, int):
@@ -92,6 +100,26 @@ class ValueWriter:
             writer = self._opaque
         self._dispatch[cls] = writer
         return writer
+
+    @staticmethod
+    def _is_numpy(cls):
+        numpy = sys.modules.get("numpy")  # never imported here: a job without numpy has none
+        return numpy is not None and issubclass(cls, (numpy.ndarray, numpy.generic))
+
+    def _numpy(self, value, depth):
+        import numpy
+        scalar = not isinstance(value, numpy.ndarray)
+        dtype = value.dtype
+        if dtype.kind not in NUMPY_KINDS or not dtype.isnative or dtype.names is not None:
+            self._val_opaque(native.text("%s[%s]" % (type_name(value), dtype.str)))
+            return
+        arr = numpy.asarray(value)  # a scalar becomes a 0-d array (ascontiguousarray would make it 1-d)
+        if not arr.flags.c_contiguous:
+            arr = numpy.ascontiguousarray(arr)
+        shape = self._marshal.shape_array(arr.shape)
+        self._val_tensor(dtype.name.encode(), arr.itemsize, arr.ndim, shape, ctypes.c_void_p(arr.ctypes.data),
+                         arr.nbytes, NUMPY_DEVICES[1 if scalar else 0], 0)
+        del arr  # kept alive until the library has copied the bytes
 
     def _opaque(self, value, depth):
         self._val_opaque(native.text(type_name(value)))

@@ -6,8 +6,11 @@
   numpy-rng                     a Dataset drawing from np.random.default_rng (numpy 2), DataLoader
                                 with two workers (the batches are recorded after collation)
   persistent-workers            the same with persistent_workers=True, two epochs
-  numpy-batches                 a DataLoader whose collate_fn yields numpy arrays
+  numpy-batches                 a DataLoader whose collate_fn yields numpy arrays and a numpy scalar
   compile                       the model under torch.compile (inductor on CPU)
+  compile-nan                   forward and loss under torch.compile (inductor compiles the backward
+                                too); an Inf in step 5's batch makes the loss, gradients and
+                                parameters NaN
   func-grad                     torch.func.grad + functional_call, parameters updated by hand
 """
 import sys
@@ -57,14 +60,28 @@ elif feature == "persistent-workers":
     loader = torch.utils.data.DataLoader(Draws(), batch_size=16, num_workers=2, persistent_workers=True)
     batches = (b for epoch in range(2) for b in loader)  # lazily: one batch per step
 elif feature == "numpy-batches":
-    stack = lambda items: (np.stack([x for x, _ in items]), np.array([y for _, y in items]))
-    batches = ((torch.from_numpy(x), torch.from_numpy(y))
-               for x, y in torch.utils.data.DataLoader(Draws(), batch_size=8, collate_fn=stack))
+    stack = lambda items: (np.stack([x for x, _ in items]), np.array([y for _, y in items]), np.float32(len(items) / 8))
+    batches = ((torch.from_numpy(x), torch.from_numpy(y) * w)  # w: a numpy scalar (numpy.float32)
+               for x, y, w in torch.utils.data.DataLoader(Draws(), batch_size=8, collate_fn=stack))
 else:
     batches = [(torch.randn(8, 4, 8) if feature == "sdpa" else torch.randn(8, 8), torch.rand(8)) for _ in range(8)]
 
 if feature == "compile":
     model = torch.compile(model)
+if feature == "compile-nan":
+    @torch.compile
+    def forward_loss(x, y):
+        return F.mse_loss(model(x).squeeze(1), y)
+    for step, (x, y) in enumerate(batches):
+        if step == 5:
+            x = x.clone()
+            x[0, 0] = float("inf")
+        opt.zero_grad()
+        loss = forward_loss(x, y)
+        loss.backward()
+        opt.step()
+        print("step %d loss %.6f" % (step, loss.item()), flush=True)
+    sys.exit(0)
 if feature == "func-grad":
     params = {k: v.detach() for k, v in model.named_parameters()}
     def loss_of(p, x, y):
