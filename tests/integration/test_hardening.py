@@ -736,11 +736,17 @@ class SecurityTest(TraceTestCase):
                                 isinstance(f.value, ast.Name) and f.value.id in ("torch", "np", "numpy", "pickle"):
                             self.fail("%s: %s.%s deserialises" % (where, f.value.id, fname))
         self.assertGreater(checked, 10)
-        # The batch decoder, the only Python code that parses trace bytes, uses struct alone.
+        # The batch decoder, the only Python code that parses trace bytes, uses struct, a regular
+        # expression for numpy dtype names, and numpy only to name a plain dtype and copy bytes
+        # into an array (numpy.dtype, numpy.frombuffer): nothing that could unpickle.
         tree = ast.parse(slurp(os.path.join(pydir, "dlrr_hook", "batches.py")))
         imports = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         imports |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-        self.assertEqual(imports, {"struct"})
+        self.assertEqual(imports, {"struct", "re", "numpy"})
+        numpy_calls = {n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call) and
+                       isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) and
+                       n.func.value.id in ("numpy", "np")}
+        self.assertEqual(numpy_calls, {"dtype", "frombuffer"})
         # The C++ side never hands anything to a shell, nor trace data to a loader. The only
         # loads are fixed libraries: libunwind (privately), libcupti from the CUDA toolkit, and
         # the job's own dlopen calls forwarded by the interposer that records their failures.
