@@ -199,12 +199,12 @@ class RecordExampleTest(TraceTestCase):
         doc = info(self.trace_path())
         self.assertEqual(doc["failure"]["kind"], "nonfinite")
         self.assertEqual(doc["failure"]["step"], 3)
-        self.assertEqual(doc["failure"]["where"], "1")
+        self.assertEqual(doc["failure"]["where"], "1 (Boom)")  # an nn.Sequential's child, with its class
         self.assertGreater(doc["failure"]["ring_tensors"], 0)
         self.assertEqual(doc["failure"]["ring_tensors_written"], doc["failure"]["ring_tensors"])
         self.assertEqual(doc["failure"]["ring_tensors_missing"], "")
-        for step, module in ((3, "0"), (3, "1"), (3, "2"), (3, "4"), (2, "2")):
-            out = os.path.join(self.tmp, "s%d_%s.npy" % (step, module))
+        for step, module in ((3, "0 (Linear)"), (3, "1 (Boom)"), (3, "2 (Linear)"), (3, "4 (Linear)"), (2, "2 (Linear)")):
+            out = os.path.join(self.tmp, "s%d_%s.npy" % (step, module.split()[0]))
             d = run([tool("dltrace"), "dump", self.trace_path(), "--step", str(step), "--tensor", module, "-o", out])
             self.assertEqual(d.returncode, 0, "step %d module %s: %s" % (step, module, d.stderr))
             self.assertGreater(os.path.getsize(out), 64 * 4)
