@@ -20,6 +20,13 @@ class FeatureCheck:
         trace = self.trace_path(feature + ".trace")
         plain = run([PY, JOB, feature], timeout=300)
         self.assertEqual(plain.returncode, 0, plain.stderr)
+        if feature.startswith("compile"):
+            # inductor's cache warmed under dlrecord first (the hook changes the graph, hence the
+            # cache keys): a recording that creates cache entries would have them "missing then,
+            # there now" at replay, a warning about the environment (a false one: the recording
+            # made them itself; not fixed yet, docs/platforms.md)
+            run([tool("dlrecord"), "-q", "-o", self.trace_path(feature + "-warm.trace"), "--", PY, JOB, feature],
+                timeout=300)
         rec = run([tool("dlrecord"), "-q", "-o", trace, "--", PY, JOB, feature], timeout=300)
         self.assertEqual((rec.returncode, rec.stderr), (0, plain.stderr))
         self.assertEqual(len(rec.stdout.splitlines()), steps)
