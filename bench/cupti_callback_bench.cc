@@ -64,8 +64,8 @@ class Drainer {
   std::thread th_;
 };
 
-constexpr int kKernels = 64;       // distinct kernels, round robin (names cached per thread)
-constexpr int kPerStep = 20000;    // launches per step
+constexpr int kKernels = 64;     // distinct kernels, round robin (names cached per thread)
+constexpr int kPerStep = 20000;  // launches per step
 int gFunctions[kKernels];
 std::string gNames[kKernels];
 
@@ -184,7 +184,8 @@ double callbackPath(uint64_t n, int threads, bool concurrentDrain) {
   drainer.reset();
   gpu::LaunchTracker::Stats s = t.stats();
   if (s.droppedLaunches)
-    std::printf("  (recorded %llu, dropped %llu)\n", (unsigned long long)s.launches, (unsigned long long)s.droppedLaunches);
+    std::printf("  (recorded %llu, dropped %llu)\n", (unsigned long long)s.launches,
+                (unsigned long long)s.droppedLaunches);
   cap.stop();
   double worst = 0;
   for (auto& d : per) worst = std::max(worst, nsPer(d, n));
@@ -199,8 +200,8 @@ double copyPath(uint64_t n, size_t bytes) {
   if (!cap.start().ok) return -1;
   CountingSink sink;
   std::vector<uint8_t> host(bytes, 7);
-  cudaMemcpyAsync_v3020_params p{reinterpret_cast<void*>(uintptr_t{0xd000}), host.data(), bytes,
-                                 cudaMemcpyHostToDevice, nullptr};
+  cudaMemcpyAsync_v3020_params p{reinterpret_cast<void*>(uintptr_t{0xd000}), host.data(), bytes, cudaMemcpyHostToDevice,
+                                 nullptr};
   static int ok = 0;
   CUpti_CallbackData e{}, x{};
   e.callbackSite = CUPTI_API_ENTER;
@@ -270,8 +271,10 @@ double drainEncode(uint64_t n) {
 int main(int argc, char** argv) {
   uint64_t n = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 2000000;
   for (int k = 0; k < kKernels; ++k)
-    gNames[k] = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEENS_6detail5ArrayIPcLi1EEEEEvi"
-                "T0_T1_" + std::to_string(k);
+    gNames[k] =
+        "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEENS_6detail5ArrayIPcLi1EEEEEvi"
+        "T0_T1_" +
+        std::to_string(k);
   std::printf("GPU capture callback path, %llu launches, synthetic callback data, %u hardware threads\n",
               static_cast<unsigned long long>(n), std::thread::hardware_concurrency());
   trackerOnly(n / 10);  // warm-up
@@ -283,7 +286,8 @@ int main(int argc, char** argv) {
   std::printf("  same, with a drain thread running every 1 ms:         %6.1f ns/launch\n", callbackPath(n, 1, true));
   std::printf("  same, two launching threads (slowest thread):         %6.1f ns/launch\n", callbackPath(n, 2, false));
   std::printf("  host->device copy, 4 KiB (probe + digest at enter):   %6.1f ns/copy\n", copyPath(n / 100, 4096));
-  std::printf("  host->device copy, 1 MiB (probe + digest at enter):   %6.1f us/copy\n", copyPath(2000, 1 << 20) / 1000);
+  std::printf("  host->device copy, 1 MiB (probe + digest at enter):   %6.1f us/copy\n",
+              copyPath(2000, 1 << 20) / 1000);
 #else
   std::printf("  (built without CUPTI headers: the decoder path is not built)\n");
 #endif

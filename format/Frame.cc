@@ -108,13 +108,16 @@ BlobPrefix decodeBlobPrefix(const uint8_t in[kBlobPrefixSize]) noexcept {
 
 const char* frameKindName(FrameKind k) noexcept {
   switch (k) {
-    case FrameKind::Header: return "header";
-    case FrameKind::Events: return "events";
-    case FrameKind::Blob: return "blob";
-    case FrameKind::Footer: return "footer";
+    case FrameKind::Header:
+      return "header";
+    case FrameKind::Events:
+      return "events";
+    case FrameKind::Blob:
+      return "blob";
+    case FrameKind::Footer:
+      return "footer";
   }
   return "?";
 }
-
 
 }  // namespace dlrr

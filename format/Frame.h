@@ -17,8 +17,8 @@ namespace dlrr {
 inline constexpr char kFileMagic[8] = {'D', 'L', 'R', 'R', 'S', 'T', 'R', 'M'};
 inline constexpr char kTrailerMagic[8] = {'D', 'L', 'R', 'R', 'T', 'A', 'I', 'L'};
 inline constexpr uint32_t kFrameMagic = 0x46524C44;  // "DLRF" little-endian
-inline constexpr uint16_t kFormatMajor = 1;           // readers refuse a larger major
-inline constexpr uint16_t kFormatMinor = 0;           // additions only; readers accept any
+inline constexpr uint16_t kFormatMajor = 1;          // readers refuse a larger major
+inline constexpr uint16_t kFormatMinor = 0;          // additions only; readers accept any
 
 inline constexpr size_t kFileHeaderSize = 16;
 inline constexpr size_t kFrameHeaderSize = 32;

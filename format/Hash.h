@@ -14,7 +14,9 @@ struct Hash128 {
 };
 
 struct Hash128Hasher {
-  size_t operator()(const Hash128& h) const noexcept { return static_cast<size_t>(h.lo ^ (h.hi * 0x9E3779B97F4A7C15ull)); }
+  size_t operator()(const Hash128& h) const noexcept {
+    return static_cast<size_t>(h.lo ^ (h.hi * 0x9E3779B97F4A7C15ull));
+  }
 };
 
 Hash128 hash128(const void* data, size_t n) noexcept;

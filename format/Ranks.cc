@@ -82,7 +82,8 @@ RankReport analyzeRanks(Trace& t) {
   // cannot tell a rank's own non-finite gradients from received ones. When no rank made the
   // value in front of it, they are its own: nothing says it came from elsewhere.
   bool anyOwn = false;
-  for (const auto& r : rep.ranks) anyOwn = anyOwn || (r.failure && r.failure->kind == "nonfinite" && !r.failureReceived);
+  for (const auto& r : rep.ranks)
+    anyOwn = anyOwn || (r.failure && r.failure->kind == "nonfinite" && !r.failureReceived);
   if (!anyOwn)
     for (auto& r : rep.ranks)
       if (r.receivedBlind) r.failureReceived = false;

@@ -34,7 +34,8 @@ bool isTornPrefix(const uint8_t* p, size_t n, bool afterFooter) {
 
 std::string blobName(const Hash128& h) {
   char b[40];
-  std::snprintf(b, sizeof b, "%016llx%016llx", static_cast<unsigned long long>(h.hi), static_cast<unsigned long long>(h.lo));
+  std::snprintf(b, sizeof b, "%016llx%016llx", static_cast<unsigned long long>(h.hi),
+                static_cast<unsigned long long>(h.lo));
   return b;
 }
 
@@ -53,7 +54,8 @@ capnp::ReaderOptions readerOptions(size_t wordsPresent) {
 // Walks back-to-back flat messages in `bytes`; calls fn on each root until it returns false.
 template <typename Fn>
 void forEachMessage(const std::vector<uint8_t>& bytes, uint64_t frameOffset, Fn&& fn) {
-  if (bytes.size() % 8 != 0) throw TraceError(ErrorKind::Corrupt, "events frame at " + hex(frameOffset) + " is not word-aligned");
+  if (bytes.size() % 8 != 0)
+    throw TraceError(ErrorKind::Corrupt, "events frame at " + hex(frameOffset) + " is not word-aligned");
   kj::ArrayPtr<const capnp::word> words(reinterpret_cast<const capnp::word*>(bytes.data()), bytes.size() / 8);
   while (words.size() > 0) {
     capnp::FlatArrayMessageReader reader(words, readerOptions(words.size()));
@@ -128,8 +130,8 @@ namespace {
 void validateHeader(schema::StreamHeader::Reader h, size_t wordsPresent) {
   auto bounded = [&](unsigned n, const char* what) {
     if (n > wordsPresent)
-      throw TraceError(ErrorKind::Corrupt, std::string("header declares ") + std::to_string(n) + " " + what +
-                                               " in " + std::to_string(wordsPresent) + " words");
+      throw TraceError(ErrorKind::Corrupt, std::string("header declares ") + std::to_string(n) + " " + what + " in " +
+                                               std::to_string(wordsPresent) + " words");
   };
   (void)h.getStreamName();
   (void)h.getParentStream();
@@ -169,10 +171,12 @@ void StreamReader::init(const std::string& file) {
     std::vector<uint8_t> head(static_cast<size_t>(status_.fileSize));
     readExact(0, head.data(), head.size());
     if (head.empty() || std::memcmp(head.data(), kFileMagic, std::min(head.size(), sizeof kFileMagic)) == 0)
-      throw TraceError(ErrorKind::Corrupt, file + " is a torn stream (" + std::to_string(status_.fileSize) +
-                                               " bytes): its writer died before writing the file header", true);
-    throw TraceError(ErrorKind::NotATrace, file + " is too short to be a dlrr stream (" +
-                                               std::to_string(status_.fileSize) + " bytes)");
+      throw TraceError(ErrorKind::Corrupt,
+                       file + " is a torn stream (" + std::to_string(status_.fileSize) +
+                           " bytes): its writer died before writing the file header",
+                       true);
+    throw TraceError(ErrorKind::NotATrace,
+                     file + " is too short to be a dlrr stream (" + std::to_string(status_.fileSize) + " bytes)");
   }
   uint8_t fh[kFileHeaderSize];
   readExact(0, fh, sizeof fh);
@@ -328,7 +332,9 @@ void StreamReader::scan() {
       break;
     }
     if (st != HeaderStatus::Ok) {
-      status_.damage = std::string(st == HeaderStatus::BadMagic ? "no frame" : st == HeaderStatus::BadCrc ? "damaged frame header" : "invalid frame header") +
+      status_.damage = std::string(st == HeaderStatus::BadMagic ? "no frame"
+                                   : st == HeaderStatus::BadCrc ? "damaged frame header"
+                                                                : "invalid frame header") +
                        " at " + hex(off);
       break;
     }
@@ -370,9 +376,12 @@ void StreamReader::scan() {
   if (afterFooter && off == size && status_.damage.empty()) {
     // The writer was stopped between its footer frame and the trailer (kill -9 during close).
     status_.torn = true;
-    status_.damage = "footer frame at " + hex(unusedFooter_->offset) + " has no trailer (its writer stopped while closing)";
+    status_.damage =
+        "footer frame at " + hex(unusedFooter_->offset) + " has no trailer (its writer stopped while closing)";
   }
-  if (!footerLoaded_) status_.validEnd = frames_.empty() ? kFileHeaderSize : frames_.back().offset + kFrameHeaderSize + frames_.back().header.storedLen;
+  if (!footerLoaded_)
+    status_.validEnd =
+        frames_.empty() ? kFileHeaderSize : frames_.back().offset + kFrameHeaderSize + frames_.back().header.storedLen;
 }
 
 const std::vector<FrameInfo>& StreamReader::frames() {
@@ -399,7 +408,8 @@ void StreamReader::forEachEventUntil(const EventUntilFn& fn, uint64_t fromOffset
     try {
       forEachMessage(bytes, f.offset, [&](schema::Event::Reader e) { return more = fn(e, f); });
     } catch (const kj::Exception& e) {
-      throw TraceError(ErrorKind::Corrupt, name_ + ": event in frame at " + hex(f.offset) + " does not parse: " + e.getDescription().cStr());
+      throw TraceError(ErrorKind::Corrupt, name_ + ": event in frame at " + hex(f.offset) +
+                                               " does not parse: " + e.getDescription().cStr());
     }
     if (!more) return;
   }
@@ -448,11 +458,13 @@ std::vector<uint8_t> StreamReader::readBlob(const Hash128& h, uint64_t size) {
   uint64_t off = it->second;
   uint64_t have = 0;
   while (true) {
-    if (off + kFrameHeaderSize > status_.validEnd) throw TraceError(ErrorKind::Corrupt, name_ + ": blob chunk missing at " + hex(off));
+    if (off + kFrameHeaderSize > status_.validEnd)
+      throw TraceError(ErrorKind::Corrupt, name_ + ": blob chunk missing at " + hex(off));
     uint8_t hb[kFrameHeaderSize];
     readExact(off, hb, sizeof hb);
     FrameInfo f{off, {}};
-    if (decodeFrameHeader(hb, f.header) != HeaderStatus::Ok || off + kFrameHeaderSize + f.header.storedLen > status_.validEnd)
+    if (decodeFrameHeader(hb, f.header) != HeaderStatus::Ok ||
+        off + kFrameHeaderSize + f.header.storedLen > status_.validEnd)
       throw TraceError(ErrorKind::Corrupt, name_ + ": damaged blob frame at " + hex(off));
     if (f.header.kind != FrameKind::Blob) {  // only a signal-path frame can sit between chunks
       off += kFrameHeaderSize + f.header.storedLen;

@@ -28,10 +28,10 @@ struct FrameInfo {
 };
 
 struct StreamStatus {
-  bool cleanClose = false;    // footer and trailer present and valid
+  bool cleanClose = false;  // footer and trailer present and valid
   uint64_t fileSize = 0;
-  uint64_t validEnd = 0;      // bytes up to the end of the last intact frame
-  std::string damage;         // why reading stopped before the end of file ("" = it did not)
+  uint64_t validEnd = 0;  // bytes up to the end of the last intact frame
+  std::string damage;     // why reading stopped before the end of file ("" = it did not)
   // Reading stopped at an incomplete last frame that runs to the end of the file, or at a
   // footer frame whose trailer is missing or cut: what a writer stopped mid-write (kill -9,
   // disk full) leaves. Such a tail never holds a commit (a commit returns only once its frame

@@ -82,11 +82,13 @@ StreamWriter::StreamWriter(UniqueFd fd, capnp::MessageBuilder& header, WriterOpt
   uint8_t fh[kFileHeaderSize];
   encodeFileHeader(fh);
   iovec iov{fh, sizeof fh};
-  if (int err = writeAll(fd_.get(), &iov, 1)) throw TraceError(ErrorKind::Io, std::string("cannot write trace: ") + std::strerror(err));
+  if (int err = writeAll(fd_.get(), &iov, 1))
+    throw TraceError(ErrorKind::Io, std::string("cannot write trace: ") + std::strerror(err));
   offset_ = kFileHeaderSize;
   auto words = capnp::messageToFlatArray(header);
   auto bytes = words.asBytes();
-  if (!writeFrame(FrameKind::Header, Codec{}, nullptr, 0, bytes.begin(), bytes.size(), static_cast<uint32_t>(bytes.size())))
+  if (!writeFrame(FrameKind::Header, Codec{}, nullptr, 0, bytes.begin(), bytes.size(),
+                  static_cast<uint32_t>(bytes.size())))
     throw TraceError(ErrorKind::Io, "cannot write trace: " + error_);
   // The writer thread takes none of the job's signals: a process-directed signal the job
   // blocks in its own threads (to sigwait() for it, say) would otherwise be delivered to our
@@ -341,9 +343,8 @@ bool StreamWriter::writeFrame(FrameKind kind, Codec codec, const uint8_t* prefix
   h.seq = nextSeq_.fetch_add(1, std::memory_order_relaxed);
   uint8_t hdr[kFrameHeaderSize];
   encodeFrameHeader(h, hdr);
-  iovec iov[3] = {{hdr, sizeof hdr},
-                  {const_cast<uint8_t*>(prefix), prefixLen},
-                  {const_cast<uint8_t*>(payload), payloadLen}};
+  iovec iov[3] = {
+      {hdr, sizeof hdr}, {const_cast<uint8_t*>(prefix), prefixLen}, {const_cast<uint8_t*>(payload), payloadLen}};
   // One writev per frame on an O_APPEND file: frames from the signal path never interleave.
   if (int err = writeAll(fd_.get(), iov, 3)) {
     fail(std::strerror(err));

@@ -36,8 +36,8 @@ struct WriterOptions {
   // thread: zstd's fastest level costs a third of level 1's CPU there, for about the same size.
   int eventsZstdLevel = -1;
   bool compressEvents = true;
-  bool shuffleFloats = true;           // byte-shuffle blobs whose element size is 2, 4 or 8
-  int signalDrainMs = 2000;            // how long the signal path waits for the queue to drain
+  bool shuffleFloats = true;  // byte-shuffle blobs whose element size is 2, 4 or 8
+  int signalDrainMs = 2000;   // how long the signal path waits for the queue to drain
 };
 
 struct WriterStats {
@@ -48,10 +48,10 @@ struct WriterStats {
   uint64_t storedBytes = 0;        // bytes written to the file
   uint64_t frames = 0;
   uint64_t commits = 0;
-  uint64_t queueHighWater = 0;     // most bytes queued at once
-  uint64_t blockedCount = 0;       // calls that waited for queue space (back-pressure)
+  uint64_t queueHighWater = 0;  // most bytes queued at once
+  uint64_t blockedCount = 0;    // calls that waited for queue space (back-pressure)
   uint64_t blockedNs = 0;
-  uint64_t commitWaitNs = 0;       // time callers spent inside commit()
+  uint64_t commitWaitNs = 0;  // time callers spent inside commit()
 };
 
 struct BlobId {
@@ -113,8 +113,8 @@ class StreamWriter {
   PayloadCodec codec_;
 
   mutable std::mutex mu_;
-  std::condition_variable workCv_;   // writer thread waits for items
-  std::condition_variable doneCv_;   // callers wait for space / commits
+  std::condition_variable workCv_;  // writer thread waits for items
+  std::condition_variable doneCv_;  // callers wait for space / commits
   std::deque<std::unique_ptr<Item>> queue_;
   size_t queuedBytes_ = 0;
   uint64_t commitTicket_ = 0;

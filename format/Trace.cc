@@ -14,9 +14,12 @@ namespace {
 
 const char* failureKindName(schema::Failure::Kind k) {
   switch (k) {
-    case schema::Failure::Kind::NONFINITE: return "nonfinite";
-    case schema::Failure::Kind::EXCEPTION: return "exception";
-    case schema::Failure::Kind::SIGNAL: return "signal";
+    case schema::Failure::Kind::NONFINITE:
+      return "nonfinite";
+    case schema::Failure::Kind::EXCEPTION:
+      return "exception";
+    case schema::Failure::Kind::SIGNAL:
+      return "signal";
   }
   return "?";
 }
@@ -25,9 +28,12 @@ const char* failureKindName(schema::Failure::Kind k) {
 
 uint64_t valueBytes(schema::Value::Reader v) {
   switch (v.which()) {
-    case schema::Value::TENSOR: return v.getTensor().getData().getSize();
-    case schema::Value::BYTES: return v.getBytes().size();
-    case schema::Value::TEXT: return v.getText().size();
+    case schema::Value::TENSOR:
+      return v.getTensor().getData().getSize();
+    case schema::Value::BYTES:
+      return v.getBytes().size();
+    case schema::Value::TEXT:
+      return v.getText().size();
     case schema::Value::LIST: {
       uint64_t n = 0;
       for (auto c : v.getList()) n += valueBytes(c);
@@ -43,7 +49,8 @@ uint64_t valueBytes(schema::Value::Reader v) {
       for (auto c : v.getDict()) n += valueBytes(c.getValue());
       return n;
     }
-    default: return 8;
+    default:
+      return 8;
   }
 }
 
@@ -52,7 +59,9 @@ std::unique_ptr<Trace> Trace::open(const std::string& path, OpenMode mode) {
   t->path_ = path;
   t->dir_ = openTraceDir(path);
   auto names = listStreams(t->dir_.get());
-  if (names.empty()) throw TraceError(ErrorKind::NotATrace, path + " holds no dlrr streams (*.dls): not a trace, or recording never started");
+  if (names.empty())
+    throw TraceError(ErrorKind::NotATrace,
+                     path + " holds no dlrr streams (*.dls): not a trace, or recording never started");
   std::optional<TraceError> first;
   for (const auto& n : names) {
     try {
@@ -119,7 +128,8 @@ StreamReader* Trace::findRank(int rank, int restart) {
     if (h.getRole() != schema::StreamHeader::Role::PROCESS || h.getRank() != rank) continue;
     if (restart >= 0 && h.getRestartCount() == restart) return s.get();
     if (!best || h.getRestartCount() > best->header().getRestartCount() ||
-        (h.getRestartCount() == best->header().getRestartCount() && h.getStartNs() < best->header().getStartNs()))  // the rank itself, not a child it started
+        (h.getRestartCount() == best->header().getRestartCount() &&
+         h.getStartNs() < best->header().getStartNs()))  // the rank itself, not a child it started
       best = s.get();
   }
   return best;
@@ -161,7 +171,8 @@ void Trace::forEachStep(StreamReader& s, const std::function<void(const StepInfo
         si.batchBytes = it->second.batchBytes;
         si.digestEvents = it->second.digestEvents;
         if (!it->second.digestWords.empty())
-          si.digestFingerprint = hash64(it->second.digestWords.data(), it->second.digestWords.size() * sizeof(uint64_t));
+          si.digestFingerprint =
+              hash64(it->second.digestWords.data(), it->second.digestWords.size() * sizeof(uint64_t));
         pending.erase(pending.begin(), std::next(it));  // earlier steps can no longer end
       }
       fn(si);
@@ -276,8 +287,10 @@ std::string formatFailure(const FailureInfo& f) {
   std::string at = f.step < 0       ? " before the first step"
                    : f.betweenSteps ? " after step " + std::to_string(f.step) + " (no step open)"
                                     : " at step " + std::to_string(f.step);
-  if (f.kind == "nonfinite") return "first non-finite value" + at + ": " + f.where + (f.message.empty() ? "" : " (" + f.message + ")");
-  if (f.kind == "exception") return "exception" + at + ": " + f.exceptionType + (f.message.empty() ? "" : ": " + f.message);
+  if (f.kind == "nonfinite")
+    return "first non-finite value" + at + ": " + f.where + (f.message.empty() ? "" : " (" + f.message + ")");
+  if (f.kind == "exception")
+    return "exception" + at + ": " + f.exceptionType + (f.message.empty() ? "" : ": " + f.message);
   return "fatal signal" + at + ": " + f.message;
 }
 

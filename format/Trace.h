@@ -80,7 +80,7 @@ struct TraceSummary {
   std::vector<StreamSummary> processes;
   uint64_t bytes = 0;
   uint64_t rawBytes = 0;
-  std::vector<std::string> notes;  // recorder status messages (what was not recorded, and why)
+  std::vector<std::string> notes;    // recorder status messages (what was not recorded, and why)
   std::vector<BrokenStream> broken;  // streams that could not be opened (tolerant open only)
   uint64_t fileBytes = 0;            // all stream files on disk
 };

@@ -45,8 +45,10 @@ UniqueFd openTraceDir(const std::string& path) {
     int err = errno;
     if (err == ENOTDIR) {
       if (endsWith(path, kStreamExt))
-        throw TraceError(ErrorKind::NotATrace, path + " is a stream file inside a trace; pass the trace directory that holds it");
-      throw TraceError(ErrorKind::NotATrace, path + " is a file, not a dlrr trace (a trace is a directory made by dlrecord)");
+        throw TraceError(ErrorKind::NotATrace,
+                         path + " is a stream file inside a trace; pass the trace directory that holds it");
+      throw TraceError(ErrorKind::NotATrace,
+                       path + " is a file, not a dlrr trace (a trace is a directory made by dlrecord)");
     }
     throwErrno("cannot open trace " + path, err);
   }

@@ -7,12 +7,12 @@
 namespace dlrr {
 
 enum class ErrorKind {
-  Io = 1,          // the OS refused: missing file, permission, disk full
-  NotATrace,       // wrong kind of file or directory
-  FutureVersion,   // written by a newer dlrr with an incompatible major version
-  Corrupt,         // checksums or structure do not hold
-  Usage,           // a bad argument to an API or tool
-  NotFound,        // a named item (step, tensor, field) is not in the trace
+  Io = 1,         // the OS refused: missing file, permission, disk full
+  NotATrace,      // wrong kind of file or directory
+  FutureVersion,  // written by a newer dlrr with an incompatible major version
+  Corrupt,        // checksums or structure do not hold
+  Usage,          // a bad argument to an API or tool
+  NotFound,       // a named item (step, tensor, field) is not in the trace
 };
 
 class TraceError : public std::runtime_error {

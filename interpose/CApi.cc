@@ -1,6 +1,4 @@
 // The C API of dlrr.h: thin, exception-proof forwarding to the process recorder.
-#include "dlrr/dlrr.h"
-
 #include <fcntl.h>
 
 #include <cmath>
@@ -8,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "dlrr/dlrr.h"
 #include "interpose/CEnums.h"
 #include "interpose/ProcessRecorder.h"
 #include "interpose/SignalHandlers.h"
@@ -133,7 +132,8 @@ void dlrr_rng_state(int kind, int device, const void* data, uint64_t n) {
 
 void dlrr_batch_begin(uint32_t loader, uint32_t iteration, uint64_t index, int is_training,
                       const int64_t* sample_indices, uint64_t n_indices) {
-  withRecorder([&](RecordSession& s) { s.batchBegin(loader, iteration, index, is_training != 0, sample_indices, n_indices); });
+  withRecorder(
+      [&](RecordSession& s) { s.batchBegin(loader, iteration, index, is_training != 0, sample_indices, n_indices); });
 }
 
 void dlrr_val_list(uint32_t n) {
@@ -245,7 +245,8 @@ void dlrr_failure_exception(const char* type, const char* message, const char* w
         r.fact("exception.where", where ? where : "");
       }))
     return;
-  withRecorder([&](RecordSession& s) { s.failureException(type, message, where, n_frames, files, lines, functions, code); });
+  withRecorder(
+      [&](RecordSession& s) { s.failureException(type, message, where, n_frames, files, lines, functions, code); });
 }
 
 void dlrr_failed_path(const char* path, int error, int op) {
@@ -323,8 +324,7 @@ int64_t dlrr_replay_iterator_length(uint32_t loader, uint32_t iteration) {
   return n;
 }
 
-int dlrr_replay_rng_at_batch(uint32_t loader, uint64_t index, int kind, int device, const uint8_t** data,
-                             uint64_t* n) {
+int dlrr_replay_rng_at_batch(uint32_t loader, uint64_t index, int kind, int device, const uint8_t** data, uint64_t* n) {
   int rc = 0;
   withReplayer([&](ReplaySession& r) { rc = exportBytes(r.rngAtBatch(loader, index, kind, device), data, n); });
   return rc;

@@ -44,8 +44,7 @@ static_assert(DLRR_LOOKUP_CREATE == asInt(LookupOpSchema::CREATE) && DLRR_LOOKUP
 static_assert(DLRR_LOOKUP_STAT == asInt(LookupOpSchema::STAT) && DLRR_LOOKUP_STAT == asInt(LookupOp::Stat));
 static_assert(DLRR_LOOKUP_ACCESS == asInt(LookupOpSchema::ACCESS) && DLRR_LOOKUP_ACCESS == asInt(LookupOp::Access));
 static_assert(DLRR_LOOKUP_MKDIR == asInt(LookupOpSchema::MKDIR) && DLRR_LOOKUP_MKDIR == asInt(LookupOp::Mkdir));
-static_assert(DLRR_LOOKUP_OPENDIR == asInt(LookupOpSchema::OPENDIR) &&
-              DLRR_LOOKUP_OPENDIR == asInt(LookupOp::Opendir));
+static_assert(DLRR_LOOKUP_OPENDIR == asInt(LookupOpSchema::OPENDIR) && DLRR_LOOKUP_OPENDIR == asInt(LookupOp::Opendir));
 static_assert(DLRR_LOOKUP_OTHER == asInt(LookupOpSchema::OTHER) && DLRR_LOOKUP_OTHER == asInt(LookupOp::Other));
 inline constexpr int kMaxLookupOp = DLRR_LOOKUP_OTHER;
 

@@ -10,13 +10,18 @@ Config Config::fromEnvironment() {
   const char* mode = std::getenv("DLRR_MODE");
   const char* trace = std::getenv("DLRR_TRACE");
   if (!mode || !trace || !*trace) return c;
-  if (std::strcmp(mode, "record") == 0) c.mode = Mode::Record;
-  else if (std::strcmp(mode, "replay") == 0) c.mode = Mode::Replay;
-  else return c;
+  if (std::strcmp(mode, "record") == 0)
+    c.mode = Mode::Record;
+  else if (std::strcmp(mode, "replay") == 0)
+    c.mode = Mode::Replay;
+  else
+    return c;
   c.traceDir = trace;
   if (const char* cap = std::getenv("DLRR_CAPTURE")) {
-    if (std::strcmp(cap, "minimal") == 0) c.capture = CaptureLevel::Minimal;
-    else if (std::strcmp(cap, "full") == 0) c.capture = CaptureLevel::Full;
+    if (std::strcmp(cap, "minimal") == 0)
+      c.capture = CaptureLevel::Minimal;
+    else if (std::strcmp(cap, "full") == 0)
+      c.capture = CaptureLevel::Full;
   }
   if (const char* k = std::getenv("DLRR_RING_STEPS")) {
     char* end = nullptr;
@@ -44,9 +49,12 @@ Config Config::fromEnvironment() {
 
 const char* captureLevelName(CaptureLevel c) noexcept {
   switch (c) {
-    case CaptureLevel::Minimal: return "minimal";
-    case CaptureLevel::Default: return "default";
-    case CaptureLevel::Full: return "full";
+    case CaptureLevel::Minimal:
+      return "minimal";
+    case CaptureLevel::Default:
+      return "default";
+    case CaptureLevel::Full:
+      return "full";
   }
   return "?";
 }

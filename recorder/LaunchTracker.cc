@@ -183,8 +183,7 @@ bool LaunchTracker::probeReadable(const void* p, uint64_t n) noexcept {
   if (unavailable.load(std::memory_order_relaxed)) return true;  // trust the API's contract
   char sink[2];
   iovec local[2] = {{sink, 1}, {sink + 1, 1}};
-  iovec remote[2] = {{const_cast<void*>(p), 1},
-                     {const_cast<char*>(static_cast<const char*>(p)) + (n - 1), 1}};
+  iovec remote[2] = {{const_cast<void*>(p), 1}, {const_cast<char*>(static_cast<const char*>(p)) + (n - 1), 1}};
   ssize_t r = ::process_vm_readv(::getpid(), local, 2, remote, 2, 0);
   if (r == 2) return true;
   if (r < 0 && (errno == ENOSYS || errno == EPERM)) {
@@ -280,8 +279,10 @@ void LaunchTracker::onApi(const ApiCall& c) noexcept {
     bump(ts->ignored);
     return;
   }
-  if (c.op == ApiOp::Launch) onLaunch(*ts, c);
-  else onMemcpy(*ts, c);
+  if (c.op == ApiOp::Launch)
+    onLaunch(*ts, c);
+  else
+    onMemcpy(*ts, c);
 }
 
 void LaunchTracker::onLaunch(ThreadState& ts, const ApiCall& c) noexcept {
@@ -297,9 +298,9 @@ void LaunchTracker::onLaunch(ThreadState& ts, const ApiCall& c) noexcept {
         r.u.l.sharedMem = c.sharedMem;
         if (r.geometry == static_cast<uint8_t>(Geometry::None)) r.stream = c.stream;
         r.geometry = static_cast<uint8_t>(c.geometry);
-        r.flags = static_cast<uint8_t>((r.flags & ~(kFlagGeomMirrored | kFlagGeomExact)) |
-                                       (c.geometry == Geometry::Exact ? kFlagGeomExact : kFlagGeomMirrored) |
-                                       kFlagEnriched);
+        r.flags =
+            static_cast<uint8_t>((r.flags & ~(kFlagGeomMirrored | kFlagGeomExact)) |
+                                 (c.geometry == Geometry::Exact ? kFlagGeomExact : kFlagGeomMirrored) | kFlagEnriched);
       }
       if (r.device == kUnknownDevice && c.device != kUnknownDevice) {
         r.device = c.device;
@@ -401,8 +402,10 @@ void LaunchTracker::onMemcpy(ThreadState& ts, const ApiCall& c) noexcept {
 void LaunchTracker::pauseThread(bool pause) noexcept {
   ThreadState* ts = threadState();
   if (!ts) return;
-  if (pause) ++ts->paused;
-  else if (ts->paused > 0) --ts->paused;
+  if (pause)
+    ++ts->paused;
+  else if (ts->paused > 0)
+    --ts->paused;
 }
 
 void LaunchTracker::beginStep(int64_t step) noexcept {

@@ -80,12 +80,12 @@ struct ApiCall {
 
 // Flags of a record.
 enum RecordFlags : uint8_t {
-  kFlagFailed = 1,         // the API returned an error (the launch / copy did not happen)
-  kFlagEnriched = 2,       // a nested call filled something in
-  kFlagGeomMirrored = 4,   // grid/block from the mirrored __cudaLaunchKernel layout
-  kFlagGeomExact = 8,      // grid/block from a documented parameter struct
-  kFlagDigest = 16,        // memcpy: digest holds the XXH3-64 of the host source
-  kFlagUnreadable = 32,    // memcpy: the host source could not be read (no digest)
+  kFlagFailed = 1,        // the API returned an error (the launch / copy did not happen)
+  kFlagEnriched = 2,      // a nested call filled something in
+  kFlagGeomMirrored = 4,  // grid/block from the mirrored __cudaLaunchKernel layout
+  kFlagGeomExact = 8,     // grid/block from a documented parameter struct
+  kFlagDigest = 16,       // memcpy: digest holds the XXH3-64 of the host source
+  kFlagUnreadable = 32,   // memcpy: the host source could not be read (no digest)
 };
 
 struct LaunchEvent {
@@ -138,13 +138,13 @@ class LaunchTracker {
   };
 
   struct Stats {
-    uint64_t launches = 0;        // recorded (in steps)
+    uint64_t launches = 0;  // recorded (in steps)
     uint64_t copies = 0;
     uint64_t droppedLaunches = 0;
     uint64_t droppedCopies = 0;
-    uint64_t outsideSteps = 0;    // launches and copies made outside any step (counted only)
-    uint64_t nested = 0;          // nested callbacks folded into their outer call
-    uint64_t paused = 0;          // callbacks ignored while their thread was paused
+    uint64_t outsideSteps = 0;  // launches and copies made outside any step (counted only)
+    uint64_t nested = 0;        // nested callbacks folded into their outer call
+    uint64_t paused = 0;        // callbacks ignored while their thread was paused
     uint64_t threads = 0;
     uint64_t names = 0;
   };

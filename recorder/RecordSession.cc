@@ -444,8 +444,8 @@ void RecordSession::keepInRing(int64_t step, int kind, const char* path, uint32_
   commitNow();
 }
 
-void RecordSession::recordNonFinite(int64_t step, int kind, const char* path, uint32_t callIndex,
-                                    const DigestResult& d, bool flushObserver) {
+void RecordSession::recordNonFinite(int64_t step, int kind, const char* path, uint32_t callIndex, const DigestResult& d,
+                                    bool flushObserver) {
   uint64_t bad = d.nanCount + d.infCount;
   if (!bad) return;
   stepNonFinite_.fetch_add(bad, std::memory_order_relaxed);

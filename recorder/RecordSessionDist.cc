@@ -75,7 +75,8 @@ void RecordSession::collectiveTensor(uint64_t seq, bool result, const char* dtyp
       // Kept for the last steps only, written if this process fails (dltrace dump can show
       // what the collective returned right before the failure).
       std::string path = "collective/" + std::to_string(seq) + "/" + op;
-      keepTensor(static_cast<int>(schema::TensorDigest::Kind::OTHER), path.c_str(), 0, static_cast<uint32_t>(index), t.dtype.c_str(), ndim, shape, data, nbytes);
+      keepTensor(static_cast<int>(schema::TensorDigest::Kind::OTHER), path.c_str(), 0, static_cast<uint32_t>(index),
+                 t.dtype.c_str(), ndim, shape, data, nbytes);
     }
   }
   std::lock_guard<std::mutex> lk(collMu_);

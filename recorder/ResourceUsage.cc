@@ -125,7 +125,7 @@ int64_t parseOomKill(std::string_view text) {
 
 ResourceSample sampleSelfQuick() noexcept {
   ResourceSample s;
-  rusage ru {};
+  rusage ru{};
   if (::getrusage(RUSAGE_SELF, &ru) == 0) {
     s.maxRssBytes = static_cast<uint64_t>(ru.ru_maxrss) * 1024;
     s.cpuUserNs = tvNs(ru.ru_utime);
@@ -136,11 +136,12 @@ ResourceSample sampleSelfQuick() noexcept {
 
 void fillLimits(ResourceSample& s) noexcept {
   try {
-    rlimit rl {};
+    rlimit rl{};
     if (::getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) s.addressSpaceLimit = rl.rlim_cur;
     bool v2 = false;
     std::string dir = memoryCgroupDir(v2);
-    if (!dir.empty()) s.memoryLimit = parseMemoryLimit(readSmall(dir + (v2 ? "/memory.max" : "/memory.limit_in_bytes")));
+    if (!dir.empty())
+      s.memoryLimit = parseMemoryLimit(readSmall(dir + (v2 ? "/memory.max" : "/memory.limit_in_bytes")));
     s.memTotal = parseStatusKb(readSmall("/proc/meminfo"), "MemTotal");
   } catch (...) {
   }

@@ -5,9 +5,7 @@
 namespace dlrr {
 namespace {
 
-std::string clip(std::string_view s) {
-  return std::string(s.substr(0, TriageLog::kMaxText));
-}
+std::string clip(std::string_view s) { return std::string(s.substr(0, TriageLog::kMaxText)); }
 
 bool endsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;

@@ -61,10 +61,10 @@ class TriageLog {
   bool dirty() const noexcept { return dirty_.load(std::memory_order_relaxed); }
 
   struct Changes {
-    std::vector<FailedLookup> paths;        // new or counted again since the last call
-    std::vector<FailedLibrary> libraries;   // idem
-    uint64_t droppedPaths = 0;              // cumulative
-    uint64_t droppedFailures = 0;           // cumulative
+    std::vector<FailedLookup> paths;       // new or counted again since the last call
+    std::vector<FailedLibrary> libraries;  // idem
+    uint64_t droppedPaths = 0;             // cumulative
+    uint64_t droppedFailures = 0;          // cumulative
     bool empty() const { return paths.empty() && libraries.empty(); }
   };
   // What changed since the previous call, with cumulative counts; clears the change marks.

@@ -31,7 +31,9 @@ void putStr(std::vector<uint8_t>& out, kj::StringPtr s) {
 void encodeValue(schema::Value::Reader v, const BlobLoader& load, std::vector<uint8_t>& out, int depth) {
   if (depth > 64) throw TraceError(ErrorKind::Corrupt, "batch structure nested too deeply");
   switch (v.which()) {
-    case schema::Value::NONE: out.push_back('N'); break;
+    case schema::Value::NONE:
+      out.push_back('N');
+      break;
     case schema::Value::BOOL:
       out.push_back('B');
       out.push_back(v.getBool() ? 1 : 0);
@@ -96,7 +98,8 @@ void encodeValue(schema::Value::Reader v, const BlobLoader& load, std::vector<ui
       put(out, bytes.data(), bytes.size());
       break;
     }
-    default: throw TraceError(ErrorKind::Corrupt, "batch holds a value kind this dlrr does not know (newer trace?)");
+    default:
+      throw TraceError(ErrorKind::Corrupt, "batch holds a value kind this dlrr does not know (newer trace?)");
   }
 }
 

@@ -26,8 +26,10 @@ std::string dims(const uint32_t d[3]) {
 std::string describeLaunch(const KernelLaunch& l) {
   std::ostringstream o;
   o << gpu::displayKernelName(l.name);
-  if (l.geometryKnown()) o << " grid " << dims(l.grid) << " block " << dims(l.block) << " smem " << l.sharedMem;
-  else o << " (grid/block unknown)";
+  if (l.geometryKnown())
+    o << " grid " << dims(l.grid) << " block " << dims(l.block) << " smem " << l.sharedMem;
+  else
+    o << " (grid/block unknown)";
   return o.str();
 }
 
@@ -67,8 +69,10 @@ LaunchComparison compareLaunches(int64_t step, std::vector<KernelLaunch> recorde
     std::ostringstream o;
     o << "step " << step << ": recorded " << nr << " kernel launches, replayed " << np << "; first unmatched launch "
       << n << ": ";
-    if (nr > np) o << "recorded " << describeLaunch(recorded[n]) << ", not replayed";
-    else o << "replayed " << describeLaunch(replayed[n]) << ", not in the recording";
+    if (nr > np)
+      o << "recorded " << describeLaunch(recorded[n]) << ", not replayed";
+    else
+      o << "replayed " << describeLaunch(replayed[n]) << ", not in the recording";
     c.detail = o.str();
   } else if (!complete && np > nr) {
     c.match = false;

@@ -29,7 +29,7 @@ struct LaunchComparison {
   size_t compared = 0;  // launches compared (the common, gap-free prefix)
   size_t recorded = 0;
   size_t replayed = 0;
-  bool truncated = false;  // a gap (dropped records) limited the comparison
+  bool truncated = false;          // a gap (dropped records) limited the comparison
   std::optional<size_t> position;  // first differing launch (its seq), when !match
   std::string detail;              // "launch 12 of step 3: recorded K grid (..) ...; replayed ..."
 };

@@ -303,8 +303,9 @@ const std::vector<uint8_t>* ReplaySession::snapshot(int64_t step) {
   BatchRecord& rec = it->second;
   if (rec.encoded.empty()) {
     auto ev = rec.event->getRoot<schema::Event>().asReader();
-    encodeValue(ev.getSnapshot().getValue(),
-                [&](const Hash128& h, uint64_t size) { return stream_->readBlob(h, size); }, rec.encoded);
+    encodeValue(
+        ev.getSnapshot().getValue(), [&](const Hash128& h, uint64_t size) { return stream_->readBlob(h, size); },
+        rec.encoded);
   }
   return &rec.encoded;
 }

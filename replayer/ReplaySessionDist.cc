@@ -141,8 +141,8 @@ void ReplaySession::writeDistReport(ReportLines& r) {
   if (collectives_.empty() && collectivesIssued_ == 0) return;
   r.add("dist.rank", recordedRank());
   r.add("dist.collectives", std::to_string(collectivesIssued_) + " of " + std::to_string(collectives_.size()) +
-                                " recorded issued; " + std::to_string(collectiveTensorsVerified_) + " tensors verified; " +
-                                std::to_string(collectiveResultsServed_) + " results served");
+                                " recorded issued; " + std::to_string(collectiveTensorsVerified_) +
+                                " tensors verified; " + std::to_string(collectiveResultsServed_) + " results served");
 }
 
 }  // namespace dlrr

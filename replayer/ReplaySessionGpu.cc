@@ -84,8 +84,9 @@ void ReplaySession::checkLaunchesLocked(int64_t step, bool complete) {
   auto p = replayedLaunches_.find(step);
   if (r == recordedLaunches_.end() && p == replayedLaunches_.end()) return;
   launchesChecked_.insert(step);
-  LaunchComparison c = compareLaunches(step, r == recordedLaunches_.end() ? std::vector<KernelLaunch>{} : r->second,
-                                       p == replayedLaunches_.end() ? std::vector<KernelLaunch>{} : p->second, complete);
+  LaunchComparison c =
+      compareLaunches(step, r == recordedLaunches_.end() ? std::vector<KernelLaunch>{} : r->second,
+                      p == replayedLaunches_.end() ? std::vector<KernelLaunch>{} : p->second, complete);
   replayedLaunches_.erase(step);  // checked: keep memory flat over long replays
   if (complete) {
     ++launchStepsChecked_;

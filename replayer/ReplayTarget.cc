@@ -6,10 +6,14 @@ namespace dlrr {
 
 std::string ReplayTarget::describe() const {
   switch (kind) {
-    case Kind::End: return "end";
-    case Kind::Step: return "step=" + std::to_string(step);
-    case Kind::Nan: return "nan";
-    case Kind::Crash: return "crash";
+    case Kind::End:
+      return "end";
+    case Kind::Step:
+      return "step=" + std::to_string(step);
+    case Kind::Nan:
+      return "nan";
+    case Kind::Crash:
+      return "crash";
   }
   return "?";
 }

@@ -9,10 +9,10 @@ namespace dlrr {
 
 struct ReplayTarget {
   enum class Kind { End = 0, Step = 1, Nan = 2, Crash = 3 } kind = Kind::End;
-  int64_t step = -1;          // step=N, or the step of the recorded failure
+  int64_t step = -1;  // step=N, or the step of the recorded failure
   // For nan: what produced the first non-finite value (schema TensorDigest.Kind numbering).
   int digestKind = -1;
-  std::string where;          // module path, "loss", "grad:NAME", "param:NAME"
+  std::string where;  // module path, "loss", "grad:NAME", "param:NAME"
   uint32_t callIndex = 0;
 
   std::string describe() const;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian 12 machine, builds dlrr and runs every test: unit (GoogleTest),
 # Python hook unit tests, integration (real torch jobs recorded and replayed), sanitizer
-# builds of the unit tests (ASan+UBSan, ThreadSanitizer), lint (pyflakes on the Python,
+# builds of the unit tests (ASan+UBSan, ThreadSanitizer), lint (clang-format, pyflakes on the Python,
 # clang-tidy on the C++ files of the commit under test), and short fuzzing runs of the trace reader, the batch encoding
 # and the tools' command-line parsers; then the unit, Python and integration tests again on the
 # second platform (Debian 13: torch 2.6, Python 3.13, g++ 14) in a chroot (scripts/torch2.sh).
@@ -22,7 +22,8 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 echo "== ThreadSanitizer build of the unit tests"
 bash scripts/tsan.sh
 
-echo "== lint: pyflakes (the hook, the env probe), clang-tidy (C++ files changed by the commit under test)"
+echo "== lint: clang-format (every C++ file), pyflakes (the hook, the env probe), clang-tidy (C++ files changed by the commit under test)"
+bash scripts/format.sh --check
 pyflakes3 interpose/python triage/env_probe.py
 bash scripts/tidy.sh --since "${DLRR_TIDY_SINCE:-HEAD~1}"
 

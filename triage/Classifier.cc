@@ -354,9 +354,9 @@ struct ExceptionRule {
 };
 
 bool readsDataFile(const std::vector<Frame>& tb) {
-  for (const char* reader : {"/json/", "/pickle", "numpy/lib/format.py", "numpy/lib/npyio.py", "/csv.py",
-                             "torch/serialization.py", "PIL/", "/zipfile", "/tarfile", "/gzip.py", "pandas/io/",
-                             "h5py/"})
+  for (const char* reader :
+       {"/json/", "/pickle", "numpy/lib/format.py", "numpy/lib/npyio.py", "/csv.py", "torch/serialization.py", "PIL/",
+        "/zipfile", "/tarfile", "/gzip.py", "pandas/io/", "h5py/"})
     if (framesMention(tb, reader)) return true;
   return false;
 }
@@ -407,7 +407,9 @@ const ExceptionRule kExceptionRules[] = {
      },
      [](const ExceptionText&) { return make(C::DeviceUnavailable, "no usable CUDA device"); }},
     {"framework build without this GPU",
-     [](const ExceptionText& x) { return any(x.m, "torch not compiled with cuda enabled", "no kernel image is available"); },
+     [](const ExceptionText& x) {
+       return any(x.m, "torch not compiled with cuda enabled", "no kernel image is available");
+     },
      [](const ExceptionText&) {
        return make(C::LibraryNotFound, "the installed framework build does not support this GPU (or has no CUDA)");
      }},
@@ -423,8 +425,7 @@ const ExceptionRule kExceptionRules[] = {
     {"DataLoader worker killed",
      [](const ExceptionText& x) { return any(x.m, "dataloader worker") && any(x.m, "killed by signal: killed"); },
      [](const ExceptionText&) {
-       return make(C::CpuOutOfMemory,
-                   "a DataLoader worker was killed (SIGKILL: most often the kernel's OOM killer)");
+       return make(C::CpuOutOfMemory, "a DataLoader worker was killed (SIGKILL: most often the kernel's OOM killer)");
      }},
     {"shared memory exhausted",
      [](const ExceptionText& x) { return any(x.m, "bus error") && any(x.m, "shared memory", "shm"); },
@@ -466,9 +467,9 @@ const ExceptionRule kExceptionRules[] = {
     // ---- file system
     {"permission denied",
      [](const ExceptionText& x) {
-       return x.base == "PermissionError" || any(x.m, "[errno 13]", "permission denied",
-                                                 "[errno 1] operation not permitted", "read-only file system",
-                                                 "[errno 30]");
+       return x.base == "PermissionError" ||
+              any(x.m, "[errno 13]", "permission denied", "[errno 1] operation not permitted", "read-only file system",
+                  "[errno 30]");
      },
      [](const ExceptionText& x) { return make(C::PermissionDenied, pathInMessage(x.message)); }},
     {"disk full",
@@ -506,8 +507,7 @@ const ExceptionRule kExceptionRules[] = {
               any(x.m, "pytorchstreamreader failed", "failed finding central directory", "invalid load key",
                   "pickle data was truncated", "image file is truncated", "cannot identify image file",
                   "compressed file ended before", "expecting value: line", "unterminated string starting at",
-                  "failed to interpret file", "as a pickle", "could not convert string to float",
-                  "truncated file") ||
+                  "failed to interpret file", "as a pickle", "could not convert string to float", "truncated file") ||
               (b == "EOFError" && (x.readsData || any(x.m, "ran out of input", "no data left in file"))) ||
               (x.readsData && (b == "ValueError" || b == "OSError"));
      },
@@ -517,15 +517,16 @@ const ExceptionRule kExceptionRules[] = {
     // ---- deep-learning specific: shapes, NaN, API use
     {"tensor shapes, dtypes or devices",
      [](const ExceptionText& x) {
-       return any(x.m, "size mismatch", "shape mismatch", "shapes cannot be multiplied", "must match the size of tensor",
-                  "sizes of tensors must match", "expected input batch_size", "to match target batch_size",
-                  "error(s) in loading state_dict", "missing key(s) in state_dict", "unexpected key(s) in state_dict",
-                  "is invalid for input of size", "expected scalar type", "expected object of scalar type",
-                  "expected all tensors to be on the same device", "should be the same", "dimension out of range",
-                  "inconsistent tensor size", "number of dims don't match", "doesn't match the broadcast shape",
-                  "mismatch in shape", "expected 2d", "expected 3d", "expected 4d", "-dimensional input",
-                  "must be the same as input size", "using a target size", "to have 3 channels", " channels, but got ",
-                  "non-singleton dimension", "found dtype");
+       return any(x.m, "size mismatch", "shape mismatch", "shapes cannot be multiplied",
+                  "must match the size of tensor", "sizes of tensors must match", "expected input batch_size",
+                  "to match target batch_size", "error(s) in loading state_dict", "missing key(s) in state_dict",
+                  "unexpected key(s) in state_dict", "is invalid for input of size", "expected scalar type",
+                  "expected object of scalar type", "expected all tensors to be on the same device",
+                  "should be the same", "dimension out of range", "inconsistent tensor size",
+                  "number of dims don't match", "doesn't match the broadcast shape", "mismatch in shape", "expected 2d",
+                  "expected 3d", "expected 4d", "-dimensional input", "must be the same as input size",
+                  "using a target size", "to have 3 channels", " channels, but got ", "non-singleton dimension",
+                  "found dtype");
      },
      [](const ExceptionText& x) { return clipped(C::TensorMismatch, x); }},
     {"NaN or Inf loss",
@@ -537,11 +538,10 @@ const ExceptionRule kExceptionRules[] = {
      [](const ExceptionText& x) { return clipped(C::LossNaN, x); }},
     {"framework API misuse",
      [](const ExceptionText& x) {
-       return any(x.m, "backward through the graph a second time",
-                  "does not require grad and does not have a grad_fn", "a leaf variable that requires grad",
-                  "modified by an inplace operation", "can't call numpy() on tensor that requires grad",
-                  "can't convert cuda", "use tensor.cpu()", "cannot re-initialize cuda in forked subprocess",
-                  "default process group has not been initialized",
+       return any(x.m, "backward through the graph a second time", "does not require grad and does not have a grad_fn",
+                  "a leaf variable that requires grad", "modified by an inplace operation",
+                  "can't call numpy() on tensor that requires grad", "can't convert cuda", "use tensor.cpu()",
+                  "cannot re-initialize cuda in forked subprocess", "default process group has not been initialized",
                   "expected to have finished reduction in the prior iteration",
                   "grad can be implicitly created only for scalar outputs", "can't pickle local object",
                   "weights only load failed", "is not a module subclass");

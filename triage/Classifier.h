@@ -53,20 +53,20 @@ enum class Phase { None, Initialisation, Training, Evaluation, Shutdown };
 
 struct CategoryInfo {
   Category category;
-  const char* id;     // "path_not_found"
-  const char* name;   // "Path not found"
+  const char* id;    // "path_not_found"
+  const char* name;  // "Path not found"
   Dimension dimension;
   Determinism determinism;  // the usual case; classify() refines it
-  const char* why;    // what determinism depends on
+  const char* why;          // what determinism depends on
   const char* advice;
 };
 
 const CategoryInfo& categoryInfo(Category c);
 const std::vector<CategoryInfo>& allCategories();
-const char* dimensionId(Dimension d);    // "execution_environment"
-const char* dimensionName(Dimension d);  // "Execution environment"
+const char* dimensionId(Dimension d);      // "execution_environment"
+const char* dimensionName(Dimension d);    // "Execution environment"
 const char* determinismId(Determinism d);  // "deterministic" | "nondeterministic" | "unknown"
-const char* phaseId(Phase p);            // "initialisation" | "training" | "evaluation" | "shutdown" | "none"
+const char* phaseId(Phase p);              // "initialisation" | "training" | "evaluation" | "shutdown" | "none"
 
 // The category an exception (type, message, traceback) falls in, and a short phrase saying
 // why ("Python module 'foo' is not installed"). Pure: only strings in, for the unit tests.
@@ -80,19 +80,19 @@ ExceptionClass classifyException(const std::string& type, const std::string& mes
 struct TriageResult {
   Category category = Category::None;
   Dimension dimension = Dimension::None;
-  std::string summary;                 // one line: "FileNotFoundError: /mnt/data/val.json"
-  std::vector<std::string> evidence;   // most telling first
+  std::string summary;                // one line: "FileNotFoundError: /mnt/data/val.json"
+  std::vector<std::string> evidence;  // most telling first
   Phase phase = Phase::None;
-  std::string where;                   // "training step 12", "initialisation (before the first step)"
-  int64_t step = -1;                   // the step in progress, -1 when none
-  std::string location;                // "train.py:42 in main: x = cfg['lr']"
-  double wallSeconds = -1;             // from the launch to the failure (or the end)
-  double initSeconds = -1;             // from the process start to its first step
-  double trainingSeconds = -1;         // from the first step to the failure
+  std::string where;            // "training step 12", "initialisation (before the first step)"
+  int64_t step = -1;            // the step in progress, -1 when none
+  std::string location;         // "train.py:42 in main: x = cfg['lr']"
+  double wallSeconds = -1;      // from the launch to the failure (or the end)
+  double initSeconds = -1;      // from the process start to its first step
+  double trainingSeconds = -1;  // from the first step to the failure
   int64_t stepsCompleted = 0;
-  std::string lost;                    // the three above as one phrase
+  std::string lost;  // the three above as one phrase
   Determinism determinism = Determinism::Unknown;
-  std::string retry;                   // what retrying will do
+  std::string retry;  // what retrying will do
   std::string advice;
 };
 

@@ -55,8 +55,8 @@ const std::vector<std::string>& comparedEnvVars();
 std::string versionAssigned(const std::string& pythonSource);
 
 struct ProbeOptions {
-  bool runPython = true;       // ask an interpreter for versions (about a second with torch)
-  std::string python;          // which one (--python); "" = chooseInterpreter(), never the trace's
+  bool runPython = true;  // ask an interpreter for versions (about a second with torch)
+  std::string python;     // which one (--python); "" = chooseInterpreter(), never the trace's
   int timeoutSeconds = 60;
 };
 

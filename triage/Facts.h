@@ -119,7 +119,7 @@ struct TriageInput {
   std::string host;
   std::string user;
   uint32_t uid = 0;
-  std::string stream;  // the stream the facts come from
+  std::string stream;              // the stream the facts come from
   uint32_t trainingProcesses = 0;  // process streams that began a step (several: Hogwild-style workers)
   // For a non-finite failure: samples of that step's batch that hold NaN/Inf values
   // ("sample 5 (dataset index 1365): 3072 non-finite values in field 0").

@@ -14,14 +14,21 @@ std::string str(capnp::Text::Reader t) { return std::string(t.begin(), t.size())
 FailureRecord toRecord(schema::Failure::Reader f, int64_t tNs, const std::string& stream) {
   FailureRecord r;
   switch (f.getKind()) {
-    case schema::Failure::Kind::NONFINITE: r.kind = "nonfinite"; break;
-    case schema::Failure::Kind::EXCEPTION: r.kind = "exception"; break;
-    case schema::Failure::Kind::SIGNAL: r.kind = "signal"; break;
+    case schema::Failure::Kind::NONFINITE:
+      r.kind = "nonfinite";
+      break;
+    case schema::Failure::Kind::EXCEPTION:
+      r.kind = "exception";
+      break;
+    case schema::Failure::Kind::SIGNAL:
+      r.kind = "signal";
+      break;
   }
   r.exceptionType = str(f.getExceptionType());
   r.message = str(f.getMessage());
   r.where = str(f.getWhere());
-  for (auto fr : f.getTraceback()) r.traceback.push_back({str(fr.getFile()), fr.getLine(), str(fr.getFunction()), str(fr.getCode())});
+  for (auto fr : f.getTraceback())
+    r.traceback.push_back({str(fr.getFile()), fr.getLine(), str(fr.getFunction()), str(fr.getCode())});
   r.signal = f.getSignal();
   r.signalCode = f.getSignalCode();
   r.faultAddress = f.getFaultAddress();
@@ -377,9 +384,12 @@ TriageInput gatherFacts(Trace& trace) {
     in.stream = chosen->name;
     in.failure = chosen->failure;
     in.nonfinite = chosen->nonfinite;
-    if (chosen->failure) in.timeline = chosen->atFailure;
-    else if (chosen->nonfinite) in.timeline = chosen->atNonfinite;
-    else in.timeline = chosen->atEnd;
+    if (chosen->failure)
+      in.timeline = chosen->atFailure;
+    else if (chosen->nonfinite)
+      in.timeline = chosen->atNonfinite;
+    else
+      in.timeline = chosen->atEnd;
     // Loss figures: the whole recording of that process (the NaN may be at the failure's step).
     in.timeline.lastFiniteLoss = chosen->atEnd.lastFiniteLoss;
     in.timeline.lastFiniteLossStep = chosen->atEnd.lastFiniteLossStep;

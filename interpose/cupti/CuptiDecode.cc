@@ -58,9 +58,11 @@ DLRR_CHECK_RUNTIME(cudaMemcpyAsync_ptsz_v7000)
 #undef DLRR_CHECK_RUNTIME
 static_assert(kDomainDriver == CUPTI_CB_DOMAIN_DRIVER_API && kDomainRuntime == CUPTI_CB_DOMAIN_RUNTIME_API);
 static_assert(kErrorMultipleSubscribers == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED);
-static_assert(kErrorUnknown == CUPTI_ERROR_UNKNOWN && kErrorInsufficientPrivileges == CUPTI_ERROR_INSUFFICIENT_PRIVILEGES);
+static_assert(kErrorUnknown == CUPTI_ERROR_UNKNOWN &&
+              kErrorInsufficientPrivileges == CUPTI_ERROR_INSUFFICIENT_PRIVILEGES);
 static_assert(kErrorNotInitialized == CUPTI_ERROR_NOT_INITIALIZED && kErrorNotCompatible == CUPTI_ERROR_NOT_COMPATIBLE);
-static_assert(kErrorInvalidParameter == CUPTI_ERROR_INVALID_PARAMETER && kErrorNotSupported == CUPTI_ERROR_NOT_SUPPORTED);
+static_assert(kErrorInvalidParameter == CUPTI_ERROR_INVALID_PARAMETER &&
+              kErrorNotSupported == CUPTI_ERROR_NOT_SUPPORTED);
 static_assert(kErrorVirtualizedDeviceNotSupported == CUPTI_ERROR_VIRTUALIZED_DEVICE_NOT_SUPPORTED);
 static_assert(kErrorCudaCompilerNotCompatible == CUPTI_ERROR_CUDA_COMPILER_NOT_COMPATIBLE);
 static_assert(kErrorConfidentialComputing == CUPTI_ERROR_CONFIDENTIAL_COMPUTING_NOT_SUPPORTED);
@@ -124,17 +126,22 @@ uint64_t streamOf(CuptiApi& api, const CUpti_CallbackData* d, const void* handle
   if (tStream.api == &api && tStream.contextUid == d->contextUid && tStream.handle == handle) [[likely]]
     return tStream.id;
   uint32_t id = 0;
-  uint64_t v = api.streamId(d->context, const_cast<void*>(handle), id) == kSuccess ? id : reinterpret_cast<uintptr_t>(handle);
+  uint64_t v =
+      api.streamId(d->context, const_cast<void*>(handle), id) == kSuccess ? id : reinterpret_cast<uintptr_t>(handle);
   tStream = {&api, d->contextUid, handle, v};
   return v;
 }
 
 gpu::CopyDirection runtimeDirection(cudaMemcpyKind k) noexcept {
   switch (k) {
-    case cudaMemcpyHostToDevice: return gpu::CopyDirection::HostToDevice;
-    case cudaMemcpyDeviceToHost: return gpu::CopyDirection::DeviceToHost;
-    case cudaMemcpyDeviceToDevice: return gpu::CopyDirection::DeviceToDevice;
-    default: return gpu::CopyDirection::Other;  // host-to-host, default (unified addressing)
+    case cudaMemcpyHostToDevice:
+      return gpu::CopyDirection::HostToDevice;
+    case cudaMemcpyDeviceToHost:
+      return gpu::CopyDirection::DeviceToHost;
+    case cudaMemcpyDeviceToDevice:
+      return gpu::CopyDirection::DeviceToDevice;
+    default:
+      return gpu::CopyDirection::Other;  // host-to-host, default (unified addressing)
   }
 }
 
@@ -158,7 +165,8 @@ void runtimeGeometry(gpu::ApiCall& c, const P* p, gpu::Geometry g) noexcept {
 }
 
 // Fills c from the enter-site parameters; false when cbid is not one of ours.
-bool decodeEnter(gpu::ApiCall& c, uint32_t domain, uint32_t id, const void* params, const void*& streamHandle) noexcept {
+bool decodeEnter(gpu::ApiCall& c, uint32_t domain, uint32_t id, const void* params,
+                 const void*& streamHandle) noexcept {
   if (domain == kDomainDriver) {
     switch (id) {
       case cbid::cuLaunchKernel:
@@ -184,7 +192,8 @@ bool decodeEnter(gpu::ApiCall& c, uint32_t domain, uint32_t id, const void* para
         }
         return true;
       }
-      default: break;
+      default:
+        break;
     }
     c.op = gpu::ApiOp::Memcpy;
     switch (id) {
@@ -227,7 +236,8 @@ bool decodeEnter(gpu::ApiCall& c, uint32_t domain, uint32_t id, const void* para
         return true;
       case cbid::cuMemcpy:
       case cbid::cuMemcpy_ptds:
-        if (auto* p = static_cast<const cuMemcpy_params*>(params)) c.bytes = p->ByteCount;  // unified: direction unknown
+        if (auto* p = static_cast<const cuMemcpy_params*>(params))
+          c.bytes = p->ByteCount;  // unified: direction unknown
         return true;
       case cbid::cuMemcpyAsync:
       case cbid::cuMemcpyAsync_ptsz:
@@ -236,7 +246,8 @@ bool decodeEnter(gpu::ApiCall& c, uint32_t domain, uint32_t id, const void* para
           streamHandle = p->hStream;
         }
         return true;
-      default: return false;
+      default:
+        return false;
     }
   }
   if (domain != kDomainRuntime) return false;
@@ -292,7 +303,8 @@ bool decodeEnter(gpu::ApiCall& c, uint32_t domain, uint32_t id, const void* para
         streamHandle = p->stream;
       }
       return true;
-    default: return false;
+    default:
+      return false;
   }
 }
 
@@ -331,8 +343,10 @@ void decodeCallback(CuptiApi& api, gpu::LaunchTracker& tracker, uint32_t domain,
   if (d->callbackSite == CUPTI_API_EXIT) {
     // The exit site needs only which operation and how it ended.
     c.site = gpu::Site::Exit;
-    if (isCopy(domain, id)) c.op = gpu::ApiOp::Memcpy;
-    else if (!isLaunch(domain, id)) return;
+    if (isCopy(domain, id))
+      c.op = gpu::ApiOp::Memcpy;
+    else if (!isLaunch(domain, id))
+      return;
     if (d->functionReturnValue) c.result = *static_cast<const int*>(d->functionReturnValue);
     tracker.onApi(c);
     return;

@@ -37,7 +37,7 @@ inline constexpr uint32_t cudaLaunchCooperativeKernel_v9000 = 269;
 inline constexpr uint32_t cudaLaunchCooperativeKernel_ptsz_v9000 = 270;
 inline constexpr uint32_t cudaLaunchKernelExC_v11060 = 430;
 inline constexpr uint32_t cudaLaunchKernelExC_ptsz_v11060 = 431;
-inline constexpr uint32_t __cudaLaunchKernel_v13000 = 505;       // nvcc 13's <<<>>>; no params struct
+inline constexpr uint32_t __cudaLaunchKernel_v13000 = 505;  // nvcc 13's <<<>>>; no params struct
 inline constexpr uint32_t __cudaLaunchKernel_ptsz_v13000 = 506;
 // Runtime API: copies.
 inline constexpr uint32_t cudaMemcpy_v3020 = 31;
@@ -45,8 +45,9 @@ inline constexpr uint32_t cudaMemcpyAsync_v3020 = 41;
 inline constexpr uint32_t cudaMemcpy_ptds_v7000 = 215;
 inline constexpr uint32_t cudaMemcpyAsync_ptsz_v7000 = 225;
 
-inline constexpr uint32_t kDriverLaunches[] = {cuLaunchKernel,   cuLaunchKernel_ptsz,   cuLaunchCooperativeKernel,
-                                               cuLaunchCooperativeKernel_ptsz, cuLaunchKernelEx, cuLaunchKernelEx_ptsz};
+inline constexpr uint32_t kDriverLaunches[] = {
+    cuLaunchKernel,   cuLaunchKernel_ptsz,  cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz,
+    cuLaunchKernelEx, cuLaunchKernelEx_ptsz};
 inline constexpr uint32_t kRuntimeLaunches[] = {cudaLaunchKernel_v7000,
                                                 cudaLaunchKernel_ptsz_v7000,
                                                 cudaLaunchCooperativeKernel_v9000,
@@ -55,11 +56,21 @@ inline constexpr uint32_t kRuntimeLaunches[] = {cudaLaunchKernel_v7000,
                                                 cudaLaunchKernelExC_ptsz_v11060,
                                                 __cudaLaunchKernel_v13000,
                                                 __cudaLaunchKernel_ptsz_v13000};
-inline constexpr uint32_t kDriverCopies[] = {cuMemcpyHtoD_v2,       cuMemcpyHtoDAsync_v2,     cuMemcpyDtoH_v2,
-                                             cuMemcpyDtoHAsync_v2,  cuMemcpyDtoD_v2,          cuMemcpyDtoDAsync_v2,
-                                             cuMemcpy,              cuMemcpyAsync,            cuMemcpyHtoD_v2_ptds,
-                                             cuMemcpyDtoH_v2_ptds,  cuMemcpyDtoD_v2_ptds,     cuMemcpy_ptds,
-                                             cuMemcpyAsync_ptsz,    cuMemcpyHtoDAsync_v2_ptsz, cuMemcpyDtoHAsync_v2_ptsz,
+inline constexpr uint32_t kDriverCopies[] = {cuMemcpyHtoD_v2,
+                                             cuMemcpyHtoDAsync_v2,
+                                             cuMemcpyDtoH_v2,
+                                             cuMemcpyDtoHAsync_v2,
+                                             cuMemcpyDtoD_v2,
+                                             cuMemcpyDtoDAsync_v2,
+                                             cuMemcpy,
+                                             cuMemcpyAsync,
+                                             cuMemcpyHtoD_v2_ptds,
+                                             cuMemcpyDtoH_v2_ptds,
+                                             cuMemcpyDtoD_v2_ptds,
+                                             cuMemcpy_ptds,
+                                             cuMemcpyAsync_ptsz,
+                                             cuMemcpyHtoDAsync_v2_ptsz,
+                                             cuMemcpyDtoHAsync_v2_ptsz,
                                              cuMemcpyDtoDAsync_v2_ptsz};
 inline constexpr uint32_t kRuntimeCopies[] = {cudaMemcpy_v3020, cudaMemcpyAsync_v3020, cudaMemcpy_ptds_v7000,
                                               cudaMemcpyAsync_ptsz_v7000};

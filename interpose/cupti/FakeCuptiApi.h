@@ -83,11 +83,16 @@ class FakeCuptiApi : public CuptiApi {
   }
   const char* resultString(Result r) override {
     switch (r) {
-      case kSuccess: return "CUPTI_SUCCESS";
-      case kErrorMultipleSubscribers: return "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED";
-      case kErrorUnknown: return "CUPTI_ERROR_UNKNOWN";
-      case kErrorInsufficientPrivileges: return "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES";
-      default: return "CUPTI_ERROR_OTHER";
+      case kSuccess:
+        return "CUPTI_SUCCESS";
+      case kErrorMultipleSubscribers:
+        return "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED";
+      case kErrorUnknown:
+        return "CUPTI_ERROR_UNKNOWN";
+      case kErrorInsufficientPrivileges:
+        return "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES";
+      default:
+        return "CUPTI_ERROR_OTHER";
     }
   }
   Result deviceId(void*, uint32_t& d) override {

@@ -16,7 +16,8 @@ std::string GpuCapture::explain(CuptiApi& api, Result r, const std::string& othe
     case kErrorMultipleSubscribers:
       return "another CUPTI subscriber is active" + (other.empty() ? std::string() : " (" + other + ")") +
              ": a profiler or debugger (Nsight Systems/Compute, torch.profiler/Kineto, cuda-gdb, DCGM) owns the "
-             "one CUPTI subscription of this process (" + code + ")";
+             "one CUPTI subscription of this process (" +
+             code + ")";
     case kErrorUnknown:
     case kErrorNotInitialized:
     case kErrorInvalidContext:
@@ -25,10 +26,12 @@ std::string GpuCapture::explain(CuptiApi& api, Result r, const std::string& othe
       return "insufficient privileges for CUPTI (see https://developer.nvidia.com/ERR_NVGPUCTRPERM) (" + code + ")";
     case kErrorNotCompatible:
     case kErrorCudaCompilerNotCompatible:
-      return "this CUPTI does not match the driver (driver older than CUPTI " + [&] {
-        uint32_t v = 0;
-        return api.getVersion(v) == kSuccess ? "API " + std::to_string(v) : std::string("?");
-      }() + "?) (" + code + ")";
+      return "this CUPTI does not match the driver (driver older than CUPTI " +
+             [&] {
+               uint32_t v = 0;
+               return api.getVersion(v) == kSuccess ? "API " + std::to_string(v) : std::string("?");
+             }() +
+             "?) (" + code + ")";
     case kErrorVirtualizedDeviceNotSupported:
       return "CUPTI is not supported on this virtualized GPU (" + code + ")";
     case kErrorMigDeviceNotSupported:
@@ -76,8 +79,8 @@ GpuCapture::Status GpuCapture::start() {
         st.notes.push_back((domain == kDomainDriver ? "driver" : "runtime") + std::string(" callback ") +
                            std::to_string(ids[i]) + " unknown to this CUPTI");
       } else {
-        st.message = "cuptiEnableCallback(" + std::to_string(domain) + ", " + std::to_string(ids[i]) +
-                     ") failed (" + api_.resultString(e) + ", " + std::to_string(e) + ")";
+        st.message = "cuptiEnableCallback(" + std::to_string(domain) + ", " + std::to_string(ids[i]) + ") failed (" +
+                     api_.resultString(e) + ", " + std::to_string(e) + ")";
         return false;
       }
     }

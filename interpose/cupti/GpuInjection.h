@@ -18,8 +18,7 @@ namespace dlrr::cupti {
 
 class GpuInjection {
  public:
-  explicit GpuInjection(std::unique_ptr<CuptiApi> api, gpu::LaunchTracker::Options opts = {},
-                        bool drainThread = true);
+  explicit GpuInjection(std::unique_ptr<CuptiApi> api, gpu::LaunchTracker::Options opts = {}, bool drainThread = true);
   ~GpuInjection();
   GpuInjection(const GpuInjection&) = delete;
   GpuInjection& operator=(const GpuInjection&) = delete;

@@ -49,13 +49,20 @@ class Checker {
   void value(int depth) {
     if (depth > 65) std::abort();
     switch (static_cast<char>(le(1))) {
-      case 'N': return;
-      case 'B': skip(1); return;
+      case 'N':
+        return;
+      case 'B':
+        skip(1);
+        return;
       case 'I':
-      case 'F': skip(8); return;
+      case 'F':
+        skip(8);
+        return;
       case 'S':
       case 'Y':
-      case 'O': str(); return;
+      case 'O':
+        str();
+        return;
       case 'L':
       case 'T': {
         uint64_t n = le(4);
@@ -79,7 +86,8 @@ class Checker {
         skip(le(8));
         return;
       }
-      default: std::abort();
+      default:
+        std::abort();
     }
   }
   const std::vector<uint8_t>& b_;

@@ -23,7 +23,7 @@ struct SampleOptions {
 
 struct SampleResult {
   std::string dir;
-  std::string processStream;  // file name of the process stream inside dir
+  std::string processStream;             // file name of the process stream inside dir
   std::vector<uint64_t> stepEndOffsets;  // file size right after each step's commit
 };
 

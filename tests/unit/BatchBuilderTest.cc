@@ -1,9 +1,8 @@
-#include "recorder/BatchBuilder.h"
-
 #include <gtest/gtest.h>
 
 #include <vector>
 
+#include "recorder/BatchBuilder.h"
 #include "replayer/BatchEncoding.h"
 
 namespace dlrr {
@@ -44,10 +43,13 @@ TEST(BatchBuilder, NestedStructureRoundTrips) {
 
   // The replay encoding of the same value, served back from the "blob store".
   std::vector<uint8_t> enc;
-  encodeValue(batch.getValue(), [&](const Hash128&, uint64_t n) {
-    EXPECT_EQ(n, sizeof data);
-    return std::vector<uint8_t>(reinterpret_cast<uint8_t*>(data), reinterpret_cast<uint8_t*>(data) + n);
-  }, enc);
+  encodeValue(
+      batch.getValue(),
+      [&](const Hash128&, uint64_t n) {
+        EXPECT_EQ(n, sizeof data);
+        return std::vector<uint8_t>(reinterpret_cast<uint8_t*>(data), reinterpret_cast<uint8_t*>(data) + n);
+      },
+      enc);
   ASSERT_FALSE(enc.empty());
   EXPECT_EQ(enc[0], 'D');
 }

@@ -1,8 +1,6 @@
 // GPU capture start-up and callback decoding with a fake CUPTI, and the real CUPTI's refusal
 // on a machine without a driver. Callback data is built as CUPTI builds it
 // (CUpti_CallbackData + the documented params structs), so these need the toolkit's headers.
-#include "interpose/cupti/GpuCapture.h"
-
 #include <gtest/gtest.h>
 
 #include <map>
@@ -13,6 +11,7 @@
 #include "interpose/cupti/CuptiDecode.h"
 #include "interpose/cupti/CuptiIds.h"
 #include "interpose/cupti/FakeCuptiApi.h"
+#include "interpose/cupti/GpuCapture.h"
 
 #if DLRR_HAVE_CUPTI
 #include <cupti.h>
@@ -44,7 +43,8 @@ TEST(GpuCapture, StartEnablesLaunchAndCopyCallbacksOfBothDomains) {
   for (uint32_t id : {211u, 214u, 430u, 431u, 505u, 506u, 269u, 270u})
     EXPECT_TRUE(api.isEnabled(kDomainRuntime, id)) << id;
   for (uint32_t id : {31u, 41u, 215u, 225u}) EXPECT_TRUE(api.isEnabled(kDomainRuntime, id)) << id;
-  for (uint32_t id : {276u, 277u, 278u, 279u, 280u, 281u, 305u, 306u}) EXPECT_TRUE(api.isEnabled(kDomainDriver, id)) << id;
+  for (uint32_t id : {276u, 277u, 278u, 279u, 280u, 281u, 305u, 306u})
+    EXPECT_TRUE(api.isEnabled(kDomainDriver, id)) << id;
   EXPECT_EQ(st.enabledLaunchCallbacks, 14);
   EXPECT_EQ(st.enabledCopyCallbacks, 20);
   EXPECT_NE(st.message.find("API 130001"), std::string::npos) << st.message;

@@ -1,8 +1,6 @@
 // InitializeInjection's work (GpuInjection) with a fake CUPTI, end to end through a real
 // RecordSession and ReplaySession: status when capture cannot start, launches into the trace,
 // and the replay's launch comparison.
-#include "interpose/cupti/GpuInjection.h"
-
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -18,6 +16,7 @@
 #include "format/Trace.h"
 #include "interpose/cupti/CuptiDecode.h"
 #include "interpose/cupti/FakeCuptiApi.h"
+#include "interpose/cupti/GpuInjection.h"
 #include "support/SampleTrace.h"
 
 namespace dlrr::cupti {
@@ -205,8 +204,7 @@ TEST(GpuInjection, LaunchesReachTheTraceAndReplayComparesThem) {
                          "(8,1,1) block (128,1,1) smem 0; replayed dropout(float*, unsigned int) grid (16,1,1)"),
             std::string::npos)
       << differs;
-  EXPECT_NE(differs.find("warning\tkernel launches differ from the recording at launch 1 of step 1"),
-            std::string::npos)
+  EXPECT_NE(differs.find("warning\tkernel launches differ from the recording at launch 1 of step 1"), std::string::npos)
       << differs;
   ::unsetenv("DLRR_REPORT");
   testing::removeTree(root);

@@ -1,13 +1,12 @@
 // The replay's comparison of one step's kernel launches, and device digests compared like
 // with like.
-#include "replayer/LaunchCompare.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "format/Trace.h"
 #include "recorder/RecordSession.h"
+#include "replayer/LaunchCompare.h"
 #include "replayer/ReplaySession.h"
 #include "support/SampleTrace.h"
 
@@ -41,9 +40,10 @@ TEST(LaunchCompare, FirstDifferenceByNameGridBlockOrSharedMemory) {
   EXPECT_FALSE(byGrid.match);
   ASSERT_TRUE(byGrid.position);
   EXPECT_EQ(*byGrid.position, 1u);
-  EXPECT_EQ(byGrid.detail,
-            "launch 1 of step 3: recorded dropout(float*) grid (80,1,1) block (128,1,1) smem 0; replayed dropout(float*) "
-            "grid (66,1,1) block (128,1,1) smem 0");
+  EXPECT_EQ(
+      byGrid.detail,
+      "launch 1 of step 3: recorded dropout(float*) grid (80,1,1) block (128,1,1) smem 0; replayed dropout(float*) "
+      "grid (66,1,1) block (128,1,1) smem 0");
   LaunchComparison byName = compareLaunches(3, rec, {k(0, "z"), k(1, "_Z7dropoutPf", 80), k(2, "c")}, true);
   EXPECT_EQ(*byName.position, 0u);
   LaunchComparison bySmem = compareLaunches(3, rec, {k(0, "a"), k(1, "_Z7dropoutPf", 80), k(2, "c", 1, 128, 48)}, true);

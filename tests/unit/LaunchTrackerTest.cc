@@ -1,6 +1,4 @@
 // LaunchTracker: the pure logic of GPU capture, fed synthetic callbacks (no CUDA anywhere).
-#include "recorder/LaunchTracker.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +9,7 @@
 #include <vector>
 
 #include "format/Hash.h"
+#include "recorder/LaunchTracker.h"
 
 namespace dlrr::gpu {
 namespace {
@@ -219,8 +218,8 @@ TEST(LaunchTracker, SequenceNumbersRestartEachStepAndLaunchesBetweenStepsAreOnly
   t.endStep(1);
   CollectingSink s;
   t.drain(s);
-  std::vector<std::string> expected = {"launch:0:0", "launch:0:1", "launch:0:2", "memcpy:0:0", "launch:1:0",
-                                       "launch:1:1"};
+  std::vector<std::string> expected = {"launch:0:0", "launch:0:1", "launch:0:2",
+                                       "memcpy:0:0", "launch:1:0", "launch:1:1"};
   std::vector<std::string> got;
   for (auto& o : s.order)
     if (o.rfind("name:", 0) != 0) got.push_back(o);

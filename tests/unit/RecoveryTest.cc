@@ -134,7 +134,8 @@ TEST(Recovery, TruncationAtEveryByteRecoversExactlyTheCommittedSteps) {
       // Whatever the cut, it is what a writer stopped there leaves: a torn tail at most, never
       // damage (dltrace verify accepts it).
       EXPECT_TRUE(r.status.damage.empty() || r.status.torn) << r.status.damage;
-      auto reader = StreamReader::openBytes(std::vector<uint8_t>(s->bytes.begin(), s->bytes.begin() + static_cast<long>(cut)), "p101");
+      auto reader = StreamReader::openBytes(
+          std::vector<uint8_t>(s->bytes.begin(), s->bytes.begin() + static_cast<long>(cut)), "p101");
       auto problems = reader->verify();
       EXPECT_TRUE(problems.empty()) << problems.front();
     } else {

@@ -1,6 +1,6 @@
-#include "replayer/ReplayTarget.h"
-
 #include <gtest/gtest.h>
+
+#include "replayer/ReplayTarget.h"
 
 namespace dlrr {
 namespace {

@@ -29,9 +29,9 @@
 #include "format/DistEnv.h"
 #include "format/Ranks.h"
 #include "format/Redact.h"
+#include "format/StreamHeaderBuilder.h"
 #include "format/StreamWriter.h"
 #include "format/Trace.h"
-#include "format/StreamHeaderBuilder.h"
 #include "format/TraceDir.h"
 #include "format/TraceError.h"
 #include "format/Version.h"
@@ -174,8 +174,10 @@ void appendJobResources(StreamWriter& w, const rusage& ru, int64_t oomKillsBefor
     rp.setMemTotal(limits.memTotal);
     int64_t after = cgroupOomKills();
     if (oomKillsBefore >= 0 && after > oomKillsBefore) rp.setOomKills(static_cast<uint64_t>(after - oomKillsBefore));
-    rp.setCpuUserNs(static_cast<uint64_t>(ru.ru_utime.tv_sec) * 1000000000ull + static_cast<uint64_t>(ru.ru_utime.tv_usec) * 1000ull);
-    rp.setCpuSystemNs(static_cast<uint64_t>(ru.ru_stime.tv_sec) * 1000000000ull + static_cast<uint64_t>(ru.ru_stime.tv_usec) * 1000ull);
+    rp.setCpuUserNs(static_cast<uint64_t>(ru.ru_utime.tv_sec) * 1000000000ull +
+                    static_cast<uint64_t>(ru.ru_utime.tv_usec) * 1000ull);
+    rp.setCpuSystemNs(static_cast<uint64_t>(ru.ru_stime.tv_sec) * 1000000000ull +
+                      static_cast<uint64_t>(ru.ru_stime.tv_usec) * 1000ull);
     w.append(m);
   } catch (...) {
   }
@@ -194,8 +196,7 @@ std::string cudaInjection(const InstallPaths& paths, std::vector<std::string>& e
   if (theirs && *theirs && paths.library != theirs) {
     std::error_code ec;
     if (!std::filesystem::equivalent(paths.library, theirs, ec))
-      return "another injection library is configured (CUDA_INJECTION64_PATH=" + std::string(theirs) +
-             "); it is kept";
+      return "another injection library is configured (CUDA_INJECTION64_PATH=" + std::string(theirs) + "); it is kept";
   }
   env.push_back("CUDA_INJECTION64_PATH=" + paths.library);
   return "";
@@ -206,8 +207,9 @@ std::vector<std::string> childEnvironment(const RecordOptions& o, const std::str
                                           int statusFd, std::string& gpuOff) {
   std::vector<std::string> env;
   auto skip = [](const std::string& kv) {
-    for (const char* k : {"LD_PRELOAD=", "PYTHONPATH=", "DLRR_MODE=", "DLRR_TRACE=", "DLRR_CAPTURE=", "DLRR_COLLECTIVES=",
-                          "DLRR_RING_STEPS=", "DLRR_STATUS_FD=", "DLRR_LIBRARY=", "DLRR_SNAPSHOT_EVERY="})
+    for (const char* k :
+         {"LD_PRELOAD=", "PYTHONPATH=", "DLRR_MODE=", "DLRR_TRACE=", "DLRR_CAPTURE=", "DLRR_COLLECTIVES=",
+          "DLRR_RING_STEPS=", "DLRR_STATUS_FD=", "DLRR_LIBRARY=", "DLRR_SNAPSHOT_EVERY="})
       if (kv.rfind(k, 0) == 0) return true;
     return false;
   };

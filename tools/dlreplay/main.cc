@@ -52,12 +52,18 @@ namespace {
 
 int exitFor(ErrorKind k) {
   switch (k) {
-    case ErrorKind::Io: return kIo;
-    case ErrorKind::NotATrace: return kNotATrace;
-    case ErrorKind::FutureVersion: return kFuture;
-    case ErrorKind::Corrupt: return kCorrupt;
-    case ErrorKind::Usage: return kUsage;
-    case ErrorKind::NotFound: return kNotFound;
+    case ErrorKind::Io:
+      return kIo;
+    case ErrorKind::NotATrace:
+      return kNotATrace;
+    case ErrorKind::FutureVersion:
+      return kFuture;
+    case ErrorKind::Corrupt:
+      return kCorrupt;
+    case ErrorKind::Usage:
+      return kUsage;
+    case ErrorKind::NotFound:
+      return kNotFound;
   }
   return kCorrupt;
 }
@@ -168,7 +174,10 @@ int allRanksOutcome(const RankReport& ranks, const RankReports& files, int statu
     j.endObject();
   }
   j.endArray();
-  int code = diverged ? kDivergence : attached == 0 ? kNoReplay : complete == static_cast<int>(files.size()) ? kOk : kNotReached;
+  int code = diverged                                     ? kDivergence
+             : attached == 0                              ? kNoReplay
+             : complete == static_cast<int>(files.size()) ? kOk
+                                                          : kNotReached;
   std::string verdict = code == kOk           ? "every rank replayed to the end, every step verified"
                         : code == kDivergence ? std::to_string(diverged) + " rank(s) diverged from the recording"
                         : code == kNoReplay   ? "no rank attached to the trace (is it the recorded launcher command?)"
@@ -237,18 +246,23 @@ int run(int argc, char** argv) {
           break;
         }
       o.rank = pick;
-      std::fprintf(stderr, "dlreplay: distributed trace (%zu ranks): replaying rank %d alone (--rank %d; --all-ranks for every rank)\n",
-                   ranks.ranks.size(), pick, pick);
+      std::fprintf(
+          stderr,
+          "dlreplay: distributed trace (%zu ranks): replaying rank %d alone (--rank %d; --all-ranks for every rank)\n",
+          ranks.ranks.size(), pick, pick);
     } else {
       o.allRanks = true;
-      std::fprintf(stderr,
-                   "dlreplay: distributed trace (%zu ranks) recorded without collective results: relaunching every rank "
-                   "(--all-ranks)\n",
-                   ranks.ranks.size());
+      std::fprintf(
+          stderr,
+          "dlreplay: distributed trace (%zu ranks) recorded without collective results: relaunching every rank "
+          "(--all-ranks)\n",
+          ranks.ranks.size());
     }
   }
   if ((o.rank || o.allRanks) && !ranks.distributed()) {
-    std::fprintf(stderr, "dlreplay: the trace holds no rank of a distributed job (no torch.distributed launcher was recorded)\n");
+    std::fprintf(
+        stderr,
+        "dlreplay: the trace holds no rank of a distributed job (no torch.distributed launcher was recorded)\n");
     return kNotFound;
   }
   const RankStatus* rankSel = nullptr;
@@ -261,11 +275,12 @@ int run(int argc, char** argv) {
       return kNotFound;
     }
     if (rankSel->keptResults != rankSel->results) {
-      std::fprintf(stderr,
-                   "dlreplay: rank %d cannot run without its peers: the recording kept %llu of its %llu collective results "
-                   "(record with 'dlrecord --collectives full'); replay every rank with --all-ranks instead\n",
-                   *o.rank, static_cast<unsigned long long>(rankSel->keptResults),
-                   static_cast<unsigned long long>(rankSel->results));
+      std::fprintf(
+          stderr,
+          "dlreplay: rank %d cannot run without its peers: the recording kept %llu of its %llu collective results "
+          "(record with 'dlrecord --collectives full'); replay every rank with --all-ranks instead\n",
+          *o.rank, static_cast<unsigned long long>(rankSel->keptResults),
+          static_cast<unsigned long long>(rankSel->results));
       return kNotFound;
     }
     // Targets and step counts are this rank's.
@@ -282,7 +297,9 @@ int run(int argc, char** argv) {
     }
     o.until = "end";
   }
-  StreamReader* stream = rankSel ? trace->find(rankSel->stream) : o.stream.empty() ? trace->mainStream() : trace->find(o.stream);
+  StreamReader* stream = rankSel            ? trace->find(rankSel->stream)
+                         : o.stream.empty() ? trace->mainStream()
+                                            : trace->find(o.stream);
   if (!stream) {
     std::fprintf(stderr, "dlreplay: %s\n",
                  o.stream.empty() ? "the trace holds no recorded process to replay"
@@ -324,9 +341,12 @@ int run(int argc, char** argv) {
   // The target, checked against what the trace holds before anything runs.
   std::string until = o.until;
   if (until.empty()) {
-    if (sum.failure && sum.failure->kind == "nonfinite") until = "nan";
-    else if (sum.failure) until = "crash";
-    else until = "end";
+    if (sum.failure && sum.failure->kind == "nonfinite")
+      until = "nan";
+    else if (sum.failure)
+      until = "crash";
+    else
+      until = "end";
   }
   std::string err;
   ReplayTarget target = *parseReplayTarget(until, err);
@@ -496,7 +516,8 @@ int run(int argc, char** argv) {
     if (it == env.end() || it->second.empty() || std::filesystem::equivalent(it->second, paths.library, iec))
       env["CUDA_INJECTION64_PATH"] = paths.library;
     else
-      std::fprintf(stderr, "dlreplay: GPU capture off: another injection library is configured (CUDA_INJECTION64_PATH=%s)\n",
+      std::fprintf(stderr,
+                   "dlreplay: GPU capture off: another injection library is configured (CUDA_INJECTION64_PATH=%s)\n",
                    it->second.c_str());
   }
   char reportPath[] = "/tmp/dlreplay-report-XXXXXX";
@@ -537,10 +558,14 @@ int run(int argc, char** argv) {
       }
     }
   env["DLRR_LIBRARY"] = paths.library;
-  if (!o.debug.empty()) env["DLRR_DEBUG"] = o.debug;
-  else env.erase("DLRR_DEBUG");
-  if (o.debug.empty() && !o.json && !o.quiet && ::isatty(2)) env["DLRR_PROGRESS"] = "1";
-  else env.erase("DLRR_PROGRESS");
+  if (!o.debug.empty())
+    env["DLRR_DEBUG"] = o.debug;
+  else
+    env.erase("DLRR_DEBUG");
+  if (o.debug.empty() && !o.json && !o.quiet && ::isatty(2))
+    env["DLRR_PROGRESS"] = "1";
+  else
+    env.erase("DLRR_PROGRESS");
   env.erase("DLRR_STATUS_FD");
 
   ReplayFiles files;  // served files and the scratch directory for the job's writes
@@ -672,8 +697,8 @@ int run(int argc, char** argv) {
       verdict = "deterministic: reproduced " + replaycheck::stepPhrase(stopStep, facts) + " (" + what + ")";
     } else {
       std::string why = checkExit && exitCode == kOk
-                            ? "the replayed job ended with status " + std::to_string(childStatus) + ", the recording with " +
-                                  std::to_string(facts.exitCode.value_or(-1))
+                            ? "the replayed job ended with status " + std::to_string(childStatus) +
+                                  ", the recording with " + std::to_string(facts.exitCode.value_or(-1))
                             : outcome;
       verdict = "not reproduced: " + why;
       if (plan.jumpStep >= 0 && exitCode != kNoReplay)
@@ -691,7 +716,10 @@ int run(int argc, char** argv) {
     std::string out;
     tools::JsonWriter j(out, 0);  // one line, after whatever the job printed
     j.beginObject();
-    j.field("outcome", exitCode == kOk ? "reached" : exitCode == kDivergence ? "divergence" : exitCode == kNoReplay ? "not-attached" : "not-reached");
+    j.field("outcome", exitCode == kOk           ? "reached"
+                       : exitCode == kDivergence ? "divergence"
+                       : exitCode == kNoReplay   ? "not-attached"
+                                                 : "not-reached");
     j.field("exit_code", exitCode);
     j.field("target", target.describe());
     j.field("message", outcome);
@@ -721,9 +749,10 @@ int run(int argc, char** argv) {
     if (o.check) {
       const auto& ci = triage::categoryInfo(tri.category);
       std::fprintf(stderr, "dlreplay: %s\n", verdict.c_str());
-      const char* kind = tri.determinism == triage::Determinism::Deterministic      ? ", a deterministic kind of failure"
-                         : tri.determinism == triage::Determinism::NonDeterministic ? ", a non-deterministic kind of failure"
-                                                                                     : "";
+      const char* kind = tri.determinism == triage::Determinism::Deterministic ? ", a deterministic kind of failure"
+                         : tri.determinism == triage::Determinism::NonDeterministic
+                             ? ", a non-deterministic kind of failure"
+                             : "";
       if (unshown)
         std::fprintf(stderr, "dlreplay: triage: %s [%s]; determinism not known: this replay did not reproduce it\n",
                      ci.name, triage::dimensionName(tri.dimension));
@@ -747,7 +776,8 @@ int run(int argc, char** argv) {
           continue;
         }
         if (k == "stop.where") {  // may end in an exception's message: one line
-          std::fprintf(stderr, "dlreplay:   %s: %s\n", name.c_str(), tools::printableSummary(v, kSummaryTextMax).c_str());
+          std::fprintf(stderr, "dlreplay:   %s: %s\n", name.c_str(),
+                       tools::printableSummary(v, kSummaryTextMax).c_str());
           continue;
         }
         size_t start = 0;  // a repeated key (batch.samples) holds one value a line

@@ -127,8 +127,8 @@ int runEnv(const Args& args, Output& out) {
   std::string opts = env.captureMode;
   for (const auto& [k, v] : env.options) opts += ", " + k + "=" + v;
   row("capture", opts);
-  out.line("environment (" + std::to_string(env.env.size()) + " variables, " + std::to_string(env.redactedNames.size()) +
-           " redacted)");
+  out.line("environment (" + std::to_string(env.env.size()) + " variables, " +
+           std::to_string(env.redactedNames.size()) + " redacted)");
   for (const auto& [k, v] : env.env) out.line("  " + printable(k) + "=" + printable(v));
   for (const auto& p : env.processes) {
     out.line("process " + p.stream + ": " + joinArgv(p.argv));
@@ -193,7 +193,9 @@ int runEnvDiff(const Args& args, Output& out) {
     return kExitOk;
   }
   for (const auto& d : diffs) {
-    const char* tag = d.impact == triage::Impact::Breaks ? "BREAKS" : d.impact == triage::Impact::Matters ? "matters" : "info";
+    const char* tag = d.impact == triage::Impact::Breaks    ? "BREAKS"
+                      : d.impact == triage::Impact::Matters ? "matters"
+                                                            : "info";
     out.line(std::string(tag) + std::string(8 - std::string(tag).size(), ' ') + printable(d.key) + ": recorded " +
              printable(d.recorded) + ", here " + printable(d.current));
     if (!d.why.empty()) out.line("        " + printable(d.why));

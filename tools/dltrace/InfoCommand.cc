@@ -66,14 +66,14 @@ std::string missingRingTensors(const TraceSummary& s) {
     if (p.name == f->stream) code = p.exitCode;
   if (!code || *code < 0) code = s.exitCode;  // the process's own exit unrecorded: its launcher saw it
   std::string why = code && *code > 128 ? "the process was killed (signal " + std::to_string(*code - 128) + ")"
-                    : code             ? "the process exited (code " + std::to_string(*code) + ")"
-                                       : "the process ended (no exit recorded: killed)";
+                    : code              ? "the process exited (code " + std::to_string(*code) + ")"
+                                        : "the process ended (no exit recorded: killed)";
   return std::to_string(f->ringWritten) + " of " + std::to_string(f->ringTensors) + " failure-ring tensors of step " +
          std::to_string(f->step) + " written: " + why + " while they were being written";
 }
 
-void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankReport& ranks, const std::string& dlrrVersion,
-               const std::vector<SnapshotRow>& snaps) {
+void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankReport& ranks,
+               const std::string& dlrrVersion, const std::vector<SnapshotRow>& snaps) {
   std::string buf;
   JsonWriter j(buf, 2);
   j.beginObject();
@@ -224,8 +224,8 @@ void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
   out.write(buf);
 }
 
-void writeText(Output& out, Trace& trace, const TraceSummary& s, const RankReport& ranks, const std::string& dlrrVersion,
-               const std::vector<SnapshotRow>& snaps) {
+void writeText(Output& out, Trace& trace, const TraceSummary& s, const RankReport& ranks,
+               const std::string& dlrrVersion, const std::vector<SnapshotRow>& snaps) {
   out.line("trace       " + printable(trace.path()));
   out.line("format      " + s.formatVersion +
            (dlrrVersion.empty() ? "" : " (written by dlrr " + printable(dlrrVersion) + ")"));

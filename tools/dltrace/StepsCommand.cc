@@ -1,7 +1,6 @@
 // dltrace steps: one line per completed step (loss, non-finite count, batch bytes, digests).
-#include <optional>
-
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "format/Ranks.h"

@@ -34,11 +34,20 @@ void writeJson(Output& out, const std::string& path, const triage::TriageInput& 
   j.field("location", r.location);
   j.key("lost").beginObject();
   j.key("wall_seconds");
-  if (r.wallSeconds >= 0) j.value(r.wallSeconds); else j.null();
+  if (r.wallSeconds >= 0)
+    j.value(r.wallSeconds);
+  else
+    j.null();
   j.key("init_seconds");
-  if (r.initSeconds >= 0) j.value(r.initSeconds); else j.null();
+  if (r.initSeconds >= 0)
+    j.value(r.initSeconds);
+  else
+    j.null();
   j.key("training_seconds");
-  if (r.trainingSeconds >= 0) j.value(r.trainingSeconds); else j.null();
+  if (r.trainingSeconds >= 0)
+    j.value(r.trainingSeconds);
+  else
+    j.null();
   j.field("steps", r.stepsCompleted);
   j.field("text", r.lost);
   j.endObject();
@@ -46,7 +55,10 @@ void writeJson(Output& out, const std::string& path, const triage::TriageInput& 
   j.field("retry", r.retry);
   j.field("advice", r.advice);
   j.key("exit_code");
-  if (in.exitCode) j.value(*in.exitCode); else j.null();
+  if (in.exitCode)
+    j.value(*in.exitCode);
+  else
+    j.null();
   j.field("stream", in.stream);
   j.key("failure");
   if (in.failure) {

@@ -63,10 +63,10 @@ bool verifyStream(StreamReader& s, Output& out) {
                        std::to_string(firstMissingStep) + ")");
   const StreamStatus& st = s.status();
   if (problems.empty()) {
-    std::string how = st.cleanClose ? "closed cleanly"
-                      : st.torn     ? "recovered: its writer stopped mid-write; " + printable(st.damage) +
-                                      " holds nothing committed"
-                                    : "not closed: its writer stopped after its last commit";
+    std::string how =
+        st.cleanClose ? "closed cleanly"
+        : st.torn     ? "recovered: its writer stopped mid-write; " + printable(st.damage) + " holds nothing committed"
+                      : "not closed: its writer stopped after its last commit";
     out.line(s.name() + ": ok (" + std::to_string(steps) + " steps, " + std::to_string(s.frames().size()) +
              " frames, " + how + ")");
     return true;

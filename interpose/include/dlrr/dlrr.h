@@ -39,10 +39,10 @@ enum dlrr_digest_kind_t {
 enum dlrr_rng_kind_t { DLRR_RNG_TORCH_CPU = 0, DLRR_RNG_TORCH_CUDA = 1, DLRR_RNG_NUMPY = 2, DLRR_RNG_PYTHON = 3 };
 
 typedef struct dlrr_digest {
-  uint64_t hash;      /* XXH3-64 of the raw bytes */
+  uint64_t hash; /* XXH3-64 of the raw bytes */
   uint64_t nan_count;
   uint64_t inf_count;
-  double min;         /* over finite values; NaN when there are none */
+  double min; /* over finite values; NaN when there are none */
   double max;
 } dlrr_digest_t;
 
@@ -114,9 +114,8 @@ DLRR_API void dlrr_loader_end(uint32_t loader, uint32_t iteration, uint64_t batc
  * the first non-finite digest of the process is recorded as the failure. Returns:
  *   0 recorded / matches the recording,  1 replay: differs from the recording,
  *   2 replay: the recording has no such digest,  -1 off or error. */
-DLRR_API int dlrr_digest(int kind, const char* path, uint32_t call_index, uint32_t output, const char* dtype,
-                         int ndim, const int64_t* shape, const void* data, uint64_t nbytes, int keep,
-                         dlrr_digest_t* out);
+DLRR_API int dlrr_digest(int kind, const char* path, uint32_t call_index, uint32_t output, const char* dtype, int ndim,
+                         const int64_t* shape, const void* data, uint64_t nbytes, int keep, dlrr_digest_t* out);
 /* One tensor of dlrr_digest_many: dlrr_digest's arguments without kind and out. */
 typedef struct dlrr_digest_item {
   const char* path;
@@ -174,11 +173,11 @@ DLRR_API void dlrr_packages(const char* reason, int n, const char* const* names,
 enum dlrr_target_kind_t { DLRR_TARGET_END = 0, DLRR_TARGET_STEP = 1, DLRR_TARGET_NAN = 2, DLRR_TARGET_CRASH = 3 };
 
 typedef struct dlrr_target {
-  int kind;             /* dlrr_target_kind_t */
-  int64_t step;         /* step to stop at (-1: unknown / none recorded) */
-  int digest_kind;      /* nan: what went non-finite first (dlrr_digest_kind_t), -1 if unknown */
-  uint32_t call_index;  /* nan: n-th call of `where` within the step */
-  char where[512];      /* nan: module path, "loss", "grad:NAME", "param:NAME"; crash: location */
+  int kind;            /* dlrr_target_kind_t */
+  int64_t step;        /* step to stop at (-1: unknown / none recorded) */
+  int digest_kind;     /* nan: what went non-finite first (dlrr_digest_kind_t), -1 if unknown */
+  uint32_t call_index; /* nan: n-th call of `where` within the step */
+  char where[512];     /* nan: module path, "loss", "grad:NAME", "param:NAME"; crash: location */
 } dlrr_target_t;
 
 DLRR_API int dlrr_replay_target(dlrr_target_t* out);
