@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "format/DistEnv.h"
+#include "format/HostInfo.h"
 #include "format/StreamHeaderBuilder.h"
 #include "format/TraceDir.h"
 #include "format/TraceError.h"
@@ -187,8 +188,7 @@ StreamWriter* RecordSession::writer() {
     for (size_t i = 0; i < argv.size(); ++i) a.set(static_cast<unsigned>(i), argv[i]);
     h.setCwd(readLink("/proc/self/cwd"));
     h.setExe(readLink("/proc/self/exe"));
-    char host[256] = {};
-    if (::gethostname(host, sizeof host - 1) == 0) h.setHost(host);
+    h.setHost(hostName());
     h.setRank(dist.rank);
     h.setLocalRank(dist.localRank);
     h.setWorldSize(dist.worldSize);

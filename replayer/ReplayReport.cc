@@ -1,5 +1,7 @@
 #include "replayer/ReplayReport.h"
 
+#include <fstream>
+
 namespace dlrr {
 
 void ReportLines::appendEscaped(std::string_view s) {
@@ -47,6 +49,13 @@ std::map<std::string, std::string> parseReplayReport(std::string_view text) {
     if (!inserted) it->second += "\n" + v;
   }
   return r;
+}
+
+std::map<std::string, std::string> readReplayReportFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parseReplayReport(text.str());
 }
 
 }  // namespace dlrr

@@ -34,5 +34,7 @@ class ReportLines {
 // Entries of a report's text; repeated keys accumulate ("a\nb"). Lines without a tab (a torn
 // write) are skipped.
 std::map<std::string, std::string> parseReplayReport(std::string_view text);
+// parseReplayReport of a report file (empty when it cannot be read).
+std::map<std::string, std::string> readReplayReportFile(const std::string& path);
 
 }  // namespace dlrr

@@ -50,17 +50,6 @@ inline std::string baseName(const std::string& p) {
   return s == std::string::npos ? p : p.substr(s + 1);
 }
 
-inline std::string cpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) {
-      auto c = line.find(':');
-      return c == std::string::npos ? line : line.substr(c + 2);
-    }
-  return "";
-}
-
 // "python3" on PATH -> "/usr/bin/python3"; paths are returned as they are.
 inline std::string onPath(const std::string& name) {
   if (name.empty() || name.find('/') != std::string::npos) return name;

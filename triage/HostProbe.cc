@@ -7,7 +7,6 @@
 #include <pwd.h>
 #include <signal.h>
 #include <sys/stat.h>
-#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -20,6 +19,7 @@
 #include <set>
 #include <sstream>
 
+#include "format/HostInfo.h"
 #include "triage/Classifier.h"
 #include "triage/EnvProbeScript.h"
 #include "triage/Environment.h"
@@ -132,12 +132,9 @@ std::string recordedInterpreter(const RecordedEnvironment& rec) {
 
 EnvFacts currentEnvironment(const RecordedEnvironment& rec, const ProbeOptions& opt, std::vector<std::string>& notes) {
   EnvFacts f;
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  f["host"] = host;
+  f["host"] = hostName();
   if (passwd* pw = ::getpwuid(::getuid())) f["user"] = pw->pw_name;
-  utsname u{};
-  if (::uname(&u) == 0) f["kernel"] = std::string(u.sysname) + " " + u.release + " " + u.machine;
+  if (std::string k = kernelId(); !k.empty()) f["kernel"] = k;
   f["cpu.model"] = cpuModel();
   f["cpu.count"] = std::to_string(::sysconf(_SC_NPROCESSORS_ONLN));
   for (const auto& k : comparedEnvVars()) {

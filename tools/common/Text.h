@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace dlrr::tools {
 
@@ -27,5 +28,9 @@ std::string humanBytes(uint64_t n);
 std::string formatDouble(double d);
 // CLOCK_REALTIME ns -> "2024-11-21 12:00:00 UTC" ("unknown" for 0).
 std::string formatTime(int64_t ns);
+// A word as a POSIX shell reads it back: unchanged when plain, else single-quoted.
+std::string shellQuote(const std::string& s);
+// argv as one shell command line (what dlreplay shows before running a command).
+std::string joinCommand(const std::vector<std::string>& argv);
 
 }  // namespace dlrr::tools

@@ -1,5 +1,11 @@
 #include "tools/dlreplay/Check.h"
 
+#include <sys/wait.h>
+
+#include <cstdlib>
+
+#include "tools/common/Text.h"
+#include "tools/dlreplay/ReplayOutcome.h"
 #include "triage/Environment.h"
 
 namespace dlrr::replaycheck {
@@ -36,6 +42,44 @@ std::string stepPhrase(const std::string& stopStep, const triage::TriageInput& f
   if (facts.timeline.stepOpen) return "at step " + std::to_string(facts.timeline.lastStepBegun);
   if (facts.failure && facts.failure->step >= 0) return "after step " + std::to_string(facts.failure->step);
   return "before the first step";
+}
+
+CheckVerdict decideCheck(const CheckInput& in, const triage::TriageInput& facts) {
+  constexpr size_t kSummaryTextMax = 300;
+  CheckVerdict v;
+  v.exitCode = in.replayExit;
+  const int st = in.waitStatus;
+  int childStatus = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1;
+  if (in.checkExit)
+    v.reproduced = in.replayExit == kOk && facts.exitCode && childStatus == *facts.exitCode;
+  else
+    v.reproduced = in.replayExit == kOk;
+  std::string what = !in.recordedFailure.empty() ? tools::printableSummary(in.recordedFailure, kSummaryTextMax)
+                                                 : "exit status " + std::to_string(facts.exitCode.value_or(-1));
+  auto field = [&](const char* k) {
+    auto it = in.report.find(k);
+    return it == in.report.end() ? std::string() : it->second;
+  };
+  if (v.reproduced) {
+    std::string stopStep = field("stop.step");
+    if (in.checkExit) {
+      std::string verified = field("verified_steps");
+      stopStep = std::to_string(std::strtoll(verified.empty() ? "0" : verified.c_str(), nullptr, 10) - 1);
+    }
+    v.text = "deterministic: reproduced " + stepPhrase(stopStep, facts) + " (" + what + ")";
+    return v;
+  }
+  std::string why = in.checkExit && in.replayExit == kOk
+                        ? "the replayed job ended with status " + std::to_string(childStatus) +
+                              ", the recording with " + std::to_string(facts.exitCode.value_or(-1))
+                        : in.replayMessage;
+  v.text = "not reproduced: " + why;
+  if (in.jumpStep >= 0 && in.replayExit != kNoReplay)
+    v.text += "; from the snapshot of step " + std::to_string(in.jumpStep) +
+              ", on the same build: a transient fault (a hardware check is advised) unless state the snapshot "
+              "cannot hold changed the result (--check --from start replays every step)";
+  if (in.replayExit != kNoReplay) v.exitCode = kNotReproduced;
+  return v;
 }
 
 }  // namespace dlrr::replaycheck

@@ -1,6 +1,8 @@
 #pragma once
 // dlreplay's triage side: the pre-flight environment check (cheap: no Python is started) and
 // the verdict of --check (does the recorded failure reproduce under replay?).
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,5 +20,25 @@ std::vector<std::string> preflightWarnings(Trace& trace, const triage::TriageInp
 
 // "during initialisation (before the first step)" / "at step 12".
 std::string stepPhrase(const std::string& stopStep, const triage::TriageInput& facts);
+
+// What --check found: whether the recorded failure happened again, the verdict line, and the
+// exit code (the replay's, or kNotReproduced).
+struct CheckVerdict {
+  bool reproduced = false;
+  std::string text;
+  int exitCode = 0;
+};
+
+struct CheckInput {
+  int replayExit = 0;                         // decideReplayOutcome's exit code
+  std::string replayMessage;                  // and its outcome line
+  int waitStatus = 0;                         // the replayed job's
+  std::map<std::string, std::string> report;  // its report
+  bool checkExit = false;                     // the recorded failure is an exit status alone
+  std::string recordedFailure;                // formatFailure() of the recorded failure ("" when none)
+  int64_t jumpStep = -1;                      // the replay started from this snapshot
+};
+
+CheckVerdict decideCheck(const CheckInput& in, const triage::TriageInput& facts);
 
 }  // namespace dlrr::replaycheck

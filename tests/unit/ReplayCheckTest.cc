@@ -1,0 +1,60 @@
+// dlreplay --check's verdict: reproduced or not, and never two verdicts (issue 18.1).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include "tools/dlreplay/Check.h"
+#include "tools/dlreplay/ReplayOutcome.h"
+
+namespace dlrr::replaycheck {
+namespace {
+
+TEST(ReplayCheck, AReachedNonFiniteValueIsReproduced) {
+  CheckInput in;
+  in.replayExit = kOk;
+  in.waitStatus = W_EXITCODE(0, 0);
+  in.report = {{"stop.step", "7"}, {"verified_steps", "7"}};
+  in.recordedFailure = "non-finite value at step 7";
+  triage::TriageInput facts;
+  auto v = decideCheck(in, facts);
+  EXPECT_TRUE(v.reproduced);
+  EXPECT_EQ(v.exitCode, kOk);
+  EXPECT_EQ(v.text, "deterministic: reproduced at step 7 (non-finite value at step 7)");
+}
+
+TEST(ReplayCheck, ADivergenceIsNotReproducedAndSaysWhy) {
+  CheckInput in;
+  in.replayExit = kDivergence;
+  in.replayMessage = "diverged at step 0: module output fc1";
+  in.recordedFailure = "non-finite value at step 7";
+  triage::TriageInput facts;
+  auto v = decideCheck(in, facts);
+  EXPECT_FALSE(v.reproduced);
+  EXPECT_EQ(v.exitCode, kNotReproduced);
+  EXPECT_EQ(v.text, "not reproduced: diverged at step 0: module output fc1");
+  in.jumpStep = 5;  // from a snapshot: a transient fault unless the snapshot missed state
+  v = decideCheck(in, facts);
+  EXPECT_NE(v.text.find("from the snapshot of step 5"), std::string::npos);
+  in.replayExit = kNoReplay;  // never attached: that, not "not reproduced", is the exit code
+  EXPECT_EQ(decideCheck(in, facts).exitCode, kNoReplay);
+}
+
+TEST(ReplayCheck, AnExitStatusFailureMustEndWithTheSameStatus) {
+  triage::TriageInput facts;
+  facts.exitCode = 3;
+  CheckInput in;
+  in.checkExit = true;
+  in.replayExit = kOk;
+  in.report = {{"verified_steps", "4"}};
+  in.waitStatus = W_EXITCODE(3, 0);
+  auto v = decideCheck(in, facts);
+  EXPECT_TRUE(v.reproduced);
+  EXPECT_NE(v.text.find("exit status 3"), std::string::npos);
+  in.waitStatus = W_EXITCODE(0, 0);
+  v = decideCheck(in, facts);
+  EXPECT_FALSE(v.reproduced);
+  EXPECT_EQ(v.exitCode, kNotReproduced);
+  EXPECT_EQ(v.text, "not reproduced: the replayed job ended with status 0, the recording with 3");
+}
+
+}  // namespace
+}  // namespace dlrr::replaycheck

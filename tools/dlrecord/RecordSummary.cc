@@ -1,0 +1,49 @@
+#include "tools/dlrecord/RecordSummary.h"
+
+#include "format/Ranks.h"
+#include "format/Trace.h"
+#include "format/TraceError.h"
+#include "tools/common/Text.h"
+
+namespace dlrr {
+namespace {
+
+// Bytes of the failure in the summary line: room for an exception's type, its first line and
+// its last.
+constexpr size_t kSummaryFailureMax = 300;
+
+}  // namespace
+
+std::vector<std::string> recordSummary(const std::string& trace, const std::vector<std::string>& shown) {
+  std::vector<std::string> out;
+  try {
+    auto t = Trace::open(trace, OpenMode::Tolerant);
+    TraceSummary s = t->summarize();
+    std::string line = "dlrecord: trace " + tools::printable(trace) + ": " + std::to_string(s.steps) + " step" +
+                       (s.steps == 1 ? "" : "s") +
+                       // Steps that trained nothing (evaluation with gradients on): replay verifies them too.
+                       (s.untrainedSteps ? " (+" + std::to_string(s.untrainedSteps) + " untrained)" : "") + ", " +
+                       tools::humanBytes(s.bytes);
+    RankReport ranks = analyzeRanks(*t);
+    // One line whatever the job raised (a DataLoader worker's exception carries a traceback);
+    // `dltrace info` / `events` show the whole message.
+    if (ranks.origin)
+      line += "; first non-finite value: " + tools::printableSummary(formatOrigin(*ranks.origin), kSummaryFailureMax);
+    else if (s.failure)
+      line += "; " + tools::printableSummary(formatFailure(*s.failure), kSummaryFailureMax);
+    if (ranks.distributed()) line += " (" + std::to_string(ranks.ranks.size()) + " rank streams)";
+    if (s.mainStream.empty()) line += "; no process recorded anything (not a Python/torch job?)";
+    // Notes the status pipe did not already deliver (e.g. "no steps captured: ...").
+    for (const auto& n : s.notes) {
+      bool said = false;
+      for (const auto& p : shown) said = said || n.find(p.substr(p.find(": ") + 2)) != std::string::npos;
+      if (!said) out.push_back("dlrecord: note: " + tools::printable(n));
+    }
+    out.push_back(line);
+  } catch (const TraceError& e) {
+    out.push_back("dlrecord: trace " + trace + " is not readable: " + e.what());
+  }
+  return out;
+}
+
+}  // namespace dlrr

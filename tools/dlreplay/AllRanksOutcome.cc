@@ -1,0 +1,80 @@
+#include "tools/dlreplay/AllRanksOutcome.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "replayer/ReplayReport.h"
+#include "tools/common/Json.h"
+#include "tools/dlreplay/ReplayOutcome.h"
+
+namespace dlrr {
+
+int allRanksOutcome(const RankReport& ranks, const RankReports& files, int status, bool json) {
+  int diverged = 0, attached = 0, complete = 0;
+  std::string out;
+  tools::JsonWriter j(out, 0);
+  j.beginObject();
+  j.key("ranks").beginArray();
+  for (const auto& [rank, path] : files) {
+    auto rep = readReplayReportFile(path);
+    ::unlink(path.c_str());
+    uint64_t recorded = 0;
+    for (const auto& r : ranks.ranks)
+      if (r.rank == rank) recorded = r.steps;
+    std::string verified = rep.count("verified_steps") ? rep["verified_steps"] : "0";
+    std::string line;
+    std::string state;
+    if (rep.empty()) {
+      state = "not-attached";
+      line = "never attached to its stream";
+    } else if (rep.count("divergence.step")) {
+      ++attached;
+      ++diverged;
+      state = "divergence";
+      line = "diverged at step " + rep["divergence.step"] + ": " + rep["divergence.detail"];
+    } else {
+      ++attached;
+      bool all = std::strtoull(verified.c_str(), nullptr, 10) == recorded;
+      complete += all;
+      state = all ? "verified" : "incomplete";
+      line = verified + " of " + std::to_string(recorded) + " recorded steps verified bit-exact";
+    }
+    if (rep.count("dist.collectives")) line += "; collectives: " + rep["dist.collectives"];
+    if (!json) std::fprintf(stderr, "dlreplay: rank %d: %s\n", rank, line.c_str());
+    j.beginObject();
+    j.field("rank", rank);
+    j.field("outcome", state);
+    j.field("message", line);
+    j.field("verified_steps", std::strtoll(verified.c_str(), nullptr, 10));
+    j.field("recorded_steps", static_cast<long long>(recorded));
+    j.endObject();
+  }
+  j.endArray();
+  int code = diverged                                     ? kDivergence
+             : attached == 0                              ? kNoReplay
+             : complete == static_cast<int>(files.size()) ? kOk
+                                                          : kNotReached;
+  std::string verdict = code == kOk           ? "every rank replayed to the end, every step verified"
+                        : code == kDivergence ? std::to_string(diverged) + " rank(s) diverged from the recording"
+                        : code == kNoReplay   ? "no rank attached to the trace (is it the recorded launcher command?)"
+                                              : "not every rank replayed all its recorded steps";
+  if (WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0))
+    verdict += std::string(" (the launcher ") +
+               (WIFSIGNALED(status) ? std::string("was killed by ") + strsignal(WTERMSIG(status))
+                                    : "exited with " + std::to_string(WEXITSTATUS(status))) +
+               ")";
+  j.field("exit_code", code);
+  j.field("message", verdict);
+  j.endObject();
+  if (json)
+    std::printf("%s\n", out.c_str());
+  else
+    std::fprintf(stderr, "dlreplay: %s\n", verdict.c_str());
+  return code;
+}
+
+}  // namespace dlrr

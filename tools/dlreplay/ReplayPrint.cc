@@ -1,0 +1,115 @@
+#include "tools/dlreplay/ReplayPrint.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
+
+#include "tools/common/Json.h"
+#include "tools/common/Text.h"
+
+namespace dlrr {
+namespace {
+
+// Recorded text (an exception message, a traceback) shown in one of dlreplay's lines: first and
+// last line, escaped (as dlrecord's summary line).
+constexpr size_t kSummaryTextMax = 300;
+
+std::string field(const std::map<std::string, std::string>& m, const std::string& k, const char* dflt = "") {
+  auto it = m.find(k);
+  return it == m.end() ? dflt : it->second;
+}
+
+// Each line of a multi-line value (a repeated key holds one value a line), escaped.
+void printLines(const char* prefix, const std::string& v) {
+  size_t start = 0;
+  while (start < v.size()) {
+    size_t nl = v.find('\n', start);
+    if (nl == std::string::npos) nl = v.size();
+    std::fprintf(stderr, "%s%s\n", prefix, tools::printable(std::string_view(v).substr(start, nl - start)).c_str());
+    start = nl + 1;
+  }
+}
+
+// The report's details worth a line: where it stopped, the batch, the environment, launches,
+// the GPU, what could not be verified (torch.compile'd submodules), distributed state.
+bool shownDetail(const std::string& k) {
+  for (const char* p : {"stop.", "batch.", "backward.", "env.", "launch.", "gpu.", "verify."})
+    if (k.rfind(p, 0) == 0) return true;
+  return k.rfind("dist.", 0) == 0 && k != "dist.rank";
+}
+
+}  // namespace
+
+void printReplayText(const ReplayResult& r, const ReplayFiles& files) {
+  std::string verified = field(r.report, "verified_steps", "0");
+  std::string jumped = r.jumpStep < 0 ? ""
+                                      : " (jumped to step " + std::to_string(r.jumpStep) +
+                                            ": steps before it were fast-forwarded, not verified)";
+  std::fprintf(stderr, "dlreplay: %s; %s of %llu recorded steps verified bit-exact%s\n", r.outcome.message.c_str(),
+               verified.c_str(), static_cast<unsigned long long>(r.recordedSteps), jumped.c_str());
+  if (r.check) {
+    const auto& ci = triage::categoryInfo(r.triage.category);
+    std::fprintf(stderr, "dlreplay: %s\n", r.check->text.c_str());
+    const char* kind = r.triage.determinism == triage::Determinism::Deterministic ? ", a deterministic kind of failure"
+                       : r.triage.determinism == triage::Determinism::NonDeterministic
+                           ? ", a non-deterministic kind of failure"
+                           : "";
+    if (r.determinismUnshown)
+      std::fprintf(stderr, "dlreplay: triage: %s [%s]; determinism not known: this replay did not reproduce it\n",
+                   ci.name, triage::dimensionName(r.triage.dimension));
+    else
+      std::fprintf(stderr, "dlreplay: triage: %s [%s]%s%s%s%s\n", ci.name, triage::dimensionName(r.triage.dimension),
+                   kind, *ci.why ? " (" : "", ci.why, *ci.why ? ")" : "");
+    if (r.triage.determinism == triage::Determinism::NonDeterministic && r.check->reproduced)
+      std::fprintf(stderr, "dlreplay: it reproduced here; on another node or with other co-tenants it may not\n");
+  }
+  for (const auto& [k, v] : r.report) {
+    if (!shownDetail(k)) continue;
+    std::string name = k.substr(k.find('.') + 1);
+    if (k == "stop.step" && v == "-") {  // it stopped between steps: say which, not "-"
+      std::fprintf(stderr, "dlreplay:   step: %s\n",
+                   r.outcome.verified ? ("none open (after step " + std::to_string(r.outcome.verified - 1) + ")").c_str()
+                                      : "none (before the first step)");
+      continue;
+    }
+    if (k == "stop.where") {  // may end in an exception's message: one line
+      std::fprintf(stderr, "dlreplay:   %s: %s\n", name.c_str(), tools::printableSummary(v, kSummaryTextMax).c_str());
+      continue;
+    }
+    printLines(("dlreplay:   " + name + ": ").c_str(), v);
+  }
+  files.print(stderr);
+  if (auto it = r.report.find("warning"); it != r.report.end()) printLines("dlreplay: warning: ", it->second);
+}
+
+void printReplayJson(const ReplayResult& r, const ReplayFiles& files) {
+  std::string out;
+  tools::JsonWriter j(out, 0);  // one line, after whatever the job printed
+  j.beginObject();
+  j.field("outcome", r.exitCode == kOk           ? "reached"
+                     : r.exitCode == kDivergence ? "divergence"
+                     : r.exitCode == kNoReplay   ? "not-attached"
+                                                 : "not-reached");
+  j.field("exit_code", r.exitCode);
+  j.field("target", r.target);
+  j.field("message", r.outcome.message);
+  j.field("verified_steps", std::strtoll(field(r.report, "verified_steps", "0").c_str(), nullptr, 10));
+  j.field("recorded_steps", static_cast<long long>(r.recordedSteps));
+  j.field("jump_step", static_cast<long long>(r.jumpStep));
+  if (r.check) {
+    j.key("check").beginObject();
+    j.field("reproduced", r.check->reproduced);
+    j.field("verdict", r.check->text);
+    j.field("category", std::string(triage::categoryInfo(r.triage.category).id));
+    j.field("determinism", std::string(triage::determinismId(r.triage.determinism)));
+    j.endObject();
+  }
+  j.key("report").beginObject();
+  for (const auto& [k, v] : r.report) j.field(k, v);
+  j.endObject();
+  files.json(j);
+  j.endObject();
+  std::printf("%s\n", out.c_str());
+}
+
+}  // namespace dlrr
