@@ -1,9 +1,9 @@
 // The recorded job's environment (issue 14: dlrecord split into phases).
-#include "tools/dlrecord/ChildEnvironment.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
+
+#include "tools/dlrecord/ChildEnvironment.h"
 
 namespace dlrr {
 namespace {
@@ -48,8 +48,8 @@ TEST(ChildEnvironment, NoStatusPipeNoVariable) {
 
 TEST(ChildEnvironment, AUsersCudaInjectionLibraryIsKeptAndGpuCaptureSaidOff) {
   std::string gpuOff;
-  auto env = childEnvironment({"CUDA_INJECTION64_PATH=/opt/nsight/libinject.so"}, RecordOptions{}, "/t", kPaths, "",
-                              gpuOff);
+  auto env =
+      childEnvironment({"CUDA_INJECTION64_PATH=/opt/nsight/libinject.so"}, RecordOptions{}, "/t", kPaths, "", gpuOff);
   EXPECT_TRUE(has(env, "CUDA_INJECTION64_PATH=/opt/nsight/libinject.so"));
   EXPECT_EQ(count(env, "CUDA_INJECTION64_PATH"), 1u);
   EXPECT_NE(gpuOff.find("another injection library"), std::string::npos);

@@ -1,6 +1,4 @@
 // dlreplay --debug gdb: gdb's command line, and the job's status read back from what gdb wrote.
-#include "tools/dlreplay/GdbLaunch.h"
-
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -10,6 +8,7 @@
 #include <fstream>
 
 #include "support/SampleTrace.h"
+#include "tools/dlreplay/GdbLaunch.h"
 
 namespace dlrr {
 namespace {

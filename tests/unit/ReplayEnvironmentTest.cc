@@ -1,7 +1,5 @@
 // The replayed job's environment: recorded values, redacted ones from the replaying user,
 // dlrr's library and hook first, the replay settings (issue 14: the command split).
-#include "tools/dlreplay/ReplayEnvironment.h"
-
 #include <capnp/message.h>
 #include <gtest/gtest.h>
 
@@ -9,6 +7,7 @@
 
 #include "format/Redact.h"
 #include "replayer/ReplaySession.h"
+#include "tools/dlreplay/ReplayEnvironment.h"
 
 namespace dlrr {
 namespace {
@@ -47,10 +46,10 @@ TEST(ReplayEnvironment, RecordedValuesWithRedactedOnesFromOurs) {
   std::map<std::string, std::string> ours = {{"API_TOKEN", "mine"}, {"TERM", "xterm"}, {"HOME", "/home/me"}};
   std::string note;
   Environment env = recordedEnvironment(rec.ti.asReader(), kPaths, lookupIn(ours), note);
-  EXPECT_EQ(env["HOME"], "/home/rec");              // the recording's, not ours
-  EXPECT_EQ(env["API_TOKEN"], "mine");              // redacted: ours
-  EXPECT_EQ(env.count("DB_PASSWORD"), 0u);          // redacted and we have none: unset, never "<redacted>"
-  EXPECT_EQ(env["TERM"], "xterm");                  // the terminal is ours
+  EXPECT_EQ(env["HOME"], "/home/rec");      // the recording's, not ours
+  EXPECT_EQ(env["API_TOKEN"], "mine");      // redacted: ours
+  EXPECT_EQ(env.count("DB_PASSWORD"), 0u);  // redacted and we have none: unset, never "<redacted>"
+  EXPECT_EQ(env["TERM"], "xterm");          // the terminal is ours
   EXPECT_EQ(env["LD_PRELOAD"], kPaths.library + ":/usr/lib/libjemalloc.so");
   EXPECT_EQ(env["PYTHONPATH"], kPaths.pythonHook);  // an empty recorded value adds no ":"
   EXPECT_EQ(env["CUDA_INJECTION64_PATH"], kPaths.library);
@@ -67,8 +66,11 @@ TEST(ReplayEnvironment, AnotherCudaInjectionLibraryIsKeptAndSaid) {
 }
 
 TEST(ReplayEnvironment, SettingsReplaceWhatTheRecordingHad) {
-  Environment env = {{"DLRR_STATUS_FD", "5:123"}, {"DLRR_JUMP_STEP", "9"}, {"DLRR_DEBUG", "pdb"},
-                     {"DLRR_DIST_REPLAY", "all"}, {"RANK", "0"}};
+  Environment env = {{"DLRR_STATUS_FD", "5:123"},
+                     {"DLRR_JUMP_STEP", "9"},
+                     {"DLRR_DEBUG", "pdb"},
+                     {"DLRR_DIST_REPLAY", "all"},
+                     {"RANK", "0"}};
   ReplaySettings s;
   s.trace = "/t/run.dlrr";
   s.stream = "rank1";

@@ -1,12 +1,11 @@
 // dlreplay's first phase: what a trace and the options select, and what is refused before
 // anything runs (issue 14: the command split into plan, run and outcome).
-#include "tools/dlreplay/ReplaySelection.h"
-
 #include <gtest/gtest.h>
 
 #include "format/Trace.h"
 #include "support/SampleTrace.h"
 #include "tools/dlreplay/ReplayOutcome.h"
+#include "tools/dlreplay/ReplaySelection.h"
 
 namespace dlrr {
 namespace {

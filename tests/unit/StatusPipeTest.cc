@@ -1,12 +1,12 @@
 // dlrecord's status pipe: lines a (real, forked) job writes, read back after it ends.
-#include "tools/dlrecord/StatusPipe.h"
-
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
+
+#include "tools/dlrecord/StatusPipe.h"
 
 namespace dlrr {
 namespace {

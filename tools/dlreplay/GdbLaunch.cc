@@ -14,13 +14,12 @@ std::vector<std::string> gdbCommand(const std::vector<std::string>& command, con
   std::vector<std::string> full = {"gdb", "-q"};
   if (!interactive) full.push_back("-batch");
   // $_siginfo exists only while the job lives; gdb evaluates one branch of ?: only.
+  const std::string signal = std::string("set $dlrr_signal = !$_isvoid($_exitsignal) ? $_exitsignal : ") +
+                             "$_isvoid($_exitcode) ? $_siginfo.si_signo : 0";
   for (const std::string& c : std::initializer_list<std::string>{
            "set breakpoint pending on", "set confirm off", "break dlrr_replay_stopped", "handle SIGSEGV stop print",
-           "run",
-           "set $dlrr_signal = !$_isvoid($_exitsignal) ? $_exitsignal : "
-           "$_isvoid($_exitcode) ? $_siginfo.si_signo : 0",
-           "set $dlrr_exit = $_isvoid($_exitcode) ? -1 : $_exitcode", "dump binary value " + statusPath + " $dlrr_signal",
-           "append binary value " + statusPath + " $dlrr_exit"})
+           "run", signal, "set $dlrr_exit = $_isvoid($_exitcode) ? -1 : $_exitcode",
+           "dump binary value " + statusPath + " $dlrr_signal", "append binary value " + statusPath + " $dlrr_exit"})
     full.insert(full.end(), {"-ex", c});
   if (!interactive) full.insert(full.end(), {"-ex", "bt 30", "-ex", "kill"});
   full.push_back("--args");

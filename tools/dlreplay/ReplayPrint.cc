@@ -68,8 +68,9 @@ void printReplayText(const ReplayResult& r, const ReplayFiles& files) {
     std::string name = k.substr(k.find('.') + 1);
     if (k == "stop.step" && v == "-") {  // it stopped between steps: say which, not "-"
       std::fprintf(stderr, "dlreplay:   step: %s\n",
-                   r.outcome.verified ? ("none open (after step " + std::to_string(r.outcome.verified - 1) + ")").c_str()
-                                      : "none (before the first step)");
+                   r.outcome.verified
+                       ? ("none open (after step " + std::to_string(r.outcome.verified - 1) + ")").c_str()
+                       : "none (before the first step)");
       continue;
     }
     if (k == "stop.where") {  // may end in an exception's message: one line

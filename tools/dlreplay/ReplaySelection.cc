@@ -97,7 +97,8 @@ bool chooseRank(Trace& trace, ReplayOptions& o, SelectionResult& r, ReplaySelect
     }
   }
   if ((o.rank || o.allRanks) && !ranks.distributed()) {
-    r.refusal = {kNotFound, {"the trace holds no rank of a distributed job (no torch.distributed launcher was recorded)"}};
+    r.refusal = {kNotFound,
+                 {"the trace holds no rank of a distributed job (no torch.distributed launcher was recorded)"}};
     return false;
   }
   if (o.rank) {
@@ -188,9 +189,8 @@ bool chooseCommand(Trace& trace, const ReplayOptions& o, SelectionResult& r, Rep
     r.refusal = {kUsage,
                  {"this trace was recorded with one dlrecord per rank (torchrun ... dlrecord ...): give the launcher "
                   "command after '--', e.g.",
-                  "  dlreplay " + tools::shellQuote(o.trace) +
-                      " --all-ranks -- torchrun --nnodes=1 --nproc_per_node=" + std::to_string(s.ranks.worldSize) +
-                      " --no_python " + tools::joinCommand(rankArgv)}};
+                  "  dlreplay " + tools::shellQuote(o.trace) + " --all-ranks -- torchrun --nnodes=1 --nproc_per_node=" +
+                      std::to_string(s.ranks.worldSize) + " --no_python " + tools::joinCommand(rankArgv)}};
     return false;
   } else if (!s.explicitCommand) {
     for (auto a : ti.getCommand()) s.command.emplace_back(a.cStr());
@@ -227,10 +227,10 @@ SelectionResult selectReplay(Trace& trace, const ReplayOptions& options, bool cu
   }
   if (o.check && !s.summary.failure) {
     if (!s.facts.exitCode || *s.facts.exitCode == 0)
-      return refuse(std::move(r), kNotFound,
-                    {std::string("--check: the recording holds no failure (") +
-                     (s.facts.exitCode ? "the job exited 0" : "the job's end was not recorded") +
-                     "): nothing to reproduce"});
+      return refuse(
+          std::move(r), kNotFound,
+          {std::string("--check: the recording holds no failure (") +
+           (s.facts.exitCode ? "the job exited 0" : "the job's end was not recorded") + "): nothing to reproduce"});
     triage::TriageResult early = triage::classify(s.facts);
     if (early.category == triage::Category::ExternalSignal)  // nothing in the job raised it
       return refuse(std::move(r), kNotReproduced,

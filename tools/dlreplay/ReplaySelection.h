@@ -27,8 +27,8 @@ struct ReplaySelection {
   StreamReader* launcher = nullptr;  // the launcher stream (command, environment)
   TraceSummary summary;              // steps and failure: the replayed stream's for a rank
   triage::TriageInput facts;         // for --check and the pre-flight environment check
-  bool checkExit = false;  // --check of a job that failed with an exit status alone (no exception, signal)
-  std::string until;       // the target's text as the job's library takes it (DLRR_UNTIL)
+  bool checkExit = false;            // --check of a job that failed with an exit status alone (no exception, signal)
+  std::string until;                 // the target's text as the job's library takes it (DLRR_UNTIL)
   ReplayTarget target;
   JumpPlan jump;
   std::vector<std::string> command;  // the command replayed (recorded, a rank's, or given)
