@@ -235,6 +235,7 @@ TraceSummary Trace::summarize() {
       if (ss.damage.empty() || ss.torn) ss.damage = e.what();
       ss.torn = false;
     }
+    ss.failure = first;
     if (first && (s.get() == mainS)) sum.failure = first;
     if (first && !anyFailure) anyFailure = first;
     if (s.get() == mainS) {

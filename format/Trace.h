@@ -53,6 +53,7 @@ struct StreamSummary {
   uint64_t steps = 0;           // completed training steps (untrained ones not counted)
   uint64_t untrainedSteps = 0;  // completed steps with no backward() nor optimizer.step()
   std::optional<int> exitCode;
+  std::optional<FailureInfo> failure;  // the stream's first failure
   uint64_t bytes = 0;
   uint64_t rawBytes = 0;
   uint64_t fileBytes = 0;  // size on disk, footer and trailer included

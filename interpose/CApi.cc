@@ -130,6 +130,11 @@ void dlrr_rng_state(int kind, int device, const void* data, uint64_t n) {
   withRecorder([&](RecordSession& s) { s.rngState(kind, device, data, n); });
 }
 
+void dlrr_rng_state_at_fork(int kind, int device, const void* data, uint64_t n) {
+  if (kind < 0 || kind > kMaxRngKind) return;
+  withRecorder([&](RecordSession& s) { s.rngState(kind, device, data, n, true); });
+}
+
 void dlrr_batch_begin(uint32_t loader, uint32_t iteration, uint64_t index, int is_training,
                       const int64_t* sample_indices, uint64_t n_indices) {
   withRecorder(
@@ -333,6 +338,12 @@ int dlrr_replay_rng_at_batch(uint32_t loader, uint64_t index, int kind, int devi
 int dlrr_replay_rng_at_step(int64_t step, int kind, int device, const uint8_t** data, uint64_t* n) {
   int rc = 0;
   withReplayer([&](ReplaySession& r) { rc = exportBytes(r.rngAtStep(step, kind, device), data, n); });
+  return rc;
+}
+
+int dlrr_replay_rng_at_fork(int kind, int device, const uint8_t** data, uint64_t* n) {
+  int rc = 0;
+  withReplayer([&](ReplaySession& r) { rc = exportBytes(r.rngAtFork(kind, device), data, n); });
   return rc;
 }
 

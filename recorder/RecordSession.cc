@@ -2,6 +2,7 @@
 
 #include <capnp/message.h>
 #include <capnp/serialize.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
@@ -27,6 +28,13 @@
 
 namespace dlrr {
 namespace {
+
+// True in a Python interpreter that has started (the job's Python processes export the C API).
+bool pythonRunning() noexcept {
+  using IsInitialized = int (*)();
+  static const auto fn = reinterpret_cast<IsInitialized>(::dlsym(RTLD_DEFAULT, "Py_IsInitialized"));
+  return fn && fn() != 0;
+}
 
 int64_t monoNs() noexcept {
   timespec ts{};
@@ -333,11 +341,12 @@ void RecordSession::stepEnd(int64_t step, double loss) {
   }
 }
 
-void RecordSession::rngState(int kind, int device, const void* data, uint64_t n) {
+void RecordSession::rngState(int kind, int device, const void* data, uint64_t n, bool atFork) {
   emit([&](schema::Event::Builder e, StreamWriter& w) {
     auto r = e.initRngState();
     r.setKind(static_cast<schema::RngState::Kind>(kind));
     r.setDevice(device);
+    r.setAtFork(atFork);
     setRef(r.initState(), w.putBlob(data, n, 1));
   });
 }
@@ -542,10 +551,27 @@ void RecordSession::afterForkParent() noexcept {
 }
 
 void RecordSession::forked(int childPid) noexcept {
+  // Python-level forks (os.fork, multiprocessing) run the hook's fork naming (processes.py):
+  // the child's identity is in our environment until fork() has returned here.
+  const char* id = std::getenv(kProcessIdEnv);
+  const bool named = id && *id && identity_ != id;
+  const auto kind = named && isTrainerIdentity(id) ? schema::Fork::Kind::RECORDED
+                    : named                        ? schema::Fork::Kind::LOADER_WORKER
+                    : pythonRunning()              ? schema::Fork::Kind::NATIVE
+                                                   : schema::Fork::Kind::UNKNOWN;
   emit([&](schema::Event::Builder e, StreamWriter&) {
     auto f = e.initFork();
     f.setChildPid(childPid);
+    f.setKind(kind);
+    if (named) f.setChildIdentity(id);
+    if (kind == schema::Fork::Kind::RECORDED) f.setChildStream("p" + std::to_string(childPid));
   });
+  // Durable now, not at the next step's commit: a parent that trains nothing itself (a
+  // Hogwild parent waiting in join()) may be killed long before that.
+  try {
+    commitNow();
+  } catch (...) {  // never into the job
+  }
 }
 
 void RecordSession::afterForkChild() noexcept {
@@ -595,13 +621,21 @@ void RecordSession::onExit(bool exited, int code) noexcept {
   if (exited_.load()) return;
   if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->finish();  // before the stream closes
   if (exited_.exchange(true)) return;
+  auto removeEmptyPystack = [this] {
+    struct stat st {};
+    if (pystackFd_ >= 0 && ::fstat(pystackFd_, &st) == 0 && st.st_size == 0)
+      ::unlinkat(dirFd_.get(), pystackName_.c_str(), 0);  // nothing crashed: leave no empty file behind
+  };
   try {
     // The writer is closed but never destroyed here: other threads may be inside emit() with
     // a pointer to it (entropy drawn while the main thread exits); once closed it ignores them.
     StreamWriter* w;
     {
       std::lock_guard<std::mutex> lk(mu_);
-      if (!writer_) return;
+      if (!writer_) {  // recorded nothing (a forked child that exits at once), yet has a crash file
+        removeEmptyPystack();
+        return;
+      }
       writeTriage(*writer_, "exit", true);
       capnp::MallocMessageBuilder msg;
       auto e = msg.initRoot<schema::Event>();
@@ -619,9 +653,7 @@ void RecordSession::onExit(bool exited, int code) noexcept {
     unprotectFd(streamFd_);  // the writer closes it now
     w->close();
     reportWriterFailure(*w);
-    struct stat st {};
-    if (pystackFd_ >= 0 && ::fstat(pystackFd_, &st) == 0 && st.st_size == 0)
-      ::unlinkat(dirFd_.get(), pystackName_.c_str(), 0);  // nothing crashed: leave no empty file behind
+    removeEmptyPystack();
   } catch (...) {
   }
 }

@@ -51,7 +51,8 @@ class RecordSession {
   void stepUntrained(int64_t step);
   void stepEnd(int64_t step, double loss);
   int64_t currentStep() const noexcept { return step_.load(std::memory_order_relaxed); }
-  void rngState(int kind, int device, const void* data, uint64_t n);
+  // atFork: the states a forked trainer inherited, taken as it began its stream (RngState.atFork).
+  void rngState(int kind, int device, const void* data, uint64_t n, bool atFork = false);
 
   BatchBuilder& batchBuilder();  // per thread
   void batchBegin(uint32_t loader, uint32_t iteration, uint64_t index, bool isTraining, const int64_t* indices,
@@ -136,8 +137,9 @@ class RecordSession {
   pid_t ownerPid_ = -1;  // a vfork()ed child shares our memory but has another pid: it must not touch it
   // DLRR_PROCESS_ID when this process started recording (multiprocessing.Process identity,
   // "" for the job's main process). A forked child whose environment holds another one is a
-  // Process the job started (a Hogwild trainer): it records its own stream. A fork that keeps
-  // ours (a DataLoader worker, os.fork()) records nothing.
+  // Process the job started or an os.fork() child (a Hogwild trainer; processes.py names
+  // both): it records its own stream. A fork that keeps ours (native code's fork) or that is
+  // a DataLoader worker's records nothing; the parent's Fork event says which it was.
   std::string identity_;
   mutable std::mutex mu_;
   std::unique_ptr<StreamWriter> writer_;

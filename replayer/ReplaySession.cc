@@ -149,6 +149,10 @@ void ReplaySession::load() {
         auto ref = r.getState();
         RngRecord rec{
             static_cast<int>(r.getKind()), r.getDevice(), Hash128{ref.getHashLo(), ref.getHashHi()}, ref.getSize(), {}};
+        if (r.getAtFork()) {  // not a step's nor a batch's
+          forkRng_.push_back(std::move(rec));
+          break;
+        }
         if (stepWithoutBatch) stepRng_[openStep].push_back(rec);
         pendingRng.push_back(std::move(rec));
         break;
@@ -354,6 +358,11 @@ const std::vector<uint8_t>* ReplaySession::rngAtBatch(uint32_t loader, uint64_t 
   std::lock_guard<std::mutex> lk(mu_);
   auto it = batches_.find({loader, index});
   return it == batches_.end() ? nullptr : rngBytes(it->second.rng, kind, device);
+}
+
+const std::vector<uint8_t>* ReplaySession::rngAtFork(int kind, int device) {
+  std::lock_guard<std::mutex> lk(mu_);
+  return rngBytes(forkRng_, kind, device);
 }
 
 const std::vector<uint8_t>* ReplaySession::rngAtStep(int64_t step, int kind, int device) {

@@ -82,6 +82,8 @@ class ReplaySession {
   int64_t iteratorLength(uint32_t loader, uint32_t iteration) const;
   const std::vector<uint8_t>* rngAtBatch(uint32_t loader, uint64_t index, int kind, int device);
   const std::vector<uint8_t>* rngAtStep(int64_t step, int kind, int device);
+  // The states a forked trainer inherited, taken as it began its stream (RngState.atFork).
+  const std::vector<uint8_t>* rngAtFork(int kind, int device);
   const char* runtimeInfo(const std::string& key) const;
   int64_t recordedSteps() const { return recordedSteps_; }
   double recordedLoss(int64_t step) const;
@@ -188,6 +190,7 @@ class ReplaySession {
   int64_t jumpStep_ = -1;
   std::map<std::pair<uint32_t, uint32_t>, int64_t> iteratorLengths_;
   std::map<int64_t, std::vector<RngRecord>> stepRng_;
+  std::vector<RngRecord> forkRng_;  // RngState.atFork
   std::map<DigestKey, RecordedDigest> digests_;
   std::map<int64_t, uint32_t> digestsPerStep_;
   std::map<int64_t, uint32_t> seenPerStep_;

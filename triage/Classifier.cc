@@ -1129,10 +1129,19 @@ TriageResult classify(const TriageInput& in) {
       r.retry = why.empty() ? "" : "unknown: " + why + "; `dlreplay --check` tells whether it reproduces";
       break;
   }
+  std::string unclaimable;
   if (in.trainingProcesses > 1)
-    r.retry = "not known, and cannot be claimed: " + std::to_string(in.trainingProcesses) +
-              " processes trained at once (e.g. torch.multiprocessing workers sharing a model): their "
-              "shared-memory updates race, so two runs of the same command can fail at different steps";
+    unclaimable = std::to_string(in.trainingProcesses) +
+                  " processes trained at once (e.g. torch.multiprocessing workers sharing a model): their "
+                  "shared-memory updates race, so two runs of the same command can fail at different steps";
+  if (!in.unrecordedProcesses.empty()) {
+    const size_t n = in.unrecordedProcesses.size();
+    std::string which = in.unrecordedProcesses.front() + (n > 1 ? ", ..." : "");
+    unclaimable += (unclaimable.empty() ? "" : "; and ") + std::to_string(n) + (n == 1 ? " process" : " processes") +
+                   " of the job ran unrecorded (" + which + "): what " + (n == 1 ? "it" : "they") +
+                   " did is not in the trace, and may differ from run to run";
+  }
+  if (!unclaimable.empty()) r.retry = "not known, and cannot be claimed: " + unclaimable;
   if (r.category == C::None) r.retry.clear();
   return r;
 }

@@ -119,8 +119,12 @@ struct TriageInput {
   std::string host;
   std::string user;
   uint32_t uid = 0;
-  std::string stream;              // the stream the facts come from
-  uint32_t trainingProcesses = 0;  // process streams that began a step (several: Hogwild-style workers)
+  std::string stream;  // the stream the facts come from
+  // Process streams that began a step (not ranks), counted when some of them updated parameters
+  // in shared memory or did not say (several: Hogwild-style workers that may have raced).
+  uint32_t trainingProcesses = 0;
+  // Processes the job created that dlrr did not record ("pid 123 forked by native code ... in p100").
+  std::vector<std::string> unrecordedProcesses;
   // For a non-finite failure: samples of that step's batch that hold NaN/Inf values
   // ("sample 5 (dataset index 1365): 3072 non-finite values in field 0").
   std::vector<std::string> batchFindings;

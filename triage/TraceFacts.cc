@@ -6,6 +6,8 @@
 #include <map>
 #include <tuple>
 
+#include "format/Concurrency.h"
+
 namespace dlrr::triage {
 namespace {
 
@@ -361,9 +363,15 @@ TriageInput gatherFacts(Trace& trace) {
       // A damaged stream: what precedes the damage is what we have.
     }
     sc.atEnd = t;
-    if (t.stepsBegun > 0) ++in.trainingProcesses;
     scans.push_back(std::move(sc));
   }
+  // Trainers that raced, processes that ran unrecorded (ranks of torch.distributed share no memory).
+  const Concurrency conc = analyzeConcurrency(trace);
+  // Trainers that each kept their parameters to themselves (their own models) did not race.
+  if (!conc.sharing.empty() || !conc.unknownSharing.empty())
+    in.trainingProcesses = static_cast<uint32_t>(conc.trainers.size());
+  for (const auto& u : conc.unrecorded)
+    in.unrecordedProcesses.push_back("pid " + std::to_string(u.pid) + " " + u.how + " in " + u.parentStream);
 
   // The failing process: the first with an exception or signal (main stream first), else the
   // first with a non-finite value, else the main stream.

@@ -129,7 +129,20 @@ struct ProcessStart {
 
 struct Fork {
   childPid @0 :Int32;
-  childStream @1 :Text;      # empty when the child is not recorded (fork without exec)
+  childStream @1 :Text;      # the stream the child records itself ("p<pid>", created on its
+                             # first event); empty when it records nothing until it execs
+  childIdentity @2 :Text;    # its DLRR_PROCESS_ID (StreamHeader.processIdentity) when it has one
+  kind @3 :Kind;
+
+  enum Kind {
+    unknown @0;              # traces before kinds; a fork in a process without the Python hook
+                             # (a shell): its commands exec and record themselves
+    recorded @1;             # a Python-level fork (os.fork, a multiprocessing Process): the
+                             # child records its own stream, childStream
+    loaderWorker @2;         # a DataLoader worker: not recorded (its batches are, in the parent)
+    native @3;               # forked by native code in a process with the Python hook (not
+                             # through os.fork): not recorded unless it execs
+  }
 }
 
 struct ProcessExit {
@@ -162,6 +175,9 @@ struct RngState {
   kind @0 :Kind;
   device @1 :Int32;
   state @2 :BlobRef;
+  # Taken as a forked process (a Hogwild trainer) began its own stream: the states it inherited
+  # from its parent, which replay does not replay; restored when the fork attaches in replay.
+  atFork @3 :Bool;
   enum Kind {
     torchCpu @0;
     torchCuda @1;

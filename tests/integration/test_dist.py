@@ -26,11 +26,19 @@ def torchrun(nproc, log_dir):
 
 
 def rank_lines(stdout):
-    """{rank: [lines]} of torchrun's prefixed output ("[default1]:rank 1 step 0 loss ...")."""
-    out = {}
-    for m in re.finditer(r"^\[default(\d+)\]:(.*)$", stdout, re.M):
-        out.setdefault(int(m.group(1)), []).append(m.group(2))
-    return out
+    """{rank: [lines]} of torchrun's prefixed output ("[default1]:rank 1 step 0 loss ...").
+
+    torchrun's --tee tailer reads each rank's log with readline() and writes header + what it
+    read; a line read before the rank had written all of it comes out in two prefixed pieces,
+    with another rank's output between them. So: every piece goes to its rank, up to the end of
+    its line (anything after that newline is unprefixed output from elsewhere), and a rank's
+    pieces are joined before splitting into lines."""
+    parts = re.split(r"\[default(\d+)\]:", stdout)
+    text = {}
+    for rank, piece in zip(parts[1::2], parts[2::2]):
+        end = piece.find("\n")
+        text[int(rank)] = text.get(int(rank), "") + (piece if end < 0 else piece[:end + 1])
+    return {rank: t.splitlines() for rank, t in text.items()}
 
 
 def _tcpstore_starts():

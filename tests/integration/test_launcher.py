@@ -273,9 +273,15 @@ class LauncherTest(TraceTestCase):
         self.assertEqual(p.stdout, "child 5\nTrue\n")
         doc = info(self.trace_path())
         roles = [s["role"] for s in doc["processes"]]
-        self.assertEqual(roles.count("process"), 2)  # the job and its exec'd subprocess, not the fork
-        forks = events(self.trace_path(), kind="fork")
+        # The job, its exec'd subprocess, and the os.fork() child, which runs Python on and
+        # draws entropy (random reseeds itself in a forked child): it records its own stream,
+        # named in the parent's fork event (issue 12.4).
+        self.assertEqual(roles.count("process"), 3)
+        forks = [e["event"]["fork"] for e in events(self.trace_path(), kind="fork")]
         self.assertGreaterEqual(len(forks), 1)  # os.fork; subprocess may use vfork
+        self.assertEqual((forks[0]["kind"], forks[0]["childIdentity"]), ("recorded", "fork1"))
+        child = [s for s in doc["processes"] if s["stream"] == forks[0]["childStream"]]
+        self.assertEqual([s["exit_code"] for s in child], [5])
 
 
 if __name__ == "__main__":

@@ -119,6 +119,9 @@ class FakeLib:
     def _dlrr_rng_state(self, kind, device, data, n):
         self.calls.append(("rng_state", kind, device, _bytes_at(data, n)))
 
+    def _dlrr_rng_state_at_fork(self, kind, device, data, n):
+        self.calls.append(("rng_state_at_fork", kind, device, _bytes_at(data, n)))
+
     # -- batches
     def _dlrr_batch_begin(self, loader, iteration, index, is_training, indices, n):
         self.calls.append(("batch_begin", loader, iteration, index, is_training, _array(indices, n)))
@@ -233,6 +236,9 @@ class FakeLib:
         return 0
 
     def _dlrr_replay_rng_at_step(self, step, kind, device, data, n):
+        return 0
+
+    def _dlrr_replay_rng_at_fork(self, kind, device, data, n):
         return 0
 
     def _dlrr_replay_runtime_info(self, key):

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 from support import IndexDataset, RecorderTestCase, small_model, train_step  # first
 import fake_native
 import dlrr_hook
-from dlrr_hook import native
+from dlrr_hook import native, processes
 from dlrr_hook.imports import ImportWatcher
 
 
@@ -59,7 +59,55 @@ class InternalErrorTest(RecorderTestCase):
 
 
 class ForkTest(RecorderTestCase):
-    def test_forked_child_records_nothing(self):
+    def fork_and_ask(self, child):
+        """Runs child() in a forked child; its answer (bytes) back through a pipe."""
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.write(write_end, child())
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        answer = os.read(read_end, 100)
+        os.close(read_end)
+        os.waitpid(pid, 0)
+        return answer
+
+    def test_a_plain_os_fork_child_records_its_own_stream(self):
+        # Issue 12.4: named by the hook's at-fork callback (processes.py), it records on,
+        # opening its stream with the generator states it inherited.
+        def child():
+            before = len(self.lib.calls)
+            ident = os.environ.get(processes.ENV, "")
+            model = small_model()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for p in model.parameters():
+                p.grad = torch.ones_like(p)
+            optimizer.step()
+            calls = [c[0] for c in self.lib.calls[before:]]
+            at_fork = [c[0] for c in self.lib.calls[:before] if c[0].startswith("rng_state")][-1]
+            return ("%s %s %s %s %s" % (ident, self.rec.active, self.rec.process_identity,
+                                        at_fork, "runtime_info" in calls)).encode()
+        words = self.fork_and_ask(child).decode().split()
+        self.assertRegex(words[0], r"^fork\d+$")
+        # Active, its own identity, the inherited states as it began (after the parent's last
+        # states), then what it does (its first optimizer.step notes torch.shared_parameters).
+        self.assertEqual(words[1:], ["True", words[0], "rng_state_at_fork", "True"], words)
+        self.assertNotIn(processes.ENV, os.environ)  # the parent's environment is its own again
+        self.assertTrue(self.rec.active)
+
+    def test_a_dataloader_worker_fork_records_nothing(self):
+        naming = processes._naming
+        naming.enter_start(1)  # as inside Process.start of a DataLoader worker
+        os.environ[processes.ENV] = processes.WORKER_PREFIX + "1"
+        try:
+            self.check_child_records_nothing()
+        finally:
+            naming.enter_start(-1)
+            del os.environ[processes.ENV]
+
+    def check_child_records_nothing(self):
         read_end, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:  # child

@@ -21,6 +21,19 @@ TEST(ReplayCheck, AReachedNonFiniteValueIsReproduced) {
   EXPECT_EQ(v.text, "deterministic: reproduced at step 7 (non-finite value at step 7)");
 }
 
+TEST(ReplayCheck, RacingTrainersOrUnrecordedProcessesKeepDeterminismUnclaimed) {
+  CheckInput in;
+  in.replayExit = kOk;
+  in.report = {{"stop.step", "3"}};
+  in.recordedFailure = "non-finite value at step 3";
+  in.concurrencyCaveat = "determinism cannot be claimed: 2 trainers updated a shared model";
+  triage::TriageInput facts;
+  auto v = decideCheck(in, facts);
+  EXPECT_TRUE(v.reproduced);
+  EXPECT_EQ(v.text.rfind("deterministic", 0), std::string::npos);
+  EXPECT_EQ(v.text, "reproduced at step 3 (non-finite value at step 3); " + in.concurrencyCaveat);
+}
+
 TEST(ReplayCheck, ADivergenceIsNotReproducedAndSaysWhy) {
   CheckInput in;
   in.replayExit = kDivergence;

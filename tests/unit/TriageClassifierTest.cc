@@ -90,6 +90,17 @@ TEST(TriageClassifier, RetryClaimsNoDeterminismWithoutAReplay) {
   r = classify(in);
   EXPECT_NE(r.retry.find("cannot be claimed: 4 processes trained at once"), std::string::npos) << r.retry;
   EXPECT_NE(r.retry.find("shared-memory updates race"), std::string::npos) << r.retry;
+  // Processes the job created that dlrr did not record: say why, also with one trainer.
+  in.trainingProcesses = 1;
+  in.unrecordedProcesses = {"pid 7 forked by native code, not through Python's os.fork in p5"};
+  r = classify(in);
+  EXPECT_EQ(r.retry.rfind("not known, and cannot be claimed: 1 process of the job ran unrecorded (pid 7 forked", 0), 0u)
+      << r.retry;
+  EXPECT_NE(r.retry.find("what it did is not in the trace"), std::string::npos) << r.retry;
+  in.trainingProcesses = 2;
+  r = classify(in);
+  EXPECT_NE(r.retry.find("cannot be claimed: 2 processes trained at once"), std::string::npos) << r.retry;
+  EXPECT_NE(r.retry.find("; and 1 process of the job ran unrecorded"), std::string::npos) << r.retry;
 }
 
 TEST(TriageClassifier, LibraryNotFound) {

@@ -66,7 +66,10 @@ CheckVerdict decideCheck(const CheckInput& in, const triage::TriageInput& facts)
       std::string verified = field("verified_steps");
       stopStep = std::to_string(std::strtoll(verified.empty() ? "0" : verified.c_str(), nullptr, 10) - 1);
     }
-    v.text = "deterministic: reproduced " + stepPhrase(stopStep, facts) + " (" + what + ")";
+    v.text = "reproduced " + stepPhrase(stopStep, facts) + " (" + what + ")";
+    // This stream reproduced it; with racing trainers or unrecorded processes the job as a
+    // whole is not shown deterministic by that.
+    v.text = in.concurrencyCaveat.empty() ? "deterministic: " + v.text : v.text + "; " + in.concurrencyCaveat;
     return v;
   }
   std::string why = in.checkExit && in.replayExit == kOk

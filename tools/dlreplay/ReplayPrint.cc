@@ -97,6 +97,7 @@ void printReplayJson(const ReplayResult& r, const ReplayFiles& files) {
   j.field("verified_steps", std::strtoll(field(r.report, "verified_steps", "0").c_str(), nullptr, 10));
   j.field("recorded_steps", static_cast<long long>(r.recordedSteps));
   j.field("jump_step", static_cast<long long>(r.jumpStep));
+  j.field("determinism", r.determinism);
   if (r.check) {
     j.key("check").beginObject();
     j.field("reproduced", r.check->reproduced);

@@ -25,6 +25,7 @@ struct ReplayResult {
   std::optional<replaycheck::CheckVerdict> check;
   triage::TriageResult triage;      // --check: the recorded failure's kind
   bool determinismUnshown = false;  // --check did not reproduce a failure of a deterministic kind
+  std::string determinism;          // why determinism cannot be claimed ("" when nothing says so)
 };
 
 void printReplayText(const ReplayResult& r, const ReplayFiles& files);

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "format/Concurrency.h"
 #include "format/TraceError.h"
 #include "tools/common/Text.h"
 #include "tools/dlreplay/ReplayOutcome.h"
@@ -218,6 +219,12 @@ SelectionResult selectReplay(Trace& trace, const ReplayOptions& options, bool cu
     return refuse(std::move(r), kNotFound,
                   {o.stream.empty() ? "the trace holds no recorded process to replay"
                                     : "no stream named '" + o.stream + "' in the trace (see dltrace info)"});
+  if (!s.rank && !s.allRanks)
+    for (const auto& p : s.summary.processes)
+      if (p.name == s.stream->name()) {  // targets and step counts are the replayed stream's, not the main one's
+        s.summary.steps = p.steps + p.untrainedSteps;
+        s.summary.failure = p.failure;
+      }
   if (!s.launcher)
     return refuse(std::move(r), kCorrupt, {"the trace has no launcher stream (recorded command unknown)"});
 
@@ -271,6 +278,7 @@ SelectionResult selectReplay(Trace& trace, const ReplayOptions& options, bool cu
     s.jump = *plan;
   }
   if (!chooseCommand(trace, o, r, s)) return r;
+  s.concurrencyCaveat = analyzeConcurrency(trace).caveat();
   r.selection = std::move(s);
   return r;
 }

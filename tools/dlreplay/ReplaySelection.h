@@ -34,6 +34,9 @@ struct ReplaySelection {
   std::vector<std::string> command;  // the command replayed (recorded, a rank's, or given)
   bool explicitCommand = false;      // given after '--'
   std::string cwd;
+  // Several trainers at once, or processes that were not recorded (format/Concurrency.h): why
+  // a replay of this one stream cannot show the job deterministic ("" when nothing of the kind).
+  std::string concurrencyCaveat;
 };
 
 // A replay the trace and options cannot give: the exit code, and what to print (each line

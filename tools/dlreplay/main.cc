@@ -107,6 +107,10 @@ int announce(const ReplaySelection& s, const ReplayOptions& o, Trace& trace) {
     std::fprintf(stderr, "dlreplay:   in %s, replaying stream %s to %s\n", s.cwd.c_str(), s.stream->name().c_str(),
                  s.target.describe().c_str());
   if (s.jump.jumpStep >= 0) std::fprintf(stderr, "dlreplay:   %s\n", s.jump.why.c_str());
+  // Several trainers at once, or processes that were not recorded: said once, before the
+  // verdict, which is about this stream only.
+  if (!s.concurrencyCaveat.empty() && !o.quiet)
+    std::fprintf(stderr, "dlreplay: note: %s\n", s.concurrencyCaveat.c_str());
   if (s.rank && s.ranks.origin && s.ranks.origin->rank != s.rank->rank && s.rank->failureReceived)
     std::fprintf(stderr, "dlreplay: note: rank %d received its non-finite values; they began on %s\n", s.rank->rank,
                  formatOrigin(*s.ranks.origin).c_str());
@@ -282,6 +286,7 @@ int run(int argc, char** argv) {
   r.target = s.target.describe();
   r.recordedSteps = s.summary.steps;
   r.jumpStep = s.jump.jumpStep;
+  r.determinism = s.concurrencyCaveat;
   r.triage = triage::classify(s.facts);
   if (o.check) {
     replaycheck::CheckInput ci;
@@ -292,6 +297,7 @@ int run(int argc, char** argv) {
     ci.checkExit = s.checkExit;
     if (s.summary.failure) ci.recordedFailure = formatFailure(*s.summary.failure);
     ci.jumpStep = s.jump.jumpStep;
+    ci.concurrencyCaveat = s.concurrencyCaveat;
     r.check = replaycheck::decideCheck(ci, s.facts);
     r.exitCode = r.check->exitCode;
     // One verdict: a replay that did not reproduce the failure shows no determinism, whatever

@@ -256,8 +256,21 @@ std::string describeEvent(schema::Event::Reader e, const InternTable& names) {
     }
     case E::FORK: {
       auto f = e.getFork();
-      return "child pid " + std::to_string(f.getChildPid()) +
-             (f.getChildStream().size() ? " stream " + text(f.getChildStream()) : " (not recorded)");
+      using K = schema::Fork::Kind;
+      std::string ident = f.getChildIdentity().size() ? " identity " + text(f.getChildIdentity()) : "";
+      switch (f.getKind()) {
+        case K::RECORDED:
+          return "child pid " + std::to_string(f.getChildPid()) + ident + " records stream " + text(f.getChildStream());
+        case K::LOADER_WORKER:
+          return "child pid " + std::to_string(f.getChildPid()) + ident +
+                 " (DataLoader worker: not recorded; its batches are, here)";
+        case K::NATIVE:
+          return "child pid " + std::to_string(f.getChildPid()) +
+                 " (forked by native code, not through os.fork: not recorded unless it execs)";
+        default:
+          return "child pid " + std::to_string(f.getChildPid()) +
+                 (f.getChildStream().size() ? " stream " + text(f.getChildStream()) : " (not recorded)");
+      }
     }
     case E::PROCESS_EXIT: {
       auto x = e.getProcessExit();

@@ -3,6 +3,7 @@
 #include <optional>
 #include <string>
 
+#include "format/Concurrency.h"
 #include "format/Ranks.h"
 #include "format/Trace.h"
 #include "format/TraceError.h"
@@ -72,7 +73,7 @@ std::string missingRingTensors(const TraceSummary& s) {
          std::to_string(f->step) + " written: " + why + " while they were being written";
 }
 
-void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankReport& ranks,
+void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankReport& ranks, const Concurrency& conc,
                const std::string& dlrrVersion, const std::vector<SnapshotRow>& snaps) {
   std::string buf;
   JsonWriter j(buf, 2);
@@ -172,6 +173,21 @@ void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
   j.key("notes").beginArray();
   for (const auto& n : s.notes) j.value(n);
   j.endArray();
+  j.key("concurrency").beginObject();
+  j.key("trainers").beginArray();
+  for (const auto& t : conc.trainers) j.value(t);
+  j.endArray();
+  j.key("unrecorded").beginArray();
+  for (const auto& u : conc.unrecorded) {
+    j.beginObject();
+    j.field("pid", u.pid);
+    j.field("parent_stream", u.parentStream);
+    j.field("how", u.how);
+    j.endObject();
+  }
+  j.endArray();
+  j.field("determinism", conc.caveat());
+  j.endObject();
   if (ranks.distributed()) {
     j.key("distributed").beginObject();
     j.field("world_size", ranks.worldSize);
@@ -224,7 +240,7 @@ void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
   out.write(buf);
 }
 
-void writeText(Output& out, Trace& trace, const TraceSummary& s, const RankReport& ranks,
+void writeText(Output& out, Trace& trace, const TraceSummary& s, const RankReport& ranks, const Concurrency& conc,
                const std::string& dlrrVersion, const std::vector<SnapshotRow>& snaps) {
   out.line("trace       " + printable(trace.path()));
   out.line("format      " + s.formatVersion +
@@ -245,6 +261,7 @@ void writeText(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
     out.line("failure     " +
              (s.failure ? printable(formatFailure(*s.failure)) + " [" + s.failure->stream + "]" : std::string("none")));
   if (std::string m = missingRingTensors(s); !m.empty()) out.line("tensors     " + m);
+  if (std::string c = conc.caveat(); !c.empty()) out.line("determinism " + printable(c));
   out.line("size        " + humanBytes(s.fileBytes) + " on disk; " + humanBytes(s.rawBytes) + " raw in " +
            humanBytes(s.bytes) + " stored (" + ratio(s.rawBytes, s.bytes) + ")");
   if (!snaps.empty()) {
@@ -298,11 +315,12 @@ int run(const Args& args, Output& out) {
   std::string dlrrVersion;
   if (StreamReader* l = trace->launcher()) dlrrVersion = l->header().getDlrrVersion().cStr();
   RankReport ranks = analyzeRanks(*trace);
+  Concurrency conc = analyzeConcurrency(*trace);
   std::vector<SnapshotRow> snaps = snapshotsOf(*trace, s);
   if (args.has("--json"))
-    writeJson(out, *trace, s, ranks, dlrrVersion, snaps);
+    writeJson(out, *trace, s, ranks, conc, dlrrVersion, snaps);
   else
-    writeText(out, *trace, s, ranks, dlrrVersion, snaps);
+    writeText(out, *trace, s, ranks, conc, dlrrVersion, snaps);
   return kExitOk;
 }
 

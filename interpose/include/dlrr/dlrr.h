@@ -79,6 +79,8 @@ DLRR_API int64_t dlrr_current_step(void);
 
 /* ---- RNG state (raw bytes of the generator's state), at every step boundary */
 DLRR_API void dlrr_rng_state(int kind, int device, const void* data, uint64_t n);
+/* A forked trainer, as it begins its own stream: the states it inherited from its parent. */
+DLRR_API void dlrr_rng_state_at_fork(int kind, int device, const void* data, uint64_t n);
 
 /* ---- batches: a structured value built depth-first. Containers announce their child
  * count; dict children are each preceded by dlrr_val_key. */
@@ -194,6 +196,8 @@ DLRR_API int dlrr_replay_rng_at_batch(uint32_t loader, uint64_t index, int kind,
                                       uint64_t* n);
 /* RNG state recorded at the beginning of `step` (optimizer-counted loops). */
 DLRR_API int dlrr_replay_rng_at_step(int64_t step, int kind, int device, const uint8_t** data, uint64_t* n);
+/* RNG state a forked trainer inherited as it began recording (dlrr_rng_state_at_fork). */
+DLRR_API int dlrr_replay_rng_at_fork(int kind, int device, const uint8_t** data, uint64_t* n);
 /* A runtime fact of the recording ("torch.num_threads", ...), or NULL. */
 DLRR_API const char* dlrr_replay_runtime_info(const char* key);
 DLRR_API int64_t dlrr_replay_recorded_steps(void);

@@ -95,6 +95,7 @@ class Recorder:
         self._watcher = None
         self._runtime_sent = False
         self._cuda_info_sent = False
+        self._sharing_noted = False  # torch.shared_parameters sent (at the first optimizer.step)
         self.registry = Registry()  # what trains: snapshots (record) and their restore (replay)
         self.snapshots = None
         self.fast_forwarding = False  # replay: before the jump step, compute is skipped
@@ -147,9 +148,15 @@ class Recorder:
         atexit.unregister(self._at_exit)
 
     def start_in_child(self):
-        """A forked trainer records its own stream: its crash file is its own, not the parent's."""
+        """A forked trainer records its own stream: its crash file is its own, not the parent's.
+        The generator states it inherited open the stream (replay restores them as the fork
+        attaches: its parent, not replayed, seeds them from the OS's entropy)."""
         self.failures.disable_faulthandler()
         self.failures.enable_faulthandler()
+        if self.rng is not None:
+            self.rng.write(self.rng.snapshot(), at_fork=True)
+        # Its stream's own runtime facts (the parent's went to the parent's stream).
+        self._runtime_sent = self._cuda_info_sent = self._sharing_noted = False
 
     def disable_in_child(self):
         self.active = False
@@ -515,11 +522,21 @@ class Recorder:
         self.steps.on_optimizer_step_begin()
 
     def _after_optimizer_step(self, optimizer):
+        if not self._sharing_noted:
+            self._sharing_noted = True
+            self.guarded(self._note_sharing, optimizer)
         if self.capture_level >= native.CAPTURE_DEFAULT:
             self._digest_parameters(optimizer)
         self.steps.on_optimizer_step_end()
         if self.preflight is not None:
             self.preflight.on_update("step")
+
+    def _note_sharing(self, optimizer):
+        """How many parameters the process updates in shared memory (model.share_memory(),
+        Hogwild): processes training such a model at once race (format/Concurrency.h)."""
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        shared = sum(1 for p in params if p.is_shared())
+        self.lib.dlrr_runtime_info(b"torch.shared_parameters", native.text("%d of %d" % (shared, len(params))))
 
     def _digest_parameters(self, optimizer):
         names = self._step_parameters()[1]

@@ -171,6 +171,12 @@ class Replayer(Recorder):
         self._pre_handle = module_module.register_module_forward_pre_hook(self._pre_forward)
         if self.fast_forwarding:
             self._install_fast_forward(torch)
+        # A forked trainer attaching: the generator states it inherited come from a parent that
+        # replay does not replay (its entropy is the OS's), so they are not the recording's.
+        # The recording took them as the fork began (RngState.atFork): from here on they are,
+        # and a difference at the first batch means the trainer drew differently.
+        self._restore_rng(lambda kind, device, p, n: self.lib.dlrr_replay_rng_at_fork(kind, device, p, n),
+                          "the fork", compare=False)
 
     def _install_fast_forward(self, torch):
         """Before the jump step, a root module's call returns zeros shaped like its real output
@@ -346,11 +352,11 @@ class Replayer(Recorder):
         if training and step is not None:
             self._at_step_start(step)
 
-    def _restore_rng(self, fetch, what):
+    def _restore_rng(self, fetch, what, compare=True):
         torch = self.torch
         differed = []
         # Fast-forwarded steps skip their draws (dropout in a skipped forward): no drift to report.
-        quiet = self.fast_forwarding
+        quiet = self.fast_forwarding or not compare
         for kind, device in self._rng_slots():
             ptr, n = ctypes.c_void_p(), ctypes.c_uint64()
             if not fetch(kind, device, ctypes.byref(ptr), ctypes.byref(n)):

@@ -184,6 +184,7 @@ class RngCapture:
     """Takes and writes snapshots of every generator the job can draw from."""
 
     def __init__(self, lib, torch):
+        self._lib = lib
         self._write = lib.dlrr_rng_state
         self._torch = torch
         self._cuda = getattr(torch, "cuda", None)
@@ -226,8 +227,8 @@ class RngCapture:
             python_rng = self._python = PythonGlobalRng(rnd)
         return python_rng.snapshot()
 
-    def write(self, states):
-        write = self._write
+    def write(self, states, at_fork=False):
+        write = self._lib.dlrr_rng_state_at_fork if at_fork else self._write
         for kind, device, payload in states:
             if isinstance(payload, bytes):
                 write(kind, device, payload, len(payload))

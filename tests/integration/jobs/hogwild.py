@@ -1,7 +1,9 @@
 """PyTorch's examples/mnist_hogwild pattern: model.share_memory(), N torch.multiprocessing
 processes each training it with their own DataLoader and optimizer, no torch.distributed.
---separate gives each process its own model (no race)."""
+--separate gives each process its own model (no race). --start os-fork starts the trainers
+with plain os.fork() (no multiprocessing), as hand-written Hogwild loops do."""
 import argparse
+import os
 
 import torch
 import torch.multiprocessing as mp
@@ -38,6 +40,20 @@ def main():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
     model.share_memory()
+    if args.start == "os-fork":
+        pids = []
+        for rank in range(args.processes):
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    train(rank, model, args)
+                    code = 0
+                finally:
+                    os._exit(code)
+            pids.append(pid)
+        print("exit codes", [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids])
+        return
     ctx = mp.get_context(args.start)
     procs = [ctx.Process(target=train, args=(rank, model, args)) for rank in range(args.processes)]
     for p in procs:
