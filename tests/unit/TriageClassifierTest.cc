@@ -17,7 +17,7 @@
 namespace dlrr::triage {
 namespace {
 
-Category cat(const std::string& type, const std::string& msg, std::vector<Frame> tb = {}) {
+Category cat(const std::string& type, const std::string& msg, const std::vector<Frame>& tb = {}) {
   return classifyException(type, msg, tb).category;
 }
 
