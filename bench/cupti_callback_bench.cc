@@ -245,7 +245,7 @@ double drainEncode(uint64_t n) {
     uint64_t done = 0;
     Clock::duration drainTime{};
     for (int64_t step = 0; done < n; ++step) {
-      s.stepBegin(step, 0, static_cast<uint64_t>(step), 0, false);
+      s.stepBegin(step, 0, static_cast<uint64_t>(step), 0);
       for (int i = 0; i < kPerStep && done < n; ++i, ++done) {
         re.function = &gFunctions[i % kKernels];
         re.name = gNames[i % kKernels].c_str();

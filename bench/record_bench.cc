@@ -143,7 +143,7 @@ void benchSession(int steps, int ringSteps) {
       for (auto& t : outputs) t.data[0] += 1.f;
       for (auto& t : params) t.data[0] += 1.f;
       Mark t0 = mark();
-      s.stepBegin(step, 0, static_cast<uint64_t>(step), 0, false);
+      s.stepBegin(step, 0, static_cast<uint64_t>(step), 0);
       Mark t1 = mark();
       s.rngState(0, -1, torchRng.data(), torchRng.size());
       s.rngState(2, -1, npRng.data(), npRng.size());

@@ -102,8 +102,10 @@ void dlrr_recorder_status(int ok, const char* message) {
 
 void dlrr_step_begin(int64_t step, uint32_t loader, uint64_t batch_index, int64_t epoch, int by_optimizer) {
   if (withReplayer([&](ReplaySession& r) { r.beginStep(step); })) return;
-  withRecorder(
-      [&](RecordSession& s) { s.stepBegin(step, loader, batch_index, epoch, by_optimizer == 1, by_optimizer == 2); });
+  using Rule = RecordSession::StepRule;
+  // An unknown rule (a newer hook) is recorded as a DataLoader step rather than misnamed.
+  Rule rule = by_optimizer >= 1 && by_optimizer <= 3 ? static_cast<Rule>(by_optimizer) : Rule::Batch;
+  withRecorder([&](RecordSession& s) { s.stepBegin(step, loader, batch_index, epoch, rule); });
 }
 
 void dlrr_step_untrained(int64_t step) {

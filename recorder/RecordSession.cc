@@ -294,8 +294,7 @@ void RecordSession::recorderStatus(bool ok, const char* message) {
   if (!ok) reportStatus(message ? message : "");
 }
 
-void RecordSession::stepBegin(int64_t step, uint32_t loader, uint64_t batchIndex, int64_t epoch, bool byOptimizer,
-                              bool byBackward) {
+void RecordSession::stepBegin(int64_t step, uint32_t loader, uint64_t batchIndex, int64_t epoch, StepRule rule) {
   step_.store(step, std::memory_order_relaxed);
   stepUntrained_.store(false);
   if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->stepBegan(step);
@@ -309,8 +308,9 @@ void RecordSession::stepBegin(int64_t step, uint32_t loader, uint64_t batchIndex
         sb.setLoader(loader);
         sb.setBatchIndex(batchIndex);
         sb.setEpoch(epoch);
-        sb.setByOptimizer(byOptimizer);
-        sb.setByBackward(byBackward);
+        sb.setByOptimizer(rule == StepRule::Optimizer);
+        sb.setByBackward(rule == StepRule::Backward);
+        sb.setByGradientCall(rule == StepRule::GradientCall);
       },
       step);
 }

@@ -45,8 +45,9 @@ class RecordSession {
   void note(const char* text);
   void recorderStatus(bool ok, const char* message);
 
-  void stepBegin(int64_t step, uint32_t loader, uint64_t batchIndex, int64_t epoch, bool byOptimizer,
-                 bool byBackward = false);
+  // What began the step (and will end it): dlrr_step_begin's by_optimizer.
+  enum class StepRule : int { Batch = 0, Optimizer = 1, Backward = 2, GradientCall = 3 };
+  void stepBegin(int64_t step, uint32_t loader, uint64_t batchIndex, int64_t epoch, StepRule rule = StepRule::Batch);
   // The open step ran no backward() and no optimizer.step(): its StepEnd says so.
   void stepUntrained(int64_t step);
   void stepEnd(int64_t step, double loss);

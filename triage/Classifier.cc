@@ -272,7 +272,9 @@ bool isStartupProbe(const std::string& path, int op) {
   if (base.size() > 5 && base.compare(base.size() - 5, 5, "._pth") == 0) return true;
   if (base.rfind("python3", 0) == 0 && base.size() > 4 && base.compare(base.size() - 4, 4, ".zip") == 0) return true;
   if (op == 2 && base.rfind("__init__.", 0) == 0) return true;  // the import system probing a package
-  if (path.find("/__pycache__/") != std::string::npos) return true;
+  // The import system's bytecode cache: looked up, then created by Python itself (a first run
+  // creates it, so "missing then, here now" would be said of every fresh package).
+  if (base == "__pycache__" || path.find("/__pycache__/") != std::string::npos) return true;
   static const char* parts[] = {"/LC_MESSAGES/",      "/bin/lib/python", "/bin/Modules/",
                                 "/.local/lib/python", "/.local/bin",     "/usr/share/locale"};
   for (const char* p : parts)
@@ -835,8 +837,9 @@ std::string whereText(const TriageInput& in, Phase& phase, int64_t& step) {
       return "training, loading the batch of step " + std::to_string(t.lastStepEnded + 1) + " (after step " +
              std::to_string(t.lastStepEnded) + ")";
     return "training step " + std::to_string(t.lastStepEnded) +
-           (t.byBackward ? " (after its backward(), before the next step)"
-                         : " (after its optimizer update, before the next step)");
+           (t.byBackward       ? " (after its backward(), before the next step)"
+            : t.byGradientCall ? " (after its gradient call, before the next step)"
+                               : " (after its optimizer update, before the next step)");
   }
   phase = Phase::Evaluation;
   return "after the last training step (" + std::to_string(t.lastStepEnded) +

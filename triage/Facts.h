@@ -84,6 +84,7 @@ struct Timeline {
   bool stepOpen = false;             // a step had begun and not ended
   bool byOptimizer = false;          // steps counted by optimizer.step() or backward() (no DataLoader)
   bool byBackward = false;           // of those, by backward() (no optimizer: updates by hand)
+  bool byGradientCall = false;       // of those, by torch.func gradient calls (no backward() either)
   uint32_t trainingLoader = 0;       // loader of the last training step (DataLoader-driven steps)
   bool trainingLoaderEnded = false;  // its iterator ended after the last step
   bool evalBatchSeen = false;        // a non-training batch came after the last step began

@@ -74,8 +74,9 @@ void update(Timeline& t, schema::Event::Reader e) {
       ++t.stepsBegun;
       t.lastStepBegun = sb.getStep();
       t.stepOpen = true;
-      t.byOptimizer = sb.getByOptimizer() || sb.getByBackward();
+      t.byOptimizer = sb.getByOptimizer() || sb.getByBackward() || sb.getByGradientCall();
       t.byBackward = sb.getByBackward();
+      t.byGradientCall = sb.getByGradientCall();
       t.trainingLoader = sb.getLoader();
       t.trainingLoaderEnded = false;
       t.evalBatchSeen = false;

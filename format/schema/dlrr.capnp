@@ -238,6 +238,8 @@ struct StepBegin {
   epoch @3 :Int64;
   byOptimizer @4 :Bool;      # no DataLoader: steps counted by optimizer.step()
   byBackward @5 :Bool;       # no DataLoader, no optimizer: steps counted by backward()
+  byGradientCall @6 :Bool;   # no DataLoader, optimizer nor backward(): steps counted by calls of
+                             # a torch.func gradient transform (grad, grad_and_value)
 }
 
 struct StepEnd {

@@ -81,6 +81,31 @@ class JumpReplayTest(TraceTestCase):
         self.assertIn("jumping to the snapshot of step %d (the failure snapshot)" % doc["failure"]["step"], p.stderr)
         self.assertIn("deterministic: reproduced at step %d" % doc["failure"]["step"], p.stderr)
 
+    def test_an_exception_before_backward_takes_the_failure_snapshot(self):
+        trace = self.trace_path()
+        p = run([tool("dlrecord"), "-o", trace, "--snapshot-every", "off", "--", PY, JOB, "loader",
+                 "--raise-at", "61"])
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("KeyError", p.stderr)
+        doc = info(trace)
+        self.assertEqual(doc["failure"]["step"], 61)
+        self.assertEqual([(s["step"], s["reason"]) for s in doc["snapshots"]], [(61, "failure")])
+        p = run([tool("dlreplay"), trace, "--check"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("jumping to the snapshot of step 61 (the failure snapshot)", p.stderr)
+        self.assertIn("deterministic: reproduced at step 61", p.stderr)
+        # Raised after the step's backward() (its gradients have moved on): no snapshot, and
+        # --check replays every step instead.
+        after = self.trace_path("after.trace")
+        p = run([tool("dlrecord"), "-o", after, "--snapshot-every", "off", "--", PY, JOB, "loader",
+                 "--raise-at", "61", "--after-backward"])
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(info(after)["snapshots"], [])
+        p = run([tool("dlreplay"), after, "--check"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn("jumping", p.stderr)
+        self.assertIn("deterministic: reproduced at step 61", p.stderr)
+
     def test_state_the_snapshot_cannot_hold_is_reported_never_verified(self):
         trace = self.trace_path()
         record(trace, "pyside")

@@ -187,5 +187,53 @@ class BackwardCountedTest(unittest.TestCase):
         self.assertNotIn(("untrained", 0), self.sink.events)
 
 
+
+class GradientCallCountedTest(unittest.TestCase):
+    """torch.func.grad loops: no optimizer, no backward(); each outermost gradient call is a step."""
+
+    def setUp(self):
+        self.sink = Sink()
+        self.steps = StepTracker(self.sink)
+
+    def functional_batch(self):
+        self.steps.on_gradient_call()
+        self.steps.on_root_forward(True)  # the transform runs the forward inside the call
+        self.steps.on_gradient_call_end()  # params = {k: v - lr * g[k]} follows, between steps
+        self.steps.on_root_forward(True)  # the job prints the loss with the new parameters
+
+    def test_each_gradient_call_is_a_step(self):
+        for _ in range(3):
+            self.functional_batch()
+        self.steps.on_exit()
+        begins = [(e[1], e[5]) for e in self.sink.events if e[0] == "begin"]
+        self.assertEqual(begins, [(0, native.STEP_BY_GRADIENT_CALL), (1, native.STEP_BY_GRADIENT_CALL),
+                                  (2, native.STEP_BY_GRADIENT_CALL), (3, native.STEP_BY_GRADIENT_CALL)])
+        # 3 training steps; the last loss print opened a 4th that trained nothing
+        self.assertEqual([e for e in self.sink.events if e[0] == "untrained"], [("untrained", 3)])
+        self.assertEqual(self.sink.snapshot_steps, [0, 1, 2, 3])
+
+    def test_backward_keeps_counting_when_a_job_uses_both(self):
+        self.steps.on_root_forward(True)
+        self.steps.on_backward()
+        self.steps.on_backward_end()
+        self.steps.on_gradient_call()  # e.g. a per-sample-gradient metric between steps
+        self.steps.on_gradient_call_end()  # ends no step: backward() counts this job's steps
+        self.steps.on_backward()
+        self.steps.on_backward_end()
+        self.steps.on_exit()
+        begins = [(e[1], e[5]) for e in self.sink.events if e[0] == "begin"]
+        self.assertEqual(begins, [(0, native.STEP_BY_BACKWARD), (1, native.STEP_BY_BACKWARD)])
+
+    def test_an_optimizer_counts_optimizer_steps(self):
+        self.steps.note_optimizer_created()
+        self.steps.on_gradient_call()
+        self.steps.on_gradient_call_end()
+        self.steps.on_optimizer_step_begin()
+        self.steps.on_optimizer_step_end()
+        self.steps.on_exit()
+        self.assertEqual([e[0] for e in self.sink.events], ["begin", "end"])
+        self.assertEqual(self.sink.events[0][5], native.STEP_BY_OPTIMIZER)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -25,7 +25,7 @@ Config recordConfig(const std::string& dir) {
 
 void trainSteps(RecordSession& s, int n) {
   for (int step = 0; step < n; ++step) {
-    s.stepBegin(step, 0, static_cast<uint64_t>(step), 0, false);
+    s.stepBegin(step, 0, static_cast<uint64_t>(step), 0);
     s.stepEnd(step, 0.25);
   }
 }

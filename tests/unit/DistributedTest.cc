@@ -132,7 +132,7 @@ std::string recordTwoRanks(bool keep) {
     s.collectiveTensor(init, true, "float32", 1, kShape, ok.data(), 16);
     s.collectiveEnd(init, "");
     for (int step = 0; step < 3; ++step) {
-      s.stepBegin(step, 0, static_cast<uint64_t>(step), 0, false);
+      s.stepBegin(step, 0, static_cast<uint64_t>(step), 0);
       bool failing = step >= 1;
       digest(s, 0, "fc2", rank == 1 && failing ? bad : ok);
       bucket(s, rank == 1 && failing ? bad : ok, failing ? badSum : sum);
@@ -188,7 +188,7 @@ TEST(Distributed, NotADistributedTraceHasNoRanks) {
   std::string dir = testing::makeTempDir("dist") + "/t";
   {
     RecordSession s(recordConfig(dir, false));
-    s.stepBegin(0, 0, 0, 0, false);
+    s.stepBegin(0, 0, 0, 0);
     s.stepEnd(0, 1.0);
     s.onExit(true, 0);
   }

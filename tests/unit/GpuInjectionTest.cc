@@ -65,7 +65,7 @@ const int kAdd = 0, kMul = 0, kDropout = 0;
 // The job: 3 steps of kernels; `gridAtStep1` lets the replay compute differently.
 void runJob(gpu::LaunchTracker& t, RecordSession* rec, ReplaySession* rep, uint32_t gridAtStep1 = 8) {
   for (int step = 0; step < 3; ++step) {
-    if (rec) rec->stepBegin(step, 0, static_cast<uint64_t>(step), 0, false);
+    if (rec) rec->stepBegin(step, 0, static_cast<uint64_t>(step), 0);
     if (rep) rep->beginStep(step);
     launch(t, &kAdd, "_Z3addPfS_", 4);
     launch(t, &kDropout, "_Z7dropoutPfj", step == 1 ? gridAtStep1 : 8);
@@ -114,7 +114,7 @@ TEST(GpuInjection, CaptureOffIsRecordedAndReportedThroughTheStatusPipe) {
     EXPECT_EQ(st.rfind("off: another CUPTI subscriber is active", 0), 0u) << st;
     EXPECT_EQ(inj.start(&s, nullptr, nullptr), st);  // once
     // Recording goes on without GPU capture.
-    s.stepBegin(0, 0, 0, 0, false);
+    s.stepBegin(0, 0, 0, 0);
     launch(inj.tracker(), &kAdd, "k", 1);
     s.stepEnd(0, 1.0);
     s.onExit(true, 0);

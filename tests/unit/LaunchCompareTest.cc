@@ -101,12 +101,12 @@ TEST(DeviceDigests, RecordedWithTheirAlgorithmAndComparedLikeWithLike) {
     c.mode = Mode::Record;
     c.traceDir = dir;
     RecordSession s(c);
-    s.stepBegin(0, 0, 0, 0, false);
+    s.stepBegin(0, 0, 0, 0);
     EXPECT_EQ(s.digestValues(0, "fc", 0, 0, "float32", 2, shape, 1, dev), 0);
     DigestResult r;
     s.digest(0, "head", 0, 0, "float32", 2, shape, host, sizeof host, false, r);
     s.stepEnd(0, 1.0);
-    s.stepBegin(1, 0, 1, 0, false);
+    s.stepBegin(1, 0, 1, 0);
     DigestResult nan = dev;
     nan.nanCount = 3;
     s.digestValues(0, "fc", 0, 0, "float32", 2, shape, 1, nan);  // the first non-finite: the failure

@@ -29,7 +29,7 @@ Config recordConfig(const std::string& dir, int ring = 2) {
 void recordCrashAfterOneStep(const std::string& dir, const siginfo_t& info, const uint64_t* ips, int n,
                              int faultFrame) {
   RecordSession s(recordConfig(dir));
-  s.stepBegin(0, 0, 0, 0, false);
+  s.stepBegin(0, 0, 0, 0);
   s.stepEnd(0, 1.0);
   s.onFatalSignal(SIGSEGV, &info, ips, n, faultFrame);
   s.onExit(false, SIGSEGV);
@@ -51,7 +51,7 @@ TEST(RecordSession, StepsDigestsFailureAndRing) {
     s.entropy(schema::Entropy::Source::GETRANDOM, 0, seed, sizeof seed, sizeof seed);
     int64_t shape[1] = {3};
     for (int step = 0; step < 4; ++step) {
-      s.stepBegin(step, 0, static_cast<uint64_t>(step), 0, false);
+      s.stepBegin(step, 0, static_cast<uint64_t>(step), 0);
       std::vector<float> out = {1.f, 2.f, static_cast<float>(step)};
       if (step == 2) out[1] = std::nanf("");
       DigestResult r;
@@ -110,7 +110,7 @@ TEST(RecordSession, RingTensorsMissingAfterTheFailureAreCounted) {
     RecordSession s(recordConfig(dir));
     int64_t shape[1] = {3};
     for (int step = 0; step < 3; ++step) {
-      s.stepBegin(step, 0, static_cast<uint64_t>(step), 0, false);
+      s.stepBegin(step, 0, static_cast<uint64_t>(step), 0);
       std::vector<float> out = {1.f, step == 2 ? std::nanf("") : 2.f, 3.f};
       DigestResult r;
       s.digest(0, "fc1", 0, 0, "float32", 1, shape, out.data(), out.size() * 4, true, r);
@@ -204,7 +204,7 @@ TEST(RecordSession, FaultAddressOnlyForAKernelRaisedFault) {
 
 TEST(RecordSession, UnwritableTraceDisablesQuietly) {
   RecordSession s(recordConfig("/proc/dlrr-not-writable/t"));
-  s.stepBegin(0, 0, 0, 0, false);  // must not throw
+  s.stepBegin(0, 0, 0, 0);  // must not throw
   s.stepEnd(0, 1.0);
   EXPECT_FALSE(s.active());
   EXPECT_NE(s.status().find("not recording"), std::string::npos);

@@ -221,12 +221,31 @@ TEST(StreamWriter, BlobsLargerThanAChunkAreSplitAndReassembled) {
 }
 
 TEST(StreamWriter, BackPressureBlocksCallersAndLosesNothing) {
+  // Blobs of 256 KiB of noise against a 512 KiB queue: the writer compresses and writes each
+  // (zstd on incompressible bytes, a byte shuffle) far slower than the caller hashes the next,
+  // so the caller must wait for queue space, however the two threads are scheduled (4 KiB
+  // blobs let a descheduled caller find the queue drained every time: a flaky test).
+  constexpr int kBlobs = 48;
+  constexpr size_t kWords = 64 * 1024;
   WriterOptions o;
-  o.maxQueuedBytes = 8 * 1024;
+  o.maxQueuedBytes = 512 * 1024;
   StreamFixture fx("backpressure", o);
+  std::vector<std::vector<uint32_t>> payloads(kBlobs);
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (int i = 0; i < kBlobs; ++i) {
+    auto& data = payloads[static_cast<size_t>(i)];
+    data.resize(kWords);
+    for (auto& w : data) {  // xorshift: incompressible, distinct per blob
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      w = static_cast<uint32_t>(x);
+    }
+    data[0] = static_cast<uint32_t>(i);
+  }
   std::vector<BlobId> ids;
-  for (int i = 0; i < 200; ++i) {
-    std::vector<uint32_t> data(1024, static_cast<uint32_t>(i));  // 4 KiB each, all distinct
+  for (int i = 0; i < kBlobs; ++i) {
+    const auto& data = payloads[static_cast<size_t>(i)];
     ids.push_back(fx.writer->putBlob(data.data(), data.size() * 4, 4));
     auto m = eventMessage(i);
     m->getRoot<schema::Event>().setNote("event " + std::to_string(i));
@@ -236,20 +255,19 @@ TEST(StreamWriter, BackPressureBlocksCallersAndLosesNothing) {
   WriterStats st = fx.writer->stats();
   EXPECT_GT(st.blockedCount, 0u);
   EXPECT_LE(st.queueHighWater, o.maxQueuedBytes);
-  EXPECT_EQ(st.blobs, 200u);
-  EXPECT_EQ(st.events, 200u);
+  EXPECT_EQ(st.blobs, static_cast<uint64_t>(kBlobs));
+  EXPECT_EQ(st.events, static_cast<uint64_t>(kBlobs));
   auto r = fx.reopen();
   int n = 0;
   r->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
     EXPECT_EQ(std::string(e.getNote().cStr()), "event " + std::to_string(n));
     ++n;
   });
-  EXPECT_EQ(n, 200);
-  for (int i = 0; i < 200; ++i) {
-    auto b = r->readBlob(ids[static_cast<size_t>(i)].hash, 4096);
-    uint32_t first;
-    std::memcpy(&first, b.data(), 4);
-    EXPECT_EQ(first, static_cast<uint32_t>(i));
+  EXPECT_EQ(n, kBlobs);
+  for (int i = 0; i < kBlobs; ++i) {
+    auto b = r->readBlob(ids[static_cast<size_t>(i)].hash, kWords * 4);
+    ASSERT_EQ(b.size(), kWords * 4);
+    EXPECT_EQ(std::memcmp(b.data(), payloads[static_cast<size_t>(i)].data(), b.size()), 0) << "blob " << i;
   }
 }
 

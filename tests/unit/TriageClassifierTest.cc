@@ -529,6 +529,9 @@ TEST(TriageClassifier, Helpers) {
   EXPECT_TRUE(isStartupProbe("/usr/lib/python311.zip", 2));
   EXPECT_TRUE(isStartupProbe("/usr/share/locale/en/LC_MESSAGES/messages.mo", 2));
   EXPECT_FALSE(isStartupProbe("/mnt/data/val.json", 0));
+  EXPECT_TRUE(isStartupProbe("/opt/dlrr/lib/dlrr/python/dlrr_hook/__pycache__", 2));
+  EXPECT_TRUE(isStartupProbe("/home/u/proj/__pycache__/model.cpython-313.pyc", 0));
+  EXPECT_FALSE(isStartupProbe("/home/u/proj/__pycache__.json", 0));
   EXPECT_TRUE(isUserFrame({"/home/u/train.py", 1, "", ""}));
   EXPECT_FALSE(isUserFrame({"/usr/lib/python3.11/json/decoder.py", 1, "", ""}));
   EXPECT_FALSE(isUserFrame({"/usr/lib/python3/dist-packages/torch/nn/modules/module.py", 1, "", ""}));

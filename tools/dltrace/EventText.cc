@@ -315,6 +315,7 @@ std::string describeEvent(schema::Event::Reader e, const InternTable& names) {
       std::string out = "step " + std::to_string(s.getStep());
       if (s.getByOptimizer()) return out + " (counted by optimizer.step)";
       if (s.getByBackward()) return out + " (counted by backward(): no optimizer)";
+      if (s.getByGradientCall()) return out + " (counted by torch.func gradient calls: no optimizer, no backward())";
       return out + " epoch " + std::to_string(s.getEpoch()) + " loader " + std::to_string(s.getLoader()) + " batch " +
              std::to_string(s.getBatchIndex());
     }

@@ -70,7 +70,8 @@ DLRR_API void dlrr_recorder_status(int ok, const char* message);
 
 /* ---- steps. dlrr_step_end is the commit point: it returns once the step is durable. */
 /* by_optimizer is the counting rule: 0 a DataLoader batch began the step, 1 steps are counted by
- * optimizer.step(), 2 by backward() (no DataLoader, no optimizer). */
+ * optimizer.step(), 2 by backward() (no DataLoader, no optimizer), 3 by calls of a torch.func
+ * gradient transform (no DataLoader, no optimizer, no backward()). */
 DLRR_API void dlrr_step_begin(int64_t step, uint32_t loader, uint64_t batch_index, int64_t epoch, int by_optimizer);
 /* The open step ran no backward() and no optimizer.step(): not a training step (recorded at its end). */
 DLRR_API void dlrr_step_untrained(int64_t step);

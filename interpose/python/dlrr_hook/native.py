@@ -44,6 +44,7 @@ NO_LOADER = 0xFFFFFFFF
 STEP_BY_BATCH = 0
 STEP_BY_OPTIMIZER = 1
 STEP_BY_BACKWARD = 2
+STEP_BY_GRADIENT_CALL = 3  # torch.func.grad / grad_and_value calls (functional training)
 
 # enum dlrr_lookup_op_t (same numbering as schema MissingPath.Op)
 LOOKUP_OPEN = 0

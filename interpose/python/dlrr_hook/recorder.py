@@ -15,6 +15,7 @@ import ctypes
 import importlib
 import os
 import sys
+import threading
 import traceback
 import weakref
 
@@ -66,6 +67,16 @@ def compiled_note(path):
             % (path or "<root>"))
 
 
+def compiled_function_note(name):
+    return ("%s is a torch.compile'd function: modules called inside it run in the compiled graph, so their "
+            "outputs are not digested or verified (what runs outside it is: the loss passed to backward(), "
+            "gradients, parameters)" % name)
+
+
+def _callable_name(fn):
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+
+
 class Recorder:
     """The hook in record mode (dlrr_mode() == 1).  One per process.
 
@@ -115,6 +126,7 @@ class Recorder:
         self._param_calls = {}
         self._backwards = 0
         self._roots = {}
+        self._compiled_functions = set()  # torch.compile'd functions already noted
         self._parameters = None
         self._optimizer_numbers = weakref.WeakKeyDictionary()
         k = preflight_batches()
@@ -234,6 +246,7 @@ class Recorder:
         self.training = TrainingPatches(self, torch, self._before_backward, self._after_backward,
                                         self._before_optimizer_step, self._after_optimizer_step)
         self.training.install(self._patcher)
+        self._patch_compile(torch)
         self.dist = DistHooks(self, torch, self.dist_replay_mode())
         self.dist.install(self._patcher)
         self._patch_state_owners(torch)
@@ -361,9 +374,21 @@ class Recorder:
         return loss
 
     def before_failure(self):
-        """An uncaught exception is being recorded: deliver the failing step's device digests."""
+        """An uncaught exception is being recorded: deliver the failing step's device digests,
+        then take the failure snapshot when the step's start state is still live."""
         if self.gpu is not None and self.active:
             self.guarded(self._flush_gpu)
+        if self.active and threading.current_thread() is threading.main_thread():
+            self.guarded(self._exception_snapshot)
+
+    def _exception_snapshot(self):
+        """The exception ends the job inside a step that has run no backward() and no
+        optimizer.step(): parameters, optimizer state and accumulated gradients are those the
+        step began with, so the failing step can be replayed on its own (dlreplay --check).
+        After either, the state has moved on and no snapshot is taken (one of another moment
+        would make the replay of the step diverge)."""
+        if self.steps.current_untrained:
+            self._failure_snapshot()
 
     # ------------------------------------------------------------------ DataLoader
     def _on_batch(self, info, data):
@@ -445,6 +470,33 @@ class Recorder:
         path = self.modules.paths.path_of(module, None, module).decode("utf-8", "surrogatepass")
         note = native.text(compiled_note(path))
         self.lib.dlrr_runtime_info(b"unverified.compiled", note)
+        self.lib.dlrr_recorder_status(1, note)
+
+    def _patch_compile(self, torch):
+        """torch.compile of a plain function (not a module): module calls inside it are traced into
+        the compiled graph, past the module hooks; say so, once per function."""
+        if not callable(getattr(torch, "compile", None)):
+            return
+        recorder = self
+        module_type = torch.nn.Module
+
+        def wrap(original):
+            def compile(model=None, *args, **kwargs):
+                # The decorator form (@torch.compile(mode=...)) comes back here through torch's
+                # own global name with the function.
+                result = original(model, *args, **kwargs)
+                if model is not None and not isinstance(model, module_type) and recorder.active:
+                    recorder.guarded(recorder._note_compiled_function, _callable_name(model))
+                return result
+            return compile
+        self._patcher.wrap(torch, "compile", wrap)
+
+    def _note_compiled_function(self, name):
+        if name in self._compiled_functions:
+            return
+        self._compiled_functions.add(name)
+        note = native.text(compiled_function_note(name))
+        self.lib.dlrr_runtime_info(native.text("unverified.compiled_function." + name), note)
         self.lib.dlrr_recorder_status(1, note)
 
     def _on_output(self, path, output):

@@ -32,7 +32,7 @@ import weakref
 from . import gpu, native, rng as rngmod, runtime
 from .batches import BatchDecoder
 from .modules import fetching
-from .recorder import Recorder, compiled_note
+from .recorder import Recorder, compiled_function_note, compiled_note
 from .snapshots import restore_tree
 
 _HOOK_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -130,6 +130,7 @@ class Replayer(Recorder):
         self.jump_step = lib.dlrr_replay_jump_step()
         self.fast_forwarding = self.jump_step > 0
         self._persistent_loaders = weakref.WeakSet()  # persistent-worker loaders iterated once already
+        self._unverified = []  # "verify.unverified" notes, in the order met
 
     # ------------------------------------------------------------------ set-up
     def install(self):
@@ -281,7 +282,18 @@ class Replayer(Recorder):
 
     def _note_compiled(self, module):  # dlreplay prints it ("unverified: ...")
         path = self.modules.paths.path_of(module, None, module).decode("utf-8", "surrogatepass")
-        self._fact("verify.unverified", compiled_note(path))
+        self._note_unverified(compiled_note(path))
+
+    def _note_compiled_function(self, name):
+        if name not in self._compiled_functions:
+            self._compiled_functions.add(name)
+            self._note_unverified(compiled_function_note(name))
+
+    def _note_unverified(self, note):
+        """Every note, one per line ("unverified: ..." each): a fact holds one value."""
+        if note not in self._unverified:
+            self._unverified.append(note)
+            self._fact("verify.unverified", "\n".join(self._unverified))
 
     # ------------------------------------------------------------------ batches
     def make_iterator(self, loader):

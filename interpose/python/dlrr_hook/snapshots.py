@@ -15,7 +15,9 @@ measured cost of a snapshot so that snapshots take about 1% of the job's time.
 A failure snapshot is taken once, in the step whose module output or loss is the first
 non-finite value: the optimizer has not stepped yet, so the state is still the step's start
 (except buffers a forward updates in place, e.g. BatchNorm running statistics), and the
-failing step can be replayed alone.  It is taken whatever the cadence.
+failing step can be replayed alone.  It is taken whatever the cadence.  An uncaught
+exception in a step that has run no backward() and no optimizer.step() yet takes it too, as
+it is reported (Recorder._exception_snapshot).
 
 Replay: Snapshots.restore(tree) loads the same objects, matched by creation order.
 """

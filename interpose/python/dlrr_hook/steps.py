@@ -60,6 +60,14 @@ class StepTracker:
       - A step begun while no optimizer has been constructed is counted by backward() instead:
         it ends when the outermost backward() returns (the hand-written update after it runs
         between steps), and the next one begins right then, exactly as above.
+      - Functional training (torch.func.grad / grad_and_value, parameters updated by hand, no
+        backward() and no optimizer) is counted by the outermost calls of those gradient
+        transforms, the same way: a step ends when such a call returns, and steps are labelled
+        STEP_BY_GRADIENT_CALL from the first call on (step 0 usually begins at that call, as
+        the transform runs the forward inside it).  A grad-enabled forward run before the first
+        call has already begun step 0 as counted by backward(): that one step keeps the label
+        (StepBegin is written when the step begins).  Once backward() has run, backward()
+        counts the steps and gradient calls end none.
 
     A step in which no backward() and no optimizer.step() ran (an evaluation batch drawn with
     gradients enabled, a trailing forward) is reported to the sink by untrained_step(step)
@@ -67,7 +75,8 @@ class StepTracker:
 
     The sink provides snapshot_rng(step), begin_step(step, loader, batch_index, epoch,
     by_optimizer, rng), untrained_step(step) and end_step(step, loss); by_optimizer is the
-    counting rule, native.STEP_BY_BATCH (0), STEP_BY_OPTIMIZER or STEP_BY_BACKWARD.  snapshot_rng(step) is called at the exact
+    counting rule, native.STEP_BY_BATCH (0), STEP_BY_OPTIMIZER, STEP_BY_BACKWARD or
+    STEP_BY_GRADIENT_CALL.  snapshot_rng(step) is called at the exact
     program point that defines the RNG states of optimizer-driven step `step` (record takes
     them there, replay restores them there); its result comes back as begin_step's rng.  For
     DataLoader-driven steps rng is None: the caller handles the RNG states of every delivery.
@@ -86,6 +95,8 @@ class StepTracker:
         self._pending_rng = _NONE
         self._optimizer_steps = 0
         self._optimizer_exists = False
+        self._gradient_calls_count = False  # a torch.func gradient call has ended a step
+        self._backward_seen = False
 
     # -- queries
     @property
@@ -96,6 +107,12 @@ class StepTracker:
     @property
     def steps_begun(self):
         return self._next
+
+    @property
+    def current_untrained(self):
+        """A step is open and has run no backward() nor optimizer.step() yet: the training
+        state is still the one it began with."""
+        return self._open is not None and not self._open.trained
 
     def is_eval_loader(self, loader):
         return loader in self._eval_loaders
@@ -142,6 +159,7 @@ class StepTracker:
     def on_backward(self):
         """backward() is about to run."""
         self._activity = True
+        self._backward_seen = True
         if self._open is None and not self._loader_driven:
             self._begin_optimizer_step()
         if self._open is not None:
@@ -149,9 +167,27 @@ class StepTracker:
 
     def on_backward_end(self):
         """The outermost backward() returned (its gradients digested)."""
-        if self._open is not None and self._open.rule == native.STEP_BY_BACKWARD:
+        if self._open is not None and self._open.rule in (native.STEP_BY_BACKWARD, native.STEP_BY_GRADIENT_CALL):
             self._end()
             self._pending_rng = self._sink.snapshot_rng(self._next)
+
+    def on_gradient_call(self):
+        """An outermost call of a torch.func gradient transform (grad, grad_and_value) begins."""
+        self._activity = True
+        if self._open is None and not self._loader_driven:
+            self._begin_optimizer_step(gradient_call=True)
+        if self._open is not None:
+            self._open.trained = True
+
+    def on_gradient_call_end(self):
+        """That call returned: it ends a step when nothing else counts steps."""
+        if self._open is None or self._open.rule not in (native.STEP_BY_BACKWARD, native.STEP_BY_GRADIENT_CALL):
+            return
+        if self._backward_seen:
+            return  # backward() counts this job's steps
+        self._gradient_calls_count = True
+        self._end()
+        self._pending_rng = self._sink.snapshot_rng(self._next)
 
     def on_loss(self, value):
         if self._open is not None:
@@ -178,14 +214,19 @@ class StepTracker:
         self._pending_rng = _NONE
 
     # -- internals
-    def _begin_optimizer_step(self):
+    def _begin_optimizer_step(self, gradient_call=False):
         rng = self._pending_rng
         self._pending_rng = _NONE
         if rng is _NONE:
             rng = self._sink.snapshot_rng(self._next)
         index = self._optimizer_steps
         self._optimizer_steps += 1
-        rule = native.STEP_BY_OPTIMIZER if self._optimizer_exists else native.STEP_BY_BACKWARD
+        if self._optimizer_exists:
+            rule = native.STEP_BY_OPTIMIZER
+        elif (gradient_call or self._gradient_calls_count) and not self._backward_seen:
+            rule = native.STEP_BY_GRADIENT_CALL
+        else:
+            rule = native.STEP_BY_BACKWARD
         self._begin(native.NO_LOADER, index, -1, rule, rng)
 
     def _begin(self, loader, batch_index, epoch, rule, rng):

@@ -12,8 +12,13 @@ Patch points:
       instantiated (where it is defined in the MRO), the way PyTorch itself hooks steps for
       the profiler; works on 1.x and 2.x.  Nested calls (a subclass calling super().step(),
       LBFGS closures) count once.
+  torch.func.grad, torch.func.grad_and_value (torch 2.x)
+      Functional training: the transform is wrapped so that the function it returns reports
+      its outermost calls (a grad of a grad counts once); steps.py counts steps by them when
+      no optimizer and no backward() do.  Under torch.compile the call goes straight through.
 """
 
+import functools
 import threading
 
 from .patching import is_wrapped
@@ -48,6 +53,7 @@ class TrainingPatches:
         self._local = threading.local()  # optimizer.step nesting, per thread
         self._backward_lock = threading.Lock()
         self._backward_depth = 0  # process-wide: see the module docstring
+        self._gradient_depth = threading.local()  # torch.func gradient calls nest per thread
         self._patcher = None
 
     def install(self, patcher):
@@ -56,6 +62,37 @@ class TrainingPatches:
         patcher.wrap(torch.Tensor, "backward", self._wrap_tensor_backward)
         patcher.wrap(torch.autograd, "backward", self._wrap_autograd_backward)
         patcher.wrap(torch.optim.Optimizer, "__init__", self._wrap_optimizer_init)
+        func = getattr(torch, "func", None)  # torch 2.0+
+        for name in ("grad", "grad_and_value"):
+            if func is not None and callable(getattr(func, name, None)):
+                patcher.wrap(func, name, self._wrap_gradient_transform)
+
+    # -- torch.func gradient transforms
+    def _wrap_gradient_transform(self, original):
+        patches = self
+        compiler = getattr(self._torch, "compiler", None)
+        is_compiling = getattr(compiler, "is_compiling", None)
+
+        def transform(*args, **kwargs):  # patcher.wrap copies original's name and docstring
+            gradient_fn = original(*args, **kwargs)
+
+            @functools.wraps(gradient_fn)
+            def call(*a, **kw):
+                rec = patches._rec
+                local = patches._gradient_depth
+                if not rec.active or getattr(local, "depth", 0) or (is_compiling is not None and is_compiling()):
+                    return gradient_fn(*a, **kw)
+                rec.guarded(rec.steps.on_gradient_call)
+                local.depth = 1
+                try:
+                    result = gradient_fn(*a, **kw)
+                finally:
+                    local.depth = 0
+                if rec.active:
+                    rec.guarded(rec.steps.on_gradient_call_end)
+                return result
+            return call
+        return transform
 
     # -- backward
     def _run_backward(self, original, tensors, args, kwargs):

@@ -8,8 +8,9 @@
            no snapshot holds
   vision   torchvision's resnet18 on 32x32 inputs with a StepLR (slow on CPU: few steps)
 
-Usage: jump_job.py MODE [--steps N] [--width W] [--growth G]. Prints the step where the loss
-went non-finite and stops there (exit 0).
+Usage: jump_job.py MODE [--steps N] [--width W] [--growth G] [--raise-at N]. Prints the step
+where the loss went non-finite and stops there (exit 0); with --raise-at (loader, pyside,
+vision) raises a KeyError in that step's loss code instead (exit 1).
 """
 import argparse
 import math
@@ -24,6 +25,8 @@ ap.add_argument("mode", choices=["loader", "lm", "pyside", "vision"])
 ap.add_argument("--steps", type=int, default=100000)
 ap.add_argument("--width", type=int, default=64)
 ap.add_argument("--growth", type=float, default=1.03)
+ap.add_argument("--raise-at", type=int, default=-1, help="loader mode: a KeyError in the loss code at this step")
+ap.add_argument("--after-backward", action="store_true", help="raise it after the step's backward() instead")
 args = ap.parse_args()
 
 torch.manual_seed(0)
@@ -92,9 +95,13 @@ else:
     while not done:
         for i, (x, y) in enumerate(loader):
             loss = crit(model(x), y) / accumulate
+            if step == args.raise_at and not args.after_backward:
+                raise KeyError("metric 'top5' at step %d" % step)  # before backward(): the state is the step's start
             if args.mode == "pyside":
                 loss = loss * (1.0 + 0.01 * running)  # Python-side state that feeds the loss
             loss.backward()
+            if step == args.raise_at and args.after_backward:
+                raise KeyError("metric 'top5' at step %d" % step)
             if i % accumulate == accumulate - 1:
                 opt.step()
                 opt.zero_grad()

@@ -51,7 +51,7 @@ else:
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Dropout(0.2), torch.nn.Linear(16, 1))
 if feature in ("adamw-foreach", "adamw-fused"):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, **{feature.split("-")[1]: True})
-else:
+elif feature != "func-grad":  # functional training keeps its parameters in a dict, no optimizer
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
 
 if feature == "numpy-rng":
