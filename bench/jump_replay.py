@@ -10,7 +10,9 @@ optimizer step until the loss overflows (about 20,000 steps with the defaults).
 
   record      --pairs pairs of recordings, snapshots off then on (--snapshot-every EVERY),
               interleaved so both see the same machine load; wall time of each, and the
-              ratio on/off per pair
+              ratio on/off per pair; and, exact where that ratio is noise, the time the job's
+              thread spent taking snapshots (the trace's snapshot.job_seconds) against the
+              recording's wall time
   replay      of the snapshots-on trace to its NaN: `--from start` (every step verified),
               `--from snapshot` (the latest snapshot before the NaN: the failure snapshot),
               then `--from step=S` with S the last periodic snapshot (the default jump)
@@ -71,6 +73,14 @@ def main():
         print("job: NaN at step %d of %d" % (fail, doc["steps"]))
         for on, off in zip(rec["on"], rec["off"]):
             print("record: snapshots off %.1f s, on %.1f s: on/off %.4f" % (off, on, on / off))
+        env = json.loads(subprocess.run([os.path.join(bin_, "dltrace"), "env", traces["on"], "--json"],
+                                        capture_output=True, text=True, check=True).stdout)
+        spent = [p["runtime"]["snapshot.job_seconds"] for p in env.get("processes", [])
+                 if "snapshot.job_seconds" in p.get("runtime", {})]
+        if spent:
+            secs = float(spent[0].split()[0])
+            print("snapshots on the job's thread: %s, %.3f%% of the recording's %.1f s"
+                  % (spent[0].replace(" in", " s in"), 100 * secs / rec["on"][-1], rec["on"][-1]))
         snaps = doc["snapshots"]
         periodic = [s for s in snaps if s["reason"] == "periodic"]
         tb = sum(s["tensor_bytes"] for s in periodic)

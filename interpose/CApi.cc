@@ -104,7 +104,7 @@ void dlrr_step_begin(int64_t step, uint32_t loader, uint64_t batch_index, int64_
   if (withReplayer([&](ReplaySession& r) { r.beginStep(step); })) return;
   using Rule = RecordSession::StepRule;
   // An unknown rule (a newer hook) is recorded as a DataLoader step rather than misnamed.
-  Rule rule = by_optimizer >= 1 && by_optimizer <= 3 ? static_cast<Rule>(by_optimizer) : Rule::Batch;
+  Rule rule = by_optimizer >= 0 && by_optimizer <= kMaxStepRule ? static_cast<Rule>(by_optimizer) : Rule::Batch;
   withRecorder([&](RecordSession& s) { s.stepBegin(step, loader, batch_index, epoch, rule); });
 }
 

@@ -5,6 +5,7 @@
 // accepts (interpose/CApi.cc, GpuApi.cc). native.py keeps the same numbers for Python and is
 // checked against dlrr.h by tests/python.
 #include "dlrr/dlrr.h"
+#include "recorder/RecordSession.h"
 #include "recorder/TriageLog.h"
 #include "replayer/ReplayTarget.h"
 #include "schema/dlrr.capnp.h"
@@ -32,6 +33,13 @@ static_assert(DLRR_RNG_TORCH_CUDA == asInt(RngKind::TORCH_CUDA));
 static_assert(DLRR_RNG_NUMPY == asInt(RngKind::NUMPY));
 static_assert(DLRR_RNG_PYTHON == asInt(RngKind::PYTHON));
 inline constexpr int kMaxRngKind = DLRR_RNG_PYTHON;
+
+using StepRule = RecordSession::StepRule;
+static_assert(DLRR_STEP_BY_BATCH == asInt(StepRule::Batch));
+static_assert(DLRR_STEP_BY_OPTIMIZER == asInt(StepRule::Optimizer));
+static_assert(DLRR_STEP_BY_BACKWARD == asInt(StepRule::Backward));
+static_assert(DLRR_STEP_BY_GRADIENT_CALL == asInt(StepRule::GradientCall));
+inline constexpr int kMaxStepRule = DLRR_STEP_BY_GRADIENT_CALL;
 
 using Algorithm = schema::TensorDigest::Algorithm;
 static_assert(DLRR_DIGEST_XXH3 == asInt(Algorithm::XXH3));

@@ -71,6 +71,9 @@ class JumpReplayTest(TraceTestCase):
     def test_loop_without_dataloader_computing_its_lr_from_its_counter(self):
         self.check_reaches_the_failure("lm")
 
+    def test_loop_without_optimizer_updating_by_hand(self):  # steps counted by backward()
+        self.check_reaches_the_failure("lm", "--by-hand")
+
     def test_check_uses_the_failure_snapshot(self):
         trace = self.trace_path()
         record(trace, "lm", every="off")

@@ -1,9 +1,11 @@
 """snapshots.py: the cadence option, and a snapshot tree restoring real torch objects exactly."""
 
+import os
 import unittest
+from unittest import mock
 
 import fake_native  # noqa: F401  (puts the hook on sys.path)
-from dlrr_hook.snapshots import Registry, build_tree, parse_cadence, restore_tree
+from dlrr_hook.snapshots import Registry, SnapshotTaker, build_tree, parse_cadence, restore_tree
 
 import torch
 import torch.nn as nn
@@ -43,6 +45,25 @@ class CadenceTest(unittest.TestCase):
         self.assertEqual(parse_cadence(None), ("auto", 0))
         self.assertEqual(parse_cadence("auto"), ("auto", 0))
         self.assertEqual(parse_cadence("0steps"), ("off", 0))
+
+
+class TakerTest(unittest.TestCase):
+    def test_cadence_in_steps_and_the_cost_on_the_jobs_thread_is_recorded(self):
+        model, opt, sched, reg = make(0)
+        lib = fake_native.FakeLib()
+        written = []
+        values = mock.Mock(write=written.append)
+        with mock.patch.dict(os.environ, {"DLRR_SNAPSHOT_EVERY": "2steps"}):
+            taker = SnapshotTaker(lib, values, reg)
+        for step in range(5):
+            taker.at_step_start(step)
+        self.assertEqual([c[1] for c in lib.calls if c[0] == "snapshot_begin"], [2, 4])
+        self.assertEqual(len(written), 2)
+        costs = [c[2] for c in lib.calls if c[0] == "runtime_info" and c[1] == "snapshot.job_seconds"]
+        self.assertEqual(len(costs), 2)
+        self.assertTrue(costs[-1].endswith(" in 2 snapshots"), costs)
+        self.assertGreater(float(costs[-1].split()[0]), 0.0)
+        self.assertAlmostEqual(float(costs[-1].split()[0]), taker.seconds, places=5)
 
 
 class TreeTest(unittest.TestCase):

@@ -69,9 +69,15 @@ DLRR_API void dlrr_note(const char* text);
 DLRR_API void dlrr_recorder_status(int ok, const char* message);
 
 /* ---- steps. dlrr_step_end is the commit point: it returns once the step is durable. */
-/* by_optimizer is the counting rule: 0 a DataLoader batch began the step, 1 steps are counted by
- * optimizer.step(), 2 by backward() (no DataLoader, no optimizer), 3 by calls of a torch.func
- * gradient transform (no DataLoader, no optimizer, no backward()). */
+/* by_optimizer is the counting rule (enum dlrr_step_rule_t): a DataLoader batch began the step,
+ * or steps are counted by optimizer.step(), by backward() (no DataLoader, no optimizer), or by
+ * calls of a torch.func gradient transform (no DataLoader, no optimizer, no backward()). */
+enum dlrr_step_rule_t {
+  DLRR_STEP_BY_BATCH = 0,
+  DLRR_STEP_BY_OPTIMIZER = 1,
+  DLRR_STEP_BY_BACKWARD = 2,
+  DLRR_STEP_BY_GRADIENT_CALL = 3
+};
 DLRR_API void dlrr_step_begin(int64_t step, uint32_t loader, uint64_t batch_index, int64_t epoch, int by_optimizer);
 /* The open step ran no backward() and no optimizer.step(): not a training step (recorded at its end). */
 DLRR_API void dlrr_step_untrained(int64_t step);

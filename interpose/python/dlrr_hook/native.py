@@ -40,7 +40,7 @@ NO_DEVICE = -1
 # StepBegin.loader when steps are counted by optimizer.step() or backward() (no DataLoader).
 NO_LOADER = 0xFFFFFFFF
 
-# dlrr_step_begin's counting rule: what began (and will end) the step.
+# dlrr_step_begin's counting rule (enum dlrr_step_rule_t): what began (and will end) the step.
 STEP_BY_BATCH = 0
 STEP_BY_OPTIMIZER = 1
 STEP_BY_BACKWARD = 2

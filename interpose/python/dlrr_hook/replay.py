@@ -519,7 +519,17 @@ class Replayer(Recorder):
 
     def _after_backward(self):
         if self.fast_forwarding:
-            return  # no gradients to digest: the step's compute was skipped
+            # No gradients to digest: the step's compute was skipped. A step counted by
+            # backward() still ends here, and the hand-written update that follows reads .grad,
+            # which the stand-in outputs never reached: zeros keep it running (and change
+            # nothing; the snapshot restores the parameters at the jump).
+            open_step = self.steps._open
+            if open_step is not None and open_step.rule == native.STEP_BY_BACKWARD:
+                for _, param in self._step_parameters()[0]:
+                    if param.grad is None and param.requires_grad:
+                        param.grad = self.torch.zeros_like(param)
+            self.steps.on_backward_end()
+            return
         super()._after_backward()
         if self._anomaly is not None:
             self._anomaly.__exit__(None, None, None)

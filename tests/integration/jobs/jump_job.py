@@ -3,7 +3,8 @@
   loader   an MLP (dropout) on a shuffled DataLoader, SGD with momentum, gradient accumulation
            over 2 micro-batches, a LambdaLR whose LR grows until training blows up
   lm       no DataLoader: get_batch() draws torch.randint windows from a token array, the LR is
-           computed from the loop's own counter and written into param_groups (nanoGPT style)
+           computed from the loop's own counter and written into param_groups (nanoGPT style);
+           with --by-hand no optimizer: p.add_(p.grad, alpha=-lr) after backward()
   pyside   as loader, plus a Python-side running mean of loss.item() that feeds the loss: state
            no snapshot holds
   vision   torchvision's resnet18 on 32x32 inputs with a StepLR (slow on CPU: few steps)
@@ -27,6 +28,8 @@ ap.add_argument("--width", type=int, default=64)
 ap.add_argument("--growth", type=float, default=1.03)
 ap.add_argument("--raise-at", type=int, default=-1, help="loader mode: a KeyError in the loss code at this step")
 ap.add_argument("--after-backward", action="store_true", help="raise it after the step's backward() instead")
+ap.add_argument("--by-hand", action="store_true",
+                help="lm mode: no optimizer, parameters updated by hand after backward() (steps counted by backward())")
 args = ap.parse_args()
 
 torch.manual_seed(0)
@@ -46,7 +49,7 @@ if args.mode == "lm":
     vocab, ctx = 50, 8
     tokens = torch.from_numpy(np.random.randint(0, vocab, size=4096).astype(np.int64))
     model = nn.Sequential(nn.Embedding(vocab, args.width), nn.Flatten(), nn.Linear(ctx * args.width, vocab))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    opt = None if args.by_hand else torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     crit = nn.CrossEntropyLoss()
 
     def get_batch():
@@ -58,13 +61,20 @@ if args.mode == "lm":
     it = 0
     while it < args.steps:
         lr = 0.01 * args.growth ** it  # from the loop's own counter
-        for g in opt.param_groups:
-            g["lr"] = lr
         x, y = get_batch()
         loss = crit(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        if opt is None:  # word_language_model style: zero_grad, backward, p.data.add_(p.grad)
+            model.zero_grad()
+            loss.backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(p.grad, alpha=-lr)
+        else:
+            for g in opt.param_groups:
+                g["lr"] = lr
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
         if report(it, loss.item()):
             break
         it += 1
