@@ -50,7 +50,7 @@ TEST(DistEnv, ReadsWhatTorchrunSets) {
 }
 
 TEST(DistEnv, MalformedOrInconsistentIsNotARank) {
-  for (auto env :
+  for (const auto& env :
        std::vector<std::map<std::string, std::string>>{{},
                                                        {{"RANK", "0"}},                        // no world size
                                                        {{"RANK", "x"}, {"WORLD_SIZE", "2"}},   // not a number
