@@ -214,7 +214,9 @@ void dlreplay(const std::vector<std::string>& argv) {
   try {
     auto o = dlrr::parseReplayOptions(argv);
     if (o.action != dlrr::ReplayOptions::Action::Replay) return;
-    check(!o.trace.empty() && o.trace[0] != '-');
+    // A bare "-" is an operand (tools/common/Args: the POSIX convention), opened as a file of
+    // that name; anything else starting with '-' is an option, never the trace.
+    check(!o.trace.empty() && (o.trace == "-" || o.trace[0] != '-'));
     check(isSuffix(o.command, argv));
     check(o.debug.empty() || isOneOf(o.debug, {"pdb", "gdb", "wait"}));
     check(!o.rank || (*o.rank >= 0 && *o.rank <= (1 << 24)));
