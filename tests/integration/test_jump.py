@@ -33,7 +33,10 @@ class JumpReplayTest(TraceTestCase):
         fail = doc["failure"]["step"]
         self.assertGreaterEqual(fail, 150, "the job must go non-finite late for a jump to mean anything")
         snaps = doc["snapshots"]
-        periodic = [s["step"] for s in snaps if s["reason"] == "periodic"]
+        # The job stops at its first non-finite *loss*; the recorded failure is the first
+        # non-finite value, which may be a module output some steps earlier (torch 2.6: an
+        # activation overflows before the loss does), so snapshots may go on past it.
+        periodic = [s["step"] for s in snaps if s["reason"] == "periodic" and s["step"] <= fail]
         self.assertEqual(periodic, list(range(50, fail + 1, 50)))
         self.assertEqual([s["step"] for s in snaps if s["reason"] == "failure"], [fail])
         # Unchanged tensors are stored once: the later snapshots add less than they hold.
@@ -65,8 +68,9 @@ class JumpReplayTest(TraceTestCase):
         # To the end from a snapshot: every step after the jump verified, none before it counted.
         p, rep = replay(trace, "--from", "step=100", "--until", "end")
         self.assertEqual(p.returncode, 0, p.stderr)
-        self.assertEqual(rep["verified_steps"], fail + 1 - 100)
-        self.assertEqual(rep["recorded_steps"], fail + 1)
+        # to the job's last step (its non-finite loss: the failure step or a few after it)
+        self.assertGreaterEqual(rep["recorded_steps"], fail + 1)
+        self.assertEqual(rep["verified_steps"], rep["recorded_steps"] - 100)
 
     def test_loop_without_dataloader_computing_its_lr_from_its_counter(self):
         self.check_reaches_the_failure("lm")

@@ -1,5 +1,6 @@
 """snapshots.py: the cadence option, and a snapshot tree restoring real torch objects exactly."""
 
+import copy
 import os
 import unittest
 from unittest import mock
@@ -70,7 +71,10 @@ class TreeTest(unittest.TestCase):
     def test_restore_makes_the_next_steps_bit_identical(self):
         model, opt, sched, reg = make(0)
         train(model, opt, sched, 5, seed=1)
-        tree = build_tree(reg)
+        # Replay decodes a snapshot from the trace into tensors of its own: a copy here. (The
+        # tree itself holds the live tensors; torch 2.x's Optimizer.load_state_dict keeps the
+        # tensors it is given, so the two optimizers would share and double-step them.)
+        tree = copy.deepcopy(build_tree(reg))
         self.assertEqual(len(tree["modules"]), 1)
         self.assertEqual(set(tree["optimizers"][0]["state"]), {"0", "1", "2", "3", "4", "5"})
         # Text keys and tuples survive; functions do not (LambdaLR's lambdas are code).
