@@ -212,6 +212,17 @@ class GradientCallCountedTest(unittest.TestCase):
         self.assertEqual([e for e in self.sink.events if e[0] == "untrained"], [("untrained", 3)])
         self.assertEqual(self.sink.snapshot_steps, [0, 1, 2, 3])
 
+    def test_a_forward_before_the_first_gradient_call_labels_step_0_by_backward(self):
+        self.steps.on_root_forward(True)  # e.g. the job logs its initial loss
+        self.steps.on_gradient_call()
+        self.steps.on_gradient_call_end()
+        self.functional_batch()
+        self.steps.on_exit()
+        begins = [(e[1], e[5]) for e in self.sink.events if e[0] == "begin"]
+        self.assertEqual(begins, [(0, native.STEP_BY_BACKWARD), (1, native.STEP_BY_GRADIENT_CALL),
+                                  (2, native.STEP_BY_GRADIENT_CALL)])
+        self.assertEqual(self.steps.current_rule, None)
+
     def test_backward_keeps_counting_when_a_job_uses_both(self):
         self.steps.on_root_forward(True)
         self.steps.on_backward()

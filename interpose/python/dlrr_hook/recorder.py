@@ -468,9 +468,14 @@ class Recorder:
         """Say in the trace what is not verified under torch.compile (dltrace info's recorder
         notes and dltrace env's unverified.compiled show it)."""
         path = self.modules.paths.path_of(module, None, module).decode("utf-8", "surrogatepass")
-        note = native.text(compiled_note(path))
-        self.lib.dlrr_runtime_info(b"unverified.compiled", note)
-        self.lib.dlrr_recorder_status(1, note)
+        self._note_unverified("unverified.compiled", compiled_note(path))
+
+    def _note_unverified(self, key, note):
+        """What is not verified, said in the trace (runtime fact `key`, recorder notes); replay
+        says it in its report instead (Replayer._note_unverified)."""
+        text = native.text(note)
+        self.lib.dlrr_runtime_info(native.text(key), text)
+        self.lib.dlrr_recorder_status(1, text)
 
     def _patch_compile(self, torch):
         """torch.compile of a plain function (not a module): module calls inside it are traced into
@@ -495,9 +500,7 @@ class Recorder:
         if name in self._compiled_functions:
             return
         self._compiled_functions.add(name)
-        note = native.text(compiled_function_note(name))
-        self.lib.dlrr_runtime_info(native.text("unverified.compiled_function." + name), note)
-        self.lib.dlrr_recorder_status(1, note)
+        self._note_unverified("unverified.compiled_function." + name, compiled_function_note(name))
 
     def _on_output(self, path, output):
         calls = self._module_calls

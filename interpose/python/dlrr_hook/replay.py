@@ -32,7 +32,7 @@ import weakref
 from . import gpu, native, rng as rngmod, runtime
 from .batches import BatchDecoder
 from .modules import fetching
-from .recorder import Recorder, compiled_function_note, compiled_note
+from .recorder import Recorder
 from .snapshots import restore_tree
 
 _HOOK_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -280,17 +280,8 @@ class Replayer(Recorder):
     def _fact(self, key, value):
         self.lib.dlrr_replay_fact(native.text(key), native.text(value))
 
-    def _note_compiled(self, module):  # dlreplay prints it ("unverified: ...")
-        path = self.modules.paths.path_of(module, None, module).decode("utf-8", "surrogatepass")
-        self._note_unverified(compiled_note(path))
-
-    def _note_compiled_function(self, name):
-        if name not in self._compiled_functions:
-            self._compiled_functions.add(name)
-            self._note_unverified(compiled_function_note(name))
-
-    def _note_unverified(self, note):
-        """Every note, one per line ("unverified: ..." each): a fact holds one value."""
+    def _note_unverified(self, key, note):
+        """dlreplay prints every note, one per line ("unverified: ..." each): a fact holds one value."""
         if note not in self._unverified:
             self._unverified.append(note)
             self._fact("verify.unverified", "\n".join(self._unverified))
@@ -523,8 +514,7 @@ class Replayer(Recorder):
             # backward() still ends here, and the hand-written update that follows reads .grad,
             # which the stand-in outputs never reached: zeros keep it running (and change
             # nothing; the snapshot restores the parameters at the jump).
-            open_step = self.steps._open
-            if open_step is not None and open_step.rule == native.STEP_BY_BACKWARD:
+            if self.steps.current_rule == native.STEP_BY_BACKWARD:
                 for _, param in self._step_parameters()[0]:
                     if param.grad is None and param.requires_grad:
                         param.grad = self.torch.zeros_like(param)

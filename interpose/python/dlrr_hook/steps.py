@@ -109,6 +109,11 @@ class StepTracker:
         return self._next
 
     @property
+    def current_rule(self):
+        """The counting rule of the open step (native.STEP_BY_*), or None."""
+        return None if self._open is None else self._open.rule
+
+    @property
     def current_untrained(self):
         """A step is open and has run no backward() nor optimizer.step() yet: the training
         state is still the one it began with."""
