@@ -15,8 +15,9 @@
 // name from an object with an RPATH/RUNPATH, or a name with $ORIGIN-style tokens), or when
 // not recording, it jumps straight into the real dlopen with the caller's return address
 // untouched; otherwise (a path, or a caller without search paths) it calls the real dlopen
-// and, on failure, records dlerror()'s message. Since reading dlerror() consumes the message,
-// our dlerror hands the copy back to the job's next dlerror() call in that thread.
+// and, on failure, records dlerror()'s message. In replay a path goes through the file
+// redirect first (a library the replayed job wrote lives in the scratch overlay). Since reading dlerror() consumes the
+// message, our dlerror hands the copy back to the job's next dlerror() call in that thread.
 #include "interpose/FileHooks.h"
 
 #include <dirent.h>
@@ -140,7 +141,8 @@ __attribute__((visibility("hidden"))) int dlrr_dlopen_pass_through(const char* f
     dlrr_real_dlopen_ptr = fn;
     return fn;
   }();
-  if (!real) return 0;  // observed path returns NULL with a message
+  if (!real) return 0;                                           // observed path returns NULL with a message
+  if (file && strchr(file, '/') && files::redirect()) return 0;  // replay: the file may be in the overlay
   RecordSession* s = processRecorder();
   if (!s || !s->active() || !file) return 1;
   if (strchr(file, '$')) return 1;  // $ORIGIN, $LIB, $PLATFORM expand against the caller
@@ -157,7 +159,21 @@ __attribute__((visibility("hidden"))) int dlrr_dlopen_pass_through(const char* f
 __attribute__((visibility("hidden"))) void* dlrr_dlopen_observed(const char* file, int mode) {
   DlopenFn real = dlrr_real_dlopen_ptr;
   if (!real) return nullptr;
-  void* h = real(file, mode);
+  // In replay, a library the job wrote (inductor's compiled kernels) is in the scratch overlay:
+  // the loader's own open() is not ours, so the path is redirected here. The guard is held only
+  // while deciding: the library's constructors are the job's (their entropy is replayed).
+  std::string use;
+  if (file && strchr(file, '/'))
+    if (FileRedirect* fr = files::redirect()) {
+      ReentryGuard g;
+      if (g) try {
+          std::string fallback, abs = fr->resolve(AT_FDCWD, file);
+          if (!abs.empty()) use = fr->forRead(abs, fallback);  // never a served stand-in of a library
+        } catch (...) {
+          use.clear();
+        }
+    }
+  void* h = real(use.empty() ? file : use.c_str(), mode);
   if (h) return h;
   int e = errno;
   DlerrorFn derr = realDlerror();
@@ -213,6 +229,19 @@ dlopen:
     .cfi_endproc
     .size dlopen, .-dlopen
 )");
+
+// ---- chdir: in replay, into a directory only the overlay has (one the replayed job made, such
+// as inductor's build directory, which its compiler runs in; or one served from the trace). The
+// working directory is then the overlay's copy, where relative writes belong anyway.
+__attribute__((visibility("default"))) int chdir(const char* path) noexcept {
+  static auto real = realFn<int (*)(const char*)>("chdir");
+  if (!real) {
+    errno = ENOSYS;
+    return -1;
+  }
+  return files::lookup<int>(
+      AT_FDCWD, path, [&](int, const char* p) { return real(p); }, failedInt);
+}
 
 // ---- stat family (glibc >= 2.33 exports these; older binaries call the __xstat family)
 __attribute__((visibility("default"))) int stat(const char* __restrict path, struct stat* __restrict buf) noexcept {

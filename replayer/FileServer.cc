@@ -76,10 +76,16 @@ void makeScratch(const std::string& scratch) {
 
 ServedTree buildServedTree(Trace& trace, const std::string& scratch, ServeFiles serve) {
   std::map<std::string, Known> known;
+  std::set<std::string> missed;  // paths a recorded process looked up and did not find
   for (auto& s : trace.streams()) {
     if (s->header().getRole() != schema::StreamHeader::Role::PROCESS) continue;
     StreamReader* reader = s.get();
     reader->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
+      if (e.isMissingPaths()) {
+        for (auto m : e.getMissingPaths().getPaths())
+          if (m.getError() == ENOENT || m.getError() == ENOTDIR) missed.insert(m.getPath().cStr());
+        return;
+      }
       if (!e.isFile()) return;
       auto f = e.getFile();
       std::string path = f.getPath().cStr();
@@ -115,6 +121,10 @@ ServedTree buildServedTree(Trace& trace, const std::string& scratch, ServeFiles 
     // directory of yours replaced by an empty stand-in).
     bool shadow = serve == ServeFiles::Always && k.kind == schema::FileFact::Kind::FILE && !k.ranges.empty();
     if (path == "/" || (!shadow && exists(path))) continue;
+    // A file the recorded job missed, then made, and never read back (inductor's compiled .so,
+    // loaded by the dynamic loader, whose reads are not ours): a stand-in of zeros would make the
+    // replayed job skip making it and then load zeros. The replayed job makes it again instead.
+    if (k.kind == schema::FileFact::Kind::FILE && k.ranges.empty() && missed.count(path)) continue;
     std::string target = root + path;
     mkdirs(target.substr(0, target.rfind('/')), root);
     if (k.kind == schema::FileFact::Kind::DIRECTORY) {
@@ -144,7 +154,7 @@ ServedTree buildServedTree(Trace& trace, const std::string& scratch, ServeFiles 
     ++tree.built;
     for (auto& [name, kind] : k.entries) {
       std::string child = path + "/" + name;
-      if (known.count(child) || exists(child)) continue;
+      if (known.count(child) || exists(child) || missed.count(child)) continue;     // made by the job: as above
       placeholder(target + "/" + name, kind == schema::FileFact::Kind::DIRECTORY);  // listed, never read: empty
     }
   }

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -23,6 +24,21 @@ inline std::string str(capnp::Text::Reader t) { return std::string(t.begin(), t.
 inline bool exists(const std::string& p) {
   struct stat st {};
   return !p.empty() && ::stat(p.c_str(), &st) == 0;
+}
+
+// Whether `p` came into being between `fromRealNs` and `toRealNs` (CLOCK_REALTIME): its birth
+// time where the file system keeps one, else its inode change time (never earlier than its
+// birth). A path the recorded job missed and then created itself (a cache it filled) is no
+// difference from this machine. File times come from a coarse clock (a tick behind at most)
+// and `toRealNs` is taken after the job ended, so the window is only a little wider than the
+// recording: a file someone made a moment after it is still a difference.
+inline bool bornDuring(const std::string& p, int64_t fromRealNs, int64_t toRealNs) {
+  if (fromRealNs <= 0 || toRealNs < fromRealNs) return false;
+  struct statx sx {};
+  if (::statx(AT_FDCWD, p.c_str(), AT_SYMLINK_NOFOLLOW, STATX_BTIME | STATX_CTIME, &sx) != 0) return false;
+  const struct statx_timestamp& t = (sx.stx_mask & STATX_BTIME) ? sx.stx_btime : sx.stx_ctime;
+  const int64_t born = t.tv_sec * 1000000000LL + t.tv_nsec;
+  return born >= fromRealNs - 100'000'000 && born <= toRealNs + 20'000'000;
 }
 
 inline bool isDir(const std::string& p) {

@@ -150,6 +150,10 @@ std::vector<EnvDifference> diffEnvironments(const EnvFacts& recorded, const EnvF
     }
     if (c == current.end()) continue;  // not determined here
     std::string rv = r->second, cv = c->second;
+    // Installed but without metadata (distutils from setuptools' shim on Python 3.12+): the
+    // probe does not import the job's packages to read __version__, so the version here is
+    // not determined either, which is no difference.
+    if (k.rfind("package.", 0) == 0 && cv == "<installed, version unknown>") continue;
     if (rv == cv) continue;
     if ((k == "python" || k == "torch" || k == "numpy" || k.rfind("package.", 0) == 0) && versionsAgree(rv, cv))
       continue;
@@ -249,7 +253,7 @@ std::vector<EnvDifference> checkPaths(const RecordedEnvironment& rec, const Tria
     if (isStartupProbe(m->path, m->op) || !seen.insert(m->path).second) continue;
     bool denied = m->error == EACCES || m->error == EPERM;
     if (m->error == ENOENT || m->error == ENOTDIR) {
-      if (exists(m->path)) {
+      if (exists(m->path) && !bornDuring(m->path, m->firstRealNs, facts.recordingEndRealNs)) {
         out.push_back({"path.missing", m->path, "<exists>", Impact::Matters,
                        "the recorded job did not find this path; it exists here, so a rerun (or replay) may not fail "
                        "the same way"});

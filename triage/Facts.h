@@ -40,6 +40,7 @@ struct MissingPathRecord {
   int64_t firstNs = -1;
   int64_t firstStep = -1;
   std::string stream;
+  int64_t firstRealNs = 0;  // CLOCK_REALTIME of the first failure (0: unknown)
 };
 
 struct LibraryErrorRecord {
@@ -109,6 +110,7 @@ struct TriageInput {
   std::optional<int> exitCode;             // the job's exit status (128+N: signal N)
   Timeline timeline;
   std::vector<MissingPathRecord> missingPaths;  // merged over streams, first failure first
+  int64_t recordingEndRealNs = 0;               // CLOCK_REALTIME of the last event of any stream (0: none)
   uint64_t droppedPaths = 0;
   std::vector<LibraryErrorRecord> libraryErrors;
   std::optional<ResourceRecord> processPeak;   // the failing process's last resource peak

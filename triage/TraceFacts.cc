@@ -275,7 +275,9 @@ TriageInput gatherFacts(Trace& trace) {
     for (auto kv : ti.getEnv()) in.env[str(kv.getKey())] = str(kv.getValue());
     launchNs = ti.getCreatedNs();
     try {
+      const int64_t start = l->header().getStartNs();
       l->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
+        in.recordingEndRealNs = std::max(in.recordingEndRealNs, start + e.getTNs());  // the job's exit, last
         if (e.isProcessExit()) in.exitCode = e.getProcessExit().getExitCode();
         if (e.isResourcePeak()) in.launcherPeak = toRecord(e.getResourcePeak());
       });
@@ -338,6 +340,7 @@ TriageInput gatherFacts(Trace& trace) {
                 rec.firstNs = m.getFirstNs();
                 rec.firstStep = m.getFirstStep();
                 rec.stream = sc.name;
+                rec.firstRealNs = s->header().getStartNs() + m.getFirstNs();
               }
               rec.count = std::max(rec.count, m.getCount());
             }
@@ -364,6 +367,7 @@ TriageInput gatherFacts(Trace& trace) {
       // A damaged stream: what precedes the damage is what we have.
     }
     sc.atEnd = t;
+    if (t.endNs >= 0) in.recordingEndRealNs = std::max(in.recordingEndRealNs, t.processStartRealNs + t.endNs);
     scans.push_back(std::move(sc));
   }
   // Trainers that raced, processes that ran unrecorded (ranks of torch.distributed share no memory).

@@ -2,6 +2,8 @@
 these APIs (fused AdamW on CPU, torch.amp.autocast('cpu', bfloat16) with every op here) are
 missing or different; CI runs this module on Debian 13's torch 2.6 (scripts/torch2.sh)."""
 import os
+import re
+import shutil
 import unittest
 
 from harness import PY, TraceTestCase, run, tool
@@ -20,13 +22,6 @@ class FeatureCheck:
         trace = self.trace_path(feature + ".trace")
         plain = run([PY, JOB, feature], timeout=300)
         self.assertEqual(plain.returncode, 0, plain.stderr)
-        if feature.startswith("compile"):
-            # inductor's cache warmed under dlrecord first (the hook changes the graph, hence the
-            # cache keys): a recording that creates cache entries would have them "missing then,
-            # there now" at replay, a warning about the environment (a false one: the recording
-            # made them itself; not fixed yet, docs/platforms.md)
-            run([tool("dlrecord"), "-q", "-o", self.trace_path(feature + "-warm.trace"), "--", PY, JOB, feature],
-                timeout=300)
         rec = run([tool("dlrecord"), "-q", "-o", trace, "--", PY, JOB, feature], timeout=300)
         self.assertEqual((rec.returncode, rec.stderr), (0, plain.stderr))
         self.assertEqual(len(rec.stdout.splitlines()), steps)
@@ -84,6 +79,29 @@ class Torch2FeaturesTest(FeatureCheck, TraceTestCase):
         self.assertIn("0.weight", events.stdout)
         self.assertNotIn("_orig_mod", events.stdout)
 
+    def test_torch_compile_fresh_then_cold_cache(self):
+        # A recording that fills inductor's cache from empty: at replay the cache entries exist,
+        # though the recording missed them at first (it created them): no "missing then, there
+        # now" warning. Then the cache removed, as on another machine: replay compiles again and
+        # inductor loads its .so from where the replay's writes go (the scratch overlay).
+        cache = os.path.join(self.tmp, "inductor-cache")
+        env = {"TORCHINDUCTOR_CACHE_DIR": cache}
+        trace = self.trace_path("compile-fresh.trace")
+        rec = run([tool("dlrecord"), "-q", "-o", trace, "--", PY, JOB, "compile"], timeout=300, env=env)
+        self.assertEqual(rec.returncode, 0, rec.stderr)
+        self.assertTrue(os.path.isdir(cache))
+        env_diff = run([tool("dltrace"), "env-diff", trace], timeout=120)
+        self.assertNotIn("inductor-cache", env_diff.stdout + env_diff.stderr)
+        for state in ("warm", "cold"):
+            if state == "cold":
+                shutil.rmtree(cache)
+            rep = run([tool("dlreplay"), trace, "--until", "end"], timeout=300)
+            self.assertEqual(rep.returncode, 0, state + " cache:\n" + rep.stderr)
+            self.assertEqual(rep.stdout, rec.stdout, state)
+            self.assertIn("8 of 8 recorded steps verified", rep.stderr, state)
+            self.assertNotIn("warning", rep.stderr, state)
+        self.assertFalse(os.path.exists(cache))  # the replay's compilation went to its scratch overlay
+
     def test_compiled_forward_until_nan(self):  # NaNs made by compiled kernels compare by class
         trace = self.trace_path("compile-nan.trace")
         rec = run([tool("dlrecord"), "-q", "-o", trace, "--", PY, JOB, "compile-nan"], timeout=300)
@@ -96,6 +114,34 @@ class Torch2FeaturesTest(FeatureCheck, TraceTestCase):
         # the compiled function's module calls run in the graph: said, not silently unverified
         self.assertIn("unverified: forward_loss is a torch.compile'd function: modules called inside it run in "
                       "the compiled graph", rep.stderr)
+        end = run([tool("dlreplay"), trace, "--until", "end"], timeout=300)
+        self.assertEqual(end.returncode, 0, end.stderr)
+        self.assertEqual(end.stdout, rec.stdout)
+
+    def test_compiled_whole_step_until_nan(self):
+        # zero_grad, forward, backward() and optimizer.step() in one compiled function: dynamo
+        # traces the hook's wrappers; their bookkeeping runs eagerly (graph breaks) and the update
+        # stays in the graph, so the weights are the plain job's to the bit.
+        plain = run([PY, JOB, "compile-step-nan"], timeout=300)
+        self.assertEqual(plain.returncode, 0, plain.stderr)
+        trace = self.trace_path("compile-step-nan.trace")
+        rec = run([tool("dlrecord"), "-q", "-o", trace, "--", PY, JOB, "compile-step-nan"], timeout=300)
+        self.assertEqual(rec.returncode, 0, rec.stderr)
+        self.assertEqual(rec.stdout, plain.stdout)
+        # dynamo's log lines carry a time, a pid and a frame number (the graph breaks add frames)
+        log = re.compile(r"^W\d{4} [\d:.]+ \d+ (\S+) \[\d+/\d+\]", re.M)
+        self.assertEqual(log.sub(r"W \1 [frame]", rec.stderr), log.sub(r"W \1 [frame]", plain.stderr))
+        self.assertIn("step 5 loss nan", rec.stdout)
+        info = run([tool("dltrace"), "info", trace], timeout=120)
+        self.assertIn("steps       8", info.stdout)
+        self.assertIn("first non-finite value at step 5: loss", info.stdout)
+        self.assertNotIn("internal error", info.stdout)
+        rep = run([tool("dlreplay"), trace, "--until", "nan"], timeout=300)
+        self.assertEqual(rep.returncode, 0, rep.stderr)
+        self.assertIn("dlreplay: reached nan; 5 of 8 recorded steps verified bit-exact", rep.stderr)
+        self.assertIn("dlreplay:   step: 5\n", rep.stderr)
+        self.assertIn("unverified: train_step is a torch.compile'd function", rep.stderr)
+        self.assertEqual(rep.stdout, "".join(rec.stdout.splitlines(True)[:5]))
         end = run([tool("dlreplay"), trace, "--until", "end"], timeout=300)
         self.assertEqual(end.returncode, 0, end.stderr)
         self.assertEqual(end.stdout, rec.stdout)

@@ -1,10 +1,13 @@
 // The triage classifier on synthetic failure records: every category of the taxonomy,
 // including the GPU-only ones this CPU machine cannot produce (CUDA out of memory, a missing
 // libcudart, NCCL timeouts, no driver), the phase rules and the determinism advice.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -581,6 +584,59 @@ TEST(TriageEnvironment, VersionsAndDifferences) {
   EXPECT_EQ(by["cuda.device.0"].impact, Impact::Breaks);
   EXPECT_EQ(by["host"].impact, Impact::Info);
   EXPECT_EQ(d.front().impact, Impact::Breaks);  // most serious first
+}
+
+// A package whose version the probe cannot determine without importing it (setuptools' distutils
+// shim on Python 3.12+ has no metadata) is not "another version".
+TEST(TriageEnvironment, UnknownVersionHereIsNoDifference) {
+  auto d =
+      diffEnvironments({{"package.distutils", "3.13.5"}, {"package.scipy", "1.10.1"}},
+                       {{"package.distutils", "<installed, version unknown>"}, {"package.scipy", "<not installed>"}});
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].key, "package.scipy");
+}
+
+// A path the recorded job missed and then created itself (inductor's cache) exists here because
+// of the recording: no "missing then, exists now". One that existed before the recording is.
+TEST(TriageEnvironment, PathsBornDuringTheRecordingAreNotReportedAsMissingThen) {
+  char dirTemplate[] = "/tmp/dlrr-born-XXXXXX";
+  ASSERT_NE(::mkdtemp(dirTemplate), nullptr);
+  const std::string dir = dirTemplate, older = dir + "/older", made = dir + "/made";
+  std::ofstream(older) << "x";
+  struct timespec now {};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  const int64_t nowNs = now.tv_sec * 1000000000LL + now.tv_nsec;
+  std::ofstream(made) << "x";
+  struct timespec past[2] = {{now.tv_sec - 3600, 0}, {now.tv_sec - 3600, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, older.c_str(), past, 0), 0);  // an old mtime says nothing: birth (or ctime) counts
+  TriageInput facts;
+  for (const auto& p : {older, made}) {
+    MissingPathRecord m;
+    m.path = p;
+    m.error = ENOENT;
+    m.op = 0;
+    m.count = 1;
+    facts.missingPaths.push_back(m);
+  }
+  // The recording ran an hour ago: both paths were born after it, both are differences.
+  facts.missingPaths[0].firstRealNs = facts.missingPaths[1].firstRealNs = nowNs - 3600'000'000'000LL;
+  facts.recordingEndRealNs = nowNs - 3500'000'000'000LL;
+  RecordedEnvironment rec;
+  EXPECT_EQ(checkPaths(rec, facts).size(), 2u);
+  // The recording is running now: both came into being while it ran.
+  facts.missingPaths[0].firstRealNs = facts.missingPaths[1].firstRealNs = nowNs - 5'000'000'000LL;
+  facts.recordingEndRealNs = nowNs + 1'000'000'000LL;
+  EXPECT_EQ(checkPaths(rec, facts).size(), 0u);
+  // A recording that starts later: the paths were there before it, so they are differences.
+  facts.missingPaths[0].firstRealNs = facts.missingPaths[1].firstRealNs = nowNs + 10'000'000'000LL;
+  facts.recordingEndRealNs = nowNs + 20'000'000'000LL;
+  EXPECT_EQ(checkPaths(rec, facts).size(), 2u);
+  // Unknown times (a trace from before this field): reported as before.
+  facts.missingPaths[0].firstRealNs = facts.missingPaths[1].firstRealNs = 0;
+  EXPECT_EQ(checkPaths(rec, facts).size(), 2u);
+  ::unlink(older.c_str());
+  ::unlink(made.c_str());
+  ::rmdir(dir.c_str());
 }
 
 // env-diff once ran the trace's command[0] with -c when it was named python*: anyone's program,

@@ -490,6 +490,8 @@ class Recorder:
                 # The decorator form (@torch.compile(mode=...)) comes back here through torch's
                 # own global name with the function.
                 result = original(model, *args, **kwargs)
+                if recorder.active and recorder.training is not None:
+                    recorder.guarded(recorder.training.compiling)
                 if model is not None and not isinstance(model, module_type) and recorder.active:
                     recorder.guarded(recorder._note_compiled_function, _callable_name(model))
                 return result

@@ -16,6 +16,13 @@ Patch points:
       Functional training: the transform is wrapped so that the function it returns reports
       its outermost calls (a grad of a grad counts once); steps.py counts steps by them when
       no optimizer and no backward() do.  Under torch.compile the call goes straight through.
+
+Under torch.compile (a whole training step compiled, backward() and optimizer.step() inside):
+dynamo traces these wrappers like the job's own code, and the hook's bookkeeping (threading
+state, numpy RNG reads) cannot be traced.  Once torch.compile has been called, the wrappers
+take a branch when traced that calls the bookkeeping through functions dynamo leaves to run
+eagerly (torch.compiler.disable: a graph break around it) and the original inside the graph,
+as the job's own code would, so the compiled update is the one the job computes without dlrr.
 """
 
 import functools
@@ -55,6 +62,9 @@ class TrainingPatches:
         self._backward_depth = 0  # process-wide: see the module docstring
         self._gradient_depth = threading.local()  # torch.func gradient calls nest per thread
         self._patcher = None
+        compiler = getattr(torch, "compiler", None)
+        self._is_compiling = getattr(compiler, "is_compiling", None)  # torch 2.3+
+        self._eager = None  # (backward enter, backward exit, step enter, step exit), see compiling()
 
     def install(self, patcher):
         self._patcher = patcher
@@ -66,6 +76,44 @@ class TrainingPatches:
         for name in ("grad", "grad_and_value"):
             if func is not None and callable(getattr(func, name, None)):
                 patcher.wrap(func, name, self._wrap_gradient_transform)
+
+    def compiling(self):
+        """torch.compile was called: makes the eager bookkeeping that traced wrappers call (the
+        import of torch._dynamo is paid by the job's own compile, not by every job)."""
+        if self._eager is not None or self._is_compiling is None:
+            return
+        disable = getattr(getattr(self._torch, "compiler", None), "disable", None)
+        if disable is None:
+            return
+        rec = self._rec
+
+        def backward_enter(tensors):
+            with self._backward_lock:
+                self._backward_depth += 1
+                outermost = self._backward_depth == 1
+            if outermost and rec.active:
+                rec.guarded(self._before_backward, tensors)
+
+        def backward_exit():
+            with self._backward_lock:
+                self._backward_depth -= 1
+                outermost = self._backward_depth == 0
+            if outermost and rec.active:
+                rec.guarded(self._after_backward)
+
+        def step_enter(optimizer):
+            if self._local.__dict__.get("step", 0) or not rec.active:
+                self._local.step = self._local.__dict__.get("step", 0) + 1
+                return
+            rec.guarded(self._before_step, optimizer)
+            self._local.step = 1
+
+        def step_exit(optimizer):
+            self._local.step = self._local.__dict__.get("step", 1) - 1
+            if self._local.step == 0 and rec.active:
+                rec.guarded(self._after_step, optimizer)
+
+        self._eager = tuple(disable(f) for f in (backward_enter, backward_exit, step_enter, step_exit))
 
     # -- torch.func gradient transforms
     def _wrap_gradient_transform(self, original):
@@ -99,6 +147,12 @@ class TrainingPatches:
         rec = self._rec
         if not rec.active:
             return original(*args, **kwargs)
+        eager = self._eager
+        if eager is not None and self._is_compiling():  # traced: see the module docstring
+            eager[0](tensors)
+            result = original(*args, **kwargs)
+            eager[1]()
+            return result
         with self._backward_lock:
             outermost = self._backward_depth == 0
             self._backward_depth += 1
@@ -155,6 +209,14 @@ class TrainingPatches:
         local = self._local
 
         def step(self, *args, **kwargs):
+            eager = patches._eager
+            if eager is not None and patches._is_compiling():  # traced: see the module docstring
+                if not rec.active:
+                    return original(self, *args, **kwargs)
+                eager[2](self)
+                result = original(self, *args, **kwargs)
+                eager[3](self)
+                return result
             if not rec.active or local.__dict__.get("step", 0):
                 return original(self, *args, **kwargs)
             rec.guarded(patches._before_step, self)

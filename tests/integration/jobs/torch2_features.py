@@ -11,6 +11,8 @@
   compile-nan                   forward and loss under torch.compile (inductor compiles the backward
                                 too); an Inf in step 5's batch makes the loss, gradients and
                                 parameters NaN
+  compile-step-nan              the whole step (zero_grad, forward, loss, backward(), optimizer.step())
+                                in one torch.compile'd function; the same Inf at step 5
   func-grad                     torch.func.grad + functional_call, parameters updated by hand
 """
 import sys
@@ -81,6 +83,22 @@ if feature == "compile-nan":
         loss.backward()
         opt.step()
         print("step %d loss %.6f" % (step, loss.item()), flush=True)
+    sys.exit(0)
+if feature == "compile-step-nan":
+    @torch.compile
+    def train_step(x, y):
+        opt.zero_grad()
+        loss = F.mse_loss(model(x).squeeze(1), y)
+        loss.backward()
+        opt.step()
+        return loss
+    for step, (x, y) in enumerate(batches):
+        if step == 5:
+            x = x.clone()
+            x[0, 0] = float("inf")
+        loss = train_step(x, y)
+        weights = sum(p.detach().double().sum().item() for p in model.parameters())
+        print("step %d loss %.6f weights %s" % (step, loss.item(), weights.hex()), flush=True)
     sys.exit(0)
 if feature == "func-grad":
     params = {k: v.detach() for k, v in model.named_parameters()}
