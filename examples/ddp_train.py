@@ -38,6 +38,10 @@ training and exits 0.
 
 --param-hash prints `rank {r} params {sha256}` of the final parameters' bytes.
 
+--compiled-mean (torch 2.x) also prints `rank {r} step {s} mean {m:.6f}`: every rank's loss
+averaged by an all_reduce inside a torch.compile'd function (dynamo turns dist.all_reduce into a
+functional collective there).
+
 --comm-hook registers a user-defined DDP communication hook: a Python
 function doing what torch's default allreduce_hook does (divide the bucket
 by the world size, all_reduce it asynchronously, return the future), plus a
@@ -82,6 +86,8 @@ def parse_args(argv):
                    help="register a user-defined allreduce comm hook")
     p.add_argument("--late-comm-hook", action="store_true",
                    help="register it after the first step instead (DDP allows that)")
+    p.add_argument("--compiled-mean", action="store_true",
+                   help="print the ranks' mean loss, all-reduced in a torch.compile'd function")
     p.add_argument("--device", default="cpu", help="cpu, or cuda (one GPU per rank: cuda:LOCAL_RANK, NCCL)")
     p.add_argument("--hidden", type=int, default=HIDDEN, help="fc1's width (benchmarks use a larger model)")
     p.add_argument("--loop-time", action="store_true",
@@ -155,6 +161,14 @@ def main(argv):
     if len(loader) == 0:
         sys.exit(f"rank {rank}: dataset too small for {world} ranks")
 
+    mean_of = None
+    if args.compiled_mean:
+        @torch.compile
+        def mean_of(loss):
+            total = loss.detach().clone()
+            dist.all_reduce(total)
+            return total / world
+
     step = 0
     epoch = 0
     started = time.perf_counter()
@@ -172,6 +186,8 @@ def main(argv):
             loss.backward()  # DDP all-reduces the gradients here
             opt.step()
             print(f"rank {rank} step {step} loss {loss.item():.6f}", flush=True)
+            if mean_of is not None:
+                print(f"rank {rank} step {step} mean {mean_of(loss).item():.6f}", flush=True)
             if args.comm_hook and args.late_comm_hook and step == 0:
                 ddp.register_comm_hook(None, user_allreduce_hook)
             step += 1

@@ -248,22 +248,27 @@ class HandStartedRanksTest(TraceTestCase):
     """Ranks started by hand (env://, as torchrun would set them up), one dlrecord each: runs
     where torchrun cannot (Debian 13's torch has no libuv; env:// honours USE_LIBUV=0)."""
 
-    def test_one_dlrecord_per_hand_started_rank_and_replay_of_one_rank_alone(self):
-        trace = self.trace_path()
+    def start_ranks(self, job, trace=None):
+        """Runs job on 2 hand-started ranks (each under dlrecord when trace is given); returns their
+        (stdout, stderr), after checking that both exited 0."""
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        job = [PY, DDP, "--steps", "3", "--nan-rank", "0", "--nan-step", "1"]
         env = dict(os.environ, WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port), USE_LIBUV="0")
         env.pop("DLRR_MODE", None)
-        ranks = [subprocess.Popen([tool("dlrecord"), "--collectives", "full", "-o", trace, "--"] + job,
-                                  env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), stdout=subprocess.PIPE,
+        prefix = [tool("dlrecord"), "--collectives", "full", "-o", trace, "--"] if trace else []
+        ranks = [subprocess.Popen(prefix + job, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
                  for r in range(2)]
         outs = [p.communicate(timeout=240) for p in ranks]
         for p, (out, err) in zip(ranks, outs):
             self.assertEqual(p.returncode, 0, out + err)
+        return outs
+
+    def test_one_dlrecord_per_hand_started_rank_and_replay_of_one_rank_alone(self):
+        trace = self.trace_path()
+        self.start_ranks([PY, DDP, "--steps", "3", "--nan-rank", "0", "--nan-step", "1"], trace)
         self.assertEqual(sorted(os.listdir(trace)), ["launcher.rank0.dls", "launcher.rank1.dls", "rank0.dls", "rank1.dls"])
         doc = info(trace)
         self.assertEqual(doc["distributed"]["nonfinite_origin"]["rank"], 0)
@@ -275,6 +280,38 @@ class HandStartedRanksTest(TraceTestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertRegex(p.stderr, r"replayed to the end; (\d+) of \1 recorded steps verified bit-exact")
         self.assertRegex(p.stderr, r"collectives: \d+ of \d+ recorded issued; \d+ tensors verified; [1-9]\d* results served")
+
+    def test_comm_hook_and_a_compiled_collective_on_hand_started_ranks(self):
+        # A user DDP comm hook (its all_reduce recorded and served), and on torch 2.x an all_reduce
+        # inside a torch.compile'd function: dynamo makes it a functional collective in the graph,
+        # past the hooks, which the trace and the replay say rather than verify.
+        compiled = _torch_major() >= 2
+        job = [PY, DDP, "--steps", "4", "--comm-hook"] + (["--compiled-mean"] if compiled else [])
+        plain = self.start_ranks(job)
+        trace = self.trace_path()
+        recorded = self.start_ranks(job, trace)
+        for r in range(2):
+            self.assertEqual(recorded[r][0], plain[r][0])  # losses, means, comm hook calls
+        note = "torch.distributed collectives called inside torch.compile'd code run as functional collectives"
+        notes = run([tool("dltrace"), "info", trace], timeout=120).stdout
+        self.assertEqual(notes.count(note), 2 if compiled else 0)  # once per rank
+        for r in range(2):
+            p = run([tool("dlreplay"), trace, "--rank", str(r), "--until", "end"], timeout=300)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn("replayed to the end; 4 of 4 recorded steps verified bit-exact", p.stderr)
+            # alone, the recorded gradients replace the bucket's all-reduce: the hook is said, not run
+            self.assertIn("user comm hook calls: 0", p.stdout)
+            self.assertIn("comm_hook: the job's DDP comm hook user_allreduce_hook is not run", p.stderr)
+            self.assertRegex(p.stderr, r"collectives: (\d+) of \1 recorded issued")
+            self.assertEqual(p.stderr.count("unverified: " + note), 1 if compiled else 0)
+            losses = [l for l in p.stdout.splitlines() if " loss " in l]
+            self.assertEqual(losses, [l for l in plain[r][0].splitlines() if " loss " in l])
+
+
+def _torch_major():
+    p = run([PY, "-c", "import torch; print(torch.__version__.split('.')[0])"], timeout=120)
+    return int(p.stdout.strip() or 0)
+
 
 if __name__ == "__main__":
     unittest.main()

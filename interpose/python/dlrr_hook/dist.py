@@ -410,9 +410,11 @@ class DistHooks:
             if not hooks._rec.active:
                 return original(*args, **kwargs)
             if hooks.replay_mode == DIST_REPLAY_ALONE:
-                return hooks._init_alone(original, args, kwargs)
-            result = original(*args, **kwargs)
-            hooks._rec.guarded(hooks._note_init)
+                result = hooks._init_alone(original, args, kwargs)
+            else:
+                result = original(*args, **kwargs)
+                hooks._rec.guarded(hooks._note_init)
+            hooks._rec.guarded(hooks._rec.note_compiled_collectives)
             return result
         return init_process_group
 
@@ -762,5 +764,14 @@ def make_replay_group_class(torch, hooks=None):
 
         def getBackendName(self):
             return "dlrr_replay"
+
+        # torch 2.x keeps a group's name in its backends, and this group has none: dynamo reads
+        # group_name when it traces a collective (functional collectives look the group up by it).
+        def _set_group_name(self, name):
+            self._dlrr_group_name = name
+
+        @property
+        def group_name(self):
+            return getattr(self, "_dlrr_group_name", "")
 
     return ReplayGroup

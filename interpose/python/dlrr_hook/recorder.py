@@ -73,6 +73,12 @@ def compiled_function_note(name):
             "gradients, parameters)" % name)
 
 
+COMPILED_COLLECTIVES_NOTE = (
+    "torch.distributed collectives called inside torch.compile'd code run as functional collectives in "
+    "the compiled graph, past dlrr's collective hooks: their results are not recorded or verified, and a "
+    "rank replayed alone computes them from its own tensors only")
+
+
 def _callable_name(fn):
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
 
@@ -127,6 +133,8 @@ class Recorder:
         self._backwards = 0
         self._roots = {}
         self._compiled_functions = set()  # torch.compile'd functions already noted
+        self._compile_called = False  # torch.compile was called (note_compiled_collectives)
+        self._collectives_noted = False
         self._parameters = None
         self._optimizer_numbers = weakref.WeakKeyDictionary()
         k = preflight_batches()
@@ -492,11 +500,24 @@ class Recorder:
                 result = original(model, *args, **kwargs)
                 if recorder.active and recorder.training is not None:
                     recorder.guarded(recorder.training.compiling)
+                    recorder._compile_called = True
+                    recorder.guarded(recorder.note_compiled_collectives)
                 if model is not None and not isinstance(model, module_type) and recorder.active:
                     recorder.guarded(recorder._note_compiled_function, _callable_name(model))
                 return result
             return compile
         self._patcher.wrap(torch, "compile", wrap)
+
+    def note_compiled_collectives(self):
+        """torch.compile in a torch.distributed job: dynamo turns the collectives it traces into
+        functional collectives inside the graph, past the hook's wrappers (docs/distributed.md)."""
+        if not self._compile_called or self._collectives_noted:
+            return
+        dist = getattr(self.torch, "distributed", None)
+        if dist is None or not dist.is_available() or not dist.is_initialized():
+            return
+        self._collectives_noted = True
+        self._note_unverified("unverified.compiled_collectives", COMPILED_COLLECTIVES_NOTE)
 
     def _note_compiled_function(self, name):
         if name in self._compiled_functions:

@@ -281,10 +281,11 @@ class Replayer(Recorder):
         self.lib.dlrr_replay_fact(native.text(key), native.text(value))
 
     def _note_unverified(self, key, note):
-        """dlreplay prints every note, one per line ("unverified: ..." each): a fact holds one value."""
+        """dlreplay prints every note, one per line ("unverified: ..." each): the report keeps every
+        value of a repeated key (replayer/ReplayReport.h), so each note is sent once."""
         if note not in self._unverified:
             self._unverified.append(note)
-            self._fact("verify.unverified", "\n".join(self._unverified))
+            self._fact("verify.unverified", note)
 
     # ------------------------------------------------------------------ batches
     def make_iterator(self, loader):
