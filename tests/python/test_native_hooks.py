@@ -189,6 +189,33 @@ class NativeHooksTest(unittest.TestCase):
         self.assertIn(b"seq.1", seen)  # not contiguous: Python
         self.assertNotIn(b"lin", seen)  # dense float32: C
 
+    def test_no_reference_leaks(self):
+        """Hooks called directly many times leave every object's reference count as it was."""
+        def calls_directly():
+            rec = dlrr_hook.current()
+            hooks = rec.modules.native_hooks
+            model = nn.Sequential(nn.Linear(3, 4), Pair())
+            x = torch.ones(2, 3)
+            model(x)  # paths known, dtypes seen
+            lin, pair = model[0], model[1]
+            out, outs = lin(x), pair(x)
+            path = rec.modules.paths.lookup(lin)
+            info = rec.marshal._dtypes[torch.float32]
+            watched = (model, lin, pair, x, out, outs, path, outs[0], info, info[0])
+            hooks.pre(model, (x,))
+            before = [sys.getrefcount(o) for o in watched]
+            for _ in range(1000):
+                hooks.pre(lin, (x,))
+                hooks.post(lin, (x,), out)  # the native digest
+                hooks.pre(pair, (x,))
+                hooks.post(pair, (x,), outs)  # through _on_output
+                hooks.pre(lin, (x,))
+                hooks.post(lin, (x,), None)
+            after = [sys.getrefcount(o) for o in watched]
+            hooks.post(model, (x,), None)
+            self.assertEqual(before, after)
+        self.record(True, action=calls_directly)
+
     def test_replay_keeps_outputs_in_python(self):
         lib = fake_native.FakeLib(mode=native.MODE_REPLAY)
         sys.modules[NAME] = self.module
