@@ -216,6 +216,19 @@ class NativeHooksTest(unittest.TestCase):
             self.assertEqual(before, after)
         self.record(True, action=calls_directly)
 
+    @unittest.skipUnless(hasattr(torch, "compile") and hasattr(torch, "_dynamo"), "torch.compile: torch 2.x")
+    def test_torch_compile_sees_no_graph_break(self):
+        """On torch 2.x the C hooks sit behind the is_compiling shim: torch.compile's tracer inlines
+        the global hooks, and a C function among them would break the graph at every module."""
+        import torch._dynamo
+
+        def explain():
+            model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
+            explanation = torch._dynamo.explain(model)(torch.ones(2, 3))
+            self.assertEqual(explanation.graph_break_count, 0, explanation.break_reasons)
+            self.assertEqual(explanation.graph_count, 1)
+        self.record(True, action=explain)
+
     def test_replay_keeps_outputs_in_python(self):
         lib = fake_native.FakeLib(mode=native.MODE_REPLAY)
         sys.modules[NAME] = self.module
