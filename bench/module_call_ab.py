@@ -7,7 +7,9 @@ a job).  Per module call: a root holding --modules tiny nn.Modules (a scale of a
 tensor, so that hashing and copying are negligible) runs forward with recording on and off,
 in alternating rounds; the difference of the main thread's CPU time per module call is the
 hook's cost (pre/post hooks, path, digest dispatch, the dlrr_digest crossing and event).
-Per step boundary: a DataLoader over a 4-float data set is iterated with recording on
+With --hooks python,native (the default) the rounds cycle through recording off, the Python
+module hooks and the native ones (the _dlrr_native extension), so both are measured at the
+same moments of the machine's load.  Per step boundary: a DataLoader over a 4-float data set is iterated with recording on
 (each batch ends the previous step and begins the next: commit, RNG states, batch value)
 and off.  The minimum over rounds is the figure to compare on a loaded machine (other
 processes only ever add to a round's CPU time: cache and frequency effects); the median is
@@ -56,20 +58,30 @@ JOB = textwrap.dedent("""
     loader = DataLoader(TensorDataset(torch.ones(100000, 4)), batch_size=1)
     it = iter(loader)
 
+    native_module = rec.modules._native  # the _dlrr_native extension, or None
+    kinds = [k for k in os.environ["BENCH_HOOKS"].split(",") if k != "native" or native_module is not None]
+
     def pause():
         rec.active = False
         rec.modules.uninstall()
 
-    def resume():
+    def resume(kind):
+        rec.modules._native = native_module if kind == "native" else None
         rec.modules.install(module_module)
+        assert (rec.modules.native_hooks is not None) == (kind == "native")
         rec.active = True
 
     next(it)  # step 0 open: module calls below belong to a step
-    calls = {True: [], False: []}
-    steps = {True: [], False: []}
-    for r in range(rounds):
-        on = r % 2 == 1
-        (resume if on else pause)()
+    order = ["off"] + kinds
+    calls = {k: [] for k in order}
+    steps = {k: [] for k in order}
+    for r in range(rounds * len(order) // 2):
+        kind = order[r % len(order)]
+        if kind == "off":
+            pause()
+        else:
+            pause()
+            resume(kind)
         c0 = time.thread_time()
         model(x)
         c1 = time.thread_time()
@@ -77,8 +89,8 @@ JOB = textwrap.dedent("""
             next(it)
         c2 = time.thread_time()
         if r >= 10:
-            calls[on].append((c1 - c0) / (n + 1))
-            steps[on].append((c2 - c1) / 8)
+            calls[kind].append((c1 - c0) / (n + 1))
+            steps[kind].append((c2 - c1) / 8)
     pause()
     assert rec.error is None, "hook disabled itself: %r" % (rec.error,)
     print(repr({"calls": calls, "steps": steps}))
@@ -91,6 +103,9 @@ def main():
     ap.add_argument("--capture", choices=("minimal", "default", "full"), default="default")
     ap.add_argument("--modules", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=200)
+    ap.add_argument("--hooks", default="python,native",
+                    help="which module hooks to measure, in alternate rounds with recording off: python, native "
+                         "(the _dlrr_native extension; left out when it does not import) or both")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="dlrr-module-ab-")
     try:
@@ -98,7 +113,7 @@ def main():
         hook_dir = os.path.join(args.build, "lib", "dlrr", "python")
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("DLRR_") and k not in ("LD_PRELOAD", "PYTHONPATH")}
-        env.update(BENCH_MODULES=str(args.modules), BENCH_ROUNDS=str(args.rounds), LD_PRELOAD=library,
+        env.update(BENCH_MODULES=str(args.modules), BENCH_ROUNDS=str(args.rounds), BENCH_HOOKS=args.hooks, LD_PRELOAD=library,
                    DLRR_LIBRARY=library, DLRR_MODE="record", DLRR_TRACE=tmp, DLRR_CAPTURE=args.capture,
                    PYTHONPATH=hook_dir)
         p = subprocess.run([PY, "-c", JOB], env=env, capture_output=True, text=True)
@@ -111,10 +126,15 @@ def main():
           % (args.capture, args.modules, os.getloadavg()[0]))
     for what, unit in (("calls", "module call"), ("steps", "step boundary")):
         for name, stat in (("min", min), ("median", statistics.median)):
-            a, b = stat(r[what][False]), stat(r[what][True])
-            print("per %-14s %-6s plain %8.2f us  recorded %8.2f us  hook %8.2f us"
-                  % (unit, name, a * 1e6, b * 1e6, (b - a) * 1e6))
-
+            a = stat(r[what]["off"])
+            line = "per %-14s %-6s plain %8.2f us" % (unit, name, a * 1e6)
+            for kind in r[what]:
+                if kind != "off":
+                    b = stat(r[what][kind])
+                    line += "  %s: recorded %8.2f hook %8.2f us" % (kind, b * 1e6, (b - a) * 1e6)
+            print(line)
+    if "native" in args.hooks and "native" not in r["calls"]:
+        print("native hooks not measured: the _dlrr_native extension does not import in this build")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -52,6 +52,8 @@ JOB = textwrap.dedent("""
     else:
         rec = dlrr_hook.current()
     assert rec is not None and rec.torch is not None, "hook not recording"
+    if os.environ["BENCH_HOOKS"] == "python":
+        rec.modules._native = None  # the Python module hooks even where _dlrr_native imports
     torch.manual_seed(8)
     loader = DataLoader(train.NpyImageDataset(os.environ["BENCH_DATA"], 2048, augment=True), batch_size=32,
                         shuffle=True, num_workers=int(os.environ["BENCH_WORKERS"]))
@@ -67,6 +69,9 @@ JOB = textwrap.dedent("""
     def resume():
         rec.modules.install(module_module)
         rec.active = True
+        hooks.add("native" if rec.modules.native_hooks is not None else "python")
+
+    hooks = set()
 
     wall, cpu = {True: [], False: []}, {True: [], False: []}
     blocks = {True: [], False: []}
@@ -105,7 +110,7 @@ JOB = textwrap.dedent("""
                 on = not on
     pause()
     assert rec.error is None, "hook disabled itself: %r" % (rec.error,)
-    print(repr({"wall": wall, "cpu": cpu, "blocks": blocks, "cpu_blocks": cpu_blocks}))
+    print(repr({"wall": wall, "cpu": cpu, "blocks": blocks, "cpu_blocks": cpu_blocks, "hooks": sorted(hooks)}))
 """)
 
 
@@ -117,6 +122,8 @@ def main():
     ap.add_argument("--epochs", type=int, default=6, help="epochs of 64 steps; the first is warm-up")
     ap.add_argument("--block", type=int, default=8)
     ap.add_argument("--lib", choices=("real", "null"), default="real")
+    ap.add_argument("--hooks", choices=("native", "python"), default="native",
+                    help="module hooks: the _dlrr_native extension where it imports (the default), or Python's")
     ap.add_argument("--data", help="dataset of examples/prepare_data.py (default: a clean one, made here)")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="dlrr-step-ab-")
@@ -132,7 +139,7 @@ def main():
                if not k.startswith("DLRR_") and k not in ("LD_PRELOAD", "PYTHONPATH")}
         env.update(BENCH_LIB=args.lib, BENCH_HOOK_DIR=hook_dir, BENCH_EXAMPLES=os.path.join(ROOT, "examples"),
                    BENCH_DATA=data, BENCH_WORKERS=str(args.workers), BENCH_EPOCHS=str(args.epochs),
-                   BENCH_BLOCK=str(args.block))
+                   BENCH_BLOCK=str(args.block), BENCH_HOOKS=args.hooks)
         if args.lib == "null":
             sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
             import python_hook_overhead  # builds the do-nothing library from dlrr.h
@@ -148,9 +155,10 @@ def main():
         r = eval(p.stdout.strip().splitlines()[-1])  # our own repr of floats and lists
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("step A/B, lib %s, capture %s, workers %d, blocks of %d steps, %d/%d steps recorded/plain; "
-          "load average %.2f" % (args.lib, args.capture, args.workers, args.block, len(r["wall"][True]),
-                                 len(r["wall"][False]), os.getloadavg()[0]))
+    print("step A/B, lib %s, capture %s, %s module hooks, workers %d, blocks of %d steps, %d/%d steps "
+          "recorded/plain; load average %.2f" % (args.lib, args.capture, "/".join(r["hooks"]), args.workers,
+                                                 args.block, len(r["wall"][True]), len(r["wall"][False]),
+                                                 os.getloadavg()[0]))
     print("%-6s %14s %14s %12s %8s" % ("clock", "plain ms/step", "rec ms/step", "+ms/step", "ratio"))
     for clock in ("wall", "cpu"):
         a, b = statistics.median(r[clock][False]), statistics.median(r[clock][True])

@@ -13,6 +13,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TINY = os.path.join(HERE, "jobs", "tiny_train.py")
 RNN_LM = os.path.join(HERE, "jobs", "rnn_lm.py")
 NAN_THEN_HANG = os.path.join(HERE, "jobs", "nan_then_hang.py")
+NATIVE_PROBE = os.path.join(HERE, "jobs", "native_probe.py")
 SEED_NAN_STEP = 30  # examples/README.md: --seed 8 puts the first NaN at step 30
 
 
@@ -234,6 +235,44 @@ class RecordExampleTest(TraceTestCase):
         self.assertGreaterEqual(doc["steps"], last)
         v = run([tool("dltrace"), "verify", self.trace_path()])
         self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+
+
+class NativeHooksTest(TraceTestCase):
+    """The module hooks of the _dlrr_native extension (the default where it was built for the job's
+    interpreter) record what the Python hooks record (DLRR_NATIVE_HOOKS=0), event for event."""
+
+    KINDS = ("digest", "failure", "tensor", "snapshot", "stepBegin", "stepEnd", "batch", "rngState")
+
+    def record(self, native):
+        data = dataset()
+        trace = self.trace_path("native.trace" if native else "python.trace")
+        argv = [tool("dlrecord"), "-o", trace, "--", PY, NATIVE_PROBE, os.path.join(EXAMPLES, "train.py"),
+                "--data", data, "--seed", "8", "--epochs", "1"]
+        p = run(argv, env={"DLRR_NATIVE_HOOKS": None if native else "0"})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        hooks = re.search(r"^dlrr-test: module hooks (\w+)$", p.stderr, re.M).group(1)
+        kept = []
+        for e in events(trace):
+            if e["kind"] in self.KINDS and e["stream"] != "launcher":
+                body = dict(e["event"])
+                body.pop("tNs")
+                kept.append((e["kind"], body))
+        return hooks, p.stdout, kept
+
+    def test_same_events_as_the_python_hooks(self):
+        hooks, out, native = self.record(True)
+        if hooks != "native":
+            self.skipTest("the _dlrr_native extension was not built for %s" % PY)
+        python_hooks, python_out, python = self.record(False)
+        self.assertEqual(python_hooks, "python")
+        self.assertEqual(out, python_out)
+        self.assertEqual(len(native), len(python))
+        for i, (a, b) in enumerate(zip(native, python)):
+            self.assertEqual(a, b, "event %d differs" % i)
+        kinds = {k for k, _ in native}
+        self.assertTrue({"digest", "failure", "tensor", "snapshot"} <= kinds, kinds)  # NaN at step 30
+        outputs = [b["digest"] for k, b in native if k == "digest" and b["digest"]["kind"] == "moduleOutput"]
+        self.assertGreater(len(outputs), 64 * 3)
 
 
 if __name__ == "__main__":

@@ -17,12 +17,22 @@ component is left out of paths and parameter names (shown as the original model'
 hooks stay out of the compiled graph, so a compiled module's submodules are not seen at all
 (the recorder says so in the trace: Recorder._note_compiled).
 
+Native hooks: where the `_dlrr_native` extension (interpose/pyext/ModuleHooks.cc, built for this
+interpreter next to these modules) imports, the two global hooks are its C functions: the same
+steps as the Python hooks below, and in the common case (path known, one dense contiguous CPU
+tensor out) the output's digest itself, through dlrr_digest's address, with no Python frame and
+no ctypes crossing.  Everything else goes to the same Python functions.  DLRR_NATIVE_HOOKS=0, or
+an extension that does not import, keeps the Python hooks.  On torch 2.x a two-line Python shim
+asks torch.compiler.is_compiling() first: torch.compile's tracer inlines it and sees no call it
+cannot trace (a C function would break the graph at every module call).
+
 Data pipeline: module calls made while a DataLoader fetches and collates a batch in this
 thread (torchvision transforms such as Normalize are nn.Modules; with num_workers=0 they run
 in the main process) are not the step's compute.  Replay serves the batch, so they never run
 there: they are left out of the stack, the path naming and the digests (see in_fetch).
 """
 
+import os
 import re
 import threading
 import weakref
@@ -153,6 +163,17 @@ class ModulePaths:
         return params
 
 
+def native_extension():
+    """The `_dlrr_native` extension module, or None (not built for this interpreter, or turned off)."""
+    if os.environ.get("DLRR_NATIVE_HOOKS", "1") == "0":
+        return None
+    try:
+        from . import _dlrr_native
+    except ImportError:
+        return None
+    return _dlrr_native
+
+
 class ModuleTracker:
     """Maintains the per-thread stack of executing modules and reports outputs.
 
@@ -160,12 +181,18 @@ class ModuleTracker:
     after every module's forward.  Both are called inside the recorder's guard.
     """
 
-    def __init__(self, recorder, torch, on_root, on_output, digest_outputs):
+    def __init__(self, recorder, torch, on_root, on_output, digest_outputs, native_digest=None, native=False):
+        """native_digest: a dict of what the native hooks need to digest a dense CPU output
+        themselves (Recorder.native_digest), None to send every output to on_output.  native:
+        the extension module to use, False to look for it (native_extension()), None for none."""
         self._rec = recorder
         self._torch = torch
         self._on_root = on_root
         self._on_output = on_output
         self._digest_outputs = digest_outputs
+        self._native_digest = native_digest
+        self._native = native_extension() if native is False else native
+        self.native_hooks = None  # the installed _dlrr_native.ModuleHooks, if any
         self.paths = ModulePaths()
         self._local = threading.local()
         self._handles = []
@@ -237,15 +264,60 @@ class ModuleTracker:
                 self._handles.append(register(lambda *args: invalidate()))
         paths.tracks_registrations = len(self._handles) == 2
 
+        native_hooks = self._native_hooks() if self._native is not None else None
+        self.native_hooks = native_hooks
+        pre, post = (pre_hook, post_hook) if native_hooks is None else \
+            _native_entry_points(native_hooks, is_compiling)
+
         register_pre = module_module.register_module_forward_pre_hook
         register_post = module_module.register_module_forward_hook
-        self._handles.append(register_pre(pre_hook))
+        self._handles.append(register_pre(pre))
         try:
-            handle = register_post(post_hook, always_call=True)
+            handle = register_post(post, always_call=True)
         except TypeError:  # torch < 2.1
-            handle = register_post(post_hook)
+            handle = register_post(post)
         self._handles.append(handle)
+
+    def _native_hooks(self):
+        """A _dlrr_native.ModuleHooks over this tracker's state, or None (the Python hooks)."""
+        rec = self._rec
+        digest = self._native_digest or {}
+        try:
+            return self._native.ModuleHooks(
+                rec=rec, local=self._local, fetch=_fetch,
+                is_compiling=None,  # torch 2.x: asked by the Python shim, where torch.compile can see it
+                is_grad_enabled=self._torch.is_grad_enabled, on_root=self._on_root, on_output=self._on_output,
+                path_of=self.paths.path_of, paths=self.paths._paths, calls=digest.get("calls", {}),
+                tensor_type=self._torch.Tensor, strided=self._torch.strided, dtypes=digest.get("dtypes", {}),
+                failure_snapshot=digest.get("failure_snapshot", _nothing), internal_error=rec.internal_error,
+                digest_address=digest.get("address", 0), keep=digest.get("keep", 0),
+                digest_outputs=bool(self._digest_outputs))
+        except Exception:  # an extension of another build: the Python hooks do the same
+            return None
 
     def uninstall(self):
         while self._handles:
             self._handles.pop().remove()
+
+
+def _native_entry_points(native_hooks, is_compiling):
+    """The functions to register: the C functions themselves, or on torch 2.x (is_compiling not
+    None) Python shims that torch.compile's tracer inlines as no-ops (see the module docstring)."""
+    native_pre, native_post = native_hooks.pre, native_hooks.post
+    if is_compiling is None:
+        return native_pre, native_post
+
+    def pre_hook(module, args):
+        if is_compiling():
+            return None
+        return native_pre(module, args)
+
+    def post_hook(module, args, output):
+        if is_compiling():
+            return None
+        return native_post(module, args, output)
+    return pre_hook, post_hook
+
+
+def _nothing():
+    return None

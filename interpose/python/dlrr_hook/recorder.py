@@ -249,7 +249,8 @@ class Recorder:
                                      self.steps.note_loader_created)
         self.loaders.install(self._patcher, dataloader, worker)
         self.modules = ModuleTracker(self, torch, self._on_root, self._on_output,
-                                     digest_outputs=self.capture_level >= native.CAPTURE_DEFAULT)
+                                     digest_outputs=self.capture_level >= native.CAPTURE_DEFAULT,
+                                     native_digest=self.native_digest())
         self.modules.install(module_module)
         self.training = TrainingPatches(self, torch, self._before_backward, self._after_backward,
                                         self._before_optimizer_step, self._after_optimizer_step)
@@ -524,6 +525,19 @@ class Recorder:
             return
         self._compiled_functions.add(name)
         self._note_unverified("unverified.compiled_function." + name, compiled_function_note(name))
+
+    def native_digest(self):
+        """What the native module hooks need to do _on_output's host path themselves (one dense
+        contiguous CPU tensor: the call count, dlrr_digest through its address, the failure
+        snapshot at a non-finite value), or None: every output through _on_output."""
+        try:
+            address = ctypes.cast(self._digest_fn, ctypes.c_void_p).value
+        except (TypeError, ctypes.ArgumentError):  # not a C function (a test double)
+            return None
+        if not address:
+            return None
+        return {"address": address, "keep": self._keep_outputs, "calls": self._module_calls,
+                "dtypes": self.marshal._dtypes, "failure_snapshot": self._failure_snapshot}
 
     def _on_output(self, path, output):
         calls = self._module_calls

@@ -1,0 +1,442 @@
+// _dlrr_native: the global module forward hooks of the Python hook (dlrr_hook/modules.py) as
+// C functions, so that a module call costs no Python frame and no ctypes crossing in the common
+// case: recorder active, not fetching a batch, path known, one dense contiguous CPU tensor out.
+// That case is digested here through dlrr_digest's address (handed over by the hook: the
+// preloaded library's symbol, or a test double's ctypes callback); everything else calls the
+// Python functions the pure-Python hooks call (root bookkeeping, path naming, the output walk,
+// GPU tensors, the failure snapshot), so both paths give the same events in the same order.
+//
+// Built per interpreter (the module's file name carries the ABI tag); the hook falls back to
+// its Python hooks when this module cannot be imported.
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <cstdint>
+
+#include "dlrr/dlrr.h"
+
+namespace {
+
+using DigestFn = int (*)(int, const char*, uint32_t, uint32_t, const char*, int, const int64_t*, const void*, uint64_t,
+                         int, dlrr_digest_t*);
+
+constexpr int kMaxDims = 64;                    // dlrr_digest refuses more (CEnums.h kMaxTensorDims)
+constexpr uint64_t kReleaseGilBytes = 1 << 16;  // hash large outputs without the GIL, as ctypes does
+
+struct Names {
+  PyObject* active;
+  PyObject* dict;
+  PyObject* stack;
+  PyObject* depth;
+  PyObject* dtype;
+  PyObject* layout;
+  PyObject* isCpu;
+  PyObject* isContiguous;
+  PyObject* shape;
+  PyObject* dataPtr;
+};
+Names names;
+
+// The state one tracker's hooks read; every reference is owned.
+struct ModuleHooks {
+  PyObject_HEAD PyObject* rec;  // Recorder: .active
+  PyObject* local;              // the tracker's threading.local (.stack)
+  PyObject* fetch;              // modules._fetch (.depth)
+  PyObject* isCompiling;        // torch.compiler.is_compiling or None
+  PyObject* isGradEnabled;      // torch.is_grad_enabled
+  PyObject* onRoot;             // on_root(module, grad_enabled)
+  PyObject* onOutput;           // on_output(path, output): the Python path
+  PyObject* pathOf;             // ModulePaths.path_of(module, parent, root)
+  PyObject* paths;              // ModulePaths._paths: id(module) -> (weakref, path bytes)
+  PyObject* calls;              // Recorder._module_calls: path -> calls in this step
+  PyObject* tensorType;         // torch.Tensor: only exact instances take the native digest
+  PyObject* strided;            // torch.strided
+  PyObject* dtypes;             // TensorMarshal._dtypes: dtype -> (name bytes, size, special)
+  PyObject* failureSnapshot;    // Recorder._failure_snapshot()
+  PyObject* internalError;      // Recorder.internal_error(exc)
+  DigestFn digest;              // null: every output goes to onOutput (replay)
+  int keep;
+  int digestOutputs;
+};
+
+PyObject** fields(ModuleHooks* h, int& n) {
+  static_assert(offsetof(ModuleHooks, internalError) - offsetof(ModuleHooks, rec) == 14 * sizeof(PyObject*));
+  n = 15;
+  return &h->rec;
+}
+
+// The exception being raised goes to Recorder.internal_error (capture off, reported once), as
+// the Python hooks' `except Exception` does; never into the job.
+void reportError(ModuleHooks* h) {
+#if PY_VERSION_HEX >= 0x030C0000
+  PyObject* exc = PyErr_GetRaisedException();
+  if (!exc) return;
+  if (!PyErr_GivenExceptionMatches(exc, PyExc_Exception)) {  // KeyboardInterrupt, SystemExit: the job's
+    PyErr_SetRaisedException(exc);
+    return;
+  }
+#else
+  PyObject *type, *exc, *tb;
+  PyErr_Fetch(&type, &exc, &tb);
+  if (!type) return;
+  if (!PyErr_GivenExceptionMatches(type, PyExc_Exception)) {
+    PyErr_Restore(type, exc, tb);
+    return;
+  }
+  PyErr_NormalizeException(&type, &exc, &tb);
+  if (exc && tb) PyException_SetTraceback(exc, tb);
+  Py_XDECREF(type);
+  Py_XDECREF(tb);
+  if (!exc) return;
+#endif
+  PyObject* r = PyObject_CallOneArg(h->internalError, exc);
+  if (r)
+    Py_DECREF(r);
+  else
+    PyErr_Clear();
+  Py_DECREF(exc);
+}
+
+// A thread-local's attribute without raising AttributeError when it is unset (borrowed or null).
+PyObject* localItem(PyObject* local, PyObject* name, PyObject** dictOut) {
+  PyObject* d = PyObject_GetAttr(local, names.dict);
+  if (!d) return nullptr;
+  PyObject* item = PyDict_GetItemWithError(d, name);
+  if (dictOut)
+    *dictOut = d;
+  else
+    Py_DECREF(d);
+  return item;
+}
+
+// 1: the hooks do nothing now (capture off, compiling, fetching a batch); 0: go on; -1: error.
+int skip(ModuleHooks* h) {
+  PyObject* active = PyObject_GetAttr(h->rec, names.active);
+  if (!active) return -1;
+  int on = PyObject_IsTrue(active);
+  Py_DECREF(active);
+  if (on <= 0) return on < 0 ? -1 : 1;
+  if (h->isCompiling != Py_None) {
+    PyObject* c = PyObject_CallNoArgs(h->isCompiling);
+    if (!c) return -1;
+    int compiling = PyObject_IsTrue(c);
+    Py_DECREF(c);
+    if (compiling) return compiling < 0 ? -1 : 1;
+  }
+  PyObject* depth = localItem(h->fetch, names.depth, nullptr);
+  if (!depth) return PyErr_Occurred() ? -1 : 0;
+  int fetching = PyObject_IsTrue(depth);
+  return fetching < 0 ? -1 : fetching;
+}
+
+PyObject* pre(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  auto* h = reinterpret_cast<ModuleHooks*>(self);
+  if (nargs < 1) {
+    PyErr_SetString(PyExc_TypeError, "pre(module, args)");
+    return nullptr;
+  }
+  PyObject* module = args[0];
+  int s = skip(h);
+  if (s == 1) Py_RETURN_NONE;
+  if (s == 0) {
+    PyObject* d = nullptr;
+    PyObject* stack = localItem(h->local, names.stack, &d);
+    bool ok = d != nullptr && (stack || !PyErr_Occurred());
+    if (ok && stack) {
+      Py_INCREF(stack);  // on_root below may drop the thread's entry (the list stays ours)
+    } else if (ok) {
+      stack = PyList_New(0);
+      ok = stack && PyDict_SetItem(d, names.stack, stack) == 0;
+    }
+    ok = ok && PyList_Check(stack);
+    if (ok && PyList_GET_SIZE(stack) == 0) {
+      PyObject* grad = PyObject_CallNoArgs(h->isGradEnabled);
+      PyObject* r = grad ? PyObject_CallFunctionObjArgs(h->onRoot, module, grad, nullptr) : nullptr;
+      Py_XDECREF(grad);
+      ok = r != nullptr;
+      Py_XDECREF(r);
+    }
+    ok = ok && PyList_Append(stack, module) == 0;
+    Py_XDECREF(stack);
+    Py_XDECREF(d);
+    if (ok) Py_RETURN_NONE;
+  }
+  reportError(h);
+  if (PyErr_Occurred()) return nullptr;
+  Py_RETURN_NONE;
+}
+
+// The output's digest without Python: 1 done, 0 not this case (nothing done, no error set).
+int digestDense(ModuleHooks* h, PyObject* path, PyObject* output) {
+  if (!h->digest || Py_TYPE(output) != reinterpret_cast<PyTypeObject*>(h->tensorType) || !PyBytes_Check(path)) return 0;
+  PyObject* dtype = PyObject_GetAttr(output, names.dtype);
+  PyObject* info = dtype ? PyDict_GetItemWithError(h->dtypes, dtype) : nullptr;  // borrowed
+  Py_XDECREF(dtype);
+  if (!info || !PyTuple_Check(info) || PyTuple_GET_SIZE(info) != 3 || PyTuple_GET_ITEM(info, 2) != Py_False ||
+      !PyBytes_Check(PyTuple_GET_ITEM(info, 0))) {
+    PyErr_Clear();  // unseen dtype (the Python path caches it) or complex/quantized
+    return 0;
+  }
+  Py_INCREF(info);  // the dict could change under the calls below
+  int64_t shape[kMaxDims];
+  int ndim = -1;
+  uint64_t ptr = 0, elemSize = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(info, 1));
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    Py_DECREF(info);
+    return 0;
+  }
+  PyObject* layout = PyObject_GetAttr(output, names.layout);
+  PyObject* cpu = layout == h->strided ? PyObject_GetAttr(output, names.isCpu) : nullptr;
+  PyObject* contiguous = cpu == Py_True ? PyObject_VectorcallMethod(names.isContiguous, &output,
+                                                                    1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr)
+                                        : nullptr;
+  PyObject* dims = contiguous == Py_True ? PyObject_GetAttr(output, names.shape) : nullptr;
+  if (dims && PyTuple_Check(dims) && PyTuple_GET_SIZE(dims) <= kMaxDims) {
+    ndim = static_cast<int>(PyTuple_GET_SIZE(dims));
+    for (int i = 0; i < ndim && ndim >= 0; ++i) {
+      shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(dims, i));
+      if (shape[i] < 0) ndim = -1;
+    }
+  }
+  PyObject* data = ndim >= 0
+                       ? PyObject_VectorcallMethod(names.dataPtr, &output, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr)
+                       : nullptr;
+  if (data) ptr = PyLong_AsUnsignedLongLong(data);
+  Py_XDECREF(layout);
+  Py_XDECREF(cpu);
+  Py_XDECREF(contiguous);
+  Py_XDECREF(dims);
+  Py_XDECREF(data);
+  if (!data || PyErr_Occurred()) {  // anything unusual: the Python path decides
+    PyErr_Clear();
+    Py_DECREF(info);
+    return 0;
+  }
+  uint64_t numel = 1;
+  for (int i = 0; i < ndim; ++i) numel *= static_cast<uint64_t>(shape[i]);
+
+  // Recorder._on_output from here: the call index, the digest, the failure snapshot.
+  PyObject* count = PyDict_GetItemWithError(h->calls, path);
+  long long callIndex = count ? PyLong_AsLongLong(count) : 0;
+  PyObject* next = (count || !PyErr_Occurred()) && callIndex >= 0 ? PyLong_FromLongLong(callIndex + 1) : nullptr;
+  if (!next || PyDict_SetItem(h->calls, path, next) < 0) {
+    Py_XDECREF(next);
+    Py_DECREF(info);
+    return -1;
+  }
+  Py_DECREF(next);
+  dlrr_digest_t out{};
+  const char* name = PyBytes_AS_STRING(PyTuple_GET_ITEM(info, 0));
+  const char* where = PyBytes_AS_STRING(path);
+  uint64_t nbytes = numel * elemSize;
+  if (nbytes >= kReleaseGilBytes) {
+    Py_BEGIN_ALLOW_THREADS h->digest(DLRR_DIGEST_MODULE_OUTPUT, where, static_cast<uint32_t>(callIndex), 0, name, ndim,
+                                     shape, reinterpret_cast<const void*>(ptr), nbytes, h->keep, &out);
+    Py_END_ALLOW_THREADS
+  } else {
+    h->digest(DLRR_DIGEST_MODULE_OUTPUT, where, static_cast<uint32_t>(callIndex), 0, name, ndim, shape,
+              reinterpret_cast<const void*>(ptr), nbytes, h->keep, &out);
+  }
+  Py_DECREF(info);
+  if (out.nan_count || out.inf_count) {
+    PyObject* r = PyObject_CallNoArgs(h->failureSnapshot);
+    if (!r) return -1;
+    Py_DECREF(r);
+  }
+  return 1;
+}
+
+// ModuleTracker's post hook body after the checks; 0 or -1 with an exception set.
+int postBody(ModuleHooks* h, PyObject* module, PyObject* output) {
+  PyObject* stack = localItem(h->local, names.stack, nullptr);
+  if (!stack) return PyErr_Occurred() ? -1 : 0;
+  if (!PyList_Check(stack) || PyList_GET_SIZE(stack) == 0) return 0;
+  Py_INCREF(stack);
+  Py_ssize_t n = PyList_GET_SIZE(stack);
+  if (PyList_GET_ITEM(stack, n - 1) == module) {
+    PyList_SetSlice(stack, n - 1, n, nullptr);
+  } else {  // a forward raised below us (1.x has no always_call): unwind to module
+    while (n > 0) {
+      bool found = PyList_GET_ITEM(stack, n - 1) == module;
+      PyList_SetSlice(stack, n - 1, n, nullptr);
+      --n;
+      if (found) break;
+    }
+  }
+  int rc = 0;
+  if (h->digestOutputs && output != Py_None) {
+    PyObject* path = nullptr;  // owned
+    PyObject* key = PyLong_FromVoidPtr(module);
+    PyObject* entry = key ? PyDict_GetItemWithError(h->paths, key) : nullptr;
+    Py_XDECREF(key);
+    if (entry && PyTuple_Check(entry) && PyTuple_GET_SIZE(entry) == 2) {
+#if PY_VERSION_HEX >= 0x030D0000
+      PyObject* target = nullptr;
+      if (PyWeakref_GetRef(PyTuple_GET_ITEM(entry, 0), &target) < 0) PyErr_Clear();
+      if (target == module) path = Py_NewRef(PyTuple_GET_ITEM(entry, 1));
+      Py_XDECREF(target);
+#else
+      if (PyWeakref_GetObject(PyTuple_GET_ITEM(entry, 0)) == module) path = Py_NewRef(PyTuple_GET_ITEM(entry, 1));
+#endif
+    }
+    if (!path && !PyErr_Occurred()) {
+      n = PyList_GET_SIZE(stack);
+      PyObject* parent = n ? PyList_GET_ITEM(stack, n - 1) : Py_None;
+      PyObject* root = n ? PyList_GET_ITEM(stack, 0) : module;
+      Py_INCREF(parent);
+      Py_INCREF(root);
+      path = PyObject_CallFunctionObjArgs(h->pathOf, module, parent, root, nullptr);
+      Py_DECREF(parent);
+      Py_DECREF(root);
+    }
+    if (!path) {
+      rc = -1;
+    } else {
+      int done = digestDense(h, path, output);
+      if (done == 0) {
+        PyObject* r = PyObject_CallFunctionObjArgs(h->onOutput, path, output, nullptr);
+        if (!r) done = -1;
+        Py_XDECREF(r);
+      }
+      rc = done < 0 ? -1 : 0;
+      Py_DECREF(path);
+    }
+  }
+  Py_DECREF(stack);
+  return rc;
+}
+
+PyObject* post(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  auto* h = reinterpret_cast<ModuleHooks*>(self);
+  if (nargs < 3) {
+    PyErr_SetString(PyExc_TypeError, "post(module, args, output)");
+    return nullptr;
+  }
+  int s = skip(h);
+  if (s == 1) Py_RETURN_NONE;
+  if (s == 0 && postBody(h, args[0], args[2]) == 0) Py_RETURN_NONE;
+  reportError(h);
+  if (PyErr_Occurred()) return nullptr;
+  Py_RETURN_NONE;
+}
+
+int init(PyObject* self, PyObject* args, PyObject* kwargs) {
+  auto* h = reinterpret_cast<ModuleHooks*>(self);
+  static const char* keywords[] = {"rec",
+                                   "local",
+                                   "fetch",
+                                   "is_compiling",
+                                   "is_grad_enabled",
+                                   "on_root",
+                                   "on_output",
+                                   "path_of",
+                                   "paths",
+                                   "calls",
+                                   "tensor_type",
+                                   "strided",
+                                   "dtypes",
+                                   "failure_snapshot",
+                                   "internal_error",
+                                   "digest_address",
+                                   "keep",
+                                   "digest_outputs",
+                                   nullptr};
+  PyObject* o[15] = {};
+  unsigned long long address = 0;
+  int keep = 0, digestOutputs = 1;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOOOOOOOOOKip", const_cast<char**>(keywords), &o[0], &o[1],
+                                   &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10], &o[11], &o[12],
+                                   &o[13], &o[14], &address, &keep, &digestOutputs))
+    return -1;
+  if (!PyDict_Check(o[8]) || !PyDict_Check(o[9]) || !PyDict_Check(o[12]) || !PyType_Check(o[10])) {
+    PyErr_SetString(PyExc_TypeError, "paths, calls and dtypes must be dicts, tensor_type a type");
+    return -1;
+  }
+  int n = 0;
+  PyObject** f = fields(h, n);
+  for (int i = 0; i < n; ++i) Py_XSETREF(f[i], Py_NewRef(o[i]));
+  h->digest = reinterpret_cast<DigestFn>(static_cast<uintptr_t>(address));
+  h->keep = keep;
+  h->digestOutputs = digestOutputs;
+  return 0;
+}
+
+int traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));  // a heap type
+  int n = 0;
+  PyObject** f = fields(reinterpret_cast<ModuleHooks*>(self), n);
+  for (int i = 0; i < n; ++i) Py_VISIT(f[i]);
+  return 0;
+}
+
+int clear(PyObject* self) {
+  int n = 0;
+  PyObject** f = fields(reinterpret_cast<ModuleHooks*>(self), n);
+  for (int i = 0; i < n; ++i) Py_CLEAR(f[i]);
+  return 0;
+}
+
+void dealloc(PyObject* self) {
+  PyTypeObject* type = Py_TYPE(self);
+  PyObject_GC_UnTrack(self);
+  clear(self);
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+PyMethodDef methods[] = {{"pre", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(pre)), METH_FASTCALL,
+                          "pre(module, args): the global forward pre-hook"},
+                         {"post", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(post)), METH_FASTCALL,
+                          "post(module, args, output): the global forward hook"},
+                         {nullptr, nullptr, 0, nullptr}};
+
+PyType_Slot slots[] = {{Py_tp_doc, const_cast<char*>("ModuleHooks(rec, local, fetch, ...): .pre and .post are the "
+                                                     "global forward hooks")},
+                       {Py_tp_new, reinterpret_cast<void*>(PyType_GenericNew)},
+                       {Py_tp_init, reinterpret_cast<void*>(init)},
+                       {Py_tp_traverse, reinterpret_cast<void*>(traverse)},
+                       {Py_tp_clear, reinterpret_cast<void*>(clear)},
+                       {Py_tp_dealloc, reinterpret_cast<void*>(dealloc)},
+                       {Py_tp_methods, methods},
+                       {0, nullptr}};
+
+PyType_Spec spec = {"_dlrr_native.ModuleHooks", sizeof(ModuleHooks), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, slots};
+
+PyModuleDef moduleDef = {PyModuleDef_HEAD_INIT,
+                         "_dlrr_native",
+                         "dlrr's global module forward hooks in C (dlrr_hook/modules.py)",
+                         -1,
+                         nullptr,
+                         nullptr,
+                         nullptr,
+                         nullptr,
+                         nullptr};
+
+bool intern(PyObject*& slot, const char* text) {
+  slot = PyUnicode_InternFromString(text);
+  return slot != nullptr;
+}
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__dlrr_native(void) {
+  if (!intern(names.active, "active") || !intern(names.dict, "__dict__") || !intern(names.stack, "stack") ||
+      !intern(names.depth, "depth") || !intern(names.dtype, "dtype") || !intern(names.layout, "layout") ||
+      !intern(names.isCpu, "is_cpu") || !intern(names.isContiguous, "is_contiguous") || !intern(names.shape, "shape") ||
+      !intern(names.dataPtr, "data_ptr"))
+    return nullptr;
+  PyObject* type = PyType_FromSpec(&spec);
+  if (!type) return nullptr;
+  PyObject* m = PyModule_Create(&moduleDef);
+  if (!m) {
+    Py_DECREF(type);
+    return nullptr;
+  }
+  if (PyModule_AddObject(m, "ModuleHooks", type) < 0) {  // steals on success only
+    Py_DECREF(type);
+    Py_DECREF(m);
+    return nullptr;
+  }
+  return m;
+}

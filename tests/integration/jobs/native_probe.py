@@ -1,0 +1,15 @@
+"""Runs a script (argv[1:]) as __main__ after saying on stderr which module hooks the recorder
+installed: "dlrr-test: module hooks native" (the _dlrr_native extension) or "... python"."""
+import importlib
+import runpy
+import sys
+
+import dlrr_hook
+
+importlib.import_module("torch")  # the recorder installs its module hooks as torch is imported
+
+rec = dlrr_hook.current()
+kind = "native" if rec is not None and rec.modules is not None and rec.modules.native_hooks is not None else "python"
+sys.stderr.write("dlrr-test: module hooks %s\n" % kind)
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")

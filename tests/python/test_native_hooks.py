@@ -1,0 +1,261 @@
+"""The native module hooks (_dlrr_native, interpose/pyext/ModuleHooks.cc) against the Python ones.
+
+The same job runs twice on the fake library, once with each kind of hook, and the calls the
+library sees must be identical, digests' bytes included: dense CPU outputs digested in C,
+everything else (tuples, non-contiguous and half/complex outputs, unnamed modules, modules run
+while a batch is fetched, a forward that raises, a non-finite output and its failure snapshot,
+an internal error) through the Python functions the C hooks call.
+
+The extension is the build's (DLRR_TEST_NATIVE_EXT, set by CMake when it was built for this
+interpreter); without it these tests are skipped, saying so.
+"""
+
+import importlib.util
+import math
+import os
+import sys
+import unittest
+
+import fake_native
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+import dlrr_hook
+from dlrr_hook import native
+from dlrr_hook.modules import native_extension
+
+EXT = os.environ.get("DLRR_TEST_NATIVE_EXT", "")
+NAME = "dlrr_hook._dlrr_native"
+
+
+def load_extension():
+    spec = importlib.util.spec_from_file_location(NAME, EXT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class NanFake(fake_native.FakeLib):
+    """The fake, counting NaNs and infinities of float32 digests as the library does."""
+
+    def _dlrr_digest(self, kind, path, call_index, output, dtype, ndim, shape, data, nbytes, keep, out):
+        rc = super()._dlrr_digest(kind, path, call_index, output, dtype, ndim, shape, data, nbytes, keep, out)
+        if out and dtype == b"float32" and data and nbytes:
+            values = np.frombuffer(fake_native._bytes_at(data, nbytes), dtype=np.float32)
+            out[0].nan_count = int(np.isnan(values).sum())
+            out[0].inf_count = int(np.isinf(values).sum())
+        return rc
+
+
+class Transposed(nn.Module):
+    def forward(self, x):
+        return x.t()  # not contiguous: the Python path copies it
+
+
+class Pair(nn.Module):
+    def forward(self, x):
+        return x * 2, (x + 1).to(torch.float16)
+
+
+class Nothing(nn.Module):
+    def forward(self, x):
+        return None
+
+
+class Raises(nn.Module):
+    def forward(self, x):
+        raise ValueError("inner forward fails")
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 4)
+        self.seq = nn.Sequential(nn.ReLU(), Transposed(), Pair())
+        self.nothing = Nothing()
+        self.raises = Raises()
+        self.big = nn.Linear(4, 8192)  # 128 KiB out per row of 4: digested without the GIL
+
+    def forward(self, x):
+        y = self.lin(x)
+        a, b = self.seq(y)
+        self.nothing(y)
+        nn.Identity()(y)  # a module the root does not own: path "<root>.<Identity>"
+        try:
+            self.raises(y)
+        except ValueError:
+            pass
+        c = self.big(y)
+        d = y.to(torch.complex64) if hasattr(torch, "complex64") else y
+        return c.sum() + a.sum() + b.float().sum() + nn.Identity()(d).real.sum() + y.long().sum()
+
+
+class Scaled(Dataset):
+    """A data set whose samples go through an nn.Module while fetched (not the step's compute)."""
+
+    def __init__(self):
+        self.norm = nn.Identity()
+
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, i):
+        return self.norm(torch.full((3,), float(i)))
+
+
+def job(nan_at=None):
+    torch.manual_seed(0)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for i, x in enumerate(DataLoader(Scaled(), batch_size=3)):
+        if i == nan_at:
+            with torch.no_grad():
+                model.lin.bias[0] = math.nan
+        optimizer.zero_grad()
+        loss = model(x)
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():  # a root without gradients
+        model.lin(torch.ones(2, 3))
+
+
+@unittest.skipUnless(EXT, "the native hooks extension was not built for this interpreter (DLRR_TEST_NATIVE_EXT unset)")
+class NativeHooksTest(unittest.TestCase):
+    def setUp(self):
+        self.module = load_extension()
+        self.addCleanup(dlrr_hook.uninstall)
+        self.addCleanup(sys.modules.pop, NAME, None)
+
+    def record(self, use_native, fake=NanFake, action=job, **kwargs):
+        if use_native:
+            sys.modules[NAME] = self.module
+        else:
+            sys.modules.pop(NAME, None)
+        lib = fake()
+        rec = dlrr_hook.install(lib=lib)
+        try:
+            self.assertEqual(rec.modules.native_hooks is not None, use_native)
+            action(**kwargs)
+            return [_untimed(c) for c in lib.calls], rec
+        finally:
+            dlrr_hook.uninstall()
+
+    def assert_same_calls(self, **kwargs):
+        python, _ = self.record(False, **kwargs)
+        native_calls, rec = self.record(True, **kwargs)
+        self.assertEqual([c for c in python if c[0] == "FAKE_ERROR"], [])
+        self.assertEqual(len(python), len(native_calls))
+        for i, (a, b) in enumerate(zip(python, native_calls)):
+            self.assertEqual(repr(a), repr(b), "call %d differs" % i)  # repr: nan equals nan
+        return python, rec
+
+    def test_same_calls_as_the_python_hooks(self):
+        calls, rec = self.assert_same_calls()
+        outputs = [c for c in calls if c[0] == "digest" and c[1] == native.DIGEST_MODULE_OUTPUT]
+        paths = {c[2] for c in outputs}
+        for path in ("lin", "seq.0", "seq.1", "seq.2", "big", "<Identity>", ""):
+            self.assertTrue(any(p == path or p.endswith(path) for p in paths), (path, sorted(paths)))
+        self.assertFalse(any("norm" in p or p == "Identity" for p in paths), "fetch-time module digested")
+        self.assertEqual([c for c in calls if c[0] == "recorder_status" and c[1] == 0], [])
+
+    def test_failure_snapshot_at_a_non_finite_output(self):
+        calls, _ = self.assert_same_calls(nan_at=1)
+        snapshots = [c for c in calls if c[0] == "snapshot_begin"]
+        self.assertEqual(len(snapshots), 1, snapshots)
+
+    def test_internal_error_disables_capture_alike(self):
+        def failing_job():
+            dlrr_hook.current().modules.paths._index = _raise
+            job()
+        calls, rec = self.assert_same_calls(action=failing_job)
+        status = [c for c in calls if c[0] == "recorder_status" and c[1] == 0]
+        self.assertEqual(len(status), 1, status)
+        self.assertIn("path naming fails", status[0][2])
+
+    def test_native_digest_used_for_dense_cpu_outputs(self):
+        """The C path really digests (the Python _on_output is not called for them)."""
+        seen = []
+
+        def counting_job():
+            rec = dlrr_hook.current()
+            original = rec.modules._on_output
+            rec.modules.uninstall()
+            rec.modules._on_output = lambda path, output: (seen.append(path), original(path, output))
+            rec.modules.install(__import__("torch.nn.modules.module", fromlist=["Module"]))
+            job()
+        self.record(True, action=counting_job)
+        self.assertIn(b"seq.1", seen)  # not contiguous: Python
+        self.assertNotIn(b"lin", seen)  # dense float32: C
+
+    def test_no_reference_leaks(self):
+        """Hooks called directly many times leave every object's reference count as it was."""
+        def calls_directly():
+            rec = dlrr_hook.current()
+            hooks = rec.modules.native_hooks
+            model = nn.Sequential(nn.Linear(3, 4), Pair())
+            x = torch.ones(2, 3)
+            model(x)  # paths known, dtypes seen
+            lin, pair = model[0], model[1]
+            out, outs = lin(x), pair(x)
+            path = rec.modules.paths.lookup(lin)
+            info = rec.marshal._dtypes[torch.float32]
+            watched = (model, lin, pair, x, out, outs, path, outs[0], info, info[0])
+            hooks.pre(model, (x,))
+            before = [sys.getrefcount(o) for o in watched]
+            for _ in range(1000):
+                hooks.pre(lin, (x,))
+                hooks.post(lin, (x,), out)  # the native digest
+                hooks.pre(pair, (x,))
+                hooks.post(pair, (x,), outs)  # through _on_output
+                hooks.pre(lin, (x,))
+                hooks.post(lin, (x,), None)
+            after = [sys.getrefcount(o) for o in watched]
+            hooks.post(model, (x,), None)
+            self.assertEqual(before, after)
+        self.record(True, action=calls_directly)
+
+    @unittest.skipUnless(hasattr(torch, "compile") and hasattr(torch, "_dynamo"), "torch.compile: torch 2.x")
+    def test_torch_compile_sees_no_graph_break(self):
+        """On torch 2.x the C hooks sit behind the is_compiling shim: torch.compile's tracer inlines
+        the global hooks, and a C function among them would break the graph at every module."""
+        import torch._dynamo
+
+        def explain():
+            model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
+            explanation = torch._dynamo.explain(model)(torch.ones(2, 3))
+            self.assertEqual(explanation.graph_break_count, 0, explanation.break_reasons)
+            self.assertEqual(explanation.graph_count, 1)
+        self.record(True, action=explain)
+
+    def test_replay_keeps_outputs_in_python(self):
+        lib = fake_native.FakeLib(mode=native.MODE_REPLAY)
+        sys.modules[NAME] = self.module
+        rec = dlrr_hook.install(lib=lib)
+        self.assertIsNotNone(rec.modules.native_hooks)
+        self.assertIsNone(rec.native_digest())
+
+    def test_turned_off_by_the_environment(self):
+        sys.modules[NAME] = self.module
+        os.environ["DLRR_NATIVE_HOOKS"] = "0"
+        try:
+            self.assertIsNone(native_extension())
+        finally:
+            del os.environ["DLRR_NATIVE_HOOKS"]
+        self.assertIs(native_extension(), self.module)
+
+
+def _untimed(call):
+    """A call without the seconds measured in it (snapshot.job_seconds)."""
+    if call[0] == "runtime_info" and call[1] == "snapshot.job_seconds":
+        return call[:2] + (call[2].split(" in ")[-1],)
+    return call
+
+
+def _raise(*args):
+    raise RuntimeError("path naming fails")
+
+
+if __name__ == "__main__":
+    unittest.main()
