@@ -16,13 +16,13 @@
 
 #include "format/StreamWriter.h"
 #include "recorder/BatchBuilder.h"
-#include "recorder/Config.h"
 #include "recorder/CrashRecorder.h"
 #include "recorder/FailureRing.h"
-#include "recorder/StepObserver.h"
-#include "recorder/TensorDigest.h"
 #include "recorder/TriageLog.h"
 #include "schema/dlrr.capnp.h"
+#include "session/Config.h"
+#include "session/StepObserver.h"
+#include "session/TensorDigest.h"
 
 namespace dlrr {
 

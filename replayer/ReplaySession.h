@@ -16,12 +16,12 @@
 #include <vector>
 
 #include "format/Trace.h"
-#include "recorder/Config.h"
-#include "recorder/StepObserver.h"
-#include "recorder/TensorDigest.h"
 #include "replayer/LaunchCompare.h"
 #include "replayer/ReplayTarget.h"
 #include "schema/dlrr.capnp.h"
+#include "session/Config.h"
+#include "session/StepObserver.h"
+#include "session/TensorDigest.h"
 
 namespace dlrr {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "format/Hash.h"
-#include "recorder/LaunchTracker.h"
+#include "session/LaunchTracker.h"
 
 namespace dlrr::gpu {
 namespace {
