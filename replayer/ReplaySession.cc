@@ -383,6 +383,30 @@ double ReplaySession::recordedLoss(int64_t step) const {
   return it == losses_.end() ? std::nan("") : it->second;
 }
 
+void ReplaySession::stepBegin(int64_t step, uint32_t /*loader*/, uint64_t /*batchIndex*/, int64_t /*epoch*/,
+                              StepRule /*rule*/) {
+  beginStep(step);
+}
+
+void ReplaySession::stepEnd(int64_t step, double loss) {
+  endStep(step, loss);
+  if (step >= jumpStep()) writeReport("running");  // a crash later still leaves the figures so far
+}
+
+int ReplaySession::digest(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype,
+                          int /*ndim*/, const int64_t* /*shape*/, const void* data, uint64_t nbytes, bool /*keep*/,
+                          DigestResult& out) {
+  out = computeDigest(dtype ? dtype : "", data, data ? nbytes : 0);
+  return checkDigest(currentStep(), kind, path ? path : "", callIndex, output, out);
+}
+
+void ReplaySession::failureException(const char* type, const char* message, const char* where, int /*n*/,
+                                     const char* const* /*files*/, const int32_t* /*lines*/,
+                                     const char* const* /*functions*/, const char* const* /*code*/) {
+  fact("exception", std::string(type ? type : "") + ": " + (message ? message : ""));
+  fact("exception.where", where ? where : "");
+}
+
 int ReplaySession::checkDigest(int64_t step, int kind, const std::string& path, uint32_t callIndex, uint32_t output,
                                const DigestResult& got) {
   return checkDigestAlgorithm(step, kind, path, callIndex, output, 0, got);
