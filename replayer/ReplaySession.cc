@@ -54,7 +54,9 @@ bool sameBits(double a, double b) {
 
 const char* kindName(int k) {
   static const char* names[] = {"module output", "gradient", "parameter", "loss", "batch", "tensor", "module input"};
-  return k >= 0 && k <= 6 ? names[k] : "tensor";
+  constexpr int n = sizeof(names) / sizeof(names[0]);
+  static_assert(n == static_cast<int>(schema::TensorDigest::Kind::MODULE_INPUT) + 1, "a name per TensorDigest.Kind");
+  return k >= 0 && k < n ? names[k] : "tensor";
 }
 
 }  // namespace
@@ -464,7 +466,7 @@ int ReplaySession::endStep(int64_t step, double loss) {
   if (ok && lit != losses_.end() && !sameBits(lit->second, loss)) {
     Divergence d;
     d.step = step;
-    d.kind = 3;
+    d.kind = static_cast<int>(schema::TensorDigest::Kind::LOSS);
     d.path = "loss";
     d.detail = "loss: recorded " + num(lit->second) + ", replayed " + num(loss);
     divergence_ = d;

@@ -41,7 +41,7 @@ struct RecordedDigest {
 
 struct Divergence {
   int64_t step = -1;
-  int kind = 0;
+  int kind = 0;  // schema TensorDigest.Kind
   std::string path;
   uint32_t callIndex = 0;
   uint32_t output = 0;

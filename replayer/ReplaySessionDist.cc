@@ -61,7 +61,7 @@ void ReplaySession::collectiveDivergenceLocked(uint64_t seq, int64_t step, const
   if (divergence_) return;
   Divergence d;
   d.step = step;
-  d.kind = 5;
+  d.kind = static_cast<int>(schema::TensorDigest::Kind::OTHER);  // a collective: no digest kind of its own
   d.path = "collective #" + std::to_string(seq);
   d.detail = what;
   divergence_ = d;
