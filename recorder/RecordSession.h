@@ -95,7 +95,7 @@ class RecordSession final : public ProcessSession {
   // A digest computed elsewhere (on the device: algorithm 1 = TensorDigest.Algorithm.deviceSum),
   // recorded like digest() records its own. Returns 0 or -1. (RecordSessionGpu.cc)
   int digestValues(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype, int ndim,
-                   const int64_t* shape, int algorithm, const DigestResult& d);
+                   const int64_t* shape, int algorithm, const DigestResult& d) override;
   // Bytes for the failure ring only, no digest (device tensors copied to the host when their
   // step fails). (RecordSessionGpu.cc)
   void keepTensor(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype, int ndim,

@@ -124,6 +124,9 @@ class ReplaySession final : public ProcessSession {
   // compared like checkDigest, but only with a recorded digest of the same algorithm.
   int checkDigestValues(int64_t step, int kind, const std::string& path, uint32_t callIndex, uint32_t output,
                         int algorithm, const DigestResult& got);
+  // ProcessSession's: checkDigestValues at the current step.
+  int digestValues(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype, int ndim,
+                   const int64_t* shape, int algorithm, const DigestResult& d) override;
   void setStepObserver(StepObserver* o) noexcept { observer_.store(o, std::memory_order_release); }
   // Whether this replay captures kernel launches ("" = on; else why not).
   void gpuCaptureOff(const std::string& why);

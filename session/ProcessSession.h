@@ -34,6 +34,11 @@ class ProcessSession {
   // match, 1 differs, 2 not in the recording.
   virtual int digest(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype, int ndim,
                      const int64_t* shape, const void* data, uint64_t nbytes, bool keep, DigestResult& out) = 0;
+  // A digest computed elsewhere (on the device: `algorithm` 1 = TensorDigest.Algorithm.deviceSum).
+  // Record: recorded like digest()'s, 0 or -1. Replay: checked at the current step against a
+  // recorded digest of the same algorithm, answered like digest().
+  virtual int digestValues(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype, int ndim,
+                           const int64_t* shape, int algorithm, const DigestResult& d) = 0;
   // The job's exception (the hook's excepthook). Record: the Failure event; replay: the report.
   virtual void failureException(const char* type, const char* message, const char* where, int n,
                                 const char* const* files, const int32_t* lines, const char* const* functions,
