@@ -22,8 +22,8 @@
 #include "interpose/cupti/FakeCuptiApi.h"
 #include "interpose/cupti/GpuCapture.h"
 #include "recorder/GpuRecorder.h"
-#include "recorder/LaunchTracker.h"
 #include "recorder/RecordSession.h"
+#include "session/LaunchTracker.h"
 
 #if DLRR_HAVE_CUPTI
 #include <cupti.h>

@@ -26,7 +26,7 @@
 
 #include "format/Hash.h"
 #include "recorder/RecordSession.h"
-#include "recorder/TensorDigest.h"
+#include "session/TensorDigest.h"
 
 namespace {
 

@@ -1,4 +1,7 @@
-// The C API of dlrr.h: thin, exception-proof forwarding to the process recorder.
+// The C API of dlrr.h: thin, exception-proof forwarding to the process's session. The calls
+// that recording and replay both make go to one ProcessSession (withSession); the recording
+// half of dlrr.h (batch values, RNG states, triage facts) goes to the recorder only
+// (withRecorder), the replay half (dlrr_replay_*) to the replayer only (withReplayer).
 #include <fcntl.h>
 
 #include <cmath>
@@ -14,6 +17,20 @@
 using namespace dlrr;
 
 namespace {
+
+// Runs fn against the session when recording or replaying this process; swallows everything.
+// Returns whether there was one.
+template <typename Fn>
+bool withSession(Fn&& fn) noexcept {
+  ProcessSession* s = processSession();
+  if (!s || !s->active()) return false;
+  ReentryGuard g;
+  try {
+    fn(*s);
+  } catch (...) {
+  }
+  return true;
+}
 
 // Runs fn against the recorder when recording; swallows everything.
 template <typename Fn>
@@ -54,9 +71,8 @@ int exportBytes(const std::vector<uint8_t>* v, const uint8_t** data, uint64_t* n
 extern "C" {
 
 int dlrr_mode(void) {
-  if (processReplayer()) return DLRR_MODE_REPLAY;
-  RecordSession* s = processRecorder();
-  return s && s->active() ? DLRR_MODE_RECORD : DLRR_MODE_OFF;
+  ProcessSession* s = processSession();
+  return s && s->active() ? static_cast<int>(s->mode()) : DLRR_MODE_OFF;
 }
 
 const char* dlrr_status(void) {
@@ -76,9 +92,8 @@ const char* dlrr_trace_dir(void) {
 }
 
 int dlrr_capture_level(void) {
-  if (ReplaySession* r = processReplayer()) return r->captureLevel();
-  RecordSession* s = processRecorder();
-  return s ? static_cast<int>(s->config().capture) : 0;
+  ProcessSession* s = processSession();
+  return s ? s->captureLevel() : 0;
 }
 
 const char* dlrr_pystack_path(void) {
@@ -101,11 +116,10 @@ void dlrr_recorder_status(int ok, const char* message) {
 }
 
 void dlrr_step_begin(int64_t step, uint32_t loader, uint64_t batch_index, int64_t epoch, int by_optimizer) {
-  if (withReplayer([&](ReplaySession& r) { r.beginStep(step); })) return;
-  using Rule = RecordSession::StepRule;
   // An unknown rule (a newer hook) is recorded as a DataLoader step rather than misnamed.
-  Rule rule = by_optimizer >= 0 && by_optimizer <= kMaxStepRule ? static_cast<Rule>(by_optimizer) : Rule::Batch;
-  withRecorder([&](RecordSession& s) { s.stepBegin(step, loader, batch_index, epoch, rule); });
+  StepRule rule =
+      by_optimizer >= 0 && by_optimizer <= kMaxStepRule ? static_cast<StepRule>(by_optimizer) : StepRule::Batch;
+  withSession([&](ProcessSession& s) { s.stepBegin(step, loader, batch_index, epoch, rule); });
 }
 
 void dlrr_step_untrained(int64_t step) {
@@ -113,17 +127,11 @@ void dlrr_step_untrained(int64_t step) {
 }
 
 void dlrr_step_end(int64_t step, double loss) {
-  if (withReplayer([&](ReplaySession& r) {
-        r.endStep(step, loss);
-        if (step >= r.jumpStep()) r.writeReport("running");  // a crash later still leaves the figures so far
-      }))
-    return;
-  withRecorder([&](RecordSession& s) { s.stepEnd(step, loss); });
+  withSession([&](ProcessSession& s) { s.stepEnd(step, loss); });
 }
 
 int64_t dlrr_current_step(void) {
-  if (ReplaySession* r = processReplayer()) return r->currentStep();
-  RecordSession* s = processRecorder();
+  ProcessSession* s = processSession();
   return s ? s->currentStep() : -1;
 }
 
@@ -208,13 +216,7 @@ int dlrr_digest(int kind, const char* path, uint32_t call_index, uint32_t output
     out->min = r.min;
     out->max = r.max;
   };
-  if (withReplayer([&](ReplaySession& rs) {
-        DigestResult r = computeDigest(dtype ? dtype : "", data, data ? nbytes : 0);
-        fill(r);
-        rc = rs.checkDigest(rs.currentStep(), kind, path ? path : "", call_index, output, r);
-      }))
-    return rc;
-  withRecorder([&](RecordSession& s) {
+  withSession([&](ProcessSession& s) {
     DigestResult r;
     rc = s.digest(kind, path, call_index, output, dtype, ndim, shape, data, nbytes, keep != 0, r);
     fill(r);
@@ -247,13 +249,8 @@ void dlrr_failure_exception(const char* type, const char* message, const char* w
                             const char* const* files, const int32_t* lines, const char* const* functions,
                             const char* const* code) {
   if (n_frames < 0 || n_frames > 10000) n_frames = 0;
-  if (withReplayer([&](ReplaySession& r) {
-        r.fact("exception", std::string(type ? type : "") + ": " + (message ? message : ""));
-        r.fact("exception.where", where ? where : "");
-      }))
-    return;
-  withRecorder(
-      [&](RecordSession& s) { s.failureException(type, message, where, n_frames, files, lines, functions, code); });
+  withSession(
+      [&](ProcessSession& s) { s.failureException(type, message, where, n_frames, files, lines, functions, code); });
 }
 
 void dlrr_failed_path(const char* path, int error, int op) {
@@ -404,8 +401,7 @@ void dlrr_replay_fact(const char* key, const char* value) {
 uint64_t dlrr_collective_begin(const char* op, const char* group, const char* reduce_op, int peer, int bucket,
                                int async_op) {
   uint64_t seq = 0;
-  if (withReplayer([&](ReplaySession& r) { seq = r.collectiveBegin(op ? op : ""); })) return seq;
-  withRecorder([&](RecordSession& s) { seq = s.collectiveBegin(op, group, reduce_op, peer, bucket, async_op != 0); });
+  withSession([&](ProcessSession& s) { seq = s.collectiveBegin(op, group, reduce_op, peer, bucket, async_op != 0); });
   return seq;
 }
 
@@ -413,15 +409,8 @@ int dlrr_collective_tensor(uint64_t seq, int is_result, const char* dtype, int n
                            const void* data, uint64_t nbytes) {
   if (ndim < 0 || ndim > 64 || (ndim > 0 && !shape)) return -1;
   int rc = -1;
-  if (withReplayer([&](ReplaySession& r) {
-        DigestResult d = computeDigest(dtype ? dtype : "", data, data ? nbytes : 0);
-        rc = r.collectiveTensor(seq, is_result != 0, dtype ? dtype : "", std::vector<int64_t>(shape, shape + ndim), d);
-      }))
-    return rc;
-  withRecorder([&](RecordSession& s) {
-    s.collectiveTensor(seq, is_result != 0, dtype, ndim, shape, data, nbytes);
-    rc = 0;
-  });
+  withSession(
+      [&](ProcessSession& s) { rc = s.collectiveTensor(seq, is_result != 0, dtype, ndim, shape, data, nbytes); });
   return rc;
 }
 

@@ -9,6 +9,8 @@
 #include "recorder/TriageLog.h"
 #include "replayer/ReplayTarget.h"
 #include "schema/dlrr.capnp.h"
+#include "session/Config.h"
+#include "session/ProcessSession.h"
 
 namespace dlrr {
 
@@ -34,7 +36,10 @@ static_assert(DLRR_RNG_NUMPY == asInt(RngKind::NUMPY));
 static_assert(DLRR_RNG_PYTHON == asInt(RngKind::PYTHON));
 inline constexpr int kMaxRngKind = DLRR_RNG_PYTHON;
 
-using StepRule = RecordSession::StepRule;
+static_assert(DLRR_MODE_OFF == asInt(Mode::Off));  // ProcessSession::mode(), dlrr_mode()
+static_assert(DLRR_MODE_RECORD == asInt(Mode::Record));
+static_assert(DLRR_MODE_REPLAY == asInt(Mode::Replay));
+
 static_assert(DLRR_STEP_BY_BATCH == asInt(StepRule::Batch));
 static_assert(DLRR_STEP_BY_OPTIMIZER == asInt(StepRule::Optimizer));
 static_assert(DLRR_STEP_BY_BACKWARD == asInt(StepRule::Backward));

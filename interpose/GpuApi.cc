@@ -80,15 +80,7 @@ int dlrr_digest_values(int kind, const char* path, uint32_t call_index, uint32_t
   d.min = digest->min;
   d.max = digest->max;
   int rc = -1;
-  if (ReplaySession* r = processReplayer()) {
-    ReentryGuard g;
-    try {
-      rc = r->checkDigestValues(r->currentStep(), kind, path ? path : "", call_index, output, algorithm, d);
-    } catch (...) {
-    }
-    return rc;
-  }
-  RecordSession* s = processRecorder();
+  ProcessSession* s = processSession();  // recorded, or checked (replay)
   if (!s || !s->active()) return -1;
   ReentryGuard g;
   try {

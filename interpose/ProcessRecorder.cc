@@ -27,6 +27,11 @@ ReplaySession* processReplayer() noexcept {
   return r && r->active() ? r : nullptr;
 }
 
+ProcessSession* processSession() noexcept {
+  if (ReplaySession* r = processReplayer()) return r;
+  return processRecorder();
+}
+
 ReplaySession* processReplayerAny() noexcept { return gReplayer.load(std::memory_order_acquire); }
 
 void startProcessReplayer(const Config& cfg, const std::string& until) {

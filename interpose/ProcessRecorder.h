@@ -1,6 +1,6 @@
 #pragma once
-// The one process-wide recorder the interposer needs (libc hooks and signal handlers have no
-// other way to reach it). Created by the library constructor, never destroyed: threads of the
+// The one process-wide recorder or replayer the interposer needs (libc hooks and signal
+// handlers have no other way to reach it). Created by the library constructor, never destroyed: threads of the
 // job may still call hooked libc functions while the process exits.
 #include "recorder/RecordSession.h"
 #include "replayer/ReplaySession.h"
@@ -11,6 +11,10 @@ namespace dlrr {
 RecordSession* processRecorder() noexcept;
 // Only the library constructor calls this.
 void startProcessRecorder(const Config& cfg);
+
+// The session the C API forwards to: the replay session when this process is the one being
+// replayed, else the recorder (which may have turned itself off: check active()), else nullptr.
+ProcessSession* processSession() noexcept;
 
 // Replay mode: nullptr unless this process is the one being replayed.
 ReplaySession* processReplayer() noexcept;

@@ -7,8 +7,8 @@
 
 #include <tuple>
 
-#include "recorder/FilePaths.h"
 #include "recorder/RecordSession.h"
+#include "session/FilePaths.h"
 
 namespace dlrr {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "recorder/TensorDigest.h"
+#include "session/TensorDigest.h"
 
 namespace dlrr {
 

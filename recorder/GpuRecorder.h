@@ -11,9 +11,9 @@
 #include <string_view>
 #include <thread>
 
-#include "recorder/LaunchTracker.h"
 #include "recorder/RecordSession.h"
-#include "recorder/StepObserver.h"
+#include "session/LaunchTracker.h"
+#include "session/StepObserver.h"
 
 namespace dlrr {
 

@@ -16,25 +16,28 @@
 
 #include "format/StreamWriter.h"
 #include "recorder/BatchBuilder.h"
-#include "recorder/Config.h"
 #include "recorder/CrashRecorder.h"
 #include "recorder/FailureRing.h"
-#include "recorder/StepObserver.h"
-#include "recorder/TensorDigest.h"
 #include "recorder/TriageLog.h"
 #include "schema/dlrr.capnp.h"
+#include "session/Config.h"
+#include "session/ProcessSession.h"
+#include "session/StepObserver.h"
+#include "session/TensorDigest.h"
 
 namespace dlrr {
 
-class RecordSession {
+class RecordSession final : public ProcessSession {
  public:
   explicit RecordSession(Config cfg);
-  ~RecordSession();
+  ~RecordSession() override;
   RecordSession(const RecordSession&) = delete;
   RecordSession& operator=(const RecordSession&) = delete;
 
   const Config& config() const { return cfg_; }
-  bool active() const noexcept { return !disabled_.load(std::memory_order_relaxed); }
+  Mode mode() const noexcept override { return Mode::Record; }
+  bool active() const noexcept override { return !disabled_.load(std::memory_order_relaxed); }
+  int captureLevel() const noexcept override { return static_cast<int>(cfg_.capture); }
   std::string status() const;
   // Path for faulthandler's dump; created private (0600) on first use, exclusively and
   // relative to the trace directory's fd (never through a planted link); "" when it cannot be.
@@ -45,13 +48,13 @@ class RecordSession {
   void note(const char* text);
   void recorderStatus(bool ok, const char* message);
 
-  // What began the step (and will end it): dlrr_step_begin's by_optimizer.
-  enum class StepRule : int { Batch = 0, Optimizer = 1, Backward = 2, GradientCall = 3 };
-  void stepBegin(int64_t step, uint32_t loader, uint64_t batchIndex, int64_t epoch, StepRule rule = StepRule::Batch);
+  using StepRule = dlrr::StepRule;
+  void stepBegin(int64_t step, uint32_t loader, uint64_t batchIndex, int64_t epoch,
+                 StepRule rule = StepRule::Batch) override;
   // The open step ran no backward() and no optimizer.step(): its StepEnd says so.
   void stepUntrained(int64_t step);
-  void stepEnd(int64_t step, double loss);
-  int64_t currentStep() const noexcept { return step_.load(std::memory_order_relaxed); }
+  void stepEnd(int64_t step, double loss) override;
+  int64_t currentStep() const noexcept override { return step_.load(std::memory_order_relaxed); }
   // atFork: the states a forked trainer inherited, taken as it began its stream (RngState.atFork).
   void rngState(int kind, int device, const void* data, uint64_t n, bool atFork = false);
 
@@ -66,10 +69,10 @@ class RecordSession {
 
   // Computes and records a digest; returns 0 (recorded) or -1.
   int digest(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype, int ndim,
-             const int64_t* shape, const void* data, uint64_t nbytes, bool keep, DigestResult& out);
+             const int64_t* shape, const void* data, uint64_t nbytes, bool keep, DigestResult& out) override;
   bool firstFailureStep(int64_t& step) const;
   void failureException(const char* type, const char* message, const char* where, int n, const char* const* files,
-                        const int32_t* lines, const char* const* functions, const char* const* code);
+                        const int32_t* lines, const char* const* functions, const char* const* code) override;
 
   void beforeFork() noexcept;
   void afterForkParent() noexcept;
@@ -92,7 +95,7 @@ class RecordSession {
   // A digest computed elsewhere (on the device: algorithm 1 = TensorDigest.Algorithm.deviceSum),
   // recorded like digest() records its own. Returns 0 or -1. (RecordSessionGpu.cc)
   int digestValues(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype, int ndim,
-                   const int64_t* shape, int algorithm, const DigestResult& d);
+                   const int64_t* shape, int algorithm, const DigestResult& d) override;
   // Bytes for the failure ring only, no digest (device tensors copied to the host when their
   // step fails). (RecordSessionGpu.cc)
   void keepTensor(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype, int ndim,
@@ -103,9 +106,11 @@ class RecordSession {
   // the call) or a result (once the work completed, possibly on another thread), and
   // collectiveEnd writes one Collective event. Results' bytes go into the trace when the
   // recording keeps collective results (--collectives full), else into the failure ring.
-  uint64_t collectiveBegin(const char* op, const char* group, const char* reduceOp, int peer, int bucket, bool asyncOp);
-  void collectiveTensor(uint64_t seq, bool result, const char* dtype, int ndim, const int64_t* shape, const void* data,
-                        uint64_t nbytes);
+  uint64_t collectiveBegin(const char* op, const char* group, const char* reduceOp, int peer, int bucket,
+                           bool asyncOp) override;
+  // Returns 0 (recorded, or nothing to record).
+  int collectiveTensor(uint64_t seq, bool result, const char* dtype, int ndim, const int64_t* shape, const void* data,
+                       uint64_t nbytes) override;
   void collectiveEnd(uint64_t seq, const char* status);
 
   // Async-signal-safe: records a fatal signal with native and Python stacks. ips[faultFrame]

@@ -44,9 +44,9 @@ uint64_t RecordSession::collectiveBegin(const char* op, const char* group, const
   return seq;
 }
 
-void RecordSession::collectiveTensor(uint64_t seq, bool result, const char* dtype, int ndim, const int64_t* shape,
-                                     const void* data, uint64_t nbytes) {
-  if (!active()) return;
+int RecordSession::collectiveTensor(uint64_t seq, bool result, const char* dtype, int ndim, const int64_t* shape,
+                                    const void* data, uint64_t nbytes) {
+  if (!active()) return 0;
   if (ndim < 0 || ndim > 64 || (ndim > 0 && !shape)) ndim = 0;
   CollectiveTensorRec t;
   t.dtype = dtype ? dtype : "";
@@ -57,7 +57,7 @@ void RecordSession::collectiveTensor(uint64_t seq, bool result, const char* dtyp
   {
     std::lock_guard<std::mutex> lk(collMu_);
     auto it = collectives_.find(seq);
-    if (it == collectives_.end()) return;
+    if (it == collectives_.end()) return 0;
     index = result ? it->second.results.size() : it->second.inputs.size();
     op = it->second.op;
   }
@@ -81,8 +81,9 @@ void RecordSession::collectiveTensor(uint64_t seq, bool result, const char* dtyp
   }
   std::lock_guard<std::mutex> lk(collMu_);
   auto it = collectives_.find(seq);
-  if (it == collectives_.end()) return;
+  if (it == collectives_.end()) return 0;
   (result ? it->second.results : it->second.inputs).push_back(std::move(t));
+  return 0;
 }
 
 void RecordSession::collectiveEnd(uint64_t seq, const char* status) {

@@ -10,7 +10,7 @@
 
 #include <cstdlib>
 
-#include "recorder/FilePaths.h"
+#include "session/FilePaths.h"
 
 namespace dlrr {
 namespace {

@@ -12,7 +12,7 @@
 
 #include "format/Trace.h"
 #include "format/UniqueFd.h"
-#include "recorder/FilePaths.h"
+#include "session/FilePaths.h"
 
 namespace dlrr {
 namespace {

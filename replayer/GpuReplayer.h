@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "recorder/LaunchTracker.h"
-#include "recorder/StepObserver.h"
 #include "replayer/ReplaySession.h"
+#include "session/LaunchTracker.h"
+#include "session/StepObserver.h"
 
 namespace dlrr {
 

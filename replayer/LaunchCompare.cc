@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
-#include "recorder/LaunchTracker.h"
+#include "session/LaunchTracker.h"
 
 namespace dlrr {
 namespace {

@@ -54,7 +54,9 @@ bool sameBits(double a, double b) {
 
 const char* kindName(int k) {
   static const char* names[] = {"module output", "gradient", "parameter", "loss", "batch", "tensor", "module input"};
-  return k >= 0 && k <= 6 ? names[k] : "tensor";
+  constexpr int n = sizeof(names) / sizeof(names[0]);
+  static_assert(n == static_cast<int>(schema::TensorDigest::Kind::MODULE_INPUT) + 1, "a name per TensorDigest.Kind");
+  return k >= 0 && k < n ? names[k] : "tensor";
 }
 
 }  // namespace
@@ -383,6 +385,30 @@ double ReplaySession::recordedLoss(int64_t step) const {
   return it == losses_.end() ? std::nan("") : it->second;
 }
 
+void ReplaySession::stepBegin(int64_t step, uint32_t /*loader*/, uint64_t /*batchIndex*/, int64_t /*epoch*/,
+                              StepRule /*rule*/) {
+  beginStep(step);
+}
+
+void ReplaySession::stepEnd(int64_t step, double loss) {
+  endStep(step, loss);
+  if (step >= jumpStep()) writeReport("running");  // a crash later still leaves the figures so far
+}
+
+int ReplaySession::digest(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype,
+                          int /*ndim*/, const int64_t* /*shape*/, const void* data, uint64_t nbytes, bool /*keep*/,
+                          DigestResult& out) {
+  out = computeDigest(dtype ? dtype : "", data, data ? nbytes : 0);
+  return checkDigest(currentStep(), kind, path ? path : "", callIndex, output, out);
+}
+
+void ReplaySession::failureException(const char* type, const char* message, const char* where, int /*n*/,
+                                     const char* const* /*files*/, const int32_t* /*lines*/,
+                                     const char* const* /*functions*/, const char* const* /*code*/) {
+  fact("exception", std::string(type ? type : "") + ": " + (message ? message : ""));
+  fact("exception.where", where ? where : "");
+}
+
 int ReplaySession::checkDigest(int64_t step, int kind, const std::string& path, uint32_t callIndex, uint32_t output,
                                const DigestResult& got) {
   return checkDigestAlgorithm(step, kind, path, callIndex, output, 0, got);
@@ -440,7 +466,7 @@ int ReplaySession::endStep(int64_t step, double loss) {
   if (ok && lit != losses_.end() && !sameBits(lit->second, loss)) {
     Divergence d;
     d.step = step;
-    d.kind = 3;
+    d.kind = static_cast<int>(schema::TensorDigest::Kind::LOSS);
     d.path = "loss";
     d.detail = "loss: recorded " + num(lit->second) + ", replayed " + num(loss);
     divergence_ = d;

@@ -16,12 +16,13 @@
 #include <vector>
 
 #include "format/Trace.h"
-#include "recorder/Config.h"
-#include "recorder/StepObserver.h"
-#include "recorder/TensorDigest.h"
 #include "replayer/LaunchCompare.h"
 #include "replayer/ReplayTarget.h"
 #include "schema/dlrr.capnp.h"
+#include "session/Config.h"
+#include "session/ProcessSession.h"
+#include "session/StepObserver.h"
+#include "session/TensorDigest.h"
 
 namespace dlrr {
 
@@ -40,7 +41,7 @@ struct RecordedDigest {
 
 struct Divergence {
   int64_t step = -1;
-  int kind = 0;
+  int kind = 0;  // schema TensorDigest.Kind
   std::string path;
   uint32_t callIndex = 0;
   uint32_t output = 0;
@@ -50,15 +51,16 @@ struct Divergence {
 // DLRR_REPLAY_STREAM value of dlreplay --all-ranks: each rank process replays its own stream.
 inline constexpr const char* kEachRank = "@rank";
 
-class ReplaySession {
+class ReplaySession final : public ProcessSession {
  public:
   // Opens the trace and loads the named stream. Throws TraceError.
   ReplaySession(const Config& cfg, const std::string& until);
-  ~ReplaySession();
+  ~ReplaySession() override;
 
   // True when this process is the one the stream recorded (argv matches). Other processes of
   // the replayed command (a launcher shell, a helper tool) run untouched.
-  bool active() const noexcept { return active_; }
+  Mode mode() const noexcept override { return Mode::Replay; }
+  bool active() const noexcept override { return active_; }
   void deactivate() noexcept { active_ = false; }
   // In a forked child: a multiprocessing.Process the job started (a Hogwild trainer) whose
   // identity is the stream's takes it over (loading it now); any other fork (a DataLoader
@@ -92,13 +94,26 @@ class ReplaySession {
   int checkDigest(int64_t step, int kind, const std::string& path, uint32_t callIndex, uint32_t output,
                   const DigestResult& got);
   void beginStep(int64_t step);
-  int64_t currentStep() const noexcept { return step_.load(); }
+  int64_t currentStep() const noexcept override { return step_.load(); }
   // Returns 0 when the step matched everywhere, 1 otherwise.
   int endStep(int64_t step, double loss);
+
+  // ---- The hook's calls that recording makes too (ProcessSession): here they check.
+  // beginStep(step); the rest of the step's description is the recording's.
+  void stepBegin(int64_t step, uint32_t loader, uint64_t batchIndex, int64_t epoch, StepRule rule) override;
+  // endStep, then the report so far (from the jump step on): a crash later still leaves it.
+  void stepEnd(int64_t step, double loss) override;
+  // Computes the digest into `out` and checks it at the current step (checkDigest); `keep`
+  // is recording's.
+  int digest(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype, int ndim,
+             const int64_t* shape, const void* data, uint64_t nbytes, bool keep, DigestResult& out) override;
+  // The exception and where it was raised, as facts of the report.
+  void failureException(const char* type, const char* message, const char* where, int n, const char* const* files,
+                        const int32_t* lines, const char* const* functions, const char* const* code) override;
   const std::optional<Divergence>& divergence() const { return divergence_; }
 
   // The capture level of the recording (what digests exist to be checked).
-  int captureLevel() const { return captureLevel_; }
+  int captureLevel() const noexcept override { return captureLevel_; }
   // Full tensors the recording kept for `step` (failure ring), encoded as a dict
   // "kind:path#call.output" -> tensor (BatchEncoding); empty dict when none.
   const std::vector<uint8_t>& recordedTensors(int64_t step);
@@ -109,6 +124,9 @@ class ReplaySession {
   // compared like checkDigest, but only with a recorded digest of the same algorithm.
   int checkDigestValues(int64_t step, int kind, const std::string& path, uint32_t callIndex, uint32_t output,
                         int algorithm, const DigestResult& got);
+  // ProcessSession's: checkDigestValues at the current step.
+  int digestValues(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype, int ndim,
+                   const int64_t* shape, int algorithm, const DigestResult& d) override;
   void setStepObserver(StepObserver* o) noexcept { observer_.store(o, std::memory_order_release); }
   // Whether this replay captures kernel launches ("" = on; else why not).
   void gpuCaptureOff(const std::string& why);
@@ -123,10 +141,16 @@ class ReplaySession {
   // collective as in record; here it is numbered the same way and checked against the
   // recording: the op, what this rank sends (inputs) and, when peers really communicate
   // (--all-ranks), what it receives. Replaying one rank alone, results are served instead.
-  uint64_t collectiveBegin(const std::string& op);
+  uint64_t beginCollective(const std::string& op);
   // 0 matches, 1 differs (first divergence kept), 2 not in the recording.
-  int collectiveTensor(uint64_t seq, bool result, const std::string& dtype, const std::vector<int64_t>& shape,
-                       const DigestResult& got);
+  int checkCollectiveTensor(uint64_t seq, bool result, const std::string& dtype, const std::vector<int64_t>& shape,
+                            const DigestResult& got);
+  // ProcessSession's: beginCollective(op) (the rest is the recording's), and the tensor's
+  // digest checked with checkCollectiveTensor.
+  uint64_t collectiveBegin(const char* op, const char* group, const char* reduceOp, int peer, int bucket,
+                           bool asyncOp) override;
+  int collectiveTensor(uint64_t seq, bool result, const char* dtype, int ndim, const int64_t* shape, const void* data,
+                       uint64_t nbytes) override;
   // The recorded bytes of result `index` of collective `seq`: 1 (into out), 0 the recording
   // kept only its digest, -1 no such collective or result.
   int collectiveResult(uint64_t seq, uint32_t index, std::vector<uint8_t>& out);

@@ -61,13 +61,13 @@ void ReplaySession::collectiveDivergenceLocked(uint64_t seq, int64_t step, const
   if (divergence_) return;
   Divergence d;
   d.step = step;
-  d.kind = 5;
+  d.kind = static_cast<int>(schema::TensorDigest::Kind::OTHER);  // a collective: no digest kind of its own
   d.path = "collective #" + std::to_string(seq);
   d.detail = what;
   divergence_ = d;
 }
 
-uint64_t ReplaySession::collectiveBegin(const std::string& op) {
+uint64_t ReplaySession::beginCollective(const std::string& op) {
   std::lock_guard<std::mutex> lk(mu_);
   uint64_t seq = nextCollective_++;
   ++collectivesIssued_;
@@ -86,8 +86,8 @@ uint64_t ReplaySession::collectiveBegin(const std::string& op) {
   return seq;
 }
 
-int ReplaySession::collectiveTensor(uint64_t seq, bool result, const std::string& dtype,
-                                    const std::vector<int64_t>& shape, const DigestResult& got) {
+int ReplaySession::checkCollectiveTensor(uint64_t seq, bool result, const std::string& dtype,
+                                         const std::vector<int64_t>& shape, const DigestResult& got) {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = collectives_.find(seq);
   if (it == collectives_.end()) return 2;
@@ -115,6 +115,17 @@ int ReplaySession::collectiveTensor(uint64_t seq, bool result, const std::string
     << got.nanCount << " Inf " << got.infCount;
   collectiveDivergenceLocked(seq, step_.load(), o.str());
   return 1;
+}
+
+uint64_t ReplaySession::collectiveBegin(const char* op, const char* /*group*/, const char* /*reduceOp*/, int /*peer*/,
+                                        int /*bucket*/, bool /*asyncOp*/) {
+  return beginCollective(op ? op : "");
+}
+
+int ReplaySession::collectiveTensor(uint64_t seq, bool result, const char* dtype, int ndim, const int64_t* shape,
+                                    const void* data, uint64_t nbytes) {
+  DigestResult d = computeDigest(dtype ? dtype : "", data, data ? nbytes : 0);
+  return checkCollectiveTensor(seq, result, dtype ? dtype : "", std::vector<int64_t>(shape, shape + ndim), d);
 }
 
 int ReplaySession::collectiveResult(uint64_t seq, uint32_t index, std::vector<uint8_t>& out) {

@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "interpose/cupti/CuptiApi.h"
-#include "recorder/LaunchTracker.h"
+#include "session/LaunchTracker.h"
 
 namespace dlrr::cupti {
 

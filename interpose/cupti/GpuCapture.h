@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "interpose/cupti/CuptiApi.h"
-#include "recorder/LaunchTracker.h"
+#include "session/LaunchTracker.h"
 
 namespace dlrr::cupti {
 

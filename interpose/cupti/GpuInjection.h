@@ -11,8 +11,8 @@
 #include "interpose/cupti/CuptiApi.h"
 #include "interpose/cupti/GpuCapture.h"
 #include "recorder/GpuRecorder.h"
-#include "recorder/LaunchTracker.h"
 #include "replayer/GpuReplayer.h"
+#include "session/LaunchTracker.h"
 
 namespace dlrr::cupti {
 

@@ -214,13 +214,53 @@ Config replayConfig(const std::string& dir, const std::string& stream) {
   return c;
 }
 
+// The hook's calls that both sides make go through one ProcessSession (interpose/CApi.cc):
+// recording writes them, replay checks the same calls against what was written.
+TEST(Distributed, RecordAndReplayAnswerTheSameCallsAsProcessSessions) {
+  std::string dir = testing::makeTempDir("session") + "/t";
+  const std::vector<float> ok{1, 2, 3, 4}, other{1, 2, 3, 5};
+  // Returns the digest's, the collective's number and the collective tensor's answers.
+  auto step0 = [](ProcessSession& s, const std::vector<float>& v) {
+    s.stepBegin(0, 0, 0, 0, StepRule::Batch);
+    DigestResult d;
+    int digestRc = s.digest(0, "fc2", 0, 0, "float32", 1, kShape, v.data(), 16, false, d);
+    EXPECT_EQ(d.hash, computeDigest("float32", v.data(), 16).hash);
+    uint64_t seq = s.collectiveBegin("all_reduce", "world", "sum", -1, -1, false);
+    int tensorRc = s.collectiveTensor(seq, false, "float32", 1, kShape, v.data(), 16);
+    return std::vector<int64_t>{digestRc, static_cast<int64_t>(seq), tensorRc};
+  };
+  {
+    RankEnv env(0);
+    RecordSession rec(recordConfig(dir, false));
+    ProcessSession& s = rec;
+    EXPECT_EQ(s.mode(), Mode::Record);
+    EXPECT_EQ(s.captureLevel(), static_cast<int>(CaptureLevel::Default));
+    EXPECT_EQ(step0(s, ok), (std::vector<int64_t>{0, 0, 0}));
+    EXPECT_EQ(s.currentStep(), 0);
+    rec.collectiveEnd(0, "");
+    s.stepEnd(0, 0.5);
+    rec.onExit(true, 0);
+  }
+  for (const auto* v : {&ok, &other}) {
+    ReplaySession rep(replayConfig(dir, "rank0"), "end");
+    ASSERT_TRUE(rep.active());
+    ProcessSession& s = rep;
+    EXPECT_EQ(s.mode(), Mode::Replay);
+    int64_t want = v == &ok ? 0 : 1;  // 1: differs from the recording
+    EXPECT_EQ(step0(s, *v), (std::vector<int64_t>{want, 0, want}));
+    EXPECT_EQ(s.currentStep(), 0);
+    s.stepEnd(0, 0.5);
+    EXPECT_EQ(rep.divergence().has_value(), v != &ok);
+  }
+}
+
 TEST(Distributed, ReplayServesKeptResultsAndChecksWhatTheRankSends) {
   std::string dir = recordTwoRanks(true);
   {
     ReplaySession rep(replayConfig(dir, "rank0"), "end");
     ASSERT_TRUE(rep.active());
     EXPECT_EQ(rep.recordedRank(), 0);
-    uint64_t init = rep.collectiveBegin("ddp_init_sync");
+    uint64_t init = rep.beginCollective("ddp_init_sync");
     EXPECT_EQ(init, 0u);
     std::vector<uint8_t> bytes;
     ASSERT_EQ(rep.collectiveResult(init, 0, bytes), 1);
@@ -230,18 +270,18 @@ TEST(Distributed, ReplayServesKeptResultsAndChecksWhatTheRankSends) {
     EXPECT_EQ(v[3], 4.0f);
     EXPECT_EQ(rep.collectiveResult(init, 1, bytes), -1);  // no second result
     rep.beginStep(0);
-    uint64_t b = rep.collectiveBegin("ddp_bucket");
+    uint64_t b = rep.beginCollective("ddp_bucket");
     std::vector<float> ok{1, 2, 3, 4};
-    EXPECT_EQ(rep.collectiveTensor(b, false, "float32", {4}, computeDigest("float32", ok.data(), 16)), 0);
+    EXPECT_EQ(rep.checkCollectiveTensor(b, false, "float32", {4}, computeDigest("float32", ok.data(), 16)), 0);
     ASSERT_EQ(rep.collectiveResult(b, 0, bytes), 1);
     std::memcpy(v, bytes.data(), 16);
     EXPECT_EQ(v[0], 2.0f);
     EXPECT_FALSE(rep.divergence());
     // Step 1: this rank sends something else than it did: a divergence naming the collective.
     rep.beginStep(1);
-    uint64_t b1 = rep.collectiveBegin("ddp_bucket");
+    uint64_t b1 = rep.beginCollective("ddp_bucket");
     std::vector<float> other{1, 2, 3, 5};
-    EXPECT_EQ(rep.collectiveTensor(b1, false, "float32", {4}, computeDigest("float32", other.data(), 16)), 1);
+    EXPECT_EQ(rep.checkCollectiveTensor(b1, false, "float32", {4}, computeDigest("float32", other.data(), 16)), 1);
     ASSERT_TRUE(rep.divergence());
     EXPECT_EQ(rep.divergence()->step, 1);
     EXPECT_NE(rep.divergence()->detail.find(
@@ -255,7 +295,7 @@ TEST(Distributed, ReplayServesKeptResultsAndChecksWhatTheRankSends) {
   {
     // The op itself differing is a divergence too.
     ReplaySession rep(replayConfig(dir, "rank1"), "end");
-    EXPECT_EQ(rep.collectiveBegin("all_reduce"), 0u);
+    EXPECT_EQ(rep.beginCollective("all_reduce"), 0u);
     ASSERT_TRUE(rep.divergence());
     EXPECT_NE(rep.divergence()->detail.find("the recording issued ddp_init_sync"), std::string::npos);
   }
@@ -265,11 +305,11 @@ TEST(Distributed, ReplayServesKeptResultsAndChecksWhatTheRankSends) {
 TEST(Distributed, DigestOnlyRecordingsCannotServeResults) {
   std::string dir = recordTwoRanks(false);
   ReplaySession rep(replayConfig(dir, "rank1"), "end");
-  uint64_t init = rep.collectiveBegin("ddp_init_sync");
+  uint64_t init = rep.beginCollective("ddp_init_sync");
   std::vector<uint8_t> bytes;
   EXPECT_EQ(rep.collectiveResult(init, 0, bytes), 0);
   std::vector<float> ok{1, 2, 3, 4};
-  EXPECT_EQ(rep.collectiveTensor(init, true, "float32", {4}, computeDigest("float32", ok.data(), 16)),
+  EXPECT_EQ(rep.checkCollectiveTensor(init, true, "float32", {4}, computeDigest("float32", ok.data(), 16)),
             0);  // received: checked
   testing::removeTree(dir.substr(0, dir.size() - 2));
 }
@@ -284,7 +324,7 @@ TEST(Distributed, EachRankReplaysItsOwnStreamUnderAllRanks) {
     ReplaySession rep(replayConfig(dir, kEachRank), "end");
     ASSERT_TRUE(rep.active());
     EXPECT_EQ(rep.recordedRank(), 1);
-    rep.collectiveBegin("ddp_init_sync");
+    rep.beginCollective("ddp_init_sync");
     rep.writeReport("exit");
   }
   std::string text = readFile(report + ".rank1");

@@ -1,5 +1,5 @@
 // Data-less replay's file overlay (replayer/FileRedirect) on a real directory tree, and the
-// path rules shared with recording (recorder/FilePaths). Outside the preloaded library the
+// path rules shared with recording (session/FilePaths). Outside the preloaded library the
 // calls here are libc's own, so the overlay's decisions are tested as they are.
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -12,9 +12,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "recorder/FilePaths.h"
 #include "replayer/FileRedirect.h"
 #include "replayer/FileServer.h"
+#include "session/FilePaths.h"
 #include "tests/support/SampleTrace.h"
 
 namespace dlrr {

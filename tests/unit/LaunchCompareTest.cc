@@ -87,6 +87,39 @@ TEST(LaunchCompare, ADropGapLimitsTheComparisonToThePrefix) {
   EXPECT_FALSE(bad.match);
 }
 
+// dlrr_digest_values goes to the process's session (interpose/GpuApi.cc): recorded, then checked.
+TEST(DeviceDigests, RecordAndReplayTakeThemAsProcessSessions) {
+  std::string root = testing::makeTempDir("ddps");
+  std::string dir = root + "/t";
+  int64_t shape[2] = {2, 3};
+  DigestResult dev;
+  dev.hash = 0x1234;
+  {
+    Config c;
+    c.mode = Mode::Record;
+    c.traceDir = dir;
+    RecordSession rec(c);
+    ProcessSession& s = rec;
+    s.stepBegin(0, 0, 0, 0, StepRule::Batch);
+    EXPECT_EQ(s.digestValues(0, "fc", 0, 0, "float32", 2, shape, 1, dev), 0);
+    s.stepEnd(0, 1.0);
+    rec.onExit(true, 0);
+  }
+  for (uint64_t hash : {0x1234, 0x9999}) {
+    Config c;
+    c.mode = Mode::Replay;
+    c.traceDir = dir;
+    ReplaySession rep(c, "end");
+    ProcessSession& s = rep;
+    s.stepBegin(0, 0, 0, 0, StepRule::Batch);
+    DigestResult got = dev;
+    got.hash = hash;
+    EXPECT_EQ(s.digestValues(0, "fc", 0, 0, "float32", 2, shape, 1, got), hash == 0x1234 ? 0 : 1);
+    EXPECT_EQ(s.digestValues(0, "head", 0, 0, "float32", 2, shape, 1, got), 2);  // not recorded
+  }
+  testing::removeTree(root);
+}
+
 TEST(DeviceDigests, RecordedWithTheirAlgorithmAndComparedLikeWithLike) {
   std::string root = testing::makeTempDir("dd");
   std::string dir = root + "/t";

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "format/Hash.h"
-#include "recorder/LaunchTracker.h"
+#include "session/LaunchTracker.h"
 
 namespace dlrr::gpu {
 namespace {
@@ -251,6 +251,7 @@ TEST(LaunchTracker, PerThreadRingsFromSeveralThreads) {
   t.beginStep(0);
   constexpr int kThreads = 4, kEach = 2000;
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   std::vector<int> fns(kThreads);
   for (int i = 0; i < kThreads; ++i)
     threads.emplace_back([&, i] {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "recorder/TensorDigest.h"
+#include "session/TensorDigest.h"
 
 namespace dlrr {
 namespace {

@@ -16,7 +16,7 @@
 
 namespace dlrr::tools {
 
-// dlrecord --ring-steps takes 0-64 (recorder/Config.cc).
+// dlrecord --ring-steps takes 0-64 (session/Config.cc).
 constexpr int64_t kMaxRingSteps = 64;
 
 class StepScan {

@@ -2,8 +2,8 @@
 
 sitecustomize.py calls install() at interpreter start.  The hook is active only when the
 native library is loaded and recording (dlrr_mode() == 1) or replaying (2); it then stays
-dormant until the job imports torch.  Record installs the Recorder, replay the Replayer
-(replay.py), a Recorder subclass that reuses its trackers and serves instead of records.
+dormant until the job imports torch.  Record installs the Recorder, replay the Replayer:
+both are the session core (session.py) with a strategy, recording or serving and checking.
 
 Module map:
   native    ctypes binding (C API prototypes, constants)
@@ -18,9 +18,10 @@ Module map:
   rng       RNG state capture and (de)serialisation
   failures  excepthooks, faulthandler
   runtime   runtime facts (versions, threads, BLAS, determinism flags)
-  recorder  Recorder: record mode, wiring all of the above
+  session   Session: the core of both modes, wiring all of the above
+  recorder  Recorder: record mode (the record strategy)
   batches   decoding of batches served by the replayer
-  replay    Replayer: replay mode
+  replay    Replayer: replay mode (the replay strategy)
   dist      torch.distributed: collectives, DDP buckets, the stand-in group (docs/distributed.md)
   gpu       CUDA tensors digested on the device, device failure ring, out of memory (docs/gpu.md)
   triage    facts only Python sees: packages and versions (docs/triage.md)
@@ -30,7 +31,7 @@ Module map:
 
 from . import native
 
-_recorder = None  # the one Recorder of this process
+_recorder = None  # the one Recorder or Replayer of this process
 
 
 def install(lib=None):

@@ -1,8 +1,10 @@
 """Replay mode: the recorded job runs again, fed from the trace, checked step by step.
 
-The Replayer is the Recorder with its sources swapped and its sink turned into checks, so
-step boundaries, loader numbering, module paths and call indices are computed by exactly
-the same code as at record time:
+The Replayer is the session core (session.py) with its sources swapped and its sink turned
+into checks, so step boundaries, loader numbering, module paths and call indices are
+computed by exactly the same code as at record time.  It implements the strategy methods
+(session.STRATEGY) and extends the extension points (session.EXTENSIONS), nothing else of
+the core.  What replay changes:
 
   DataLoader.__iter__   returns a ReplayIterator: recorded batches, no workers, no dataset
   each delivery         RNG states (torch, NumPy, random) restored to the recorded ones;
@@ -32,7 +34,7 @@ import weakref
 from . import gpu, native, rng as rngmod, runtime
 from .batches import BatchDecoder
 from .modules import fetching
-from .recorder import Recorder
+from .session import Session
 from .snapshots import restore_tree
 
 _HOOK_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -101,8 +103,8 @@ def _user_frame(start):
     return start
 
 
-class Replayer(Recorder):
-    """The hook in replay mode (dlrr_mode() == 2)."""
+class Replayer(Session):
+    """The hook in replay mode (dlrr_mode() == 2): the replay strategy (session.STRATEGY, EXTENSIONS)."""
 
     def __init__(self, lib):
         super().__init__(lib)

@@ -1,4 +1,4 @@
-#include "recorder/FilePaths.h"
+#include "session/FilePaths.h"
 
 #include <fcntl.h>
 #include <limits.h>

@@ -1,4 +1,4 @@
-#include "recorder/TensorDigest.h"
+#include "session/TensorDigest.h"
 
 #include <algorithm>
 #include <bit>

@@ -1,4 +1,4 @@
-#include "recorder/Config.h"
+#include "session/Config.h"
 
 #include <cstdlib>
 #include <cstring>

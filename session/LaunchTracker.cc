@@ -1,4 +1,4 @@
-#include "recorder/LaunchTracker.h"
+#include "session/LaunchTracker.h"
 
 #include <cxxabi.h>
 #include <sys/uio.h>
