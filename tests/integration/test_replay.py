@@ -160,6 +160,25 @@ class ReplayTinyJobTest(TraceTestCase):
         self.assertIn("recorded hash", rep["divergence.detail"])
         self.assertEqual(doc["verified_steps"], 0)
 
+    def test_a_module_output_divergence_stops_at_that_module(self):
+        # Step 2's inputs doubled in the replay only: the first module's output differs; the replay
+        # stops there (a debugger attached sees that forward), not at the end of the step.
+        self.assertEqual(self.record("--steps", "4").returncode, 0)
+        p = run([tool("dlreplay"), self.trace_path(), "--json", "--", "env", "DLRR_TEST_SCALE_FROM=2", PY, TINY,
+                 "--steps", "4"])
+        self.assertEqual(p.returncode, 11, p.stderr)
+        doc = json.loads(p.stdout.rstrip("\n").rsplit("\n", 1)[-1])
+        rep = doc["report"]
+        self.assertEqual(rep["divergence.step"], "2")
+        self.assertEqual(rep["divergence.kind"], "module output")
+        self.assertEqual(doc["verified_steps"], 2)
+        self.assertNotIn("loss", rep.get("divergence.path", ""))
+        self.assertEqual(rep["stop.step"], "2")
+        self.assertIn("step 1 loss", p.stdout)
+        self.assertIn("step 1 forward done", p.stdout)
+        self.assertNotIn("step 2 forward done", p.stdout)  # stopped inside step 2's forward, at that module
+
+
     def test_a_replay_that_raises_where_the_recording_did_not_is_a_divergence(self):
         # Issue 12 item 3: once reported "replayed to the end; 0 of N verified" with exit 0.
         self.assertEqual(self.record("--steps", "8").returncode, 0)

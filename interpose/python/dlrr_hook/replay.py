@@ -108,6 +108,7 @@ class Replayer(Session):
 
     def __init__(self, lib):
         super().__init__(lib)
+        self._inline_outputs = False  # module outputs through _digest: a divergence stops at the module
         self.target = native.TargetT()
         lib.dlrr_replay_target(ctypes.byref(self.target))
         self.target_where = native.decode(self.target.where)

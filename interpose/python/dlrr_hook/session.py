@@ -85,9 +85,8 @@ STRATEGY = {
     "snapshot_rng": "RNG states of an optimizer-counted step: taken, or the recorded ones restored",
     "native_digest": "what the native module hooks need to digest an output themselves (record), or "
                      "None: every output through _on_output (replay compares them there)",
-    "_digest": "one tensor's digest: recorded, or checked (stopping at a divergence).  _on_output's host path "
-               "calls dlrr_digest itself, for speed: replay's native side checks those too, and the step's "
-               "end stops at a divergence there",
+    "_digest": "one tensor's digest: recorded, or checked (stopping at a divergence).  In record, "
+               "_on_output's host path calls dlrr_digest itself, for speed (_inline_outputs)",
 }
 # Extension points: core methods a mode may extend (calling the Session's); what replay adds.
 EXTENSIONS = {
@@ -206,6 +205,9 @@ class Session:
         self._backwards = 0
         self._roots = {}
         self._compiled_functions = set()  # torch.compile'd functions already noted
+        # _on_output digests a host tensor itself (record's _digest, inlined for speed); replay
+        # sends every output through its _digest, which stops at a divergence where it happens.
+        self._inline_outputs = True
         self._compile_called = False  # torch.compile was called (note_compiled_collectives)
         self._collectives_noted = False
         self._parameters = None
@@ -559,8 +561,9 @@ class Session:
         tensor_type = self._tensor_type
         if isinstance(output, tensor_type):
             g = self.gpu
-            if g is None or self.capture_level >= native.CAPTURE_FULL or not g.applies(output):
-                # _digest's host path inlined: this runs for every module call of every step
+            if self._inline_outputs and (g is None or self.capture_level >= native.CAPTURE_FULL or
+                                         not g.applies(output)):
+                # record's _digest host path inlined: this runs for every module call of every step
                 p = self._prepare(output)
                 if p is not None:
                     self._digest_fn(native.DIGEST_MODULE_OUTPUT, path, call_index, 0, p[1], p[3], p[4], p[5],

@@ -8,6 +8,7 @@
 --own-excepthook      install an excepthook that prints the exception without chaining to
                       the one before it (the hook then learns of the exception only at exit)
 --no-loader           count steps by optimizer.step() with tensors made in the loop
+DLRR_TEST_SCALE_FROM=S doubles step S's inputs (a replay then diverges at step S's first module).
 The learning rate comes from DLRR_TEST_LR (default 0.05), so a test can make a replay
 diverge by changing it.
 """
@@ -47,6 +48,7 @@ def main():
     if args.own_excepthook:
         sys.excepthook = lambda t, e, tb: print("job: uncaught %s" % t.__name__, file=sys.stderr)
     lr = float(os.environ.get("DLRR_TEST_LR", "0.05"))
+    scale_from = int(os.environ.get("DLRR_TEST_SCALE_FROM", "-1"))  # inputs doubled from this step
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 3))
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     loss_fn = nn.CrossEntropyLoss()
@@ -72,7 +74,12 @@ def main():
             raise KeyError("missing-key-%d" % step)
         if step == args.raise_multiline_at:
             raise RuntimeError("first-line of the message\nsecond-line\nlast-line \x1b[31mred")
-        loss = loss_fn(model(x), y)
+        if step == scale_from:
+            x = x * 2
+        out = model(x)
+        if scale_from >= 0:
+            print("step %d forward done" % step, flush=True)
+        loss = loss_fn(out, y)
         opt.zero_grad()
         loss.backward()
         opt.step()
