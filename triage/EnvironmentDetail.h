@@ -37,8 +37,10 @@ inline bool bornDuring(const std::string& p, int64_t fromRealNs, int64_t toRealN
   struct statx sx {};
   if (::statx(AT_FDCWD, p.c_str(), AT_SYMLINK_NOFOLLOW, STATX_BTIME | STATX_CTIME, &sx) != 0) return false;
   const struct statx_timestamp& t = (sx.stx_mask & STATX_BTIME) ? sx.stx_btime : sx.stx_ctime;
+  if (t.tv_sec < 0 || t.tv_sec > 4'000'000'000LL) return false;  // before 1970 or after 2096: not this recording
   const int64_t born = t.tv_sec * 1000000000LL + t.tv_nsec;
-  return born >= fromRealNs - 100'000'000 && born <= toRealNs + 20'000'000;
+  // Compared as differences: the recorded bounds come from a trace and may be near the limits.
+  return born >= fromRealNs - 100'000'000 && (born <= toRealNs || born - toRealNs <= 20'000'000);
 }
 
 inline bool isDir(const std::string& p) {

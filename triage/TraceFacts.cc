@@ -65,6 +65,14 @@ struct StreamScan {
   uint64_t steps = 0;
 };
 
+// CLOCK_REALTIME of an event `sinceStart` ns after a stream that started at `startRealNs`; 0
+// (unknown) for times a damaged or foreign trace makes negative or out of range.
+int64_t realNs(int64_t startRealNs, int64_t sinceStart) {
+  int64_t sum = 0;
+  if (startRealNs <= 0 || sinceStart < 0 || __builtin_add_overflow(startRealNs, sinceStart, &sum)) return 0;
+  return sum;
+}
+
 void update(Timeline& t, schema::Event::Reader e) {
   using E = schema::Event;
   t.endNs = e.getTNs();
@@ -277,7 +285,7 @@ TriageInput gatherFacts(Trace& trace) {
     try {
       const int64_t start = l->header().getStartNs();
       l->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
-        in.recordingEndRealNs = std::max(in.recordingEndRealNs, start + e.getTNs());  // the job's exit, last
+        in.recordingEndRealNs = std::max(in.recordingEndRealNs, realNs(start, e.getTNs()));  // the job's exit, last
         if (e.isProcessExit()) in.exitCode = e.getProcessExit().getExitCode();
         if (e.isResourcePeak()) in.launcherPeak = toRecord(e.getResourcePeak());
       });
@@ -340,7 +348,7 @@ TriageInput gatherFacts(Trace& trace) {
                 rec.firstNs = m.getFirstNs();
                 rec.firstStep = m.getFirstStep();
                 rec.stream = sc.name;
-                rec.firstRealNs = s->header().getStartNs() + m.getFirstNs();
+                rec.firstRealNs = realNs(s->header().getStartNs(), m.getFirstNs());
               }
               rec.count = std::max(rec.count, m.getCount());
             }
@@ -367,7 +375,7 @@ TriageInput gatherFacts(Trace& trace) {
       // A damaged stream: what precedes the damage is what we have.
     }
     sc.atEnd = t;
-    if (t.endNs >= 0) in.recordingEndRealNs = std::max(in.recordingEndRealNs, t.processStartRealNs + t.endNs);
+    in.recordingEndRealNs = std::max(in.recordingEndRealNs, realNs(t.processStartRealNs, t.endNs));
     scans.push_back(std::move(sc));
   }
   // Trainers that raced, processes that ran unrecorded (ranks of torch.distributed share no memory).
