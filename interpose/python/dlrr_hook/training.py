@@ -85,35 +85,37 @@ class TrainingPatches:
         disable = getattr(getattr(self._torch, "compiler", None), "disable", None)
         if disable is None:
             return
-        rec = self._rec
+        self._eager = tuple(disable(f) for f in (self._backward_enter, self._backward_exit,
+                                                 self._step_enter, self._step_exit))
 
-        def backward_enter(tensors):
-            with self._backward_lock:
-                self._backward_depth += 1
-                outermost = self._backward_depth == 1
-            if outermost and rec.active:
-                rec.guarded(self._before_backward, tensors)
+    # -- the bookkeeping around backward() and optimizer.step(), eager or (compiling) disabled
+    def _backward_enter(self, tensors):
+        """Counts a backward in (process-wide: see the module docstring); the outermost reports."""
+        with self._backward_lock:
+            self._backward_depth += 1
+            outermost = self._backward_depth == 1
+        if outermost and self._rec.active:
+            self._rec.guarded(self._before_backward, tensors)
 
-        def backward_exit():
-            with self._backward_lock:
-                self._backward_depth -= 1
-                outermost = self._backward_depth == 0
-            if outermost and rec.active:
-                rec.guarded(self._after_backward)
+    def _backward_exit(self, completed=True):
+        with self._backward_lock:
+            self._backward_depth -= 1
+            outermost = self._backward_depth == 0
+        if completed and outermost and self._rec.active:
+            self._rec.guarded(self._after_backward)
 
-        def step_enter(optimizer):
-            if self._local.__dict__.get("step", 0) or not rec.active:
-                self._local.step = self._local.__dict__.get("step", 0) + 1
-                return
-            rec.guarded(self._before_step, optimizer)
-            self._local.step = 1
+    def _step_enter(self, optimizer):
+        """Counts an optimizer.step in (per thread: nested calls count once); True: outermost."""
+        depth = self._local.__dict__.get("step", 0)
+        self._local.step = depth + 1
+        if depth == 0 and self._rec.active:
+            self._rec.guarded(self._before_step, optimizer)
+        return depth == 0
 
-        def step_exit(optimizer):
-            self._local.step = self._local.__dict__.get("step", 1) - 1
-            if self._local.step == 0 and rec.active:
-                rec.guarded(self._after_step, optimizer)
-
-        self._eager = tuple(disable(f) for f in (backward_enter, backward_exit, step_enter, step_exit))
+    def _step_exit(self, optimizer, completed=True):
+        self._local.step -= 1
+        if completed and self._local.step == 0 and self._rec.active:
+            self._rec.guarded(self._after_step, optimizer)
 
     # -- torch.func gradient transforms
     def _wrap_gradient_transform(self, original):
@@ -153,18 +155,13 @@ class TrainingPatches:
             result = original(*args, **kwargs)
             eager[1]()
             return result
-        with self._backward_lock:
-            outermost = self._backward_depth == 0
-            self._backward_depth += 1
+        self._backward_enter(tensors)
         try:
-            if outermost:
-                rec.guarded(self._before_backward, tensors)
             result = original(*args, **kwargs)
-        finally:
-            with self._backward_lock:
-                self._backward_depth -= 1
-        if outermost and rec.active:
-            rec.guarded(self._after_backward)
+        except BaseException:
+            self._backward_exit(completed=False)
+            raise
+        self._backward_exit()
         return result
 
     def _wrap_tensor_backward(self, original):
@@ -206,27 +203,23 @@ class TrainingPatches:
     def _wrap_step(self, original):
         patches = self
         rec = self._rec
-        local = self._local
 
         def step(self, *args, **kwargs):
+            if not rec.active:
+                return original(self, *args, **kwargs)
             eager = patches._eager
             if eager is not None and patches._is_compiling():  # traced: see the module docstring
-                if not rec.active:
-                    return original(self, *args, **kwargs)
                 eager[2](self)
                 result = original(self, *args, **kwargs)
                 eager[3](self)
                 return result
-            if not rec.active or local.__dict__.get("step", 0):
-                return original(self, *args, **kwargs)
-            rec.guarded(patches._before_step, self)
-            local.step = 1
+            outermost = patches._step_enter(self)
             try:
                 # Jump replay's fast-forward: the update is skipped (the snapshot restores it).
-                result = None if rec.fast_forwarding else original(self, *args, **kwargs)
-            finally:
-                local.step = 0
-            if rec.active:
-                rec.guarded(patches._after_step, self)
+                result = None if outermost and rec.fast_forwarding else original(self, *args, **kwargs)
+            except BaseException:
+                patches._step_exit(self, completed=False)
+                raise
+            patches._step_exit(self)
             return result
         return step
