@@ -166,12 +166,8 @@ __attribute__((visibility("hidden"))) void* dlrr_dlopen_observed(const char* fil
   if (file && strchr(file, '/'))
     if (FileRedirect* fr = files::redirect()) {
       ReentryGuard g;
-      if (g) try {
-          std::string fallback, abs = fr->resolve(AT_FDCWD, file);
-          if (!abs.empty()) use = fr->forRead(abs, fallback);  // never a served stand-in of a library
-        } catch (...) {
-          use.clear();
-        }
+      std::string abs, fallback;  // never a served stand-in of a library
+      if (g) use = files::readPath(*fr, AT_FDCWD, file, abs, fallback);
     }
   void* h = real(use.empty() ? file : use.c_str(), mode);
   if (h) return h;

@@ -32,18 +32,26 @@ int fopenFlags(const char* mode) noexcept;
 // A lookup that reads (open O_RDONLY, stat, access, opendir): `call(dirfd, path)` on the path
 // replay wants, retried on the served copy when the original is missing. `failed(r)` says
 // whether r is a failure (errno set).
+// FileRedirect::forRead of a job's path argument: the path to use instead ("" = the original),
+// with `abs` and `fallback` (the served copy to retry with) as forRead sets them.
+inline std::string readPath(FileRedirect& fr, int dirfd, const char* path, std::string& abs,
+                            std::string& fallback) noexcept {
+  try {
+    abs = fr.resolve(dirfd, path);
+    return abs.empty() ? std::string() : fr.forRead(abs, fallback);
+  } catch (...) {
+    return {};
+  }
+}
+
 template <typename R, typename Call, typename Failed>
 R lookup(int dirfd, const char* path, Call&& call, Failed&& failed) {
   FileRedirect* fr = redirect();
   if (!fr || !path) return call(dirfd, path);
   ReentryGuard g;
   if (!g) return call(dirfd, path);
-  std::string abs, use, fallback;
-  try {
-    abs = fr->resolve(dirfd, path);
-    if (!abs.empty()) use = fr->forRead(abs, fallback);
-  } catch (...) {
-  }
+  std::string abs, fallback;
+  const std::string use = readPath(*fr, dirfd, path, abs, fallback);
   if (!use.empty()) return call(AT_FDCWD, use.c_str());
   R r = call(dirfd, path);
   if (failed(r) && (errno == ENOENT || errno == ENOTDIR) && !fallback.empty()) {
