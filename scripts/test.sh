@@ -16,7 +16,11 @@ ctest --test-dir build --output-on-failure -j2 --timeout 900
 echo "== ASan+UBSan build of the unit tests"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDLRR_SANITIZE=ON -DDLRR_WERROR=ON >/dev/null
 cmake --build build-asan -j"$(nproc)" --target dlrr_unit_tests
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+# intercept_tls_get_addr=0: LSan's exit-time scan misreads dynamic TLS blocks on glibc >= 2.25
+# (google/sanitizers#1267, #1322) and its tracer then dies with SIGSEGV after a test passed; only
+# a dlopen'd library's TLS is dynamic here (libcupti in GpuCaptureReal: one CI failure), and
+# leaks stay detected from every other root.
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:intercept_tls_get_addr=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j2 -L unit -LE python  # the hook's Python tests need no sanitizer build
 
 echo "== ThreadSanitizer build of the unit tests"
