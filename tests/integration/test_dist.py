@@ -248,7 +248,7 @@ class HandStartedRanksTest(TraceTestCase):
     """Ranks started by hand (env://, as torchrun would set them up), one dlrecord each: runs
     where torchrun cannot (Debian 13's torch has no libuv; env:// honours USE_LIBUV=0)."""
 
-    def start_ranks(self, job, trace=None):
+    def start_ranks(self, job, trace=None, collectives="full"):
         """Runs job on 2 hand-started ranks (each under dlrecord when trace is given); returns their
         (stdout, stderr), after checking that both exited 0."""
         with socket.socket() as s:
@@ -257,7 +257,7 @@ class HandStartedRanksTest(TraceTestCase):
         env = dict(os.environ, WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port), USE_LIBUV="0")
         env.pop("DLRR_MODE", None)
-        prefix = [tool("dlrecord"), "--collectives", "full", "-o", trace, "--"] if trace else []
+        prefix = [tool("dlrecord"), "--collectives", collectives, "-o", trace, "--"] if trace else []
         ranks = [subprocess.Popen(prefix + job, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
                  for r in range(2)]
@@ -280,6 +280,33 @@ class HandStartedRanksTest(TraceTestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertRegex(p.stderr, r"replayed to the end; (\d+) of \1 recorded steps verified bit-exact")
         self.assertRegex(p.stderr, r"collectives: \d+ of \d+ recorded issued; \d+ tensors verified; [1-9]\d* results served")
+
+    def test_all_ranks_started_by_dlreplay_as_they_were_started(self):
+        # No launcher was recorded (no torchrun: it cannot start on Debian 13's torch), and a
+        # digest-only recording cannot replay a rank alone: dlreplay starts both ranks itself,
+        # with their recorded commands, at a free port, and verifies every stream.
+        job = [PY, DDP, "--steps", "4", "--nan-rank", "1", "--nan-step", "2"]
+        trace = self.trace_path()
+        recorded = self.start_ranks(job, trace, collectives="digest")
+        p = run([tool("dlreplay"), trace, "--dry-run"], timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        for r in range(2):
+            self.assertIn("dlreplay: would run rank %d: %s" % (r, " ".join(job)), p.stderr)
+        self.assertEqual(p.stdout, "")
+        p = run([tool("dlreplay"), trace], timeout=300)  # --all-ranks: the only replay of this trace
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("relaunching every rank (--all-ranks)", p.stderr)
+        self.assertIn("every rank (2) started by dlreplay as it was started (by hand, no launcher recorded)", p.stderr)
+        # Both ranks write to dlreplay's stdout; unbuffered (PYTHONUNBUFFERED), print() writes a
+        # line and its newline apart, so one rank's line may land inside another's.
+        replayed = [l for l in p.stdout.replace("rank ", "\nrank ").splitlines() if l]
+        for r in range(2):
+            self.assertRegex(p.stderr, r"rank %d: (\d+) of \1 recorded steps verified bit-exact" % r)
+            lines = [l for l in replayed if l.startswith("rank %d " % r)]
+            self.assertEqual(lines, recorded[r][0].splitlines(), p.stderr)  # the same losses, NaN included
+        self.assertIn("every rank replayed to the end, every step verified", p.stderr)
+        p = run([tool("dlreplay"), trace, "--all-ranks", "--until", "nan"], timeout=60)
+        self.assertEqual(p.returncode, 2, p.stderr)  # every rank replays to the end
 
     def test_comm_hook_and_a_compiled_collective_on_hand_started_ranks(self):
         # A user DDP comm hook (its all_reduce recorded and served), and on torch 2.x an all_reduce

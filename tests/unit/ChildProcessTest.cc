@@ -7,8 +7,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tools/common/ChildProcess.h"
 
@@ -62,6 +64,45 @@ TEST(ChildProcess, ASignalSentToTheParentIsPassedOnAndTheFdIsInherited) {
 TEST(ChildProcess, ADeathBySignalIsAShellExitCode) {
   ChildResult r = runChild({"sh", "-c", "kill -TERM $$"}, {});
   EXPECT_EQ(shellExitCode(r.waitStatus), 128 + SIGTERM);
+}
+
+TEST(ChildProcess, SeveralChildrenRunTogetherAndAreAllWaitedFor) {
+  // Each child waits for the other's file: they can only finish if they run at the same time.
+  char dir[] = "/tmp/dlrr-launchall-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  std::string d = dir;
+  std::vector<LaunchSpec> specs(2);
+  for (int i = 0; i < 2; ++i) {
+    specs[i].argv = {"sh", "-c",
+                     "touch " + d + "/" + std::to_string(i) + "; n=0; while [ ! -e " + d + "/" + std::to_string(1 - i) +
+                         " ]; do n=$((n+1)); [ $n -gt 500 ] && exit 9; sleep 0.01; done; exit " +
+                         std::to_string(3 + i)};
+    specs[i].env = environmentWith({});
+  }
+  std::vector<ChildResult> r = launchAll(specs);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(shellExitCode(r[0].waitStatus), 3);
+  EXPECT_EQ(shellExitCode(r[1].waitStatus), 4);
+  EXPECT_NE(r[0].pid, r[1].pid);
+  std::filesystem::remove_all(d);
+}
+
+TEST(ChildProcess, OneFailingStopsItsPeersWhenAsked) {
+  std::vector<LaunchSpec> specs(2);
+  specs[0].argv = {"sh", "-c", "sleep 0.1; exit 3"};
+  specs[1].argv = {"sh", "-c", "trap 'exit 42' TERM; while :; do sleep 0.02; done"};  // waits for a peer forever
+  for (auto& s : specs) s.env = environmentWith({});
+  std::vector<ChildResult> r = launchAll(specs, /*stopOthersOnFailure=*/true);
+  EXPECT_EQ(shellExitCode(r[0].waitStatus), 3);
+  EXPECT_EQ(shellExitCode(r[1].waitStatus), 42);
+  // Not asked: a failure leaves the others alone.
+  specs[1].argv = {"sh", "-c", "sleep 0.3; exit 5"};
+  r = launchAll(specs);
+  EXPECT_EQ(shellExitCode(r[1].waitStatus), 5);
+  specs[0].argv = {"/nonexistent/dlrr-test-program"};
+  r = launchAll(specs, true);
+  EXPECT_EQ(r[0].execError, ENOENT);
+  EXPECT_EQ(shellExitCode(r[1].waitStatus), 128 + SIGTERM);  // no trap: the TERM ends it
 }
 
 }  // namespace

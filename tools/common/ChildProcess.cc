@@ -67,62 +67,114 @@ std::vector<std::string> environmentWith(const std::vector<std::pair<std::string
   return env;
 }
 
-ChildResult launch(const LaunchSpec& spec) {
-  // Everything the child needs is built before fork: after it, only async-signal-safe calls.
-  std::vector<std::string> env = spec.env, args = spec.argv;
-  std::vector<char*> envp, argp;
-  for (auto& s : env) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  for (auto& s : args) argp.push_back(s.data());
-  argp.push_back(nullptr);
+namespace {
 
-  int execPipe[2];
-  if (::pipe2(execPipe, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe");
-  IgnoredInterrupt ignored(!spec.passSignalsOn);
-  BlockedSignals blocked(spec.passSignalsOn);
-  pid_t pid = ::fork();
-  if (pid < 0) {
-    int err = errno;
-    ::close(execPipe[0]);
-    ::close(execPipe[1]);
-    throw std::system_error(err, std::generic_category(), "fork");
+// The child side of a fork: only async-signal-safe calls. Reports a failed chdir/exec's errno
+// through `execPipe` and exits 127 (not found) or 126.
+[[noreturn]] void execChild(const LaunchSpec& spec, char** argp, char** envp, const IgnoredInterrupt& ignored,
+                            const sigset_t& oldMask, int execPipe) {
+  ignored.restore();  // the job gets the dispositions and mask it would get without us
+  ::pthread_sigmask(SIG_SETMASK, &oldMask, nullptr);
+  for (int fd : spec.inheritFds) ::fcntl(fd, F_SETFD, 0);
+  int err = 0;
+  if (!spec.cwd.empty() && ::chdir(spec.cwd.c_str()) != 0) err = errno;
+  if (err == 0) {
+    ::execvpe(argp[0], argp, envp);
+    err = errno;
   }
-  if (pid == 0) {
-    ignored.restore();  // the job gets the dispositions and mask it would get without us
-    ::pthread_sigmask(SIG_SETMASK, &blocked.old(), nullptr);
-    for (int fd : spec.inheritFds) ::fcntl(fd, F_SETFD, 0);
-    int err = 0;
-    if (!spec.cwd.empty() && ::chdir(spec.cwd.c_str()) != 0) err = errno;
-    if (err == 0) {
-      ::execvpe(argp[0], argp.data(), envp.data());
-      err = errno;
+  ssize_t w = ::write(execPipe, &err, sizeof err);
+  (void)w;
+  ::_exit(err == ENOENT ? 127 : 126);
+}
+
+bool failed(int waitStatus) { return !WIFEXITED(waitStatus) || WEXITSTATUS(waitStatus) != 0; }
+
+}  // namespace
+
+std::vector<ChildResult> launchAll(const std::vector<LaunchSpec>& specs, bool stopOthersOnFailure) {
+  if (specs.empty()) return {};
+  // Everything the children need is built before fork: after it, only async-signal-safe calls.
+  struct Prepared {
+    std::vector<std::string> env, args;
+    std::vector<char*> envp, argp;
+  };
+  std::vector<Prepared> prepared(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    Prepared& p = prepared[i];
+    p.env = specs[i].env;
+    p.args = specs[i].argv;
+    for (auto& s : p.env) p.envp.push_back(s.data());
+    p.envp.push_back(nullptr);
+    for (auto& s : p.args) p.argp.push_back(s.data());
+    p.argp.push_back(nullptr);
+  }
+  const bool passOn = specs.front().passSignalsOn;
+  IgnoredInterrupt ignored(!passOn);
+  BlockedSignals blocked(passOn);
+  std::vector<ChildResult> results(specs.size());
+  std::vector<bool> running(specs.size(), false);
+  size_t live = 0;
+  auto stopAll = [&](int sig) {
+    for (size_t i = 0; i < results.size(); ++i)
+      if (running[i]) ::kill(results[i].pid, sig);
+  };
+  for (size_t i = 0; i < specs.size(); ++i) {
+    int execPipe[2];
+    if (::pipe2(execPipe, O_CLOEXEC) != 0) {
+      int err = errno;
+      stopAll(SIGTERM);  // never leave started children unwaited: they are reaped below
+      if (live == 0) throw std::system_error(err, std::generic_category(), "pipe");
+      for (size_t j = i; j < specs.size(); ++j) results[j].execError = err;  // never started
+      break;
     }
-    ssize_t w = ::write(execPipe[1], &err, sizeof err);
-    (void)w;
-    ::_exit(err == ENOENT ? 127 : 126);
+    pid_t pid = ::fork();
+    if (pid < 0) {
+      int err = errno;
+      ::close(execPipe[0]);
+      ::close(execPipe[1]);
+      stopAll(SIGTERM);
+      if (live == 0) throw std::system_error(err, std::generic_category(), "fork");
+      for (size_t j = i; j < specs.size(); ++j) results[j].execError = err;  // never started
+      break;
+    }
+    if (pid == 0)
+      execChild(specs[i], prepared[i].argp.data(), prepared[i].envp.data(), ignored, blocked.old(), execPipe[1]);
+    ::close(execPipe[1]);
+    results[i].pid = pid;
+    running[i] = true;
+    ++live;
+    int execErr = 0;
+    ssize_t n;
+    while ((n = ::read(execPipe[0], &execErr, sizeof execErr)) < 0 && errno == EINTR) {
+    }
+    ::close(execPipe[0]);
+    if (n == static_cast<ssize_t>(sizeof execErr)) results[i].execError = execErr;
   }
-  ::close(execPipe[1]);
-  ChildResult r;
-  r.pid = pid;
-  int execErr = 0;
-  ssize_t n;
-  while ((n = ::read(execPipe[0], &execErr, sizeof execErr)) < 0 && errno == EINTR) {
-  }
-  ::close(execPipe[0]);
-  if (n == static_cast<ssize_t>(sizeof execErr)) r.execError = execErr;
-  for (;;) {
-    pid_t done = ::wait4(pid, &r.waitStatus, WNOHANG, &r.usage);
-    if (done == pid) break;
-    if (done < 0 && errno != EINTR) break;
+  while (live > 0) {
+    bool reaped = false;
+    for (size_t i = 0; i < results.size(); ++i) {
+      if (!running[i]) continue;
+      pid_t done = ::wait4(results[i].pid, &results[i].waitStatus, WNOHANG, &results[i].usage);
+      if (done == results[i].pid || (done < 0 && errno == ECHILD)) {
+        running[i] = false;
+        --live;
+        reaped = true;
+        // As torchrun does: one process failing stops its peers (they would wait for it forever).
+        if (stopOthersOnFailure && done == results[i].pid && failed(results[i].waitStatus)) stopAll(SIGTERM);
+      }
+    }
+    if (reaped || live == 0) continue;
     siginfo_t info{};
     if (::sigwaitinfo(&blocked.set(), &info) < 0) continue;
     if (info.si_signo == SIGCHLD) continue;
-    // A terminal's Ctrl-C / Ctrl-\ reached the child's process group already.
+    // A terminal's Ctrl-C / Ctrl-\ reached the children's process group already.
     if (info.si_code == SI_KERNEL && (info.si_signo == SIGINT || info.si_signo == SIGQUIT)) continue;
-    ::kill(pid, info.si_signo);
+    stopAll(info.si_signo);
   }
-  return r;
+  return results;
 }
+
+ChildResult launch(const LaunchSpec& spec) { return launchAll({spec}).front(); }
 
 ChildResult runChild(const std::vector<std::string>& argv,
                      const std::vector<std::pair<std::string, std::string>>& setEnv) {

@@ -35,6 +35,13 @@ struct ChildResult {
 // Throws std::system_error when fork or pipe fails.
 ChildResult launch(const LaunchSpec& spec);
 
+// Several children at once (the ranks of a distributed job, started as a launcher would), all
+// waited for; signals are passed on to every child still running (specs.front().passSignalsOn
+// decides for all). `stopOthersOnFailure`: when one exits non-zero or dies, the others get
+// SIGTERM, as torchrun does. When fork fails after the first child, those started are stopped
+// and reaped, and the others' execError is fork's errno; when it fails first, std::system_error.
+std::vector<ChildResult> launchAll(const std::vector<LaunchSpec>& specs, bool stopOthersOnFailure = false);
+
 // This process's environment with `setEnv` added (or replacing what is there).
 std::vector<std::string> environmentWith(const std::vector<std::pair<std::string, std::string>>& setEnv);
 

@@ -13,7 +13,7 @@
 
 namespace dlrr {
 
-int allRanksOutcome(const RankReport& ranks, const RankReports& files, int status, bool json) {
+int allRanksOutcome(const RankReport& ranks, const RankReports& files, int status, bool json, const std::string& who) {
   int diverged = 0, attached = 0, complete = 0;
   std::string out;
   tools::JsonWriter j(out, 0);
@@ -63,7 +63,7 @@ int allRanksOutcome(const RankReport& ranks, const RankReports& files, int statu
                         : code == kNoReplay   ? "no rank attached to the trace (is it the recorded launcher command?)"
                                               : "not every rank replayed all its recorded steps";
   if (WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0))
-    verdict += std::string(" (the launcher ") +
+    verdict += " (" + who + " " +
                (WIFSIGNALED(status) ? std::string("was killed by ") + strsignal(WTERMSIG(status))
                                     : "exited with " + std::to_string(WEXITSTATUS(status))) +
                ")";

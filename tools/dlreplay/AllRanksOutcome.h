@@ -15,6 +15,8 @@ using RankReports = std::vector<std::pair<int, std::string>>;
 // stderr, or one JSON line on stdout), and returns the exit code: 0 when every rank replayed
 // its stream to the end with every step verified; 11 when one diverged; 12 when none attached;
 // else 10. `launcherStatus`: the launcher's wait status (torchrun's), said when it failed.
-int allRanksOutcome(const RankReport& ranks, const RankReports& files, int launcherStatus, bool json);
+// `who`: what that status is of ("the launcher", or "rank 1" when dlreplay started the ranks).
+int allRanksOutcome(const RankReport& ranks, const RankReports& files, int launcherStatus, bool json,
+                    const std::string& who = "the launcher");
 
 }  // namespace dlrr

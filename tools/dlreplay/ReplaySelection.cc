@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <string_view>
 
 #include "format/Concurrency.h"
 #include "format/TraceError.h"
@@ -170,6 +171,18 @@ bool chooseTarget(Trace& trace, const ReplayOptions& o, SelectionResult& r, Repl
   return true;
 }
 
+// One dlrecord per rank and no torch.distributed.elastic variable in any rank's environment
+// (torchrun sets TORCHELASTIC_RUN_ID & co.): the ranks were started by hand (env://), once each.
+bool startedByHand(Trace& trace, const ReplaySelection& s) {
+  for (const auto& rk : s.ranks.ranks) {
+    StreamReader* rs = trace.find(rk.stream);
+    if (!rs || rk.restart != 0) return false;
+    for (auto kv : rs->header().getDistEnv())
+      if (std::string_view(kv.getKey().cStr()).starts_with("TORCHELASTIC_")) return false;
+  }
+  return !s.ranks.ranks.empty();
+}
+
 // The command and its working directory: the recorded one, a rank's own, or the user's.
 bool chooseCommand(Trace& trace, const ReplayOptions& o, SelectionResult& r, ReplaySelection& s) {
   auto ti = s.launcher->header().getTrace();
@@ -181,6 +194,26 @@ bool chooseCommand(Trace& trace, const ReplayOptions& o, SelectionResult& r, Rep
     auto h = s.stream->header();
     for (auto a : h.getArgv()) s.command.emplace_back(a.cStr());
     if (h.getCwd().size()) s.cwd = h.getCwd().cStr();
+  } else if (!s.explicitCommand && s.allRanks && s.launcher->name() != Trace::kLauncherName &&
+             startedByHand(trace, s)) {
+    // No launcher started them: dlreplay starts each rank as it was started (main.cc).
+    for (const auto& rk : s.ranks.ranks) {
+      StreamReader* rs = trace.find(rk.stream);
+      if (!rs) continue;
+      ReplaySelection::RankLaunch l;
+      l.rank = rk.rank;
+      auto h = rs->header();
+      for (auto a : h.getArgv()) l.argv.emplace_back(a.cStr());
+      l.cwd = h.getCwd().size() ? h.getCwd().cStr() : s.cwd;
+      for (auto kv : h.getDistEnv()) l.distEnv.emplace_back(kv.getKey().cStr(), kv.getValue().cStr());
+      if (l.argv.empty()) {
+        r.refusal = {kCorrupt, {"rank " + std::to_string(rk.rank) + "'s stream records no command"}};
+        return false;
+      }
+      s.rankLaunches.push_back(std::move(l));
+    }
+    s.command = s.rankLaunches.front().argv;
+    s.cwd = s.rankLaunches.front().cwd;
   } else if (!s.explicitCommand && s.allRanks && s.launcher->name() != Trace::kLauncherName) {
     // The ranks must run the recorded command lines exactly: --no_python keeps torchrun from
     // adding its own interpreter flags.

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "format/Ranks.h"
@@ -32,7 +33,17 @@ struct ReplaySelection {
   ReplayTarget target;
   JumpPlan jump;
   std::vector<std::string> command;  // the command replayed (recorded, a rank's, or given)
-  bool explicitCommand = false;      // given after '--'
+  // --all-ranks of ranks that were started by hand (one dlrecord each, no torchrun): dlreplay
+  // starts every rank itself, each with its recorded command and rendezvous variables; empty
+  // when one command (the launcher's, or the user's) starts them.
+  struct RankLaunch {
+    int rank = -1;
+    std::vector<std::string> argv;
+    std::string cwd;
+    std::vector<std::pair<std::string, std::string>> distEnv;  // RANK, WORLD_SIZE, MASTER_ADDR, ... as recorded
+  };
+  std::vector<RankLaunch> rankLaunches;
+  bool explicitCommand = false;  // given after '--'
   std::string cwd;
   // Several trainers at once, or processes that were not recorded (format/Concurrency.h): why
   // a replay of this one stream cannot show the job deterministic ("" when nothing of the kind).

@@ -4,8 +4,11 @@
 // entropy, batches and RNG states served from the trace, every step checked against the
 // recording, and a stop at the target. It shows the command before running it, and never
 // runs the command of a trace from another host or user without consent.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <kj/exception.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -95,12 +98,22 @@ void say(const std::vector<std::string>& lines) {
 
 // What dlreplay shows before running anything (the command, where, to what target), and the
 // consent a foreign trace needs. Returns 0 to go on, else the exit code.
-int announce(const ReplaySelection& s, const ReplayOptions& o, Trace& trace) {
+int announce(const ReplaySelection& s, const ReplayOptions& o, Trace& trace, int rankPort) {
   auto ti = s.launcher->header().getTrace();
   std::string host = ti.getHost().cStr();
   bool foreign = host != hostName() || ti.getUid() != ::getuid();
-  std::fprintf(stderr, "dlreplay: %s %s\n", o.dryRun ? "would run" : "running", tools::joinCommand(s.command).c_str());
-  if (s.allRanks)
+  for (const auto& l : s.rankLaunches)
+    std::fprintf(stderr, "dlreplay: %s rank %d: %s\n", o.dryRun ? "would run" : "running", l.rank,
+                 tools::joinCommand(l.argv).c_str());
+  if (s.rankLaunches.empty())
+    std::fprintf(stderr, "dlreplay: %s %s\n", o.dryRun ? "would run" : "running",
+                 tools::joinCommand(s.command).c_str());
+  if (!s.rankLaunches.empty())
+    std::fprintf(stderr,
+                 "dlreplay:   in %s, every rank (%zu) started by dlreplay as it was started (by hand, no launcher "
+                 "recorded), meeting at 127.0.0.1:%d, each replaying its own stream to %s\n",
+                 s.cwd.c_str(), s.rankLaunches.size(), rankPort, s.target.describe().c_str());
+  else if (s.allRanks)
     std::fprintf(stderr, "dlreplay:   in %s, every rank (%zu) replaying its own stream to %s\n", s.cwd.c_str(),
                  s.ranks.ranks.size(), s.target.describe().c_str());
   else
@@ -147,6 +160,63 @@ RankReports makeRankReports(const RankReport& ranks, const std::string& reportPa
   return out;
 }
 
+// A TCP port on 127.0.0.1 free now (the kernel's pick); 0 when none could be had.
+int freeLocalPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
+}
+
+// --all-ranks of hand-started ranks: every rank at once, each with its recorded command and
+// rendezvous variables (the address and port where they meet: this host's, free now), one
+// failing stops the others as torchrun would; then the per-rank verdict.
+int runRanks(const ReplaySelection& s, const ReplayOptions& o, const Environment& env, ReplayFiles& files,
+             const RankReports& rankReports, int port) {
+  std::vector<tools::LaunchSpec> specs;
+  for (const auto& l : s.rankLaunches) {
+    Environment e = env;
+    for (const auto& [k, v] : l.distEnv) e[k] = v;
+    e["MASTER_ADDR"] = "127.0.0.1";
+    e["MASTER_PORT"] = std::to_string(port);
+    tools::LaunchSpec spec;
+    spec.argv = l.argv;
+    spec.env = environmentStrings(e);
+    spec.cwd = l.cwd;
+    specs.push_back(std::move(spec));
+  }
+  std::vector<tools::ChildResult> children;
+  try {
+    children = tools::launchAll(specs, /*stopOthersOnFailure=*/true);
+  } catch (const std::system_error& e) {
+    std::fprintf(stderr, "dlreplay: cannot start the ranks: %s\n", e.what());
+    return kIo;
+  }
+  int status = 0;
+  std::string who;
+  for (size_t i = 0; i < children.size(); ++i) {
+    if (children[i].execError != 0) {
+      std::fprintf(stderr, "dlreplay: cannot run rank %d's '%s': %s\n", s.rankLaunches[i].rank,
+                   s.rankLaunches[i].argv[0].c_str(), std::strerror(children[i].execError));
+      return children[i].execError == ENOENT ? 127 : 126;
+    }
+    if (who.empty() && tools::shellExitCode(children[i].waitStatus) != 0) {
+      status = children[i].waitStatus;  // the first rank that failed (the others were stopped after it)
+      who = "rank " + std::to_string(s.rankLaunches[i].rank);
+    }
+  }
+  if (!o.json) files.print(stderr);
+  return allRanksOutcome(s.ranks, rankReports, status, o.json, who.empty() ? "the launcher" : who);
+}
+
 int run(int argc, char** argv) {
   ReplayOptions o;
   try {
@@ -181,7 +251,12 @@ int run(int argc, char** argv) {
     return selected.refusal.exitCode;
   }
   const ReplaySelection& s = *selected.selection;
-  if (int rc = announce(s, o, *trace)) return rc;
+  int rankPort = 0;  // where hand-started ranks meet (MASTER_PORT): a free one here, not the recorded one
+  if (!s.rankLaunches.empty() && (rankPort = freeLocalPort()) <= 0) {
+    std::perror("dlreplay: no free local port for the ranks' rendezvous");
+    return kIo;
+  }
+  if (int rc = announce(s, o, *trace, rankPort)) return rc;
 
   // 2. The job's environment (ReplayEnvironment.h).
   InstallPaths paths;
@@ -239,6 +314,7 @@ int run(int argc, char** argv) {
     env["DLRR_GDB_STATUS"] = gdbStatus->path();  // gdb runs with our library too: its write is not the job's
     full = gdbCommand(s.command, gdbStatus->path(), ::isatty(0));
   }
+  if (!s.rankLaunches.empty()) return runRanks(s, o, env, files, rankReports, rankPort);
   // ReplaySession's claim on the stream, next to the report.
   const std::string claimPath = report.path() + ".claim." + s.stream->name();
   tools::LaunchSpec spec;
