@@ -70,7 +70,7 @@ class Torch2FeaturesTest(FeatureCheck, TraceTestCase):
         self.assertIn("unverified: <root> is a torch.compile'd module: its submodules run inside the compiled "
                       "graph, so their outputs are not digested or verified", rep.stderr)
         info = run([tool("dltrace"), "info", trace], timeout=120)
-        self.assertIn("<root> is a torch.compile'd module", info.stdout)
+        self.assertEqual(info.stdout.count("<root> is a torch.compile'd module"), 1, info.stdout)  # once, not per step
         env = run([tool("dltrace"), "env", trace], timeout=120)
         self.assertIn("unverified.compiled", env.stdout)
         # Names are the model's own, without torch.compile's _orig_mod.
@@ -117,6 +117,30 @@ class Torch2FeaturesTest(FeatureCheck, TraceTestCase):
         end = run([tool("dlreplay"), trace, "--until", "end"], timeout=300)
         self.assertEqual(end.returncode, 0, end.stderr)
         self.assertEqual(end.stdout, rec.stdout)
+
+    def test_jump_replay_of_a_compiled_model_and_none_for_a_compiled_step(self):
+        # A compiled module's forward is seen (its output digested): snapshots hold it and the
+        # replay jumps. A model called only inside a compiled function is never seen: no
+        # snapshot, and the trace says why rather than leaving --snapshot-every unexplained.
+        trace = self.trace_path("jump-compile.trace")
+        rec = run([tool("dlrecord"), "-q", "--snapshot-every", "2steps", "-o", trace, "--", PY, JOB, "compile"],
+                  timeout=300)
+        self.assertEqual(rec.returncode, 0, rec.stderr)
+        rep = run([tool("dlreplay"), trace, "--until", "end", "--from", "step=4"], timeout=300)
+        self.assertEqual(rep.returncode, 0, rep.stderr)
+        self.assertIn("replayed to the end; 4 of 8 recorded steps verified bit-exact (jumped to step 4", rep.stderr)
+        self.assertEqual(rep.stdout.splitlines()[4:], rec.stdout.splitlines()[4:])  # fast-forwarded steps print stand-ins
+        trace = self.trace_path("jump-compile-step.trace")
+        rec = run([tool("dlrecord"), "-q", "--snapshot-every", "2steps", "-o", trace, "--", PY, JOB,
+                   "compile-step-nan"], timeout=300)
+        self.assertEqual(rec.returncode, 0, rec.stderr)
+        info = run([tool("dltrace"), "info", trace], timeout=120).stdout
+        self.assertIn("no snapshot at step 2: no module with parameters or buffers ran a forward outside "
+                      "torch.compile'd code", info)
+        self.assertEqual(info.count("no snapshot at step"), 1)
+        rep = run([tool("dlreplay"), trace, "--until", "nan", "--from", "snapshot"], timeout=120)
+        self.assertEqual(rep.returncode, 7, rep.stderr)
+        self.assertIn("the trace holds no snapshot", rep.stderr)
 
     def test_compiled_whole_step_until_nan(self):
         # zero_grad, forward, backward() and optimizer.step() in one compiled function: dynamo

@@ -205,6 +205,7 @@ class Session:
         self._backwards = 0
         self._roots = {}
         self._compiled_functions = set()  # torch.compile'd functions already noted
+        self._compiled_modules = set()  # paths of torch.compile'd modules already noted (_roots is per step)
         # _on_output digests a host tensor itself (record's _digest, inlined for speed); replay
         # sends every output through its _digest, which stops at a divergence where it happens.
         self._inline_outputs = True
@@ -512,6 +513,9 @@ class Session:
         """Say in the trace what is not verified under torch.compile (dltrace info's recorder
         notes and dltrace env's unverified.compiled show it)."""
         path = self.modules.paths.path_of(module, None, module).decode("utf-8", "surrogatepass")
+        if path in self._compiled_modules:
+            return
+        self._compiled_modules.add(path)
         self._note_unverified("unverified.compiled", compiled_note(path))
 
     def _patch_compile(self, torch):

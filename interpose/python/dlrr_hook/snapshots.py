@@ -166,16 +166,27 @@ class SnapshotTaker:
         self._last_step = None
         self._interval = _AUTO_MIN_S if self.mode == "auto" else self.every
         self.failure_taken = False
+        self._said_no_roots = False
         self.taken = 0
         self.seconds = 0.0  # spent on the job's thread taking snapshots (dltrace env: snapshot.job_seconds)
 
     def at_step_start(self, step):
-        if self.mode == "off" or step == 0 or not self.registry.roots:
+        if self.mode == "off" or step == 0:
             return
         if self.mode == "steps":
             due = step % self.every == 0
         else:
             due = time.monotonic() - self._last_t >= self._interval
+        if due and not self.registry.roots:
+            # Said once: a user who asked for snapshots learns why there are none (jump replay
+            # then replays every step).
+            if not self._said_no_roots:
+                self._said_no_roots = True
+                self._lib.dlrr_recorder_status(1, ("no snapshot at step %d: no module with parameters or buffers "
+                                                   "ran a forward outside torch.compile'd code (a model called only "
+                                                   "inside a compiled function runs in its graph, unseen); replay "
+                                                   "will run every step" % step).encode())
+            return
         if due:
             self.take(step, False)
 
