@@ -308,6 +308,26 @@ class HandStartedRanksTest(TraceTestCase):
         p = run([tool("dlreplay"), trace, "--all-ranks", "--until", "nan"], timeout=60)
         self.assertEqual(p.returncode, 2, p.stderr)  # every rank replays to the end
 
+    def test_all_ranks_a_rank_that_ends_otherwise_than_recorded_is_a_divergence(self):
+        # Every step verifies, but rank 1 then exits 3 (the script changed after the recording):
+        # not a verified replay.
+        job = os.path.join(self.tmp, "ddp_copy.py")
+        with open(DDP) as src, open(job, "w") as dst:
+            dst.write(src.read())
+        trace = self.trace_path()
+        self.start_ranks([PY, job, "--steps", "2"], trace, collectives="digest")
+        with open(job) as f:
+            text = f.read()
+        self.assertIn("    sys.exit(main(sys.argv[1:]))", text)
+        with open(job, "w") as f:
+            f.write(text.replace("    sys.exit(main(sys.argv[1:]))",
+                                 "    main(sys.argv[1:])\n    sys.exit(3 if os.environ.get('RANK') == '1' else 0)"))
+        p = run([tool("dlreplay"), trace, "--all-ranks"], timeout=300)
+        self.assertEqual(p.returncode, 11, p.stderr)
+        self.assertRegex(p.stderr, r"rank 1: (\d+) of \1 recorded steps verified bit-exact")
+        self.assertIn("every rank verified every step, but the job ended otherwise (rank 1 exited with 3; "
+                      "recorded: exit status 0)", p.stderr)
+
     def test_comm_hook_and_a_compiled_collective_on_hand_started_ranks(self):
         # A user DDP comm hook (its all_reduce recorded and served), and on torch 2.x an all_reduce
         # inside a torch.compile'd function: dynamo makes it a functional collective in the graph,

@@ -95,6 +95,8 @@ TEST(ChildProcess, OneFailingStopsItsPeersWhenAsked) {
   std::vector<ChildResult> r = launchAll(specs, /*stopOthersOnFailure=*/true);
   EXPECT_EQ(shellExitCode(r[0].waitStatus), 3);
   EXPECT_EQ(shellExitCode(r[1].waitStatus), 42);
+  EXPECT_FALSE(r[0].stoppedForPeer);
+  EXPECT_TRUE(r[1].stoppedForPeer);
   // Not asked: a failure leaves the others alone.
   specs[1].argv = {"sh", "-c", "sleep 0.3; exit 5"};
   r = launchAll(specs);

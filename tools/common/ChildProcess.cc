@@ -160,7 +160,13 @@ std::vector<ChildResult> launchAll(const std::vector<LaunchSpec>& specs, bool st
         --live;
         reaped = true;
         // As torchrun does: one process failing stops its peers (they would wait for it forever).
-        if (stopOthersOnFailure && done == results[i].pid && failed(results[i].waitStatus)) stopAll(SIGTERM);
+        if (stopOthersOnFailure && done == results[i].pid && failed(results[i].waitStatus) &&
+            !results[i].stoppedForPeer)
+          for (size_t j = 0; j < results.size(); ++j)
+            if (running[j] && !results[j].stoppedForPeer) {
+              results[j].stoppedForPeer = true;
+              ::kill(results[j].pid, SIGTERM);
+            }
       }
     }
     if (reaped || live == 0) continue;

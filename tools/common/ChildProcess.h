@@ -27,9 +27,10 @@ struct LaunchSpec {
 
 struct ChildResult {
   pid_t pid = -1;
-  int execError = 0;   // errno of a failed exec (ENOENT: not found, else not executable), 0 when it ran
-  int waitStatus = 0;  // waitpid's status when it ran
-  rusage usage{};      // the child's resources (wait4)
+  int execError = 0;            // errno of a failed exec (ENOENT: not found, else not executable), 0 when it ran
+  int waitStatus = 0;           // waitpid's status when it ran
+  rusage usage{};               // the child's resources (wait4)
+  bool stoppedForPeer = false;  // launchAll sent it SIGTERM because another child failed
 };
 
 // Throws std::system_error when fork or pipe fails.

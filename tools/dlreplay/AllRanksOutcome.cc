@@ -13,7 +13,8 @@
 
 namespace dlrr {
 
-int allRanksOutcome(const RankReport& ranks, const RankReports& files, int status, bool json, const std::string& who) {
+int allRanksOutcome(const RankReport& ranks, const RankReports& files, const ProcessEnd& end, bool json) {
+  const int status = end.waitStatus;
   int diverged = 0, attached = 0, complete = 0;
   std::string out;
   tools::JsonWriter j(out, 0);
@@ -58,15 +59,19 @@ int allRanksOutcome(const RankReport& ranks, const RankReports& files, int statu
              : attached == 0                              ? kNoReplay
              : complete == static_cast<int>(files.size()) ? kOk
                                                           : kNotReached;
-  std::string verdict = code == kOk           ? "every rank replayed to the end, every step verified"
-                        : code == kDivergence ? std::to_string(diverged) + " rank(s) diverged from the recording"
-                        : code == kNoReplay   ? "no rank attached to the trace (is it the recorded launcher command?)"
-                                              : "not every rank replayed all its recorded steps";
-  if (WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0))
-    verdict += " (" + who + " " +
+  const int shellCode = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+  const bool otherEnd = end.recordedExit && shellCode != *end.recordedExit;
+  std::string verdict = code == kOk && otherEnd ? "every rank verified every step, but the job ended otherwise"
+                        : code == kOk           ? "every rank replayed to the end, every step verified"
+                        : code == kDivergence   ? std::to_string(diverged) + " rank(s) diverged from the recording"
+                        : code == kNoReplay     ? "no rank attached to the trace (is it the recorded launcher command?)"
+                                                : "not every rank replayed all its recorded steps";
+  if (code == kOk && otherEnd) code = kDivergence;  // an end the recording did not have is no verified replay
+  if (shellCode != 0 || otherEnd)
+    verdict += " (" + end.who + " " +
                (WIFSIGNALED(status) ? std::string("was killed by ") + strsignal(WTERMSIG(status))
-                                    : "exited with " + std::to_string(WEXITSTATUS(status))) +
-               ")";
+                                    : "exited with " + std::to_string(shellCode)) +
+               (otherEnd ? "; recorded: exit status " + std::to_string(*end.recordedExit) : std::string()) + ")";
   j.field("exit_code", code);
   j.field("message", verdict);
   j.endObject();

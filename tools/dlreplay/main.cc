@@ -200,21 +200,31 @@ int runRanks(const ReplaySelection& s, const ReplayOptions& o, const Environment
     std::fprintf(stderr, "dlreplay: cannot start the ranks: %s\n", e.what());
     return kIo;
   }
-  int status = 0;
-  std::string who;
-  for (size_t i = 0; i < children.size(); ++i) {
+  ProcessEnd end;
+  end.who.clear();
+  for (size_t i = 0; i < children.size(); ++i)
     if (children[i].execError != 0) {
       std::fprintf(stderr, "dlreplay: cannot run rank %d's '%s': %s\n", s.rankLaunches[i].rank,
                    s.rankLaunches[i].argv[0].c_str(), std::strerror(children[i].execError));
       return children[i].execError == ENOENT ? 127 : 126;
     }
-    if (who.empty() && tools::shellExitCode(children[i].waitStatus) != 0) {
-      status = children[i].waitStatus;  // the first rank that failed (the others were stopped after it)
-      who = "rank " + std::to_string(s.rankLaunches[i].rank);
+  // The rank that ended otherwise than recorded: first one that failed by itself, else one
+  // that dlreplay stopped after a peer.
+  for (bool stopped : {false, true})
+    for (size_t i = 0; i < children.size() && end.who.empty(); ++i) {
+      if (children[i].stoppedForPeer != stopped) continue;
+      std::optional<int> recorded;
+      for (const auto& rk : s.ranks.ranks)
+        if (rk.rank == s.rankLaunches[i].rank) recorded = rk.exitCode;
+      if (tools::shellExitCode(children[i].waitStatus) != recorded.value_or(0)) {
+        end.who = "rank " + std::to_string(s.rankLaunches[i].rank);
+        end.waitStatus = children[i].waitStatus;
+        end.recordedExit = recorded;
+      }
     }
-  }
+  if (end.who.empty()) end.who = "the ranks";  // all ended as recorded
   if (!o.json) files.print(stderr);
-  return allRanksOutcome(s.ranks, rankReports, status, o.json, who.empty() ? "the launcher" : who);
+  return allRanksOutcome(s.ranks, rankReports, end, o.json);
 }
 
 int run(int argc, char** argv) {
@@ -338,7 +348,12 @@ int run(int argc, char** argv) {
   int status = child.waitStatus;
   if (s.allRanks) {
     if (!o.json) files.print(stderr);
-    return allRanksOutcome(s.ranks, rankReports, status, o.json);
+    ProcessEnd end;
+    end.waitStatus = status;
+    // torchrun's recorded status, when it is torchrun that runs again (a launcher given after
+    // '--' for one dlrecord per rank has no recorded status to compare with).
+    if (!s.explicitCommand && s.launcher->name() == Trace::kLauncherName) end.recordedExit = s.facts.exitCode;
+    return allRanksOutcome(s.ranks, rankReports, end, o.json);
   }
   if (gdbStatus) status = jobStatusUnderGdb(gdbStatus->path(), status);
 
