@@ -67,6 +67,35 @@ class TakerTest(unittest.TestCase):
         self.assertAlmostEqual(float(costs[-1].split()[0]), taker.seconds, places=5)
 
 
+    def test_no_model_seen_and_a_failing_state_dict_are_said_once(self):
+        lib = fake_native.FakeLib()
+        with mock.patch.dict(os.environ, {"DLRR_SNAPSHOT_EVERY": "2steps"}):
+            taker = SnapshotTaker(lib, mock.Mock(), Registry())  # no root module seen (compiled function)
+        for step in range(7):
+            taker.at_step_start(step)
+        notes = [c[2] for c in lib.calls if c[0] == "recorder_status"]
+        self.assertEqual(len(notes), 1, notes)
+        self.assertTrue(notes[0].startswith("no snapshot at step 2: no module with parameters or buffers"), notes)
+        self.assertEqual([c for c in lib.calls if c[0] == "snapshot_begin"], [])
+
+        class Broken(nn.Linear):
+            def state_dict(self, *a, **k):
+                if not k.get("keep_vars"):
+                    raise RuntimeError("no state here")
+                return super().state_dict(*a, **k)
+        reg = Registry()
+        model = Broken(2, 2)  # the registry holds weak references only
+        reg.note_root(model)
+        lib = fake_native.FakeLib()
+        with mock.patch.dict(os.environ, {"DLRR_SNAPSHOT_EVERY": "2steps"}):
+            taker = SnapshotTaker(lib, mock.Mock(), reg)
+        for step in range(7):
+            taker.at_step_start(step)
+        notes = [c[2] for c in lib.calls if c[0] == "recorder_status"]
+        self.assertEqual(notes, ["snapshots off at step 2: RuntimeError: no state here"])
+        self.assertEqual([c for c in lib.calls if c[0] == "snapshot_begin"], [])
+
+
 class TreeTest(unittest.TestCase):
     def test_restore_makes_the_next_steps_bit_identical(self):
         model, opt, sched, reg = make(0)

@@ -197,7 +197,9 @@ class SnapshotTaker:
         except Exception as exc:  # an object whose state_dict() fails: no snapshots, the recording goes on
             self.mode = "off"
             self.failure_taken = True
-            self._lib.dlrr_note(("snapshots off: %s: %s" % (type(exc).__name__, exc)).encode("utf-8", "replace"))
+            # A recorder note (dltrace info shows it): whoever asked for snapshots learns why none follow.
+            self._lib.dlrr_recorder_status(1, ("snapshots off at step %d: %s: %s" % (step, type(exc).__name__, exc))
+                                           .encode("utf-8", "replace"))
             return
         self._lib.dlrr_snapshot_begin(step, 1 if failure else 0)
         try:
