@@ -87,20 +87,8 @@ class Timers:
 DIGEST_KINDS = {0: "module output", 1: "gradient", 2: "parameter", 3: "loss", 4: "batch"}
 
 
-def inner(argv):
-    """In the recorded process: instrument the hook, then run the training script."""
-    import atexit
-    import runpy
-    import dlrr_hook
-    import torch  # triggers the hook's torch patches, so its parts exist below
-    from dlrr_hook import rng as rng_module
-    import torch.nn.modules.module as module_module
-
-    rec = dlrr_hook.current()
-    if rec is None or rec.marshal is None:
-        sys.exit("hook_breakdown: not running under dlrecord (no recording hook)")
-    t = Timers()
-    lib = rec.lib
+def wrap_parts(t, rec, lib, torch, rng_module, module_module):
+    """Timers around each part of the hook (they cost a few us each)."""
     for fn in ("dlrr_step_end", "dlrr_step_begin", "dlrr_batch_begin", "dlrr_batch_end",
                "dlrr_rng_state"):
         setattr(lib, fn, t.wrap(fn, getattr(lib, fn)))
@@ -125,6 +113,26 @@ def inner(argv):
     for hooks in (module_module._global_forward_pre_hooks, module_module._global_forward_hooks):
         for key, hook in list(hooks.items()):
             hooks[key] = t.wrap("module hooks", hook)
+
+
+def inner(argv):
+    """In the recorded process: instrument the hook, then run the training script."""
+    import atexit
+    import runpy
+    import dlrr_hook
+    import torch  # triggers the hook's torch patches, so its parts exist below
+    from dlrr_hook import rng as rng_module
+    import torch.nn.modules.module as module_module
+
+    rec = dlrr_hook.current()
+    if rec is None or rec.marshal is None:
+        sys.exit("hook_breakdown: not running under dlrecord (no recording hook)")
+    t = Timers()
+    lib = rec.lib
+    if os.environ.get("BENCH_PARTS") == "deliver":  # one timer: the step boundary, whole
+        rec.loaders._deliver = t.wrap("deliver batch", rec.loaders._deliver)
+    else:
+        wrap_parts(t, rec, lib, torch, rng_module, module_module)
 
     out_path = os.environ["BENCH_BREAKDOWN_OUT"]
     t_start = [None]
@@ -158,6 +166,9 @@ def main():
     ap.add_argument("--capture", default="default", choices=("minimal", "default", "full"))
     ap.add_argument("--job", default="cnn", choices=("cnn", "example"))
     ap.add_argument("--data", help="dataset of prepare_data.py (default: a clean one, made here)")
+    ap.add_argument("--parts", choices=("all", "deliver"), default="all",
+                    help="deliver: one timer around the DataLoader's batch delivery only (the step "
+                         "boundary without the other timers' cost)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="dlrr-breakdown-") as tmp:
         data = args.data
@@ -170,7 +181,7 @@ def main():
         if args.job == "cnn":
             job += ["--epochs", "3", "--workers", "0"]
         out = os.path.join(tmp, "breakdown.json")
-        env = dict(os.environ, BENCH_BREAKDOWN_OUT=out)
+        env = dict(os.environ, BENCH_BREAKDOWN_OUT=out, BENCH_PARTS=args.parts)
         subprocess.run([os.path.join(args.build, "bin", "dlrecord"), "-q", "--capture", args.capture,
                         "-o", os.path.join(tmp, "trace"), "--", PY, os.path.abspath(__file__),
                         "--inner"] + job, env=env, check=True, stdout=subprocess.DEVNULL)
