@@ -27,6 +27,7 @@ wrappers cost a microsecond or two per call themselves (thread_time is a system 
 figures are for comparing parts, not for the overall ratio (bench/record_overhead.py).
 """
 import argparse
+import statistics
 import json
 import os
 import subprocess
@@ -129,8 +130,22 @@ def inner(argv):
         sys.exit("hook_breakdown: not running under dlrecord (no recording hook)")
     t = Timers()
     lib = rec.lib
-    if os.environ.get("BENCH_PARTS") == "deliver":  # one timer: the step boundary, whole
-        rec.loaders._deliver = t.wrap("deliver batch", rec.loaders._deliver)
+    samples = {}  # --parts deliver: CPU us of each call, for min / median / p90
+    if os.environ.get("BENCH_PARTS") == "deliver":  # the step boundary whole, and its commit
+        cpu_clock = time.thread_time
+
+        def sampled(key, fn):
+            calls = samples[key] = []
+
+            def timed(*args):
+                c0 = cpu_clock()
+                try:
+                    return fn(*args)
+                finally:
+                    calls.append((cpu_clock() - c0) * 1e6)
+            return timed
+        rec.loaders._deliver = sampled("deliver batch", rec.loaders._deliver)
+        lib.dlrr_step_end = sampled("dlrr_step_end (commit)", lib.dlrr_step_end)
     else:
         wrap_parts(t, rec, lib, torch, rng_module, module_module)
 
@@ -150,7 +165,7 @@ def inner(argv):
         with open(out_path, "w") as f:
             json.dump({"steps": rec.steps.steps_begun, "incl": t.incl, "self": t.self_,
                        "incl_cpu": t.incl_cpu, "self_cpu": t.self_cpu,
-                       "calls": t.calls, "parent": t.parent,
+                       "calls": t.calls, "parent": t.parent, "samples": samples,
                        "loop_wall": end[0] - start[0], "main_cpu": end[1] - start[1],
                        "other_threads_cpu": (end[2] - start[2]) - (end[1] - start[1])}, f)
     atexit.register(report)
@@ -208,6 +223,12 @@ def main():
             show(child, depth + 1)
     for key in sorted(children.get(None, []), key=lambda k: -r["incl"][k]):
         show(key, 0)
+    for key, values in r["samples"].items():
+        values = sorted(values[8:])  # the first batches warm the caches up
+        if values:
+            print("%s, CPU us per call over %d calls: min %.1f, p10 %.1f, median %.1f, p90 %.1f"
+                  % (key, len(values), values[0], values[len(values) // 10], statistics.median(values),
+                     values[len(values) * 9 // 10]))
     total = sum(r["incl"][k] for k in children.get(None, []))
     total_cpu = sum(r["incl_cpu"][k] for k in children.get(None, []))
     print("%-30s %6s %9.1f %10s %9.1f" % ("total (top level)", "", total / steps * 1e6, "",
