@@ -150,8 +150,9 @@ void dlrr_rng_states(uint32_t n, const dlrr_rng_item_t* items) {
   withRecorder([&](RecordSession& s) {
     for (uint32_t i = 0; i < n; ++i) {
       const dlrr_rng_item_t& it = items[i];
-      if (it.kind >= 0 && it.kind <= kMaxRngKind) s.rngState(it.kind, it.device, it.data, it.n);
+      if (it.kind >= 0 && it.kind <= kMaxRngKind) s.rngState(it.kind, it.device, it.data, it.n, false, false);
     }
+    s.wakeWriter();  // once for all the states
   });
 }
 

@@ -113,20 +113,29 @@ class NumpyGlobalRng:
         except Exception:  # no shortcut: get_state() every time
             self._address = None
 
+    _KEY_SIZE = _NUMPY_KEY_WORDS * 4
+    _POS = struct.Struct("@i")
+
+    def _raw_now(self):
+        """The key words, position and gaussian cache as they are in memory."""
+        return ctypes.string_at(self._address, self._RAW_SIZE) + ctypes.string_at(
+            self._gauss_address, self._GAUSS.size)
+
+    def _from_raw(self, raw):
+        pos, = self._POS.unpack_from(raw, self._KEY_SIZE)
+        has_gauss, gauss = self._GAUSS.unpack_from(raw, self._RAW_SIZE)
+        return raw[:self._KEY_SIZE] + _NUMPY_TAIL.pack(pos, has_gauss, gauss)
+
     def _read(self):
-        raw = ctypes.string_at(self._address, self._RAW_SIZE)
-        has_gauss, gauss = self._GAUSS.unpack(ctypes.string_at(self._gauss_address, self._GAUSS.size))
-        pos = int.from_bytes(raw[-4:], sys.byteorder, signed=True)
-        return raw[:-4] + _NUMPY_TAIL.pack(pos, has_gauss, gauss)
+        return self._from_raw(self._raw_now())
 
     def snapshot(self):
         """The serialised state (numpy_state_to_bytes layout), or None for other generators."""
         if self._address is not None and self._rand._bit_generator is self._bitgen:
-            raw = ctypes.string_at(self._address, self._RAW_SIZE) + ctypes.string_at(
-                self._gauss_address, self._GAUSS.size)
+            raw = self._raw_now()
             if raw != self._raw:
                 self._raw = raw
-                self._bytes = self._read()
+                self._bytes = self._from_raw(raw)
             return self._bytes
         state = self._np.random.get_state()
         if not (isinstance(state, tuple) and state and state[0] == "MT19937"):
