@@ -12,7 +12,7 @@ process's other threads (the native writer thread: compression and writes).  Par
                         begins the next, RNG snapshot + write, batch value tree
     dlrr_step_end       the commit point: waits until the step is in the kernel
     rng snapshot        torch.get_rng_state, numpy and random state serialisation
-    rng write           dlrr_rng_state (hash, copy, event) for each generator
+    rng write           dlrr_rng_states (hash, copy, event per generator; one crossing)
     batch values        dlrr_val_* calls (tensor bytes hashed and copied into blobs)
   module hooks          global forward pre/post hooks (stack, paths, output digests)
   before backward       loss digest and .item()
@@ -91,9 +91,12 @@ DIGEST_KINDS = {0: "module output", 1: "gradient", 2: "parameter", 3: "loss", 4:
 def wrap_parts(t, rec, lib, torch, rng_module, module_module):
     """Timers around each part of the hook (they cost a few us each)."""
     for fn in ("dlrr_step_end", "dlrr_step_begin", "dlrr_batch_begin", "dlrr_batch_end",
-               "dlrr_rng_state"):
-        setattr(lib, fn, t.wrap(fn, getattr(lib, fn)))
+               "dlrr_rng_state", "dlrr_rng_states"):
+        if hasattr(lib, fn):  # dlrr_rng_states: since issue 16's second pass
+            setattr(lib, fn, t.wrap(fn, getattr(lib, fn)))
     rec.rng._write = lib.dlrr_rng_state
+    if getattr(rec.rng, "_write_many", None) is not None:
+        rec.rng._write_many = lib.dlrr_rng_states
     rec.loaders._deliver = t.wrap("deliver batch", rec.loaders._deliver)
     rec.rng.snapshot = t.wrap("rng snapshot", rec.rng.snapshot)
     rec.rng.write = t.wrap("rng write", rec.rng.write)
