@@ -203,9 +203,9 @@ TEST(StreamWriter, BlobsQueuedWithoutWakingAreDurableAtTheCommit) {
   }
   fx.writer->wake();  // nothing queued: no effect
   std::vector<float> c(4096, 7.0f);
+  uint64_t before = fx.writer->stats().storedBytes;
   fx.writer->putBlob(c.data(), c.size() * 4, 4, false);
   fx.writer->wake();  // the writer thread writes it without a commit
-  uint64_t before = fx.writer->stats().storedBytes;
   for (int i = 0; i < 200 && fx.writer->stats().storedBytes == before; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_GT(fx.writer->stats().storedBytes, before);
