@@ -12,7 +12,7 @@ process's other threads (the native writer thread: compression and writes).  Par
                         begins the next, RNG snapshot + write, batch value tree
     dlrr_step_end       the commit point: waits until the step is in the kernel
     rng snapshot        torch.get_rng_state, numpy and random state serialisation
-    rng write           dlrr_rng_state (hash, copy, event) for each generator
+    rng write           dlrr_rng_states (hash, copy, event per generator; one crossing)
     batch values        dlrr_val_* calls (tensor bytes hashed and copied into blobs)
   module hooks          global forward pre/post hooks (stack, paths, output digests)
   before backward       loss digest and .item()
@@ -27,6 +27,7 @@ wrappers cost a microsecond or two per call themselves (thread_time is a system 
 figures are for comparing parts, not for the overall ratio (bench/record_overhead.py).
 """
 import argparse
+import statistics
 import json
 import os
 import subprocess
@@ -87,24 +88,15 @@ class Timers:
 DIGEST_KINDS = {0: "module output", 1: "gradient", 2: "parameter", 3: "loss", 4: "batch"}
 
 
-def inner(argv):
-    """In the recorded process: instrument the hook, then run the training script."""
-    import atexit
-    import runpy
-    import dlrr_hook
-    import torch  # triggers the hook's torch patches, so its parts exist below
-    from dlrr_hook import rng as rng_module
-    import torch.nn.modules.module as module_module
-
-    rec = dlrr_hook.current()
-    if rec is None or rec.marshal is None:
-        sys.exit("hook_breakdown: not running under dlrecord (no recording hook)")
-    t = Timers()
-    lib = rec.lib
+def wrap_parts(t, rec, lib, torch, rng_module, module_module):
+    """Timers around each part of the hook (they cost a few us each)."""
     for fn in ("dlrr_step_end", "dlrr_step_begin", "dlrr_batch_begin", "dlrr_batch_end",
-               "dlrr_rng_state"):
-        setattr(lib, fn, t.wrap(fn, getattr(lib, fn)))
+               "dlrr_rng_state", "dlrr_rng_states"):
+        if hasattr(lib, fn):  # dlrr_rng_states: since issue 16's second pass
+            setattr(lib, fn, t.wrap(fn, getattr(lib, fn)))
     rec.rng._write = lib.dlrr_rng_state
+    if getattr(rec.rng, "_write_many", None) is not None:
+        rec.rng._write_many = lib.dlrr_rng_states
     rec.loaders._deliver = t.wrap("deliver batch", rec.loaders._deliver)
     rec.rng.snapshot = t.wrap("rng snapshot", rec.rng.snapshot)
     rec.rng.write = t.wrap("rng write", rec.rng.write)
@@ -126,6 +118,40 @@ def inner(argv):
         for key, hook in list(hooks.items()):
             hooks[key] = t.wrap("module hooks", hook)
 
+
+def inner(argv):
+    """In the recorded process: instrument the hook, then run the training script."""
+    import atexit
+    import runpy
+    import dlrr_hook
+    import torch  # triggers the hook's torch patches, so its parts exist below
+    from dlrr_hook import rng as rng_module
+    import torch.nn.modules.module as module_module
+
+    rec = dlrr_hook.current()
+    if rec is None or rec.marshal is None:
+        sys.exit("hook_breakdown: not running under dlrecord (no recording hook)")
+    t = Timers()
+    lib = rec.lib
+    samples = {}  # --parts deliver: CPU us of each call, for min / median / p90
+    if os.environ.get("BENCH_PARTS") == "deliver":  # the step boundary whole, and its commit
+        cpu_clock = time.thread_time
+
+        def sampled(key, fn):
+            calls = samples[key] = []
+
+            def timed(*args):
+                c0 = cpu_clock()
+                try:
+                    return fn(*args)
+                finally:
+                    calls.append((cpu_clock() - c0) * 1e6)
+            return timed
+        rec.loaders._deliver = sampled("deliver batch", rec.loaders._deliver)
+        lib.dlrr_step_end = sampled("dlrr_step_end (commit)", lib.dlrr_step_end)
+    else:
+        wrap_parts(t, rec, lib, torch, rng_module, module_module)
+
     out_path = os.environ["BENCH_BREAKDOWN_OUT"]
     t_start = [None]
     original_deliver = rec.loaders._deliver
@@ -142,7 +168,7 @@ def inner(argv):
         with open(out_path, "w") as f:
             json.dump({"steps": rec.steps.steps_begun, "incl": t.incl, "self": t.self_,
                        "incl_cpu": t.incl_cpu, "self_cpu": t.self_cpu,
-                       "calls": t.calls, "parent": t.parent,
+                       "calls": t.calls, "parent": t.parent, "samples": samples,
                        "loop_wall": end[0] - start[0], "main_cpu": end[1] - start[1],
                        "other_threads_cpu": (end[2] - start[2]) - (end[1] - start[1])}, f)
     atexit.register(report)
@@ -158,6 +184,9 @@ def main():
     ap.add_argument("--capture", default="default", choices=("minimal", "default", "full"))
     ap.add_argument("--job", default="cnn", choices=("cnn", "example"))
     ap.add_argument("--data", help="dataset of prepare_data.py (default: a clean one, made here)")
+    ap.add_argument("--parts", choices=("all", "deliver"), default="all",
+                    help="deliver: one timer around the DataLoader's batch delivery only (the step "
+                         "boundary without the other timers' cost)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="dlrr-breakdown-") as tmp:
         data = args.data
@@ -170,7 +199,7 @@ def main():
         if args.job == "cnn":
             job += ["--epochs", "3", "--workers", "0"]
         out = os.path.join(tmp, "breakdown.json")
-        env = dict(os.environ, BENCH_BREAKDOWN_OUT=out)
+        env = dict(os.environ, BENCH_BREAKDOWN_OUT=out, BENCH_PARTS=args.parts)
         subprocess.run([os.path.join(args.build, "bin", "dlrecord"), "-q", "--capture", args.capture,
                         "-o", os.path.join(tmp, "trace"), "--", PY, os.path.abspath(__file__),
                         "--inner"] + job, env=env, check=True, stdout=subprocess.DEVNULL)
@@ -197,6 +226,12 @@ def main():
             show(child, depth + 1)
     for key in sorted(children.get(None, []), key=lambda k: -r["incl"][k]):
         show(key, 0)
+    for key, values in r["samples"].items():
+        values = sorted(values[8:])  # the first batches warm the caches up
+        if values:
+            print("%s, CPU us per call over %d calls: min %.1f, p10 %.1f, median %.1f, p90 %.1f"
+                  % (key, len(values), values[0], values[len(values) // 10], statistics.median(values),
+                     values[len(values) * 9 // 10]))
     total = sum(r["incl"][k] for k in children.get(None, []))
     total_cpu = sum(r["incl_cpu"][k] for k in children.get(None, []))
     print("%-30s %6s %9.1f %10s %9.1f" % ("total (top level)", "", total / steps * 1e6, "",

@@ -145,9 +145,11 @@ void benchSession(int steps, int ringSteps) {
       Mark t0 = mark();
       s.stepBegin(step, 0, static_cast<uint64_t>(step), 0);
       Mark t1 = mark();
-      s.rngState(0, -1, torchRng.data(), torchRng.size());
-      s.rngState(2, -1, npRng.data(), npRng.size());
-      s.rngState(3, -1, pyRng.data(), pyRng.size());
+      // As dlrr_rng_states: the states queued, then the writer woken once.
+      s.rngState(0, -1, torchRng.data(), torchRng.size(), false, false);
+      s.rngState(2, -1, npRng.data(), npRng.size(), false, false);
+      s.rngState(3, -1, pyRng.data(), pyRng.size(), false, false);
+      s.wakeWriter();
       Mark t2 = mark();
       s.batchBegin(0, 0, static_cast<uint64_t>(step), true, indices.data(), indices.size());
       s.batchBuilder().tuple(2);

@@ -166,7 +166,7 @@ void StreamWriter::append(capnp::MessageBuilder& event, int64_t stepBegin) {
   if (wake) workCv_.notify_one();
 }
 
-BlobId StreamWriter::putBlob(const void* data, size_t n, unsigned elemSize) {
+BlobId StreamWriter::putBlob(const void* data, size_t n, unsigned elemSize, bool wake) {
   BlobId id{hash128(data, n), n};
   if (inert_) return id;
   std::unique_lock<std::mutex> lk(mu_);
@@ -189,9 +189,18 @@ BlobId StreamWriter::putBlob(const void* data, size_t n, unsigned elemSize) {
   ++stats_.blobs;
   queue_.push_back(std::move(item));
   lk.unlock();
-  workCv_.notify_one();
+  if (wake) workCv_.notify_one();
   id.fresh = true;
   return id;
+}
+
+void StreamWriter::wake() {
+  if (inert_) return;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (queue_.empty() || closed_) return;
+  }
+  workCv_.notify_one();
 }
 
 void StreamWriter::commit(bool wait) {

@@ -73,8 +73,13 @@ class StreamWriter {
   // footer's step index).
   void append(capnp::MessageBuilder& event, int64_t stepBegin = -1);
   // Queues bytes that events will reference by content hash; identical content is stored
-  // once. `elemSize` (1, 2, 4, 8) picks the byte-shuffle.
-  BlobId putBlob(const void* data, size_t n, unsigned elemSize = 1);
+  // once. `elemSize` (1, 2, 4, 8) picks the byte-shuffle. `wake`: wake the writer thread to
+  // compress it now; false leaves that to a later wake() (a caller queuing several blobs at
+  // once wakes it once, not per blob: each wake is a futex call, and on a busy machine the
+  // woken writer can take the caller's core).
+  BlobId putBlob(const void* data, size_t n, unsigned elemSize = 1, bool wake = true);
+  // Wakes the writer thread when anything is queued (blobs put with wake = false).
+  void wake();
   // Everything queued so far becomes one or more frames; with `wait`, returns once written.
   void commit(bool wait = true);
   // Drains the queue, writes footer and trailer, closes the file. Idempotent.

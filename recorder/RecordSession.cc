@@ -341,14 +341,23 @@ void RecordSession::stepEnd(int64_t step, double loss) {
   }
 }
 
-void RecordSession::rngState(int kind, int device, const void* data, uint64_t n, bool atFork) {
+void RecordSession::rngState(int kind, int device, const void* data, uint64_t n, bool atFork, bool wake) {
   emit([&](schema::Event::Builder e, StreamWriter& w) {
     auto r = e.initRngState();
     r.setKind(static_cast<schema::RngState::Kind>(kind));
     r.setDevice(device);
     r.setAtFork(atFork);
-    setRef(r.initState(), w.putBlob(data, n, 1));
+    setRef(r.initState(), w.putBlob(data, n, 1, wake));
   });
+}
+
+void RecordSession::wakeWriter() {
+  StreamWriter* w;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    w = writer_.get();
+  }
+  if (w) w->wake();
 }
 
 BatchBuilder& RecordSession::batchBuilder() {
@@ -370,13 +379,18 @@ void RecordSession::batchTensor(const char* dtype, uint32_t elemSize, int ndim, 
     std::lock_guard<std::mutex> lk(mu_);
     w = disabled_.load() ? nullptr : writer();
   }
+  // The writer thread is woken once, at the batch's end, not for each of its tensors.
   BatchBuilder::PutBlob put = [w](const void* p, size_t n, unsigned es) {
-    return w ? w->putBlob(p, n, es) : BlobId{hash128(p, n), n};
+    return w ? w->putBlob(p, n, es, false) : BlobId{hash128(p, n), n};
   };
   batchBuilder().tensor(dtype, elemSize, ndim, shape, data, nbytes, device, requiresGrad, put);
 }
 
 void RecordSession::batchEnd() {
+  struct Wake {  // the batch's blobs were queued without waking the writer: on every exit
+    RecordSession& s;
+    ~Wake() { s.wakeWriter(); }
+  } wake{*this};
   std::string err;
   auto msg = batchBuilder().finish(err);
   if (!msg) {

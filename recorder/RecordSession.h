@@ -56,7 +56,9 @@ class RecordSession final : public ProcessSession {
   void stepEnd(int64_t step, double loss) override;
   int64_t currentStep() const noexcept override { return step_.load(std::memory_order_relaxed); }
   // atFork: the states a forked trainer inherited, taken as it began its stream (RngState.atFork).
-  void rngState(int kind, int device, const void* data, uint64_t n, bool atFork = false);
+  // `wake`: false leaves the writer thread asleep until wakeWriter() (several states at once).
+  void rngState(int kind, int device, const void* data, uint64_t n, bool atFork = false, bool wake = true);
+  void wakeWriter();
 
   BatchBuilder& batchBuilder();  // per thread
   void batchBegin(uint32_t loader, uint32_t iteration, uint64_t index, bool isTraining, const int64_t* indices,

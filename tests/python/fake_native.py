@@ -119,6 +119,11 @@ class FakeLib:
     def _dlrr_rng_state(self, kind, device, data, n):
         self.calls.append(("rng_state", kind, device, _bytes_at(data, n)))
 
+    def _dlrr_rng_states(self, n, items):
+        for i in range(n):  # recorded as the dlrr_rng_state calls it stands for
+            it = items[i]
+            self._dlrr_rng_state(it.kind, it.device, it.data, it.n)
+
     def _dlrr_rng_state_at_fork(self, kind, device, data, n):
         self.calls.append(("rng_state_at_fork", kind, device, _bytes_at(data, n)))
 

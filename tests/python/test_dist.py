@@ -168,6 +168,60 @@ class ReduceNameTest(unittest.TestCase):
         self.assertEqual(dlrr_dist._reduce_name(torch, dist.ReduceOp.MIN), "min")
         self.assertEqual(dlrr_dist._reduce_name(torch, "weird.Thing"), "thing")
 
+    def test_remembered_per_op_object_gives_the_same_names(self):
+        import inspect
+        default = inspect.signature(dist.all_reduce).parameters["op"].default  # 1.13: a legacy object
+        for op in (default, dist.ReduceOp.SUM, dist.ReduceOp.MAX, default, dist.ReduceOp.MAX):
+            self.assertEqual(dlrr_dist._reduce_name(torch, op), dlrr_dist._reduce_name_of(torch, op))
+        self.assertEqual(dlrr_dist._reduce_name(torch, default), "sum")
+
+
+class ArgumentBinderTest(unittest.TestCase):
+    """The fast bind gives inspect's mapping (with defaults, in parameter order), or None where
+    inspect has to decide (and raise the job's TypeError)."""
+
+    def inspect_bind(self, signature, args, kwargs):
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return TypeError
+        bound.apply_defaults()
+        return list(bound.arguments.items())
+
+    def test_every_patched_collective_binds_as_inspect_does(self):
+        import inspect
+        t = torch.ones(2)
+        checked = 0
+        for name in dlrr_dist._OPS:
+            fn = getattr(dist.distributed_c10d, name, None)
+            if fn is None:
+                continue
+            signature = inspect.signature(fn)
+            binder = dlrr_dist.ArgumentBinder(signature)
+            names = list(signature.parameters)
+            calls = [((), {}), ((t,), {}), ((t, t), {}), ((t,) * (len(names) + 1), {}),
+                     ((t,), {names[0]: t}), ((), {"no_such_argument": t}),
+                     ((), {n: t for n in names}), ((t,), {n: t for n in names[1:]})]
+            calls += [((t,) * i, {names[-1]: t}) for i in range(len(names))]
+            for args, kwargs in calls:
+                fast = binder.bind(args, kwargs)
+                expected = self.inspect_bind(signature, args, kwargs)
+                if fast is None:
+                    continue  # inspect decides
+                checked += 1
+                self.assertEqual([(k, v is t or v) for k, v in fast.items()],
+                                 [(k, v is t or v) for k, v in expected], (name, args, kwargs))
+            if all(p.kind is p.POSITIONAL_OR_KEYWORD for p in signature.parameters.values()):
+                self.assertIsNotNone(binder.bind((t,) * (len(names) - 1), {names[-1]: t}), name)
+        self.assertGreater(checked, 20)
+
+    def test_other_parameter_kinds_are_left_to_inspect(self):
+        import inspect
+
+        def f(a, *rest, b=1, **more):
+            pass
+        self.assertIsNone(dlrr_dist.ArgumentBinder(inspect.signature(f)).bind((1,), {}))
+
 
 if __name__ == "__main__":
     unittest.main()

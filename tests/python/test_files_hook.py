@@ -59,6 +59,34 @@ class FileCaptureTest(RecorderTestCase):
         self.assertEqual([r[1] for r in self.ranges()], [20, 40, 60])
         self.assertEqual([r() for r in refs[:2]], [None, None])
 
+    def test_memmap_reads_inside_a_fetch_are_not_reported(self):
+        # The library drops ranges while the thread is paused (in a fetch): the hook skips
+        # the work for them, and reports the same reads again once the fetch is over.
+        data = np.memmap(self.path, dtype=np.uint16, mode="r")
+
+        class Labels(IndexDataset):
+            def __getitem__(self, index):
+                return int(data[index])
+
+        loader = DataLoader(Labels(6), batch_size=2)
+        self.assertEqual([b.tolist() for b in loader], [[0, 1], [2, 3], [4, 5]])
+        self.assertEqual(self.ranges(), [])
+        self.assertEqual(int(data[7]), 7)
+        self.assertEqual(self.ranges(), [(self.path, 14, np.uint16(7).tobytes())])
+
+    def test_a_failed_fetch_resumes_reporting(self):
+        data = np.memmap(self.path, dtype=np.uint16, mode="r")
+
+        class Broken(IndexDataset):
+            def __getitem__(self, index):
+                raise KeyError(index)
+
+        with self.assertRaises(KeyError):
+            next(iter(DataLoader(Broken(2), batch_size=2)))
+        self.assertEqual(self.lib.files_paused, 0)
+        self.assertEqual(int(data[3]), 3)
+        self.assertEqual(self.ranges(), [(self.path, 6, np.uint16(3).tobytes())])
+
     def test_fancy_indexing_copies_are_not_reported_as_file_bytes(self):
         data = np.memmap(self.path, dtype=np.uint16, mode="r")
         self.assertEqual(data[[1, 5]].tolist(), [1, 5])

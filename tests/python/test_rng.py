@@ -130,6 +130,31 @@ class CaptureTest(RecorderTestCase):
         self.assertEqual(calls[1][3], rng.numpy_state_to_bytes(np.random.get_state()))
         self.assertEqual(calls[2][3], rng.python_state_to_bytes(random.getstate()))
 
+    def test_states_cross_in_one_packed_call_read_back_exactly(self):
+        self.assertTrue(rng.RngCapture._packed, "CPython's bytes layout expected on this interpreter")
+        crossings = []
+        packed = self.lib.dlrr_rng_states
+        self.rec.rng._write_many = lambda n, items: (crossings.append(n), packed(n, items))
+        wide = torch.arange(24, dtype=torch.uint8).reshape(4, 6)
+        states = [(native.RNG_TORCH_CPU, native.NO_DEVICE, torch.arange(7, dtype=torch.uint8)),
+                  (native.RNG_TORCH_CUDA, 1, wide.t()),  # not contiguous: written as its copy
+                  (native.RNG_NUMPY, native.NO_DEVICE, b"numpy state"),
+                  (native.RNG_PYTHON, native.NO_DEVICE, bytes(range(200)) * 13)]
+        self.rec.rng.write(states)
+        self.assertEqual(crossings, [4])
+        self.assertEqual(self.lib.of("rng_state"),
+                         [("rng_state", native.RNG_TORCH_CPU, native.NO_DEVICE, bytes(range(7))),
+                          ("rng_state", native.RNG_TORCH_CUDA, 1, wide.t().contiguous().numpy().tobytes()),
+                          ("rng_state", native.RNG_NUMPY, native.NO_DEVICE, b"numpy state"),
+                          ("rng_state", native.RNG_PYTHON, native.NO_DEVICE, bytes(range(200)) * 13)])
+
+    def test_more_states_than_the_packed_array_and_fork_states_go_one_by_one(self):
+        many = [(native.RNG_TORCH_CUDA, d, bytes([d]) * 5) for d in range(9)]  # 9 devices > 8 items
+        self.rec.rng.write(many)
+        self.assertEqual([c[2:] for c in self.lib.of("rng_state")], [(d, bytes([d]) * 5) for d in range(9)])
+        self.rec.rng.write(many[:2], at_fork=True)
+        self.assertEqual([c[2:] for c in self.lib.of("rng_state_at_fork")], [(0, b"\0" * 5), (1, b"\1" * 5)])
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -186,6 +186,33 @@ TEST(StreamWriter, IdenticalBlobsAreStoredOnce) {
   EXPECT_EQ(std::memcmp(back.data(), a.data(), back.size()), 0);
 }
 
+TEST(StreamWriter, BlobsQueuedWithoutWakingAreDurableAtTheCommit) {
+  // putBlob(wake = false) leaves the writer thread asleep (the recorder wakes it once per batch
+  // or per set of RNG states): the commit must still return with every blob in the file.
+  StreamFixture fx("nowake");
+  std::vector<float> a(8192, 0.5f), b(100, 3.0f);
+  BlobId ia = fx.writer->putBlob(a.data(), a.size() * 4, 4, false);
+  BlobId ib = fx.writer->putBlob(b.data(), b.size() * 4, 4, false);
+  EXPECT_TRUE(ia.fresh && ib.fresh);
+  fx.writer->commit();
+  auto r = fx.reopen();  // the file as a kill -9 right after the commit leaves it
+  for (auto [id, src] : {std::pair{ia, &a}, std::pair{ib, &b}}) {
+    auto back = r->readBlob(id.hash, id.size);
+    ASSERT_EQ(back.size(), src->size() * 4);
+    EXPECT_EQ(std::memcmp(back.data(), src->data(), back.size()), 0);
+  }
+  fx.writer->wake();  // nothing queued: no effect
+  std::vector<float> c(4096, 7.0f);
+  uint64_t before = fx.writer->stats().storedBytes;
+  fx.writer->putBlob(c.data(), c.size() * 4, 4, false);
+  fx.writer->wake();  // the writer thread writes it without a commit
+  for (int i = 0; i < 200 && fx.writer->stats().storedBytes == before; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_GT(fx.writer->stats().storedBytes, before);
+  fx.writer->close();
+  EXPECT_EQ(fx.reopen()->readBlob(hash128(c.data(), c.size() * 4), c.size() * 4).size(), c.size() * 4);
+}
+
 TEST(StreamWriter, BlobsLargerThanAChunkAreSplitAndReassembled) {
   StreamFixture fx("chunks");
   // 2 full chunks and a ragged tail; partly compressible, partly noise.

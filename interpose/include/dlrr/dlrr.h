@@ -88,6 +88,16 @@ DLRR_API int64_t dlrr_current_step(void);
 DLRR_API void dlrr_rng_state(int kind, int device, const void* data, uint64_t n);
 /* A forked trainer, as it begins its own stream: the states it inherited from its parent. */
 DLRR_API void dlrr_rng_state_at_fork(int kind, int device, const void* data, uint64_t n);
+/* One generator's state of dlrr_rng_states: dlrr_rng_state's arguments. */
+typedef struct dlrr_rng_item {
+  const void* data;
+  uint64_t n;
+  int32_t kind;
+  int32_t device;
+} dlrr_rng_item_t;
+/* dlrr_rng_state of n generators in one call (a step's states: one crossing instead of one
+ * per generator), with the same effect as n calls in item order. */
+DLRR_API void dlrr_rng_states(uint32_t n, const dlrr_rng_item_t* items);
 
 /* ---- batches: a structured value built depth-first. Containers announce their child
  * count; dict children are each preceded by dlrr_val_key. */

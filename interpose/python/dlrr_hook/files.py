@@ -15,6 +15,7 @@ import mmap
 import os
 import site
 import sys
+import threading
 
 
 def _installation_dirs():
@@ -49,6 +50,10 @@ class FileCapture:
         self._rec = recorder
         self._lib = lib
         self._last = (None, 0)  # the last mapping seen and its address (one: never keep maps alive)
+        # Threads inside a DataLoader fetch, by thread id: the library's own pause count
+        # (dlrr_files_pause), mirrored so that a memmap read in a fetch (a dataset's
+        # labels[index], per sample) skips _used's ~3 us of work the library would drop.
+        self._paused = {}
 
     def install(self, patcher, dataloader_module):
         lib = self._lib
@@ -56,14 +61,21 @@ class FileCapture:
         for d in _installation_dirs():
             lib.dlrr_files_exclude(d.encode("utf-8", "surrogateescape"))
         pause = lib.dlrr_files_pause
+        paused = self._paused
+        get_ident = threading.get_ident
 
         def wrap_next_data(original):
             def _next_data(self):
+                thread = get_ident()
                 pause(1)
+                paused[thread] = paused.get(thread, 0) + 1
                 try:
                     return original(self)
                 finally:
                     pause(0)
+                    depth = paused.pop(thread, 1) - 1
+                    if depth:
+                        paused[thread] = depth
             return _next_data
 
         for name in ("_SingleProcessDataLoaderIter", "_MultiProcessingDataLoaderIter"):
@@ -77,11 +89,13 @@ class FileCapture:
     def _patch_memmap(self, patcher, numpy):
         rec = self._rec
         capture = self
+        paused = self._paused
+        get_ident = threading.get_ident
 
         def wrap_getitem(original):
             def __getitem__(self, index):
                 result = original(self, index)
-                if rec.active:
+                if rec.active and not (paused and get_ident() in paused):
                     try:
                         capture._used(self, index, result, numpy)
                     except Exception:  # never the job's problem

@@ -75,6 +75,12 @@ class DigestItemT(ctypes.Structure):
                 ("keep", c_int32)]
 
 
+class RngItemT(ctypes.Structure):
+    """struct dlrr_rng_item (dlrr_rng_states)."""
+
+    _fields_ = [("data", c_void_p), ("n", c_uint64), ("kind", c_int32), ("device", c_int32)]
+
+
 _CHARPP = POINTER(c_char_p)
 
 # name -> (restype, argtypes), in the order of dlrr.h.
@@ -94,6 +100,7 @@ SIGNATURES = {
     "dlrr_current_step": (c_int64, []),
     "dlrr_rng_state": (None, [c_int, c_int, c_void_p, c_uint64]),
     "dlrr_rng_state_at_fork": (None, [c_int, c_int, c_void_p, c_uint64]),
+    "dlrr_rng_states": (None, [c_uint32, POINTER(RngItemT)]),
     "dlrr_batch_begin": (None, [c_uint32, c_uint32, c_uint64, c_int, POINTER(c_int64), c_uint64]),
     "dlrr_val_list": (None, [c_uint32]),
     "dlrr_val_tuple": (None, [c_uint32]),

@@ -18,6 +18,9 @@ import struct
 import sys
 
 from . import native
+from .digest_batch import BYTES_DATA_OFFSET
+
+_ITEM = struct.Struct("@PQii")  # data, n, kind, device: struct dlrr_rng_item
 
 _NUMPY_TAIL = struct.Struct("<iid")
 _NUMPY_KEY_WORDS = 624
@@ -110,20 +113,29 @@ class NumpyGlobalRng:
         except Exception:  # no shortcut: get_state() every time
             self._address = None
 
+    _KEY_SIZE = _NUMPY_KEY_WORDS * 4
+    _POS = struct.Struct("@i")
+
+    def _raw_now(self):
+        """The key words, position and gaussian cache as they are in memory."""
+        return ctypes.string_at(self._address, self._RAW_SIZE) + ctypes.string_at(
+            self._gauss_address, self._GAUSS.size)
+
+    def _from_raw(self, raw):
+        pos, = self._POS.unpack_from(raw, self._KEY_SIZE)
+        has_gauss, gauss = self._GAUSS.unpack_from(raw, self._RAW_SIZE)
+        return raw[:self._KEY_SIZE] + _NUMPY_TAIL.pack(pos, has_gauss, gauss)
+
     def _read(self):
-        raw = ctypes.string_at(self._address, self._RAW_SIZE)
-        has_gauss, gauss = self._GAUSS.unpack(ctypes.string_at(self._gauss_address, self._GAUSS.size))
-        pos = int.from_bytes(raw[-4:], sys.byteorder, signed=True)
-        return raw[:-4] + _NUMPY_TAIL.pack(pos, has_gauss, gauss)
+        return self._from_raw(self._raw_now())
 
     def snapshot(self):
         """The serialised state (numpy_state_to_bytes layout), or None for other generators."""
         if self._address is not None and self._rand._bit_generator is self._bitgen:
-            raw = ctypes.string_at(self._address, self._RAW_SIZE) + ctypes.string_at(
-                self._gauss_address, self._GAUSS.size)
+            raw = self._raw_now()
             if raw != self._raw:
                 self._raw = raw
-                self._bytes = self._read()
+                self._bytes = self._from_raw(raw)
             return self._bytes
         state = self._np.random.get_state()
         if not (isinstance(state, tuple) and state and state[0] == "MT19937"):
@@ -180,12 +192,34 @@ class PythonGlobalRng:
         return python_state_to_bytes(rnd.getstate())
 
 
+def _bytes_layout_holds():
+    """A bytes object's buffer is at id(b) + BYTES_DATA_OFFSET (CPython), as ctypes sees it."""
+    probe = b"dlrr-rng-probe"
+    try:
+        return (_ITEM.size == ctypes.sizeof(native.RngItemT)
+                and ctypes.string_at(id(probe) + BYTES_DATA_OFFSET, len(probe)) == probe)
+    except Exception:
+        return False
+
+
 class RngCapture:
-    """Takes and writes snapshots of every generator the job can draw from."""
+    """Takes and writes snapshots of every generator the job can draw from.
+
+    A step's states are written in one dlrr_rng_states crossing: each is packed as a
+    dlrr_rng_item_t (a bytes payload by its buffer's address, a tensor by data_ptr) into a
+    ctypes array made per call (0.1 us; a shared one would race between threads delivering
+    batches); `states` keeps every payload alive until the call returns.  Where the bytes
+    layout does not hold, one dlrr_rng_state per generator, as before.
+    """
+
+    _ITEMS = native.RngItemT * 8
+
+    _packed = _bytes_layout_holds()
 
     def __init__(self, lib, torch):
         self._lib = lib
         self._write = lib.dlrr_rng_state
+        self._write_many = getattr(lib, "dlrr_rng_states", None)
         self._torch = torch
         self._cuda = getattr(torch, "cuda", None)
         self._numpy = None
@@ -228,6 +262,21 @@ class RngCapture:
         return python_rng.snapshot()
 
     def write(self, states, at_fork=False):
+        if not at_fork and self._packed and self._write_many is not None and len(states) <= self._ITEMS._length_:
+            items = self._ITEMS()
+            copies = []  # contiguous copies, alive until the call returns (states holds the rest)
+            for i, (kind, device, payload) in enumerate(states):
+                if isinstance(payload, bytes):
+                    _ITEM.pack_into(items, i * _ITEM.size, id(payload) + BYTES_DATA_OFFSET, len(payload),
+                                    kind, device)
+                else:
+                    if not payload.is_contiguous():  # torch's own states are
+                        payload = payload.contiguous()
+                        copies.append(payload)
+                    _ITEM.pack_into(items, i * _ITEM.size, payload.data_ptr(),
+                                    payload.numel() * payload.element_size(), kind, device)
+            self._write_many(len(states), items)
+            return
         write = self._lib.dlrr_rng_state_at_fork if at_fork else self._write
         for kind, device, payload in states:
             if isinstance(payload, bytes):
