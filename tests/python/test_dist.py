@@ -164,16 +164,18 @@ class PeerTest(unittest.TestCase):
 
 class ReduceNameTest(unittest.TestCase):
     def test_names(self):
-        self.assertEqual(dlrr_dist._reduce_name(torch, dist.ReduceOp.SUM), "sum")
-        self.assertEqual(dlrr_dist._reduce_name(torch, dist.ReduceOp.MIN), "min")
-        self.assertEqual(dlrr_dist._reduce_name(torch, "weird.Thing"), "thing")
+        self.assertEqual(dlrr_dist._reduce_name(torch, dist.ReduceOp.SUM, {}), "sum")
+        self.assertEqual(dlrr_dist._reduce_name(torch, dist.ReduceOp.MIN, {}), "min")
+        self.assertEqual(dlrr_dist._reduce_name(torch, "weird.Thing", {}), "thing")
 
     def test_remembered_per_op_object_gives_the_same_names(self):
         import inspect
         default = inspect.signature(dist.all_reduce).parameters["op"].default  # 1.13: a legacy object
+        cache = {}
         for op in (default, dist.ReduceOp.SUM, dist.ReduceOp.MAX, default, dist.ReduceOp.MAX):
-            self.assertEqual(dlrr_dist._reduce_name(torch, op), dlrr_dist._reduce_name_of(torch, op))
-        self.assertEqual(dlrr_dist._reduce_name(torch, default), "sum")
+            self.assertEqual(dlrr_dist._reduce_name(torch, op, cache), dlrr_dist._reduce_name_of(torch, op))
+        self.assertEqual(dlrr_dist._reduce_name(torch, default, cache), "sum")
+        self.assertEqual(len(cache), len({id(op) for op in (default, dist.ReduceOp.SUM, dist.ReduceOp.MAX)}))
 
 
 class ArgumentBinderTest(unittest.TestCase):

@@ -99,6 +99,7 @@ class DistHooks:
         self._torch = torch
         self._lib = rec.lib
         self._marshal = rec.marshal
+        self._reduce_names = {}  # _reduce_name's cache
         self.replay_mode = replay_mode  # None (record), DIST_REPLAY_ALL or DIST_REPLAY_ALONE
         self._local = threading.local()
         self._ddp_hooked = weakref.WeakKeyDictionary()  # ddp -> "user" | "dlrr" | "builtin"
@@ -180,7 +181,7 @@ class DistHooks:
         return self._lib.dlrr_collective_tensor(seq, is_result, p[1], p[3], p[4], p[5], p[6])
 
     def _begin(self, op, group=None, reduce_op=None, peer=-1, bucket=-1, async_op=False):
-        reduce_text = b"" if reduce_op is None else _reduce_name(self._torch, reduce_op).encode()
+        reduce_text = b"" if reduce_op is None else _reduce_name(self._torch, reduce_op, self._reduce_names).encode()
         return self._lib.dlrr_collective_begin(op.encode(), self._group_text(group), reduce_text,
                                                int(peer) if peer is not None else -1, bucket,
                                                1 if async_op else 0)
@@ -707,17 +708,15 @@ class ArgumentBinder:
         return out
 
 
-_REDUCE_NAMES = {}  # id(op) -> (op, name): ops are few and long-lived (ReduceOp members, defaults)
-
-
-def _reduce_name(torch, op):
-    """"sum", "avg", ... for a ReduceOp, remembered per op object (the lookup below is ~1 us)."""
-    entry = _REDUCE_NAMES.get(id(op))
+def _reduce_name(torch, op, cache):
+    """"sum", "avg", ... for a ReduceOp, remembered per op object in `cache` (id(op) -> (op,
+    name), the hooks' own: ops are few and long-lived) since the lookup below is ~1 us."""
+    entry = cache.get(id(op))
     if entry is not None and entry[0] is op:
         return entry[1]
     name = _reduce_name_of(torch, op)
-    if len(_REDUCE_NAMES) < 64:  # the op is kept alive with its entry, so its id stays its own
-        _REDUCE_NAMES[id(op)] = (op, name)
+    if len(cache) < 64:  # the op is kept alive with its entry, so its id stays its own
+        cache[id(op)] = (op, name)
     return name
 
 
