@@ -17,6 +17,7 @@
 
 #include "format/Trace.h"
 #include "replayer/LaunchCompare.h"
+#include "replayer/ReplayReport.h"
 #include "replayer/ReplayTarget.h"
 #include "schema/dlrr.capnp.h"
 #include "session/Config.h"
@@ -25,8 +26,6 @@
 #include "session/TensorDigest.h"
 
 namespace dlrr {
-
-class ReportLines;  // replayer/ReplayReport.h
 
 struct RecordedDigest {
   uint64_t hash = 0;
@@ -156,6 +155,7 @@ class ReplaySession final : public ProcessSession {
   int collectiveResult(uint64_t seq, uint32_t index, std::vector<uint8_t>& out);
   int recordedRank() const;  // rank of the replayed stream (-1: not a rank)
 
+  // One of the hook's facts for the report (addHookFact's keys; "warning" adds a warning).
   void fact(const std::string& key, const std::string& value);
   // Writes the report file now (at a stop, and again at exit with the final figures).
   void writeReport(const std::string& stopReason);
@@ -187,11 +187,11 @@ class ReplaySession final : public ProcessSession {
   void load();
   void loadCollective(schema::Event::Reader e);  // ReplaySessionDist.cc
   void collectiveDivergenceLocked(uint64_t seq, int64_t step, const std::string& what);
-  void writeDistReport(ReportLines& r);
+  void writeDistReport(ReplayReport& r);
   void loadGpuEvent(schema::Event::Reader e);  // InternedString, CudaLaunch
   void resolveKernelNames();
   void checkLaunchesLocked(int64_t step, bool complete);
-  void writeGpuReport(ReportLines& r);
+  void writeGpuReport(ReplayReport& r);
   int incomparableLocked(int recordedAlgorithm, int algorithm);
   int checkDigestAlgorithm(int64_t step, int kind, const std::string& path, uint32_t callIndex, uint32_t output,
                            int algorithm, const DigestResult& got);
@@ -227,7 +227,7 @@ class ReplaySession final : public ProcessSession {
   int64_t lastStepEnded_ = -1;
   int64_t inStepNumber_ = INT64_MIN;
   std::atomic<int64_t> step_{-1};
-  std::vector<std::pair<std::string, std::string>> facts_;
+  ReplayReport facts_;        // the hook's (fact()), but its warnings: those join warnings_
   std::string reportSuffix_;  // --all-ranks: each rank writes DLRR_REPORT.rank<R>
   std::string finalStop_;     // the first real stop reason sticks (later "exit" does not undo it)
   int captureLevel_ = 1;

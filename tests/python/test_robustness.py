@@ -155,6 +155,24 @@ class ModeTest(unittest.TestCase):
             dlrr_hook.uninstall()
         self.assertIs(sys.excepthook, hook)  # the replayer's own excepthook is undone too
 
+    def test_every_report_fact_the_hook_sends_has_a_field_in_the_report(self):
+        # The library keeps a fact only under a key its report has a field for
+        # (replayer/ReplayReport.cc, addHookFact); an unknown one becomes a warning.
+        import re
+        with open(os.path.join(fake_native.REPO, "replayer", "ReplayReport.cc")) as f:
+            source = f.read()
+        tables = source[source.index("kHookTexts[] = {"):source.index("}  // namespace", source.index("kHookLists"))]
+        known = set(re.findall(r'\{"([a-z_.]+)", &ReplayReport::', tables))
+        hook_dir = os.path.join(fake_native.REPO, "interpose", "python", "dlrr_hook")
+        sent = set()
+        for name in os.listdir(hook_dir):
+            if name.endswith(".py") and name != "preflight.py":  # preflight's facts are runtime info
+                with open(os.path.join(hook_dir, name)) as f:
+                    sent |= set(re.findall(r'_fact(?:\(|, )"([a-z_.]+)"', f.read()))
+        self.assertIn("stop.where", sent)
+        self.assertIn("dist.group", sent)
+        self.assertEqual(sent - known, set())
+
 
 class ImportWatcherTest(unittest.TestCase):
     def test_fires_after_module_executed_and_only_then(self):
