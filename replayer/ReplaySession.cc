@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <bit>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -508,17 +509,15 @@ const std::vector<uint8_t>& ReplaySession::recordedTensors(int64_t step) {
   return out;
 }
 
-std::string ReplaySession::recordedDigests(int64_t step) const {
+std::vector<ReplaySession::StepDigest> ReplaySession::recordedDigests(int64_t step) const {
   std::lock_guard<std::mutex> lk(mu_);
-  std::ostringstream o;
-  for (const auto& [key, d] : digests_) {
-    if (std::get<0>(key) != step) continue;
-    const std::string& path = std::get<2>(key);
-    o << kindName(std::get<1>(key)) << "\t" << (path.empty() ? "<root>" : path) << "\t" << std::get<3>(key) << "\t"
-      << std::get<4>(key) << "\t" << hex(d.hash) << "\t" << d.nanCount << "\t" << d.infCount << "\t" << num(d.min)
-      << "\t" << num(d.max) << "\n";
+  std::vector<StepDigest> out;
+  for (auto it = digests_.lower_bound(DigestKey{step, INT_MIN, "", 0, 0}); it != digests_.end(); ++it) {
+    const auto& [s, kind, path, callIndex, output] = it->first;
+    if (s != step) break;
+    out.push_back(StepDigest{kind, path, callIndex, output, it->second});
   }
-  return o.str();
+  return out;
 }
 
 void ReplaySession::fact(const std::string& key, const std::string& value) {

@@ -116,8 +116,15 @@ class ReplaySession final : public ProcessSession {
   // Full tensors the recording kept for `step` (failure ring), encoded as a dict
   // "kind:path#call.output" -> tensor (BatchEncoding); empty dict when none.
   const std::vector<uint8_t>& recordedTensors(int64_t step);
-  // The recorded digests of `step`, one per line: kind path call output hash nan inf min max.
-  std::string recordedDigests(int64_t step) const;
+  // The recorded digests of `step`, in (kind, path, call, output) order.
+  struct StepDigest {
+    int kind = 0;      // schema TensorDigest.Kind
+    std::string path;  // "" for the root module
+    uint32_t callIndex = 0;
+    uint32_t output = 0;
+    RecordedDigest digest;
+  };
+  std::vector<StepDigest> recordedDigests(int64_t step) const;
 
   // GPU (ReplaySessionGpu.cc). A digest computed on the device (algorithm 1, deviceSum):
   // compared like checkDigest, but only with a recorded digest of the same algorithm.
