@@ -11,8 +11,9 @@
 #include <vector>
 
 #include "dlrr/dlrr.h"
+#include "interpose/ActiveSession.h"
 #include "interpose/CEnums.h"
-#include "interpose/ProcessRecorder.h"
+#include "interpose/ReentryGuard.h"
 #include "interpose/SignalHandlers.h"
 
 using namespace dlrr;
