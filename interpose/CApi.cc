@@ -5,13 +5,15 @@
 #include <fcntl.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <vector>
 
 #include "dlrr/dlrr.h"
+#include "interpose/ActiveSession.h"
 #include "interpose/CEnums.h"
-#include "interpose/ProcessRecorder.h"
+#include "interpose/ReentryGuard.h"
 #include "interpose/SignalHandlers.h"
 
 using namespace dlrr;
@@ -383,15 +385,31 @@ int dlrr_replay_recorded_tensors(int64_t step, const uint8_t** data, uint64_t* n
   return rc;
 }
 
-const char* dlrr_replay_recorded_digests(int64_t step) {
-  ReplaySession* r = processReplayer();
-  if (!r) return "";
-  try {
-    tStatus = r->recordedDigests(step);
-  } catch (...) {
-    tStatus.clear();
-  }
-  return tStatus.c_str();
+// native.RecordedDigestT mirrors this layout (tests/python/test_native.py).
+static_assert(sizeof(dlrr_recorded_digest_t) == 64 && offsetof(dlrr_recorded_digest_t, digest) == 24);
+
+int dlrr_replay_recorded_digests(int64_t step, const dlrr_recorded_digest_t** items, uint64_t* n) {
+  // This thread's answer, kept until its next call: the structs and the paths they point to.
+  thread_local std::vector<ReplaySession::StepDigest> tDigests;
+  thread_local std::vector<dlrr_recorded_digest_t> tItems;
+  if (items) *items = nullptr;
+  if (n) *n = 0;
+  return withReplayer([&](ReplaySession& r) {
+    tItems.clear();
+    tDigests = r.recordedDigests(step);
+    tItems.reserve(tDigests.size());
+    for (const auto& d : tDigests) {
+      dlrr_recorded_digest_t c{};
+      c.path = d.path.c_str();
+      c.kind = d.kind;
+      c.call_index = d.callIndex;
+      c.output = d.output;
+      c.digest = {d.digest.hash, d.digest.nanCount, d.digest.infCount, d.digest.min, d.digest.max};
+      tItems.push_back(c);
+    }
+    if (items) *items = tItems.data();
+    if (n) *n = tItems.size();
+  });
 }
 
 const char* dlrr_replay_divergence(void) {

@@ -13,9 +13,10 @@
 #include <atomic>
 #include <cstdint>
 
+#include "interpose/ActiveSession.h"
 #include "interpose/FileHooks.h"
 #include "interpose/FileServe.h"
-#include "interpose/ProcessRecorder.h"
+#include "interpose/ReentryGuard.h"
 #include "recorder/OwnFds.h"
 
 namespace dlrr {

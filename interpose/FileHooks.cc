@@ -31,8 +31,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "interpose/ActiveSession.h"
 #include "interpose/FileServe.h"
-#include "interpose/ProcessRecorder.h"
+#include "interpose/ReentryGuard.h"
 #include "interpose/SelfStat.h"
 
 namespace dlrr {

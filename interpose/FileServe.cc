@@ -21,12 +21,13 @@
 #include <new>
 
 #include "dlrr/dlrr.h"
+#include "interpose/ActiveSession.h"
 
 namespace dlrr::files {
 namespace {
 
 // Constructed once and never destructed: the job's threads may call hooked functions while
-// the process exits (as interpose/ProcessRecorder.cc).
+// the process exits (as interpose/ActiveSession.cc).
 alignas(FileLog) unsigned char gLogStorage[sizeof(FileLog)];
 std::atomic<FileLog*> gLog{nullptr};
 alignas(FileRedirect) unsigned char gRedirectStorage[sizeof(FileRedirect)];

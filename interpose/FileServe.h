@@ -13,7 +13,7 @@
 
 #include <string>
 
-#include "interpose/ProcessRecorder.h"
+#include "interpose/ReentryGuard.h"
 #include "recorder/FileLog.h"
 #include "replayer/FileRedirect.h"
 

@@ -14,8 +14,9 @@
 #include <string>
 
 #include "dlrr/dlrr.h"
+#include "interpose/ActiveSession.h"
 #include "interpose/CEnums.h"
-#include "interpose/ProcessRecorder.h"
+#include "interpose/ReentryGuard.h"
 #include "interpose/cupti/GpuInjection.h"
 
 namespace dlrr {

@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "format/OwnThreads.h"
-#include "interpose/ProcessRecorder.h"
+#include "interpose/ActiveSession.h"
 #include "interpose/SignalHandlers.h"
 
 namespace dlrr {

@@ -14,7 +14,7 @@
 #include <cerrno>
 #include <cstdint>
 
-#include "interpose/ProcessRecorder.h"
+#include "interpose/ActiveSession.h"
 
 namespace dlrr {
 namespace {

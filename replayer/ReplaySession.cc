@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <bit>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -508,32 +509,29 @@ const std::vector<uint8_t>& ReplaySession::recordedTensors(int64_t step) {
   return out;
 }
 
-std::string ReplaySession::recordedDigests(int64_t step) const {
+std::vector<ReplaySession::StepDigest> ReplaySession::recordedDigests(int64_t step) const {
   std::lock_guard<std::mutex> lk(mu_);
-  std::ostringstream o;
-  for (const auto& [key, d] : digests_) {
-    if (std::get<0>(key) != step) continue;
-    const std::string& path = std::get<2>(key);
-    o << kindName(std::get<1>(key)) << "\t" << (path.empty() ? "<root>" : path) << "\t" << std::get<3>(key) << "\t"
-      << std::get<4>(key) << "\t" << hex(d.hash) << "\t" << d.nanCount << "\t" << d.infCount << "\t" << num(d.min)
-      << "\t" << num(d.max) << "\n";
+  std::vector<StepDigest> out;
+  for (auto it = digests_.lower_bound(DigestKey{step, INT_MIN, "", 0, 0}); it != digests_.end(); ++it) {
+    const auto& [s, kind, path, callIndex, output] = it->first;
+    if (s != step) break;
+    out.push_back(StepDigest{kind, path, callIndex, output, it->second});
   }
-  return o.str();
+  return out;
 }
 
 void ReplaySession::fact(const std::string& key, const std::string& value) {
   std::lock_guard<std::mutex> lk(mu_);
   if (key == "warning")
     warnings_.push_back(value);
-  else
-    facts_.emplace_back(key, value);
+  else if (!addHookFact(facts_, key, value))
+    warnings_.push_back("the Python hook sent a report fact this library does not know: " + key);
 }
 
 void ReplaySession::writeReport(const std::string& stopReason) {
   const char* reportEnv = std::getenv("DLRR_REPORT");
   if (!reportEnv || !*reportEnv) return;
-  std::string reportPath = std::string(reportEnv) + reportSuffix_;
-  const char* path = reportPath.c_str();
+  const std::string path = std::string(reportEnv) + reportSuffix_;
   bool stopping = stopReason != "running" && stopReason != "exit";
   if (stopping)
     if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->flush();
@@ -544,31 +542,23 @@ void ReplaySession::writeReport(const std::string& stopReason) {
     reason = finalStop_;
   else if (reason != "running" && reason != "exit")
     finalStop_ = reason;
-  ReportLines r;
-  r.add("stop", reason);
-  r.add("target", target_.describe());
-  r.add("target.step", target_.step);
-  r.add("target.where", target_.where);
-  r.add("verified_steps", verifiedSteps_);
-  r.add("recorded_steps", recordedSteps_);
-  r.add("last_step", lastStepEnded_);
-  if (jumpStep_ >= 0) r.add("jump.step", jumpStep_);
-  if (divergence_) {
-    r.add("divergence.step", divergence_->step);
-    r.add("divergence.kind", kindName(divergence_->kind));
-    r.add("divergence.path", divergence_->path);
-    r.add("divergence.detail", divergence_->detail);
-  }
+  ReplayReport r = facts_;
+  r.attached = true;
+  r.stop = parseStop(reason);
+  r.target = target_.describe();
+  r.targetStep = target_.step;
+  r.targetWhere = target_.where;
+  r.verifiedSteps = verifiedSteps_;
+  r.recordedSteps = recordedSteps_;
+  r.lastStep = lastStepEnded_;
+  if (jumpStep_ >= 0) r.jumpStep = jumpStep_;
+  if (divergence_)
+    r.divergence = ReplayReport::Divergence{divergence_->step, kindName(divergence_->kind), divergence_->path,
+                                            divergence_->detail};
   writeGpuReport(r);
   writeDistReport(r);
-  for (const auto& [k, v] : facts_) r.add(k, v);
-  for (const auto& w : warnings_) r.add("warning", w);
-  const std::string& text = r.text();
-  int fd = ::open(path, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return;
-  ssize_t w = ::write(fd, text.data(), text.size());
-  (void)w;
-  ::close(fd);
+  r.warnings = warnings_;
+  writeReplayReportFile(path, r);  // under mu_: one writer at a time, the latest figures last
 }
 
 }  // namespace dlrr

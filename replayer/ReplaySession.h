@@ -17,6 +17,7 @@
 
 #include "format/Trace.h"
 #include "replayer/LaunchCompare.h"
+#include "replayer/ReplayReport.h"
 #include "replayer/ReplayTarget.h"
 #include "schema/dlrr.capnp.h"
 #include "session/Config.h"
@@ -25,8 +26,6 @@
 #include "session/TensorDigest.h"
 
 namespace dlrr {
-
-class ReportLines;  // replayer/ReplayReport.h
 
 struct RecordedDigest {
   uint64_t hash = 0;
@@ -117,8 +116,15 @@ class ReplaySession final : public ProcessSession {
   // Full tensors the recording kept for `step` (failure ring), encoded as a dict
   // "kind:path#call.output" -> tensor (BatchEncoding); empty dict when none.
   const std::vector<uint8_t>& recordedTensors(int64_t step);
-  // The recorded digests of `step`, one per line: kind path call output hash nan inf min max.
-  std::string recordedDigests(int64_t step) const;
+  // The recorded digests of `step`, in (kind, path, call, output) order.
+  struct StepDigest {
+    int kind = 0;      // schema TensorDigest.Kind
+    std::string path;  // "" for the root module
+    uint32_t callIndex = 0;
+    uint32_t output = 0;
+    RecordedDigest digest;
+  };
+  std::vector<StepDigest> recordedDigests(int64_t step) const;
 
   // GPU (ReplaySessionGpu.cc). A digest computed on the device (algorithm 1, deviceSum):
   // compared like checkDigest, but only with a recorded digest of the same algorithm.
@@ -156,6 +162,7 @@ class ReplaySession final : public ProcessSession {
   int collectiveResult(uint64_t seq, uint32_t index, std::vector<uint8_t>& out);
   int recordedRank() const;  // rank of the replayed stream (-1: not a rank)
 
+  // One of the hook's facts for the report (addHookFact's keys; "warning" adds a warning).
   void fact(const std::string& key, const std::string& value);
   // Writes the report file now (at a stop, and again at exit with the final figures).
   void writeReport(const std::string& stopReason);
@@ -187,11 +194,11 @@ class ReplaySession final : public ProcessSession {
   void load();
   void loadCollective(schema::Event::Reader e);  // ReplaySessionDist.cc
   void collectiveDivergenceLocked(uint64_t seq, int64_t step, const std::string& what);
-  void writeDistReport(ReportLines& r);
+  void writeDistReport(ReplayReport& r);
   void loadGpuEvent(schema::Event::Reader e);  // InternedString, CudaLaunch
   void resolveKernelNames();
   void checkLaunchesLocked(int64_t step, bool complete);
-  void writeGpuReport(ReportLines& r);
+  void writeGpuReport(ReplayReport& r);
   int incomparableLocked(int recordedAlgorithm, int algorithm);
   int checkDigestAlgorithm(int64_t step, int kind, const std::string& path, uint32_t callIndex, uint32_t output,
                            int algorithm, const DigestResult& got);
@@ -227,7 +234,7 @@ class ReplaySession final : public ProcessSession {
   int64_t lastStepEnded_ = -1;
   int64_t inStepNumber_ = INT64_MIN;
   std::atomic<int64_t> step_{-1};
-  std::vector<std::pair<std::string, std::string>> facts_;
+  ReplayReport facts_;        // the hook's (fact()), but its warnings: those join warnings_
   std::string reportSuffix_;  // --all-ranks: each rank writes DLRR_REPORT.rank<R>
   std::string finalStop_;     // the first real stop reason sticks (later "exit" does not undo it)
   int captureLevel_ = 1;

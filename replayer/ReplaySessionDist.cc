@@ -148,12 +148,10 @@ int ReplaySession::collectiveResult(uint64_t seq, uint32_t index, std::vector<ui
 
 int ReplaySession::recordedRank() const { return stream_ ? stream_->header().getRank() : -1; }
 
-void ReplaySession::writeDistReport(ReportLines& r) {
+void ReplaySession::writeDistReport(ReplayReport& r) {
   if (collectives_.empty() && collectivesIssued_ == 0) return;
-  r.add("dist.rank", recordedRank());
-  r.add("dist.collectives", std::to_string(collectivesIssued_) + " of " + std::to_string(collectives_.size()) +
-                                " recorded issued; " + std::to_string(collectiveTensorsVerified_) +
-                                " tensors verified; " + std::to_string(collectiveResultsServed_) + " results served");
+  r.dist = ReplayReport::Dist{recordedRank(), collectivesIssued_, collectives_.size(), collectiveTensorsVerified_,
+                              collectiveResultsServed_};
 }
 
 }  // namespace dlrr

@@ -123,24 +123,23 @@ int ReplaySession::digestValues(int kind, const char* path, uint32_t callIndex, 
   return checkDigestValues(currentStep(), kind, path ? path : "", callIndex, output, algorithm, d);
 }
 
-void ReplaySession::writeGpuReport(ReportLines& r) {
-  if (gpuCaptureKnown_) r.add("gpu.capture", gpuCaptureOff_.empty() ? "on" : "off: " + gpuCaptureOff_);
+void ReplaySession::writeGpuReport(ReplayReport& r) {
+  // A text said twice keeps both, one a line (as the report always did).
+  auto say = [](std::optional<std::string>& field, const std::string& v) { field = field ? *field + "\n" + v : v; };
+  if (gpuCaptureKnown_) say(r.gpuCapture, gpuCaptureOff_.empty() ? "on" : "off: " + gpuCaptureOff_);
   auto rec = runtime_.find("gpu.capture");
   if (rec != runtime_.end() && rec->second.rfind("on", 0) != 0)
-    r.add("gpu.recorded", rec->second + " (launch sequences not checked)");
+    say(r.gpuRecorded, rec->second + " (launch sequences not checked)");
   else if (!recordedLaunches_.empty())
-    r.add("gpu.capture", "not started (CUDA not initialised in this replay); the recording has kernel launches");
-  if (launchStepsChecked_ || launchDivergence_) {
-    r.add("launch.steps_checked", launchStepsChecked_);
-    r.add("launch.steps_matched", launchStepsMatched_);
-  }
-  if (launchDivergence_) {
-    r.add("launch.divergence.step", launchDivergenceStep_);
-    r.add("launch.divergence.position", launchDivergence_->position ? *launchDivergence_->position : 0);
-    r.add("launch.divergence.detail", launchDivergence_->detail);
-  }
-  if (!launchAtStop_.empty()) r.add("launch.at_stop", launchAtStop_);
-  if (incomparableDigests_) r.add("digests.incomparable", incomparableDigests_);
+    say(r.gpuCapture, "not started (CUDA not initialised in this replay); the recording has kernel launches");
+  if (launchStepsChecked_ || launchDivergence_)
+    r.launches = ReplayReport::Launches{launchStepsChecked_, launchStepsMatched_};
+  if (launchDivergence_)
+    r.launchDivergence = ReplayReport::LaunchDivergence{launchDivergenceStep_,
+                                                        launchDivergence_->position ? *launchDivergence_->position : 0,
+                                                        launchDivergence_->detail};
+  if (!launchAtStop_.empty()) r.launchAtStop = launchAtStop_;
+  r.incomparableDigests = incomparableDigests_;
 }
 
 }  // namespace dlrr

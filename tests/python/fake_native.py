@@ -38,6 +38,8 @@ class FakeLib:
         self.step = -1
         self.digest_values_result = 0
         self.gpu_capture_status = ""
+        self.recorded_digests = {}  # step -> [native.RecordedDigestT] (replay)
+        self._digest_arrays = {}  # what dlrr_replay_recorded_digests handed out, kept alive
         self._callbacks = []
         for name, (restype, argtypes) in native.SIGNATURES.items():
             impl = getattr(self, "_" + name)
@@ -264,8 +266,15 @@ class FakeLib:
     def _dlrr_replay_recorded_tensors(self, step, data, n):
         return 0
 
-    def _dlrr_replay_recorded_digests(self, step):
-        return b""
+    def _dlrr_replay_recorded_digests(self, step, items, n):
+        if self.mode != native.MODE_REPLAY:
+            return 0
+        rows = self.recorded_digests.get(step, [])
+        array = (native.RecordedDigestT * max(len(rows), 1))(*rows)
+        self._digest_arrays[step] = array
+        items[0] = ctypes.cast(array, ctypes.POINTER(native.RecordedDigestT))
+        n[0] = len(rows)
+        return 1
 
     def _dlrr_replay_divergence(self):
         return b""

@@ -21,6 +21,7 @@ _C_TYPES = {
     "const dlrr_digest_item_t*": ctypes.POINTER(native.DigestItemT),
     "const dlrr_rng_item_t*": ctypes.POINTER(native.RngItemT),
     "dlrr_target_t*": ctypes.POINTER(native.TargetT),
+    "const dlrr_recorded_digest_t**": ctypes.POINTER(ctypes.POINTER(native.RecordedDigestT)),
     "const uint8_t**": ctypes.POINTER(ctypes.c_void_p), "uint64_t*": ctypes.POINTER(ctypes.c_uint64),
     "int*": ctypes.POINTER(ctypes.c_int), "const int64_t**": ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)),
 }
@@ -59,6 +60,8 @@ class BindingTest(unittest.TestCase):
         self.assertEqual(ctypes.sizeof(native.DigestT), 40)
         self.assertEqual(ctypes.sizeof(native.DigestItemT), 56)
         self.assertEqual(ctypes.sizeof(native.RngItemT), 24)
+        self.assertEqual(ctypes.sizeof(native.RecordedDigestT), 64)
+        self.assertEqual(native.RecordedDigestT.digest.offset, 24)
 
     def test_constants_match_header(self):
         for cname, value in re.findall(r"DLRR_(\w+) = (\d+)", header_text()):

@@ -155,6 +155,53 @@ class ModeTest(unittest.TestCase):
             dlrr_hook.uninstall()
         self.assertIs(sys.excepthook, hook)  # the replayer's own excepthook is undone too
 
+    def test_recorded_digests_cross_as_structs_and_read_as_the_replay_prints_them(self):
+        lib = fake_native.FakeLib(mode=native.MODE_REPLAY)
+        nan = float("nan")
+        lib.recorded_digests[3] = [
+            native.RecordedDigestT(b"", native.DIGEST_MODULE_OUTPUT, 0, 1, 0,
+                                   native.DigestT(0xAB, 0, 0, -0.0, 1.5e10)),
+            native.RecordedDigestT(b"fc1.weight", native.DIGEST_GRADIENT, 2, 0, 0,
+                                   native.DigestT(2 ** 64 - 1, 7, 1, nan, nan)),
+            native.RecordedDigestT(b"x", 99, 0, 0, 0, native.DigestT(1, 0, 0, 1.0 / 3, float("-inf"))),
+        ]
+        try:
+            rep = dlrr_hook.install(lib=lib)
+            self.assertEqual(rep.recorded_digests(3), [
+                ("module output", "<root>", "0", "1", "0x00000000000000ab", "0", "0", "-0", "1.5e+10"),
+                ("gradient", "fc1.weight", "2", "0", "0xffffffffffffffff", "7", "1", "nan", "nan"),
+                ("tensor", "x", "0", "0", "0x0000000000000001", "0", "0", "0.333333333", "-inf"),
+            ])
+            self.assertEqual(rep.recorded_digests(4), [])
+            self.assertEqual(rep.recorded_digests(None), [])
+        finally:
+            dlrr_hook.uninstall()
+
+    def test_every_report_fact_the_hook_sends_has_a_field_in_the_report(self):
+        # The library keeps a fact only under a key its report has a field for
+        # (replayer/ReplayReport.cc, addHookFact); an unknown one becomes a warning.
+        import re
+        with open(os.path.join(fake_native.REPO, "replayer", "ReplayReport.cc")) as f:
+            source = f.read()
+        tables = source[source.index("kHookTexts[] = {"):source.index("}  // namespace", source.index("kHookLists"))]
+        known = set(re.findall(r'\{"([a-z_.]+)", &ReplayReport::', tables))
+        hook_dir = os.path.join(fake_native.REPO, "interpose", "python", "dlrr_hook")
+        sent = set()
+        for name in os.listdir(hook_dir):
+            if name.endswith(".py") and name != "preflight.py":  # preflight's facts are runtime info
+                with open(os.path.join(hook_dir, name)) as f:
+                    sent |= set(re.findall(r'_fact(?:\(|, )"([a-z_.]+)"', f.read()))
+        self.assertIn("stop.where", sent)
+        self.assertIn("dist.group", sent)
+        self.assertEqual(sent - known, set())
+
+    def test_digest_kind_names_are_the_librarys(self):
+        with open(os.path.join(fake_native.REPO, "replayer", "ReplaySession.cc")) as f:
+            source = f.read()
+        names = source[source.index("static const char* names[] = {") :].split("}", 1)[0]
+        self.assertEqual(tuple(n for n in names.split('"')[1::2]), native.DIGEST_KIND_NAMES)
+        self.assertEqual(len(native.DIGEST_KIND_NAMES), native.DIGEST_MODULE_INPUT + 1)
+
 
 class ImportWatcherTest(unittest.TestCase):
     def test_fires_after_module_executed_and_only_then(self):

@@ -12,7 +12,9 @@ TEST(ReplayCheck, AReachedNonFiniteValueIsReproduced) {
   CheckInput in;
   in.replayExit = kOk;
   in.waitStatus = W_EXITCODE(0, 0);
-  in.report = {{"stop.step", "7"}, {"verified_steps", "7"}};
+  in.report.attached = true;
+  in.report.stopStep = "7";
+  in.report.verifiedSteps = 7;
   in.recordedFailure = "non-finite value at step 7";
   triage::TriageInput facts;
   auto v = decideCheck(in, facts);
@@ -24,7 +26,8 @@ TEST(ReplayCheck, AReachedNonFiniteValueIsReproduced) {
 TEST(ReplayCheck, RacingTrainersOrUnrecordedProcessesKeepDeterminismUnclaimed) {
   CheckInput in;
   in.replayExit = kOk;
-  in.report = {{"stop.step", "3"}};
+  in.report.attached = true;
+  in.report.stopStep = "3";
   in.recordedFailure = "non-finite value at step 3";
   in.concurrencyCaveat = "determinism cannot be claimed: 2 trainers updated a shared model";
   triage::TriageInput facts;
@@ -57,7 +60,8 @@ TEST(ReplayCheck, AnExitStatusFailureMustEndWithTheSameStatus) {
   CheckInput in;
   in.checkExit = true;
   in.replayExit = kOk;
-  in.report = {{"verified_steps", "4"}};
+  in.report.attached = true;
+  in.report.verifiedSteps = 4;
   in.waitStatus = W_EXITCODE(3, 0);
   auto v = decideCheck(in, facts);
   EXPECT_TRUE(v.reproduced);

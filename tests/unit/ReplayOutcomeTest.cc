@@ -10,7 +10,9 @@ namespace {
 
 ReplayFacts atEnd(uint64_t verified, uint64_t recorded) {
   ReplayFacts f;
-  f.report = {{"stop", "exit"}, {"verified_steps", std::to_string(verified)}};
+  f.report.attached = true;
+  f.report.stop = ReplayReport::Stop::Exit;
+  f.report.verifiedSteps = static_cast<int64_t>(verified);
   f.waitStatus = W_EXITCODE(0, 0);
   f.target = ReplayTarget::Kind::End;
   f.targetText = "the end";
@@ -27,8 +29,8 @@ TEST(ReplayOutcome, EveryStepVerifiedToTheEndIsSuccess) {
 
 TEST(ReplayOutcome, AnExceptionTheRecordingDidNotRaiseIsADivergenceNamingIt) {
   ReplayFacts f = atEnd(0, 121);
-  f.report["exception"] = "FileNotFoundError: [Errno 2] No such file or directory: 'data/train.csv'";
-  f.report["exception.where"] = "train.py:12 in <module>";
+  f.report.exception = "FileNotFoundError: [Errno 2] No such file or directory: 'data/train.csv'";
+  f.report.exceptionWhere = "train.py:12 in <module>";
   f.waitStatus = W_EXITCODE(1, 0);
   ReplayOutcome o = decideReplayOutcome(f);
   EXPECT_EQ(o.exitCode, kDivergence);
@@ -59,7 +61,7 @@ TEST(ReplayOutcome, ADifferentExitStatusIsADivergence) {
 
 TEST(ReplayOutcome, ASignalTheRecordingDidNotDieOfIsADivergenceNamingIt) {
   ReplayFacts f = atEnd(2, 5);
-  f.report.erase("stop");
+  f.report.stop = ReplayReport::Stop::Running;  // the last report written at a step
   f.waitStatus = W_EXITCODE(0, SIGSEGV);
   f.target = ReplayTarget::Kind::Nan;
   f.targetText = "the first NaN/Inf (step 4)";
@@ -72,7 +74,7 @@ TEST(ReplayOutcome, ASignalTheRecordingDidNotDieOfIsADivergenceNamingIt) {
 
 TEST(ReplayOutcome, TheRecordedCrashReproducedIsSuccess) {
   ReplayFacts f = atEnd(4, 4);
-  f.report.erase("stop");
+  f.report.stop = ReplayReport::Stop::Running;  // the last report written at a step
   f.target = ReplayTarget::Kind::Crash;
   f.recordedFailureKind = "signal";
   f.recordedSignal = SIGSEGV;
@@ -85,7 +87,7 @@ TEST(ReplayOutcome, TheRecordedCrashReproducedIsSuccess) {
 
 TEST(ReplayOutcome, AReplayThatEndsAsTheRecordingDidBeforeTheTargetIsNotReached) {
   ReplayFacts f = atEnd(2, 5);
-  f.report.erase("stop");
+  f.report.stop = ReplayReport::Stop::Running;  // the last report written at a step
   f.target = ReplayTarget::Kind::Step;
   f.targetText = "step 4";
   ReplayOutcome o = decideReplayOutcome(f);
@@ -97,9 +99,8 @@ TEST(ReplayOutcome, AReplayThatEndsAsTheRecordingDidBeforeTheTargetIsNotReached)
 
 TEST(ReplayOutcome, AnExceptionInAStepNamesTheExceptionNotTheMissingLoss) {
   ReplayFacts f = atEnd(3, 8);
-  f.report["divergence.step"] = "3";
-  f.report["divergence.detail"] = "loss: recorded 1.19615221, replayed nan";
-  f.report["exception"] = "KeyError: 'missing-key-3'";
+  f.report.divergence = ReplayReport::Divergence{3, "loss", "", "loss: recorded 1.19615221, replayed nan"};
+  f.report.exception = "KeyError: 'missing-key-3'";
   f.waitStatus = W_EXITCODE(1, 0);
   ReplayOutcome o = decideReplayOutcome(f);
   EXPECT_EQ(o.exitCode, kDivergence);
@@ -110,11 +111,10 @@ TEST(ReplayOutcome, AnExceptionInAStepNamesTheExceptionNotTheMissingLoss) {
 
 TEST(ReplayOutcome, NeverAttachedAndStepDivergenceKeepTheirCodes) {
   ReplayFacts f = atEnd(0, 5);
-  f.report.clear();
+  f.report = ReplayReport{};
   EXPECT_EQ(decideReplayOutcome(f).exitCode, kNoReplay);
   f = atEnd(1, 5);
-  f.report["divergence.step"] = "1";
-  f.report["divergence.detail"] = "loss";
+  f.report.divergence = ReplayReport::Divergence{1, "loss", "", "loss"};
   EXPECT_EQ(decideReplayOutcome(f).message, "diverged at step 1: loss");
 }
 

@@ -83,10 +83,10 @@ TEST(ReplayPlan, OptionParsing) {
 // The outcome of a jump replay: a divergence at the jump step blames what the snapshot lacks.
 TEST(ReplayPlan, ADivergenceAtTheJumpStepIsNeverReportedAsVerified) {
   ReplayFacts f;
-  f.report = {{"stop", "divergence"},
-              {"verified_steps", "0"},
-              {"divergence.step", "300"},
-              {"divergence.detail", "loss: recorded 1, replayed 2"}};
+  f.report.attached = true;
+  f.report.stop = ReplayReport::Stop::Divergence;
+  f.report.verifiedSteps = 0;
+  f.report.divergence = ReplayReport::Divergence{300, "loss", "", "loss: recorded 1, replayed 2"};
   f.waitStatus = W_EXITCODE(0, 0);
   f.target = ReplayTarget::Kind::Nan;
   f.targetText = "nan";
@@ -98,8 +98,8 @@ TEST(ReplayPlan, ADivergenceAtTheJumpStepIsNeverReportedAsVerified) {
       << o.message;
   EXPECT_NE(o.message.find("run with --from start for a full replay"), std::string::npos) << o.message;
   // Later, it is an ordinary divergence, and the last verified step counts from the jump.
-  f.report["divergence.step"] = "305";
-  f.report["verified_steps"] = "5";
+  f.report.divergence->step = 305;
+  f.report.verifiedSteps = 5;
   o = decideReplayOutcome(f);
   EXPECT_EQ(o.exitCode, kDivergence);
   EXPECT_EQ(o.message.rfind("diverged at step 305", 0), 0u) << o.message;
@@ -107,7 +107,9 @@ TEST(ReplayPlan, ADivergenceAtTheJumpStepIsNeverReportedAsVerified) {
 
 TEST(ReplayPlan, AJumpReplayToTheEndCountsTheStepsAfterTheJump) {
   ReplayFacts f;
-  f.report = {{"stop", "exit"}, {"verified_steps", "41"}};
+  f.report.attached = true;
+  f.report.stop = ReplayReport::Stop::Exit;
+  f.report.verifiedSteps = 41;
   f.waitStatus = W_EXITCODE(0, 0);
   f.target = ReplayTarget::Kind::End;
   f.targetText = "the end";
@@ -115,7 +117,7 @@ TEST(ReplayPlan, AJumpReplayToTheEndCountsTheStepsAfterTheJump) {
   f.recordedExit = 0;
   f.jumpStep = 300;
   EXPECT_EQ(decideReplayOutcome(f).exitCode, kOk);
-  f.report["verified_steps"] = "40";  // one step short of the end
+  f.report.verifiedSteps = 40;  // one step short of the end
   ReplayOutcome o = decideReplayOutcome(f);
   EXPECT_EQ(o.exitCode, kDivergence);
   EXPECT_NE(o.message.find("last verified step 339"), std::string::npos) << o.message;

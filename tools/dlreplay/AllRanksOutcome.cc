@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 #include "replayer/ReplayReport.h"
@@ -26,31 +25,31 @@ int allRanksOutcome(const RankReport& ranks, const RankReports& files, const Pro
     uint64_t recorded = 0;
     for (const auto& r : ranks.ranks)
       if (r.rank == rank) recorded = r.steps;
-    std::string verified = rep.count("verified_steps") ? rep["verified_steps"] : "0";
+    const std::string verified = std::to_string(rep.verifiedSteps);
     std::string line;
     std::string state;
-    if (rep.empty()) {
+    if (!rep.attached) {
       state = "not-attached";
       line = "never attached to its stream";
-    } else if (rep.count("divergence.step")) {
+    } else if (rep.divergence) {
       ++attached;
       ++diverged;
       state = "divergence";
-      line = "diverged at step " + rep["divergence.step"] + ": " + rep["divergence.detail"];
+      line = "diverged at step " + std::to_string(rep.divergence->step) + ": " + rep.divergence->detail;
     } else {
       ++attached;
-      bool all = std::strtoull(verified.c_str(), nullptr, 10) == recorded;
+      bool all = static_cast<uint64_t>(rep.verifiedSteps) == recorded;
       complete += all;
       state = all ? "verified" : "incomplete";
       line = verified + " of " + std::to_string(recorded) + " recorded steps verified bit-exact";
     }
-    if (rep.count("dist.collectives")) line += "; collectives: " + rep["dist.collectives"];
+    if (rep.dist) line += "; collectives: " + collectivesText(*rep.dist);
     if (!json) std::fprintf(stderr, "dlreplay: rank %d: %s\n", rank, line.c_str());
     j.beginObject();
     j.field("rank", rank);
     j.field("outcome", state);
     j.field("message", line);
-    j.field("verified_steps", std::strtoll(verified.c_str(), nullptr, 10));
+    j.field("verified_steps", static_cast<long long>(rep.verifiedSteps));
     j.field("recorded_steps", static_cast<long long>(recorded));
     j.endObject();
   }

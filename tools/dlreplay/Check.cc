@@ -2,8 +2,6 @@
 
 #include <sys/wait.h>
 
-#include <cstdlib>
-
 #include "tools/common/Text.h"
 #include "tools/dlreplay/ReplayOutcome.h"
 #include "triage/Environment.h"
@@ -56,16 +54,9 @@ CheckVerdict decideCheck(const CheckInput& in, const triage::TriageInput& facts)
     v.reproduced = in.replayExit == kOk;
   std::string what = !in.recordedFailure.empty() ? tools::printableSummary(in.recordedFailure, kSummaryTextMax)
                                                  : "exit status " + std::to_string(facts.exitCode.value_or(-1));
-  auto field = [&](const char* k) {
-    auto it = in.report.find(k);
-    return it == in.report.end() ? std::string() : it->second;
-  };
   if (v.reproduced) {
-    std::string stopStep = field("stop.step");
-    if (in.checkExit) {
-      std::string verified = field("verified_steps");
-      stopStep = std::to_string(std::strtoll(verified.empty() ? "0" : verified.c_str(), nullptr, 10) - 1);
-    }
+    std::string stopStep = in.report.stopStep.value_or("");
+    if (in.checkExit) stopStep = std::to_string(in.report.verifiedSteps - 1);
     v.text = "reproduced " + stepPhrase(stopStep, facts) + " (" + what + ")";
     // This stream reproduced it; with racing trainers or unrecorded processes the job as a
     // whole is not shown deterministic by that.

@@ -1,12 +1,12 @@
 #pragma once
 // dlreplay's triage side: the pre-flight environment check (cheap: no Python is started) and
 // the verdict of --check (does the recorded failure reproduce under replay?).
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "format/Trace.h"
+#include "replayer/ReplayReport.h"
 #include "triage/Classifier.h"
 #include "triage/Facts.h"
 
@@ -30,14 +30,14 @@ struct CheckVerdict {
 };
 
 struct CheckInput {
-  int replayExit = 0;                         // decideReplayOutcome's exit code
-  std::string replayMessage;                  // and its outcome line
-  int waitStatus = 0;                         // the replayed job's
-  std::map<std::string, std::string> report;  // its report
-  bool checkExit = false;                     // the recorded failure is an exit status alone
-  std::string recordedFailure;                // formatFailure() of the recorded failure ("" when none)
-  int64_t jumpStep = -1;                      // the replay started from this snapshot
-  std::string concurrencyCaveat;              // ReplaySelection's: racing trainers, unrecorded processes
+  int replayExit = 0;             // decideReplayOutcome's exit code
+  std::string replayMessage;      // and its outcome line
+  int waitStatus = 0;             // the replayed job's
+  ReplayReport report;            // its report
+  bool checkExit = false;         // the recorded failure is an exit status alone
+  std::string recordedFailure;    // formatFailure() of the recorded failure ("" when none)
+  int64_t jumpStep = -1;          // the replay started from this snapshot
+  std::string concurrencyCaveat;  // ReplaySelection's: racing trainers, unrecorded processes
 };
 
 CheckVerdict decideCheck(const CheckInput& in, const triage::TriageInput& facts);

@@ -13,11 +13,6 @@ namespace {
 
 constexpr size_t kTextMax = 300;
 
-std::string fact(const ReplayFacts& f, const char* key) {
-  auto it = f.report.find(key);
-  return it == f.report.end() ? "" : it->second;
-}
-
 // Verified steps are consecutive from the jump step (0 without a jump).
 std::string lastVerified(uint64_t verified, int64_t jumpStep) {
   const int64_t first = jumpStep < 0 ? 0 : jumpStep;
@@ -34,12 +29,13 @@ std::string signalText(int sig) {
 
 ReplayOutcome decideReplayOutcome(const ReplayFacts& f) {
   ReplayOutcome r;
-  r.verified = std::strtoull(fact(f, "verified_steps").c_str(), nullptr, 10);
-  const std::string stop = fact(f, "stop");
+  const ReplayReport& rep = f.report;
+  r.verified = static_cast<uint64_t>(std::max<int64_t>(rep.verifiedSteps, 0));
+  const ReplayReport::Stop stop = rep.stop;
   const bool died = WIFSIGNALED(f.waitStatus);
   const int sig = died ? WTERMSIG(f.waitStatus) : 0;
   const int status = WIFEXITED(f.waitStatus) ? WEXITSTATUS(f.waitStatus) : died ? 128 + sig : -1;
-  const bool raised = f.report.count("exception") != 0;
+  const bool raised = rep.exception.has_value();
   const bool recordedRaised = f.recordedFailureKind == "exception";
   const bool recordedDied = f.recordedFailureKind == "signal";
   // What the replayed process did at its end, named: the signal, the exception and where, the status.
@@ -47,51 +43,50 @@ ReplayOutcome decideReplayOutcome(const ReplayFacts& f) {
   if (died) {
     ended = "was killed by " + signalText(sig);
   } else if (raised) {
-    ended = "raised " + tools::printableSummary(fact(f, "exception"), kTextMax);
-    if (std::string where = fact(f, "exception.where"); !where.empty())
-      ended += " at " + tools::printableSummary(where, kTextMax);
+    ended = "raised " + tools::printableSummary(*rep.exception, kTextMax);
+    if (rep.exceptionWhere && !rep.exceptionWhere->empty())
+      ended += " at " + tools::printableSummary(*rep.exceptionWhere, kTextMax);
   } else {
     ended = "exited with status " + std::to_string(status);
   }
 
-  if (f.report.empty()) {
+  if (!rep.attached) {
     r.exitCode = kNoReplay;
     r.message = "the replayed process never attached to the trace (is it the recorded program? did it import torch?)";
-  } else if (f.report.count("divergence.step") && f.jumpStep >= 0 &&
-             fact(f, "divergence.step") == std::to_string(f.jumpStep)) {
+  } else if (rep.divergence && f.jumpStep >= 0 && rep.divergence->step == f.jumpStep) {
     // The first step after the jump is where state the snapshot could not restore shows.
     r.exitCode = kDivergence;
     r.message = "jump replay diverged after the jump at step " + std::to_string(f.jumpStep) + ": " +
-                tools::printableSummary(fact(f, "divergence.detail"), kTextMax) +
+                tools::printableSummary(rep.divergence->detail, kTextMax) +
                 "; state outside modules/optimizers/schedulers (Python-side values, code that depends on the "
                 "fast-forwarded steps' results) was not restored; run with --from start for a full replay";
-  } else if (f.report.count("divergence.step")) {
+  } else if (rep.divergence) {
     r.exitCode = kDivergence;
     // An exception or a signal the recording did not have is the cause of what the step then
     // lacked (its loss, its outputs): name it first.
     if ((raised && !recordedRaised) || (died && !(recordedDied && sig == f.recordedSignal)))
-      r.message = "diverged at step " + fact(f, "divergence.step") + ": the replayed job " + ended +
+      r.message = "diverged at step " + std::to_string(rep.divergence->step) + ": the replayed job " + ended +
                   " where the recording did not; " + lastVerified(r.verified, f.jumpStep);
     else
-      r.message = "diverged at step " + fact(f, "divergence.step") + ": " +
-                  tools::printableSummary(fact(f, "divergence.detail"), kTextMax);
-  } else if (stop == "target") {
+      r.message = "diverged at step " + std::to_string(rep.divergence->step) + ": " +
+                  tools::printableSummary(rep.divergence->detail, kTextMax);
+  } else if (stop == ReplayReport::Stop::Target) {
     r.exitCode = kOk;
     r.message = "reached " + f.targetText;
-  } else if (stop == "end-of-recording") {
+  } else if (stop == ReplayReport::Stop::EndOfRecording) {
     r.message = "ran past the end of the recording before reaching " + f.targetText;
   } else if (f.target == ReplayTarget::Kind::Crash &&
              ((recordedDied && died && sig == f.recordedSignal) || (recordedRaised && raised))) {
     r.exitCode = kOk;
     r.message = died ? "reproduced the crash: " + std::string(strsignal(sig))
-                     : "reproduced the exception: " + tools::printableSummary(fact(f, "exception"), kTextMax);
+                     : "reproduced the exception: " + tools::printableSummary(rep.exception.value_or(""), kTextMax);
   } else {
     // The process ended without a stop at the target. Where the recording ended the same way
     // (same exception kind, signal or status) this is the end; anything else is a divergence.
     const bool sameEnd = died     ? recordedDied && sig == f.recordedSignal
                          : raised ? recordedRaised
                                   : !f.recordedExit || status == *f.recordedExit;
-    const bool atEnd = f.target == ReplayTarget::Kind::End && stop == "exit";
+    const bool atEnd = f.target == ReplayTarget::Kind::End && stop == ReplayReport::Stop::Exit;
     if (!sameEnd) {
       r.exitCode = kDivergence;
       std::string recorded = recordedDied     ? "was killed by " + signalText(f.recordedSignal)

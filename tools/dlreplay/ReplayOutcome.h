@@ -7,10 +7,10 @@
 // recording did not is a divergence naming what happened and the last verified step, and
 // "N of M verified" with N < M at the end is never success.
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <string>
 
+#include "replayer/ReplayReport.h"
 #include "replayer/ReplayTarget.h"
 
 namespace dlrr {
@@ -33,8 +33,8 @@ enum : int {
 };
 
 struct ReplayFacts {
-  std::map<std::string, std::string> report;  // the replayed process's report; empty: never attached
-  int waitStatus = 0;                         // as waitpid() gave it
+  ReplayReport report;  // the replayed process's; !attached: it never attached
+  int waitStatus = 0;   // as waitpid() gave it
   ReplayTarget::Kind target = ReplayTarget::Kind::End;
   std::string targetText;  // ReplayTarget::describe()
   uint64_t recordedSteps = 0;

@@ -1,7 +1,6 @@
 #include "tools/dlreplay/ReplayPrint.h"
 
 #include <cstdio>
-#include <cstdlib>
 #include <string_view>
 
 #include "tools/common/Json.h"
@@ -13,11 +12,6 @@ namespace {
 // Recorded text (an exception message, a traceback) shown in one of dlreplay's lines: first and
 // last line, escaped (as dlrecord's summary line).
 constexpr size_t kSummaryTextMax = 300;
-
-std::string field(const std::map<std::string, std::string>& m, const std::string& k, const char* dflt = "") {
-  auto it = m.find(k);
-  return it == m.end() ? dflt : it->second;
-}
 
 // Each line of a multi-line value (a repeated key holds one value a line), escaped.
 void printLines(const char* prefix, const std::string& v) {
@@ -41,7 +35,7 @@ bool shownDetail(const std::string& k) {
 }  // namespace
 
 void printReplayText(const ReplayResult& r, const ReplayFiles& files) {
-  std::string verified = field(r.report, "verified_steps", "0");
+  const std::string verified = std::to_string(r.report.verifiedSteps);
   std::string jumped = r.jumpStep < 0 ? ""
                                       : " (jumped to step " + std::to_string(r.jumpStep) +
                                             ": steps before it were fast-forwarded, not verified)";
@@ -63,7 +57,7 @@ void printReplayText(const ReplayResult& r, const ReplayFiles& files) {
     if (r.triage.determinism == triage::Determinism::NonDeterministic && r.check->reproduced)
       std::fprintf(stderr, "dlreplay: it reproduced here; on another node or with other co-tenants it may not\n");
   }
-  for (const auto& [k, v] : r.report) {
+  for (const auto& [k, v] : reportEntries(r.report)) {
     if (!shownDetail(k)) continue;
     std::string name = k.substr(k.find('.') + 1);
     if (k == "stop.step" && v == "-") {  // it stopped between steps: say which, not "-"
@@ -80,7 +74,9 @@ void printReplayText(const ReplayResult& r, const ReplayFiles& files) {
     printLines(("dlreplay:   " + name + ": ").c_str(), v);
   }
   files.print(stderr);
-  if (auto it = r.report.find("warning"); it != r.report.end()) printLines("dlreplay: warning: ", it->second);
+  std::string warnings;  // one a line, as printLines splits them
+  for (const auto& w : r.report.warnings) warnings += (warnings.empty() ? "" : "\n") + w;
+  printLines("dlreplay: warning: ", warnings);
 }
 
 void printReplayJson(const ReplayResult& r, const ReplayFiles& files) {
@@ -94,7 +90,7 @@ void printReplayJson(const ReplayResult& r, const ReplayFiles& files) {
   j.field("exit_code", r.exitCode);
   j.field("target", r.target);
   j.field("message", r.outcome.message);
-  j.field("verified_steps", std::strtoll(field(r.report, "verified_steps", "0").c_str(), nullptr, 10));
+  j.field("verified_steps", static_cast<long long>(r.report.verifiedSteps));
   j.field("recorded_steps", static_cast<long long>(r.recordedSteps));
   j.field("jump_step", static_cast<long long>(r.jumpStep));
   j.field("determinism", r.determinism);
@@ -107,7 +103,7 @@ void printReplayJson(const ReplayResult& r, const ReplayFiles& files) {
     j.endObject();
   }
   j.key("report").beginObject();
-  for (const auto& [k, v] : r.report) j.field(k, v);
+  for (const auto& [k, v] : reportEntries(r.report)) j.field(k, v);
   j.endObject();
   files.json(j);
   j.endObject();

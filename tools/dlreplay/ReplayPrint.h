@@ -4,10 +4,10 @@
 // served and written, and the job library's warnings (text on stderr), or all of it as one
 // JSON line on stdout after whatever the job printed (--json).
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <string>
 
+#include "replayer/ReplayReport.h"
 #include "tools/dlreplay/Check.h"
 #include "tools/dlreplay/ReplayFiles.h"
 #include "tools/dlreplay/ReplayOutcome.h"
@@ -21,7 +21,7 @@ struct ReplayResult {
   std::string target;     // ReplayTarget::describe()
   uint64_t recordedSteps = 0;
   int64_t jumpStep = -1;
-  std::map<std::string, std::string> report;  // the replayed job's
+  ReplayReport report;  // the replayed job's
   std::optional<replaycheck::CheckVerdict> check;
   triage::TriageResult triage;      // --check: the recorded failure's kind
   bool determinismUnshown = false;  // --check did not reproduce a failure of a deterministic kind

@@ -346,6 +346,7 @@ int run(int argc, char** argv) {
     return child.execError == ENOENT ? 127 : 126;
   }
   int status = child.waitStatus;
+  removeReplayReportTemporaries(report.path());  // a writer killed between its write and its rename
   if (s.allRanks) {
     if (!o.json) files.print(stderr);
     ProcessEnd end;

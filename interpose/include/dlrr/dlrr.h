@@ -227,9 +227,18 @@ DLRR_API double dlrr_replay_recorded_loss(int64_t step);
 /* Full tensors the recording kept for `step` (the failure ring), as an encoded dict
  * "kind:path#call.output" -> tensor. Always 1 in replay (possibly an empty dict). */
 DLRR_API int dlrr_replay_recorded_tensors(int64_t step, const uint8_t** data, uint64_t* n);
-/* The recorded digests of `step`, one per line, tab-separated:
- * kind path call output hash nan inf min max. */
-DLRR_API const char* dlrr_replay_recorded_digests(int64_t step);
+/* One recorded digest (dlrr_replay_recorded_digests): where it was taken, and its values. */
+typedef struct dlrr_recorded_digest {
+  const char* path; /* "" for the root module */
+  int32_t kind;     /* enum dlrr_digest_kind_t */
+  uint32_t call_index;
+  uint32_t output;
+  uint32_t reserved; /* 0 */
+  dlrr_digest_t digest;
+} dlrr_recorded_digest_t;
+/* The recorded digests of `step` in (kind, path, call, output) order: *n of them at *items,
+ * valid until this thread's next call. 1 (possibly none), 0 when not replaying. */
+DLRR_API int dlrr_replay_recorded_digests(int64_t step, const dlrr_recorded_digest_t** items, uint64_t* n);
 /* The first divergence, "" when none so far. */
 DLRR_API const char* dlrr_replay_divergence(void);
 /* Adds a line to the replay report (key "warning" collects warnings). */

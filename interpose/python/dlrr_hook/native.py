@@ -27,6 +27,8 @@ DIGEST_LOSS = 3
 DIGEST_BATCH = 4
 DIGEST_OTHER = 5
 DIGEST_MODULE_INPUT = 6
+# Their names in reports and at a replay's stop (replayer/ReplaySession.cc kindName).
+DIGEST_KIND_NAMES = ("module output", "gradient", "parameter", "loss", "batch", "tensor", "module input")
 
 # enum dlrr_rng_kind_t (same numbering as schema RngState.Kind)
 RNG_TORCH_CPU = 0
@@ -79,6 +81,13 @@ class RngItemT(ctypes.Structure):
     """struct dlrr_rng_item (dlrr_rng_states)."""
 
     _fields_ = [("data", c_void_p), ("n", c_uint64), ("kind", c_int32), ("device", c_int32)]
+
+
+class RecordedDigestT(ctypes.Structure):
+    """struct dlrr_recorded_digest (dlrr_replay_recorded_digests)."""
+
+    _fields_ = [("path", c_char_p), ("kind", c_int32), ("call_index", c_uint32), ("output", c_uint32),
+                ("reserved", c_uint32), ("digest", DigestT)]
 
 
 _CHARPP = POINTER(c_char_p)
@@ -146,7 +155,7 @@ SIGNATURES = {
     "dlrr_replay_snapshot": (c_int, [c_int64, POINTER(c_void_p), POINTER(c_uint64)]),
     "dlrr_replay_recorded_loss": (c_double, [c_int64]),
     "dlrr_replay_recorded_tensors": (c_int, [c_int64, POINTER(c_void_p), POINTER(c_uint64)]),
-    "dlrr_replay_recorded_digests": (c_char_p, [c_int64]),
+    "dlrr_replay_recorded_digests": (c_int, [c_int64, POINTER(POINTER(RecordedDigestT)), POINTER(c_uint64)]),
     "dlrr_replay_divergence": (c_char_p, []),
     "dlrr_replay_fact": (None, [c_char_p, c_char_p]),
     "dlrr_replay_stop": (None, [c_char_p]),

@@ -24,6 +24,7 @@ holding non-finite or extreme values.
 """
 
 import ctypes
+import math
 import os
 import signal
 import sys
@@ -712,10 +713,27 @@ class Replayer(Session):
         return self.decoder.decode(ctypes.string_at(ptr.value, n.value))
 
     def recorded_digests(self, step):
+        """[(kind, path, call, output, hash, nan, inf, min, max)], as text: see _digest_row."""
         if step is None:
             return []
-        text = native.decode(self.lib.dlrr_replay_recorded_digests(step))
-        return [tuple(line.split("\t")) for line in text.splitlines()]
+        items, n = ctypes.POINTER(native.RecordedDigestT)(), ctypes.c_uint64()
+        if not self.lib.dlrr_replay_recorded_digests(step, ctypes.byref(items), ctypes.byref(n)):
+            return []
+        return [_digest_row(items[i]) for i in range(n.value)]
+
+
+def _digest_row(d):
+    """A recorded digest (native.RecordedDigestT) as the text the replay prints: the kind's
+    name, the path ("<root>" for the root module), call and output, the hash in hex, NaN and
+    Inf counts, min and max with 9 significant digits."""
+    kind = native.DIGEST_KIND_NAMES[d.kind] if 0 <= d.kind < len(native.DIGEST_KIND_NAMES) else "tensor"
+    v = d.digest
+    return (kind, native.decode(d.path) or "<root>", str(d.call_index), str(d.output), "0x%016x" % v.hash,
+            str(v.nan_count), str(v.inf_count), _num(v.min), _num(v.max))
+
+
+def _num(x):
+    return "nan" if math.isnan(x) else "%.9g" % x
 
 
 def _watch_tracer(pid):

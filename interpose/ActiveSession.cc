@@ -1,4 +1,4 @@
-#include "interpose/ProcessRecorder.h"
+#include "interpose/ActiveSession.h"
 
 #include <atomic>
 #include <new>

@@ -1,6 +1,7 @@
 #pragma once
-// The one process-wide recorder or replayer the interposer needs (libc hooks and signal
-// handlers have no other way to reach it). Created by the library constructor, never destroyed: threads of the
+// The process's sessions: its one record session and its one replay session, and which of them
+// is active (the one the C API, the libc hooks and the signal handlers forward to: they have no
+// other way to reach it). Created by the library constructor, never destroyed: threads of the
 // job may still call hooked libc functions while the process exits.
 #include "recorder/RecordSession.h"
 #include "replayer/ReplaySession.h"
@@ -22,22 +23,5 @@ ReplaySession* processReplayer() noexcept;
 ReplaySession* processReplayerAny() noexcept;
 // Throws TraceError when the trace cannot be loaded.
 void startProcessReplayer(const Config& cfg, const std::string& until);
-
-// Per-thread guard against recording our own libc calls (the writer's reads, etc.).
-class ReentryGuard {
- public:
-  ReentryGuard() noexcept : first_(!depth()) { ++depth(); }
-  ~ReentryGuard() { --depth(); }
-  ReentryGuard(const ReentryGuard&) = delete;
-  ReentryGuard& operator=(const ReentryGuard&) = delete;
-  explicit operator bool() const noexcept { return first_; }
-
- private:
-  static int& depth() noexcept {
-    thread_local int d = 0;
-    return d;
-  }
-  bool first_;
-};
 
 }  // namespace dlrr
