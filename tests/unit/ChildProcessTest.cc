@@ -92,7 +92,8 @@ TEST(ChildProcess, OneFailingStopsItsPeersWhenAsked) {
   specs[0].argv = {"sh", "-c", "sleep 0.1; exit 3"};
   specs[1].argv = {"sh", "-c", "trap 'exit 42' TERM; while :; do sleep 0.02; done"};  // waits for a peer forever
   for (auto& s : specs) s.env = environmentWith({});
-  std::vector<ChildResult> r = launchAll(specs, /*stopOthersOnFailure=*/true);
+  auto failed = [](size_t, int status) { return shellExitCode(status) != 0; };
+  std::vector<ChildResult> r = launchAll(specs, failed);
   EXPECT_EQ(shellExitCode(r[0].waitStatus), 3);
   EXPECT_EQ(shellExitCode(r[1].waitStatus), 42);
   EXPECT_FALSE(r[0].stoppedForPeer);
@@ -102,7 +103,7 @@ TEST(ChildProcess, OneFailingStopsItsPeersWhenAsked) {
   r = launchAll(specs);
   EXPECT_EQ(shellExitCode(r[1].waitStatus), 5);
   specs[0].argv = {"/nonexistent/dlrr-test-program"};
-  r = launchAll(specs, true);
+  r = launchAll(specs, failed);
   EXPECT_EQ(r[0].execError, ENOENT);
   EXPECT_EQ(shellExitCode(r[1].waitStatus), 128 + SIGTERM);  // no trap: the TERM ends it
 }

@@ -87,11 +87,10 @@ namespace {
   ::_exit(err == ENOENT ? 127 : 126);
 }
 
-bool failed(int waitStatus) { return !WIFEXITED(waitStatus) || WEXITSTATUS(waitStatus) != 0; }
-
 }  // namespace
 
-std::vector<ChildResult> launchAll(const std::vector<LaunchSpec>& specs, bool stopOthersOnFailure) {
+std::vector<ChildResult> launchAll(const std::vector<LaunchSpec>& specs,
+                                   const std::function<bool(size_t, int)>& stopOthers) {
   if (specs.empty()) return {};
   // Everything the children need is built before fork: after it, only async-signal-safe calls.
   struct Prepared {
@@ -159,9 +158,8 @@ std::vector<ChildResult> launchAll(const std::vector<LaunchSpec>& specs, bool st
         running[i] = false;
         --live;
         reaped = true;
-        // As torchrun does: one process failing stops its peers (they would wait for it forever).
-        if (stopOthersOnFailure && done == results[i].pid && failed(results[i].waitStatus) &&
-            !results[i].stoppedForPeer)
+        // As torchrun does: a process failing stops its peers (they would wait for it forever).
+        if (stopOthers && done == results[i].pid && !results[i].stoppedForPeer && stopOthers(i, results[i].waitStatus))
           for (size_t j = 0; j < results.size(); ++j)
             if (running[j] && !results[j].stoppedForPeer) {
               results[j].stoppedForPeer = true;

@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,10 +39,13 @@ ChildResult launch(const LaunchSpec& spec);
 
 // Several children at once (the ranks of a distributed job, started as a launcher would), all
 // waited for; signals are passed on to every child still running (specs.front().passSignalsOn
-// decides for all). `stopOthersOnFailure`: when one exits non-zero or dies, the others get
-// SIGTERM, as torchrun does. When fork fails after the first child, those started are stopped
-// and reaped, and the others' execError is fork's errno; when it fails first, std::system_error.
-std::vector<ChildResult> launchAll(const std::vector<LaunchSpec>& specs, bool stopOthersOnFailure = false);
+// decides for all). `stopOthers(i, waitStatus)`, when given, is asked as child i ends: true
+// sends the others SIGTERM (torchrun stops a job's ranks when one fails; dlreplay, when one
+// ends otherwise than recorded). When fork fails after the first child, those started are
+// stopped and reaped, and the others' execError is fork's errno; when it fails first,
+// std::system_error.
+std::vector<ChildResult> launchAll(const std::vector<LaunchSpec>& specs,
+                                   const std::function<bool(size_t, int)>& stopOthers = {});
 
 // This process's environment with `setEnv` added (or replacing what is there).
 std::vector<std::string> environmentWith(const std::vector<std::pair<std::string, std::string>>& setEnv);

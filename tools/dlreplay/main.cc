@@ -4,11 +4,8 @@
 // entropy, batches and RNG states served from the trace, every step checked against the
 // recording, and a stop at the target. It shows the command before running it, and never
 // runs the command of a trace from another host or user without consent.
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <kj/exception.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -34,6 +31,7 @@
 #include "tools/dlreplay/AllRanksOutcome.h"
 #include "tools/dlreplay/Check.h"
 #include "tools/dlreplay/GdbLaunch.h"
+#include "tools/dlreplay/RankLaunch.h"
 #include "tools/dlreplay/ReplayEnvironment.h"
 #include "tools/dlreplay/ReplayFiles.h"
 #include "tools/dlreplay/ReplayOptions.h"
@@ -160,69 +158,25 @@ RankReports makeRankReports(const RankReport& ranks, const std::string& reportPa
   return out;
 }
 
-// A TCP port on 127.0.0.1 free now (the kernel's pick); 0 when none could be had.
-int freeLocalPort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    port = ntohs(a.sin_port);
-  ::close(fd);
-  return port;
-}
-
-// --all-ranks of hand-started ranks: every rank at once, each with its recorded command and
-// rendezvous variables (the address and port where they meet: this host's, free now), one
-// failing stops the others as torchrun would; then the per-rank verdict.
+// --all-ranks of hand-started ranks (RankLaunch.h): every rank at once; one ending otherwise
+// than recorded stops the others (they would wait for it); then the per-rank verdict.
 int runRanks(const ReplaySelection& s, const ReplayOptions& o, const Environment& env, ReplayFiles& files,
              const RankReports& rankReports, int port) {
-  std::vector<tools::LaunchSpec> specs;
-  for (const auto& l : s.rankLaunches) {
-    Environment e = env;
-    for (const auto& [k, v] : l.distEnv) e[k] = v;
-    e["MASTER_ADDR"] = "127.0.0.1";
-    e["MASTER_PORT"] = std::to_string(port);
-    tools::LaunchSpec spec;
-    spec.argv = l.argv;
-    spec.env = environmentStrings(e);
-    spec.cwd = l.cwd;
-    specs.push_back(std::move(spec));
-  }
+  std::vector<tools::LaunchSpec> specs = rankLaunchSpecs(s, env, port);
   std::vector<tools::ChildResult> children;
   try {
-    children = tools::launchAll(specs, /*stopOthersOnFailure=*/true);
+    children = tools::launchAll(specs, [&](size_t i, int status) { return !endsAsRecorded(s, i, status); });
   } catch (const std::system_error& e) {
     std::fprintf(stderr, "dlreplay: cannot start the ranks: %s\n", e.what());
     return kIo;
   }
-  ProcessEnd end;
-  end.who.clear();
   for (size_t i = 0; i < children.size(); ++i)
     if (children[i].execError != 0) {
       std::fprintf(stderr, "dlreplay: cannot run rank %d's '%s': %s\n", s.rankLaunches[i].rank,
                    s.rankLaunches[i].argv[0].c_str(), std::strerror(children[i].execError));
       return children[i].execError == ENOENT ? 127 : 126;
     }
-  // The rank that ended otherwise than recorded: first one that failed by itself, else one
-  // that dlreplay stopped after a peer.
-  for (bool stopped : {false, true})
-    for (size_t i = 0; i < children.size() && end.who.empty(); ++i) {
-      if (children[i].stoppedForPeer != stopped) continue;
-      std::optional<int> recorded;
-      for (const auto& rk : s.ranks.ranks)
-        if (rk.rank == s.rankLaunches[i].rank) recorded = rk.exitCode;
-      if (tools::shellExitCode(children[i].waitStatus) != recorded.value_or(0)) {
-        end.who = "rank " + std::to_string(s.rankLaunches[i].rank);
-        end.waitStatus = children[i].waitStatus;
-        end.recordedExit = recorded;
-      }
-    }
-  if (end.who.empty()) end.who = "the ranks";  // all ended as recorded
+  ProcessEnd end = rankEnd(s, children);
   if (!o.json) files.print(stderr);
   return allRanksOutcome(s.ranks, rankReports, end, o.json);
 }
