@@ -1,13 +1,13 @@
 // dlreplay as the launcher of hand-started ranks (tools/dlreplay/RankLaunch): what each rank
 // runs with, and which rank's end the verdict names.
-#include "tools/dlreplay/RankLaunch.h"
-
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <algorithm>
 #include <string>
 #include <vector>
+
+#include "tools/dlreplay/RankLaunch.h"
 
 namespace dlrr {
 namespace {
