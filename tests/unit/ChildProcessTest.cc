@@ -87,6 +87,40 @@ TEST(ChildProcess, SeveralChildrenRunTogetherAndAreAllWaitedFor) {
   std::filesystem::remove_all(d);
 }
 
+TEST(ChildProcess, ASignalSentToTheParentReachesEveryChild) {
+  // `kill <dlreplay>` during --all-ranks must reach every rank, not the first one only.
+  int ready[2];
+  ASSERT_EQ(::pipe2(ready, O_CLOEXEC), 0);
+  std::vector<LaunchSpec> specs(2);
+  for (int i = 0; i < 2; ++i) {
+    specs[i].argv = {"sh", "-c",
+                     "trap 'exit " + std::to_string(40 + i) + "' USR1; echo r >&" + std::to_string(ready[1]) +
+                         "; while :; do sleep 0.02; done"};
+    specs[i].env = environmentWith({});
+    specs[i].inheritFds = {ready[1]};
+  }
+  std::thread sender([&] {
+    sigset_t all;
+    sigfillset(&all);
+    ::pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    char c[4];
+    size_t got = 0;
+    while (got < 4) {  // "r\n" from each child
+      ssize_t n = ::read(ready[0], c, sizeof c - got);
+      if (n <= 0) return;
+      got += static_cast<size_t>(n);
+    }
+    ::kill(::getpid(), SIGUSR1);
+  });
+  std::vector<ChildResult> r = launchAll(specs);
+  ::close(ready[1]);
+  sender.join();
+  ::close(ready[0]);
+  EXPECT_EQ(shellExitCode(r[0].waitStatus), 40);
+  EXPECT_EQ(shellExitCode(r[1].waitStatus), 41);
+  EXPECT_FALSE(r[0].stoppedForPeer || r[1].stoppedForPeer);
+}
+
 TEST(ChildProcess, OneFailingStopsItsPeersWhenAsked) {
   std::vector<LaunchSpec> specs(2);
   specs[0].argv = {"sh", "-c", "sleep 0.1; exit 3"};
