@@ -134,7 +134,6 @@ class Replayer(Session):
         self.jump_step = lib.dlrr_replay_jump_step()
         self.fast_forwarding = self.jump_step > 0
         self._persistent_loaders = weakref.WeakSet()  # persistent-worker loaders iterated once already
-        self._unverified = []  # "verify.unverified" notes, in the order met
 
     # ------------------------------------------------------------------ set-up
     def install(self):
@@ -286,10 +285,8 @@ class Replayer(Session):
 
     def _note_unverified(self, key, note):
         """dlreplay prints every note, one per line ("unverified: ..." each): the report keeps every
-        value of a repeated key (replayer/ReplayReport.h), so each note is sent once."""
-        if note not in self._unverified:
-            self._unverified.append(note)
-            self._fact("verify.unverified", note)
+        value of a repeated key (replayer/ReplayReport.h); Session._say_unverified sends each once."""
+        self._fact("verify.unverified", note)
 
     # ------------------------------------------------------------------ batches
     def make_iterator(self, loader):

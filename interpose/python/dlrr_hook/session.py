@@ -204,8 +204,7 @@ class Session:
         self._param_calls = {}
         self._backwards = 0
         self._roots = {}
-        self._compiled_functions = set()  # torch.compile'd functions already noted
-        self._compiled_modules = set()  # paths of torch.compile'd modules already noted (_roots is per step)
+        self._unverified_said = set()  # (key, note) pairs already said (_say_unverified)
         # _on_output digests a host tensor itself (record's _digest, inlined for speed); replay
         # sends every output through its _digest, which stops at a divergence where it happens.
         self._inline_outputs = True
@@ -513,10 +512,15 @@ class Session:
         """Say in the trace what is not verified under torch.compile (dltrace info's recorder
         notes and dltrace env's unverified.compiled show it)."""
         path = self.modules.paths.path_of(module, None, module).decode("utf-8", "surrogatepass")
-        if path in self._compiled_modules:
+        self._say_unverified("unverified.compiled", compiled_note(path))
+
+    def _say_unverified(self, key, note):
+        """The strategy's _note_unverified, once per (key, note): callers meet the same thing again
+        (a compiled root at every step, a function compiled twice) and the note must not repeat."""
+        if (key, note) in self._unverified_said:
             return
-        self._compiled_modules.add(path)
-        self._note_unverified("unverified.compiled", compiled_note(path))
+        self._unverified_said.add((key, note))
+        self._note_unverified(key, note)
 
     def _patch_compile(self, torch):
         """torch.compile of a plain function (not a module): module calls inside it are traced into
@@ -550,13 +554,10 @@ class Session:
         if dist is None or not dist.is_available() or not dist.is_initialized():
             return
         self._collectives_noted = True
-        self._note_unverified("unverified.compiled_collectives", COMPILED_COLLECTIVES_NOTE)
+        self._say_unverified("unverified.compiled_collectives", COMPILED_COLLECTIVES_NOTE)
 
     def _note_compiled_function(self, name):
-        if name in self._compiled_functions:
-            return
-        self._compiled_functions.add(name)
-        self._note_unverified("unverified.compiled_function." + name, compiled_function_note(name))
+        self._say_unverified("unverified.compiled_function." + name, compiled_function_note(name))
 
     def _on_output(self, path, output):
         calls = self._module_calls
