@@ -79,6 +79,30 @@ class BindingTest(unittest.TestCase):
         with self.assertRaises(OSError):
             ctypes.CDLL(built, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
 
+    def test_a_library_from_another_build_is_said_not_silently_off(self):
+        # libdlrr preloaded but lacking a function the hook binds: the job runs unrecorded, and
+        # the library's status (dlrecord prints it, dltrace info keeps it) says why.
+        from unittest import mock
+
+        class OlderLibrary:
+            def __init__(self):
+                self.dlrr_mode = mock.Mock(return_value=1)
+                self.dlrr_recorder_status = mock.Mock()
+
+        old = OlderLibrary()
+        with mock.patch.object(native.ctypes, "CDLL", return_value=old):
+            self.assertIsNone(native.load({"DLRR_LIBRARY": "/lib/libdlrr.so"}))  # two candidates, one library
+        old.dlrr_recorder_status.assert_called_once()
+        ok, message = old.dlrr_recorder_status.call_args[0]
+        self.assertEqual(ok, 0)
+        self.assertIn(b"the Python hook does not match libdlrr", message)
+        self.assertIn(b"this process is not recorded", message)
+
+        class NoDlrr:  # any other process: no libdlrr, nothing to say and nobody to say it to
+            pass
+        with mock.patch.object(native.ctypes, "CDLL", return_value=NoDlrr()):
+            self.assertIsNone(native.load({}))
+
 
 if __name__ == "__main__":
     unittest.main()

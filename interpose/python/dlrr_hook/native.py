@@ -228,9 +228,27 @@ def load(environ=None):
                 # that the launcher did not preload.
                 lib = ctypes.CDLL(candidate, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
             return bind(lib)
-        except (OSError, AttributeError):
+        except OSError:
+            continue
+        except AttributeError as exc:
+            if _say_mismatch(lib, exc):
+                return None  # the other candidate is the same library: said once
             continue
     return None
+
+
+def _say_mismatch(lib, exc):
+    """libdlrr is loaded but lacks a function this hook calls (a library and a hook from two
+    builds): the job runs unrecorded, and dlrecord must say why rather than write an empty trace."""
+    try:
+        status = lib.dlrr_recorder_status  # absent: no libdlrr in this process, nothing to say
+    except AttributeError:
+        return False
+    status.restype = None
+    status.argtypes = [c_int, c_char_p]
+    status(0, ("the Python hook does not match libdlrr (%s): from two builds of dlrr? "
+               "this process is not recorded" % exc).encode("utf-8", "replace"))
+    return True
 
 
 def text(value):
