@@ -148,13 +148,17 @@ class ReplayTinyJobTest(TraceTestCase):
         p = run([tool("dlrecord"), "-o", self.trace_path(), "--", PY, TINY] + list(args), env=env)
         return p
 
-    def test_divergence_is_reported_at_the_first_step_and_module(self):
-        self.assertEqual(self.record("--steps", "10").returncode, 0)
-        p = run([tool("dlreplay"), self.trace_path(), "--json", "--", "env", "DLRR_TEST_LR=0.5", PY, TINY,
-                 "--steps", "10"])
+    def diverged(self, steps, setting):
+        """Records the tiny job, replays it with `setting` (NAME=VALUE) changed in the replay only,
+        expects a divergence (exit 11); returns dlreplay's run, its --json document and its report."""
+        self.assertEqual(self.record("--steps", steps).returncode, 0)
+        p = run([tool("dlreplay"), self.trace_path(), "--json", "--", "env", setting, PY, TINY, "--steps", steps])
         self.assertEqual(p.returncode, 11, p.stderr)
         doc = json.loads(p.stdout.rstrip("\n").rsplit("\n", 1)[-1])
-        rep = doc["report"]
+        return p, doc, doc["report"]
+
+    def test_divergence_is_reported_at_the_first_step_and_module(self):
+        _, doc, rep = self.diverged("10", "DLRR_TEST_LR=0.5")
         self.assertEqual(rep["divergence.step"], "0")
         self.assertEqual(rep["divergence.kind"], "parameter")
         self.assertIn("recorded hash", rep["divergence.detail"])
@@ -163,12 +167,7 @@ class ReplayTinyJobTest(TraceTestCase):
     def test_a_module_output_divergence_stops_at_that_module(self):
         # Step 2's inputs doubled in the replay only: the first module's output differs; the replay
         # stops there (a debugger attached sees that forward), not at the end of the step.
-        self.assertEqual(self.record("--steps", "4").returncode, 0)
-        p = run([tool("dlreplay"), self.trace_path(), "--json", "--", "env", "DLRR_TEST_SCALE_FROM=2", PY, TINY,
-                 "--steps", "4"])
-        self.assertEqual(p.returncode, 11, p.stderr)
-        doc = json.loads(p.stdout.rstrip("\n").rsplit("\n", 1)[-1])
-        rep = doc["report"]
+        p, doc, rep = self.diverged("4", "DLRR_TEST_SCALE_FROM=2")
         self.assertEqual(rep["divergence.step"], "2")
         self.assertEqual(rep["divergence.kind"], "module output")
         self.assertEqual(doc["verified_steps"], 2)
