@@ -114,6 +114,8 @@ def wrap_parts(t, rec, lib, torch, rng_module, module_module):
                          rec._digest)
     rec._prepare = t.wrap("prepare (host tensor)", rec._prepare)
     rec._digest_fn = t.wrap("dlrr_digest", rec._digest_fn)
+    if getattr(rec, "_batch", None) is not None:  # gradients and parameters: one crossing each
+        rec._batch._many = t.wrap("dlrr_digest_many", rec._batch._many)
     for hooks in (module_module._global_forward_pre_hooks, module_module._global_forward_hooks):
         for key, hook in list(hooks.items()):
             hooks[key] = t.wrap("module hooks", hook)
