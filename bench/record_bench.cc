@@ -1,7 +1,7 @@
 // dlrr_record_bench: what the native side of recording costs per step, without Python/torch.
 //   dlrr_record_bench [steps, default 400] [digest|session|all, default all] [ring steps, default 2]
 // 1. digest: computeDigest (XXH3-64 + NaN/Inf count + finite min/max) on float32 tensors of
-//    the sizes a small CNN produces, in MB/s and ns per element, best of 5.
+//    the sizes a small CNN produces, in MB/s for each kernel width this CPU runs, best of 5.
 // 2. session: a real RecordSession writing a temporary trace, fed what the Python hook feeds
 //    it for one step of examples/train.py's SmallCNN with batch 32 (capture default): step
 //    begin, 3 RNG states, one batch (32x3x16x16 float32 + 32 int64), 9 module outputs kept
@@ -59,23 +59,33 @@ std::vector<float> makeData(const char* kind, size_t n, std::mt19937& rng) {
 
 void benchDigest() {
   std::mt19937 rng(1);
-  std::printf("computeDigest, float32, best of 5\n");
-  std::printf("%-8s %10s %10s %10s %14s\n", "data", "elements", "MB/s", "ns/elem", "hash ns/elem");
+  const std::vector<unsigned> widths = dlrr::digestVectorWidths();
+  std::printf(
+      "computeDigest, float32, best of 5: MB/s by kernel width (bytes per vector; the first is the one used)\n");
+  std::printf("%-8s %10s", "data", "elements");
+  for (unsigned w : widths) std::printf(" %9s%-3u", "width ", w);
+  std::printf(" %12s %14s\n", "XXH3 MB/s", "hash ns/elem");
   for (const char* kind : {"weights", "relu"}) {
     for (size_t n : {size_t{1} << 10, size_t{1} << 14, size_t{1} << 16, size_t{1} << 20, size_t{1} << 22}) {
       auto v = makeData(kind, n, rng);
       size_t reps = std::max<size_t>(1, (size_t{64} << 20) / (n * 4));
-      double best = 1e30, bestHash = 1e30;
+      std::vector<double> best(widths.size(), 1e30);
+      double bestHash = 1e30;
       volatile uint64_t sink = 0;
       for (int run = 0; run < 5; ++run) {
-        auto t0 = Clock::now();
-        for (size_t r = 0; r < reps; ++r) sink = sink + dlrr::computeDigest("float32", v.data(), n * 4).hash;
+        for (size_t k = 0; k < widths.size(); ++k) {
+          auto t0 = Clock::now();
+          for (size_t r = 0; r < reps; ++r)
+            sink = sink + dlrr::computeDigestWithWidth(widths[k], "float32", v.data(), n * 4).hash;
+          best[k] = std::min(best[k], seconds(Clock::now() - t0) / static_cast<double>(reps));
+        }
         auto t1 = Clock::now();
         for (size_t r = 0; r < reps; ++r) sink = sink + dlrr::hash64(v.data(), n * 4);
-        best = std::min(best, seconds(t1 - t0) / static_cast<double>(reps));
         bestHash = std::min(bestHash, seconds(Clock::now() - t1) / static_cast<double>(reps));
       }
-      std::printf("%-8s %10zu %10.0f %10.3f %14.3f\n", kind, n, n * 4 / best / 1e6, best / static_cast<double>(n) * 1e9,
+      std::printf("%-8s %10zu", kind, n);
+      for (double b : best) std::printf(" %12.0f", static_cast<double>(n) * 4 / b / 1e6);
+      std::printf(" %12.0f %14.3f\n", static_cast<double>(n) * 4 / bestHash / 1e6,
                   bestHash / static_cast<double>(n) * 1e9);
     }
   }

@@ -7,11 +7,10 @@
 #include <iterator>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "format/Hash.h"
-
-#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
-#include <xxhash.h>
+#include "format/XxhDispatch.h"
 
 namespace dlrr {
 namespace {
@@ -76,94 +75,6 @@ void floatStats(const uint8_t* p, size_t n, Load load, DigestResult& r) noexcept
   }
 }
 
-// float32/float64: the same figures as floatStats, computed from the bits in kLanes
-// independent lanes so that the compiler vectorises the inner loop (SSE2 at -O2: integer
-// compares classify NaN/Inf, non-finite values become +-inf before min/max, nothing is
-// converted to double per element). floatStats ran at ~3 ns per float32 element, several
-// times the cost of the hash; this is the recorder's hottest loop (every module output,
-// gradient and parameter of every step).
-template <typename F, typename U>
-[[gnu::always_inline]] inline void ieeeStats(const uint8_t* p, size_t n, DigestResult& r) noexcept {
-  static_assert(sizeof(F) == sizeof(U));
-  constexpr size_t kLanes = 64 / sizeof(F);  // one cache line per iteration
-  using S = std::make_signed_t<U>;
-  constexpr U kAbsMask = ~U{0} >> 1;
-  constexpr S kInfBits = static_cast<S>(std::bit_cast<U>(std::numeric_limits<F>::infinity()));
-  constexpr F kInf = std::numeric_limits<F>::infinity();
-  // Lane counters are U-wide: flush them into 64-bit totals before a uint32_t could wrap.
-  constexpr size_t kBlock = size_t{1} << 24;
-  uint64_t nans = 0, infs = 0;
-  F lo = kInf, hi = -kInf;
-  size_t i = 0;
-  const size_t vecEnd = n - n % kLanes;
-  while (i < vecEnd) {
-    const size_t blockEnd = std::min(vecEnd, i + kBlock * kLanes);
-    U nanLane[kLanes] = {}, infLane[kLanes] = {};
-    F loLane[kLanes], hiLane[kLanes];
-    for (size_t j = 0; j < kLanes; ++j) {
-      loLane[j] = kInf;
-      hiLane[j] = -kInf;
-    }
-    for (; i < blockEnd; i += kLanes) {
-      // Signed compares: SSE2 has no unsigned ones (mag < 2^(bits-1): both orders agree).
-      for (size_t j = 0; j < kLanes; ++j) {
-        U bits;
-        std::memcpy(&bits, p + (i + j) * sizeof(F), sizeof(F));
-        const S mag = static_cast<S>(bits & kAbsMask);
-        nanLane[j] += mag > kInfBits;
-        infLane[j] += mag == kInfBits;
-        const bool finite = mag < kInfBits;
-        const F x = std::bit_cast<F>(bits);
-        const F forMin = finite ? x : kInf;
-        const F forMax = finite ? x : -kInf;
-        loLane[j] = forMin < loLane[j] ? forMin : loLane[j];
-        hiLane[j] = forMax > hiLane[j] ? forMax : hiLane[j];
-      }
-    }
-    for (size_t j = 0; j < kLanes; ++j) {
-      nans += nanLane[j];
-      infs += infLane[j];
-      lo = loLane[j] < lo ? loLane[j] : lo;
-      hi = hiLane[j] > hi ? hiLane[j] : hi;
-    }
-  }
-  for (; i < n; ++i) {
-    U bits;
-    std::memcpy(&bits, p + i * sizeof(F), sizeof(F));
-    const S mag = static_cast<S>(bits & kAbsMask);
-    nans += mag > kInfBits;
-    infs += mag == kInfBits;
-    if (mag < kInfBits) {
-      const F x = std::bit_cast<F>(bits);
-      lo = x < lo ? x : lo;
-      hi = x > hi ? x : hi;
-    }
-  }
-  r.nanCount = nans;
-  r.infCount = infs;
-  if (nans + infs == n) {
-    r.min = r.max = std::numeric_limits<double>::quiet_NaN();
-    return;
-  }
-  // The sequential scan keeps the first of equal values, and +0 and -0 are equal: when the
-  // extreme is a zero, its sign is that of the first zero in the tensor, whichever lane saw
-  // it. Find that zero (an early-exit scan; ReLU outputs have one near the start).
-  if (lo == 0 || hi == 0) {
-    for (size_t k = 0; k < n; ++k) {
-      U bits;
-      std::memcpy(&bits, p + k * sizeof(F), sizeof(F));
-      if ((bits & kAbsMask) == 0) {
-        const F zero = std::bit_cast<F>(bits);
-        if (lo == 0) lo = zero;
-        if (hi == 0) hi = zero;
-        break;
-      }
-    }
-  }
-  r.min = static_cast<double>(lo);
-  r.max = static_cast<double>(hi);
-}
-
 template <typename T>
 void intStats(const uint8_t* p, size_t n, DigestResult& r) noexcept {
   if (n == 0) {
@@ -181,16 +92,258 @@ void intStats(const uint8_t* p, size_t n, DigestResult& r) noexcept {
   r.max = static_cast<double>(hi);
 }
 
-// float32 is what CPU jobs digest: compiled twice, for AVX2 (twice the lanes per
-// instruction) and for the baseline, and picked once at load by the CPU (GCC function
-// multiversioning, an ifunc). Same source, so the same figures either way. Not under
-// ThreadSanitizer: its runtime is not yet initialised when the ifunc resolver runs at load,
-// and the unit tests crash before main.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
-[[gnu::target_clones("avx2", "default")]]
+// float32/float64: the same figures as floatStats, computed from the bits in vectors of
+// independent lanes (GCC vector extensions, compiled once per vector width: W = 64 bytes for
+// AVX-512, 32 for AVX2, 16 for the baseline; picked by the CPU at first use). Integer
+// compares classify NaN/Inf, nothing is converted to double per element. This is the
+// recorder's hottest loop: every module output, gradient and parameter of every step.
+//
+// The vector helpers have internal linkage and are always inlined: GCC's note that wide vector
+// arguments change the calling convention without AVX-512 does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+template <typename F, typename U, size_t W>
+struct IeeeVec {
+  static_assert(sizeof(F) == sizeof(U));
+  using S = std::make_signed_t<U>;
+  typedef F VF __attribute__((vector_size(W)));
+  typedef S VS __attribute__((vector_size(W)));
+  static constexpr size_t kLanes = W / sizeof(F);
+
+  [[gnu::always_inline]] static VS splat(S x) noexcept {
+    VS v;
+    for (size_t j = 0; j < kLanes; ++j) v[j] = x;
+    return v;
+  }
+};
+
+template <typename F, typename U>
+struct IeeeBits {
+  using S = std::make_signed_t<U>;
+  static constexpr S kAbsMask = static_cast<S>(~U{0} >> 1);
+  static constexpr S kInfBits = static_cast<S>(std::bit_cast<U>(std::numeric_limits<F>::infinity()));
+  static constexpr F kInf = std::numeric_limits<F>::infinity();
+};
+
+// What the scan carries between chunks: the count of finite elements, and the min and max so
+// far (as bits) of each lane of kChains independent vector chains. One min/max chain would wait
+// for the previous compare at every vector; four keep the loads flowing. Room for the widest
+// vectors; narrower kernels use the start of each chain and leave the rest at +-inf. Which chain
+// or lane saw a value first cannot matter: equal floats have equal bits, except +0 and -0,
+// whose sign ieeeDigest takes from the first zero in the tensor.
+template <typename F, typename U>
+struct IeeeAcc {
+  using S = std::make_signed_t<U>;
+  static constexpr size_t kChains = 4;
+  static constexpr size_t kSlots = 64 / sizeof(S);
+  alignas(64) S lo[kChains][kSlots];
+  alignas(64) S hi[kChains][kSlots];
+  uint64_t finite = 0;
+  IeeeAcc() noexcept {
+    for (size_t c = 0; c < kChains; ++c) {
+      for (size_t j = 0; j < kSlots; ++j) {
+        lo[c][j] = std::bit_cast<S>(IeeeBits<F, U>::kInf);
+        hi[c][j] = std::bit_cast<S>(-IeeeBits<F, U>::kInf);
+      }
+    }
+  }
+};
+
+// The whole W-byte vectors in [p, p + nbytes) into acc (nbytes a multiple of 64).
+template <typename F, typename U, size_t W>
+[[gnu::always_inline]] inline void ieeeScan(const uint8_t* p, size_t nbytes, IeeeAcc<F, U>& acc) noexcept {
+  using V = IeeeVec<F, U, W>;
+  using B = IeeeBits<F, U>;
+  using VS = typename V::VS;
+  using VF = typename V::VF;
+  static_assert(IeeeAcc<F, U>::kChains == 4);
+  const size_t nvec = nbytes / W;
+  const VS absMask = V::splat(B::kAbsMask), infBits = V::splat(B::kInfBits);
+  // Named, not an array: GCC keeps an array of vectors in memory across iterations.
+  VS lo0, lo1, lo2, lo3, hi0, hi1, hi2, hi3;
+  std::memcpy(&lo0, acc.lo[0], W);
+  std::memcpy(&lo1, acc.lo[1], W);
+  std::memcpy(&lo2, acc.lo[2], W);
+  std::memcpy(&lo3, acc.lo[3], W);
+  std::memcpy(&hi0, acc.hi[0], W);
+  std::memcpy(&hi1, acc.hi[1], W);
+  std::memcpy(&hi2, acc.hi[2], W);
+  std::memcpy(&hi3, acc.hi[3], W);
+  // Only finite elements are counted here (one compare feeds the count and both masks); NaN
+  // and Inf are told apart afterwards, in the rare tensors that have either. Bit selects, not
+  // the vector ?: operator, which GCC lowers element by element where registers are narrower.
+  VS finiteLane = {};
+  auto one = [&](const uint8_t* q, VS& l, VS& h) {
+    VS bits;
+    std::memcpy(&bits, q, W);
+    const VS finite = (bits & absMask) < infBits;  // all ones where finite
+    finiteLane -= finite;
+    const VF x = std::bit_cast<VF>(bits);
+    const VS below = finite & (x < std::bit_cast<VF>(l));  // strict: keeps l on ties
+    const VS above = finite & (x > std::bit_cast<VF>(h));
+    l = (bits & below) | (l & ~below);
+    h = (bits & above) | (h & ~above);
+  };
+  auto flush = [&] {  // lane counters are S-wide: into a 64-bit total before they could wrap
+    for (size_t j = 0; j < V::kLanes; ++j) acc.finite += static_cast<U>(finiteLane[j]);
+    finiteLane = VS{};
+  };
+  constexpr size_t kBlock = size_t{1} << 24;  // vectors between flushes
+  size_t i = 0;
+  while (i + 4 <= nvec) {
+    const size_t blockEnd = std::min(nvec - nvec % 4, i + kBlock);
+    for (; i < blockEnd; i += 4) {
+      one(p + i * W, lo0, hi0);
+      one(p + (i + 1) * W, lo1, hi1);
+      one(p + (i + 2) * W, lo2, hi2);
+      one(p + (i + 3) * W, lo3, hi3);
+    }
+    flush();
+  }
+  for (; i < nvec; ++i) one(p + i * W, lo0, hi0);
+  flush();
+  std::memcpy(acc.lo[0], &lo0, W);
+  std::memcpy(acc.lo[1], &lo1, W);
+  std::memcpy(acc.lo[2], &lo2, W);
+  std::memcpy(acc.lo[3], &lo3, W);
+  std::memcpy(acc.hi[0], &hi0, W);
+  std::memcpy(acc.hi[1], &hi1, W);
+  std::memcpy(acc.hi[2], &hi2, W);
+  std::memcpy(acc.hi[3], &hi3, W);
+}
+
+template <typename F, typename U>
+using ScanFn = void (*)(const uint8_t*, size_t, IeeeAcc<F, U>&) noexcept;
+
+// One kernel per width, each compiled for the instructions that width needs.
+#if defined(__x86_64__) && defined(__GNUC__)
+#define DLRR_TARGET(isa) [[gnu::target(isa)]]
+#define DLRR_WIDE_KERNELS 1
+#else
+#define DLRR_TARGET(isa)
+#define DLRR_WIDE_KERNELS 0
 #endif
-void float32Stats(const uint8_t* p, size_t n, DigestResult& r) noexcept {
-  ieeeStats<float, uint32_t>(p, n, r);
+template <typename F, typename U>
+DLRR_TARGET("avx512f")
+void scan64(const uint8_t* p, size_t n, IeeeAcc<F, U>& acc) noexcept {
+  ieeeScan<F, U, 64>(p, n, acc);
+}
+template <typename F, typename U>
+DLRR_TARGET("avx2")
+void scan32(const uint8_t* p, size_t n, IeeeAcc<F, U>& acc) noexcept {
+  ieeeScan<F, U, 32>(p, n, acc);
+}
+template <typename F, typename U>
+void scan16(const uint8_t* p, size_t n, IeeeAcc<F, U>& acc) noexcept {
+  ieeeScan<F, U, 16>(p, n, acc);
+}
+
+template <typename F, typename U>
+ScanFn<F, U> scanOfWidth(unsigned width) noexcept {
+#if DLRR_WIDE_KERNELS
+  if (width == 64) return scan64<F, U>;
+  if (width == 32) return scan32<F, U>;
+#endif
+  return width == 16 ? scan16<F, U> : nullptr;
+}
+
+std::vector<unsigned> supportedWidths() {
+  std::vector<unsigned> widths;
+#if DLRR_WIDE_KERNELS
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) widths.push_back(64);
+  if (__builtin_cpu_supports("avx2")) widths.push_back(32);
+#endif
+  widths.push_back(16);
+  return widths;
+}
+
+unsigned bestWidth() noexcept {
+  static const unsigned width = supportedWidths().front();  // the CPU does not change
+  return width;
+}
+
+// Tensors from this size on are hashed and scanned in one pass of chunks that stay in the
+// first-level cache, instead of two passes over the whole tensor (the second one from L2 or
+// memory): a module output of a few hundred KB is read once.
+constexpr size_t kFuseMinBytes = 64 << 10;
+constexpr size_t kChunkBytes = 16 << 10;
+
+// Hash and statistics of a float32/float64 tensor of nbytes (whole elements counted; trailing
+// bytes are hashed, as for every dtype).
+template <typename F, typename U>
+void ieeeDigest(ScanFn<F, U> scan, const uint8_t* p, size_t nbytes, DigestResult& r) noexcept {
+  using B = IeeeBits<F, U>;
+  using S = typename B::S;
+  const size_t n = nbytes / sizeof(F);
+  const size_t vecBytes = nbytes / 64 * 64;  // the scan's part; the rest element by element
+  const size_t nvecElems = vecBytes / sizeof(F);
+  IeeeAcc<F, U> acc;
+  if (nbytes >= kFuseMinBytes) {
+    XXH3_state_t state;
+    XXH3_64bits_reset(&state);
+    for (size_t done = 0; done < vecBytes;) {
+      const size_t m = std::min(kChunkBytes, vecBytes - done);
+      scan(p + done, m, acc);
+      DLRR_XXH3_64_UPDATE(&state, p + done, m);
+      done += m;
+    }
+    DLRR_XXH3_64_UPDATE(&state, p + vecBytes, nbytes - vecBytes);
+    r.hash = XXH3_64bits_digest(&state);
+  } else {
+    scan(p, vecBytes, acc);
+    r.hash = DLRR_XXH3_64(p, nbytes);
+  }
+  F lo = B::kInf, hi = -B::kInf;
+  for (size_t c = 0; c < IeeeAcc<F, U>::kChains; ++c) {
+    for (size_t j = 0; j < IeeeAcc<F, U>::kSlots; ++j) {
+      const F l = std::bit_cast<F>(acc.lo[c][j]), h = std::bit_cast<F>(acc.hi[c][j]);
+      lo = l < lo ? l : lo;
+      hi = h > hi ? h : hi;
+    }
+  }
+  uint64_t nans = 0, infs = 0;
+  auto classify = [&](size_t i) {  // NaN and Inf counts of element i; true when finite
+    U bits;
+    std::memcpy(&bits, p + i * sizeof(F), sizeof(F));
+    const S mag = static_cast<S>(bits & static_cast<U>(B::kAbsMask));
+    nans += mag > B::kInfBits;
+    infs += mag == B::kInfBits;
+    return mag < B::kInfBits;
+  };
+  if (acc.finite != nvecElems) {
+    for (size_t i = 0; i < nvecElems; ++i) classify(i);
+  }
+  for (size_t i = nvecElems; i < n; ++i) {
+    if (classify(i)) {
+      F x;
+      std::memcpy(&x, p + i * sizeof(F), sizeof(F));
+      lo = x < lo ? x : lo;
+      hi = x > hi ? x : hi;
+    }
+  }
+  r.nanCount = nans;
+  r.infCount = infs;
+  if (nans + infs == n) {
+    r.min = r.max = std::numeric_limits<double>::quiet_NaN();
+    return;
+  }
+  // The sequential scan keeps the first of equal values, and +0 and -0 are equal: when the
+  // extreme is a zero, its sign is that of the first zero in the tensor, whichever lane saw
+  // it. Find that zero (an early-exit scan; ReLU outputs have one near the start).
+  if (lo == 0 || hi == 0) {
+    for (size_t k = 0; k < n; ++k) {
+      U bits;
+      std::memcpy(&bits, p + k * sizeof(F), sizeof(F));
+      if ((bits & static_cast<U>(B::kAbsMask)) == 0) {
+        const F zero = std::bit_cast<F>(bits);
+        if (lo == 0) lo = zero;
+        if (hi == 0) hi = zero;
+        break;
+      }
+    }
+  }
+  r.min = static_cast<double>(lo);
+  r.max = static_cast<double>(hi);
 }
 
 // XXH3-64 of the bytes with each NaN (exponent all ones, mantissa not zero) replaced by
@@ -209,7 +362,7 @@ uint64_t canonicalNanHash(const uint8_t* p, size_t n, U canonical) noexcept {
     std::memcpy(buf, p + i * sizeof(U), m * sizeof(U));
     for (size_t k = 0; k < m; ++k)
       if ((buf[k] & ~kSign) > kExp) buf[k] = canonical;
-    XXH3_64bits_update(&state, buf, m * sizeof(U));
+    DLRR_XXH3_64_UPDATE(&state, buf, m * sizeof(U));
     i += m;
   }
   return XXH3_64bits_digest(&state);
@@ -224,7 +377,7 @@ uint64_t canonicalNanHash16(const uint8_t* p, size_t n, uint16_t infBits, uint16
     std::memcpy(buf, p + i * 2, m * 2);
     for (size_t k = 0; k < m; ++k)
       if ((buf[k] & 0x7FFFu) > infBits) buf[k] = canonical;
-    XXH3_64bits_update(&state, buf, m * 2);
+    DLRR_XXH3_64_UPDATE(&state, buf, m * 2);
     i += m;
   }
   return XXH3_64bits_digest(&state);
@@ -245,32 +398,46 @@ bool dtypeIsFloat(std::string_view d) noexcept {
   return d == "float32" || d == "float64" || d == "float16" || d == "bfloat16";
 }
 
+std::vector<unsigned> digestVectorWidths() { return supportedWidths(); }
+
 DigestResult computeDigest(std::string_view dtype, const void* data, size_t nbytes) noexcept {
+  return computeDigestWithWidth(bestWidth(), dtype, data, nbytes);
+}
+
+DigestResult computeDigestWithWidth(unsigned width, std::string_view dtype, const void* data, size_t nbytes) noexcept {
   DigestResult r;
-  r.hash = hash64(data, nbytes);
   const auto* p = static_cast<const uint8_t*>(data);
+  auto scan32 = scanOfWidth<float, uint32_t>(width);
+  auto scan64 = scanOfWidth<double, uint64_t>(width);
+  if (!scan32 || !scan64) {  // not a width of this build: the baseline's
+    scan32 = scanOfWidth<float, uint32_t>(16);
+    scan64 = scanOfWidth<double, uint64_t>(16);
+  }
   if (dtype == "float32") {
-    float32Stats(p, nbytes / 4, r);
+    ieeeDigest<float, uint32_t>(scan32, p, nbytes, r);
   } else if (dtype == "float64") {
-    ieeeStats<double, uint64_t>(p, nbytes / 8, r);
-  } else if (dtype == "float16") {
-    floatStats<uint16_t>(
-        p, nbytes / 2, [](uint16_t v) { return static_cast<double>(halfToFloat(v)); }, r);
-  } else if (dtype == "bfloat16") {
-    floatStats<uint16_t>(
-        p, nbytes / 2, [](uint16_t v) { return static_cast<double>(bf16ToFloat(v)); }, r);
-  } else if (dtype == "int64") {
-    intStats<int64_t>(p, nbytes / 8, r);
-  } else if (dtype == "int32") {
-    intStats<int32_t>(p, nbytes / 4, r);
-  } else if (dtype == "int16") {
-    intStats<int16_t>(p, nbytes / 2, r);
-  } else if (dtype == "int8") {
-    intStats<int8_t>(p, nbytes, r);
-  } else if (dtype == "uint8" || dtype == "bool") {
-    intStats<uint8_t>(p, nbytes, r);
+    ieeeDigest<double, uint64_t>(scan64, p, nbytes, r);
   } else {
-    r.min = r.max = std::numeric_limits<double>::quiet_NaN();
+    r.hash = hash64(data, nbytes);
+    if (dtype == "float16") {
+      floatStats<uint16_t>(
+          p, nbytes / 2, [](uint16_t v) { return static_cast<double>(halfToFloat(v)); }, r);
+    } else if (dtype == "bfloat16") {
+      floatStats<uint16_t>(
+          p, nbytes / 2, [](uint16_t v) { return static_cast<double>(bf16ToFloat(v)); }, r);
+    } else if (dtype == "int64") {
+      intStats<int64_t>(p, nbytes / 8, r);
+    } else if (dtype == "int32") {
+      intStats<int32_t>(p, nbytes / 4, r);
+    } else if (dtype == "int16") {
+      intStats<int16_t>(p, nbytes / 2, r);
+    } else if (dtype == "int8") {
+      intStats<int8_t>(p, nbytes, r);
+    } else if (dtype == "uint8" || dtype == "bool") {
+      intStats<uint8_t>(p, nbytes, r);
+    } else {
+      r.min = r.max = std::numeric_limits<double>::quiet_NaN();
+    }
   }
   r.rawHash = r.hash;
   if (r.nanCount) {  // set by the float dtypes' statistics only

@@ -1,9 +1,10 @@
 #pragma once
-// Bit-exact digest of a tensor's bytes plus the health figures a NaN hunt needs. One pass for
-// the hash, one for the statistics; both run at memory bandwidth on contiguous data.
+// Bit-exact digest of a tensor's bytes plus the health figures a NaN hunt needs. float32 and
+// float64 tensors of 64 KB or more are hashed and scanned in one pass of cache-sized chunks.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 namespace dlrr {
 
@@ -25,5 +26,12 @@ unsigned dtypeElemSize(std::string_view dtype) noexcept;
 bool dtypeIsFloat(std::string_view dtype) noexcept;
 
 DigestResult computeDigest(std::string_view dtype, const void* data, size_t nbytes) noexcept;
+
+// The float kernels' vector widths in bytes that this CPU runs, widest first (64: AVX-512,
+// 32: AVX2, 16: the baseline); computeDigest uses the first. computeDigestWithWidth runs the
+// kernel of one of them (another width: the baseline's), so that tests can check that every
+// width gives the same figures.
+std::vector<unsigned> digestVectorWidths();
+DigestResult computeDigestWithWidth(unsigned width, std::string_view dtype, const void* data, size_t nbytes) noexcept;
 
 }  // namespace dlrr

@@ -5,8 +5,10 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "format/Hash.h"
 #include "session/TensorDigest.h"
 
 namespace dlrr {
@@ -151,14 +153,25 @@ bool sameBits(double a, double b) {
   return x == y || (std::isnan(a) && std::isnan(b));
 }
 
+// Every kernel width this CPU runs (AVX-512, AVX2, baseline), and computeDigest itself: the
+// statistics of the scalar reference, and the raw hash of the bytes in one XXH3 call (large
+// tensors are hashed in chunks, interleaved with the scan).
 template <typename F>
 void expectSameAsReference(const std::vector<F>& v, const char* dtype, const std::string& what) {
-  DigestResult got = computeDigest(dtype, v.data(), v.size() * sizeof(F));
+  const size_t nbytes = v.size() * sizeof(F);
   DigestResult want = referenceStats(v);
-  EXPECT_EQ(got.nanCount, want.nanCount) << what;
-  EXPECT_EQ(got.infCount, want.infCount) << what;
-  EXPECT_TRUE(sameBits(got.min, want.min)) << what << ": min " << got.min << " want " << want.min;
-  EXPECT_TRUE(sameBits(got.max, want.max)) << what << ": max " << got.max << " want " << want.max;
+  std::vector<std::pair<std::string, DigestResult>> results;
+  results.emplace_back("computeDigest", computeDigest(dtype, v.data(), nbytes));
+  for (unsigned w : digestVectorWidths())
+    results.emplace_back("width " + std::to_string(w), computeDigestWithWidth(w, dtype, v.data(), nbytes));
+  for (const auto& [kernel, got] : results) {
+    EXPECT_EQ(got.nanCount, want.nanCount) << what << ", " << kernel;
+    EXPECT_EQ(got.infCount, want.infCount) << what << ", " << kernel;
+    EXPECT_TRUE(sameBits(got.min, want.min)) << what << ", " << kernel << ": min " << got.min << " want " << want.min;
+    EXPECT_TRUE(sameBits(got.max, want.max)) << what << ", " << kernel << ": max " << got.max << " want " << want.max;
+    EXPECT_EQ(got.rawHash, hash64(v.data(), nbytes)) << what << ", " << kernel;
+    EXPECT_EQ(got.hash, results.front().second.hash) << what << ", " << kernel;
+  }
 }
 
 template <typename F>
@@ -175,9 +188,10 @@ void fuzzAgainstReference(const char* dtype) {
                         std::numeric_limits<F>::max(),
                         std::numeric_limits<F>::lowest()};
   std::normal_distribution<double> normal(0.0, 1.0);
-  // Lengths around the lane count and block edges, and one long tensor.
+  // Lengths around the lane count and block edges, around the one-pass size (64 KB) and its
+  // 16 KB chunks, and long tensors.
   for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{15}, size_t{16}, size_t{17}, size_t{31}, size_t{64},
-                   size_t{100}, size_t{1000}, size_t{65537}}) {
+                   size_t{100}, size_t{1000}, size_t{16383}, size_t{16385}, size_t{65537}, size_t{300001}}) {
     for (int pattern = 0; pattern < 8; ++pattern) {
       std::vector<F> v(n);
       for (auto& x : v) {
@@ -230,6 +244,36 @@ TEST(TensorDigest, ZeroExtremeTakesTheSignOfTheFirstZero) {
   v[0] = 0.0f;  // now +0 comes first
   r = computeDigest("float32", v.data(), v.size() * 4);
   EXPECT_FALSE(std::signbit(r.min));
+}
+
+TEST(TensorDigest, EveryWidthOfThisCpuIsListedWidestFirst) {
+  std::vector<unsigned> widths = digestVectorWidths();
+  ASSERT_FALSE(widths.empty());
+  EXPECT_EQ(widths.back(), 16u);  // the baseline runs everywhere
+  for (size_t i = 1; i < widths.size(); ++i) EXPECT_GT(widths[i - 1], widths[i]);
+}
+
+TEST(TensorDigest, NanCanonicalHashOfALargeTensorIsThatOfItsCanonicalBytes) {
+  // One pass of chunks for the statistics and the raw hash; the canonical hash of a tensor
+  // with NaNs of another payload equals the hash of the same tensor with the canonical NaN.
+  std::vector<float> v(100000), canonical;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  for (auto& x : v) x = normal(rng);
+  canonical = v;
+  uint32_t payload = 0x7FC00123u, quiet = 0x7FC00000u;
+  for (size_t i : {size_t{5}, size_t{4096}, size_t{99999}}) {
+    std::memcpy(&v[i], &payload, 4);
+    std::memcpy(&canonical[i], &quiet, 4);
+  }
+  for (unsigned w : digestVectorWidths()) {
+    DigestResult a = computeDigestWithWidth(w, "float32", v.data(), v.size() * 4);
+    DigestResult b = computeDigestWithWidth(w, "float32", canonical.data(), canonical.size() * 4);
+    EXPECT_EQ(a.nanCount, 3u) << w;
+    EXPECT_EQ(a.hash, b.hash) << w;
+    EXPECT_NE(a.rawHash, b.rawHash) << w;
+    EXPECT_EQ(b.hash, hash64(canonical.data(), canonical.size() * 4)) << w;
+  }
 }
 
 }  // namespace
