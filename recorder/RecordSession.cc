@@ -228,7 +228,10 @@ template <typename Fill>
 void RecordSession::emit(Fill&& fill, int64_t stepBegin) {
   if (disabled_.load(std::memory_order_relaxed)) return;
   try {
-    capnp::MallocMessageBuilder msg(256);
+    // The first segment on the stack (capnp wants it zeroed): most events fit, and a larger
+    // one takes heap segments as it grows. No allocation per event in the common case.
+    capnp::word scratch[128] = {};
+    capnp::MallocMessageBuilder msg(kj::arrayPtr(scratch, std::size(scratch)));
     auto e = msg.initRoot<schema::Event>();
     e.setTNs(monoNs() - startNs_);
     e.setStep(step_.load(std::memory_order_relaxed));
@@ -440,7 +443,7 @@ int RecordSession::digest(int kind, const char* path, uint32_t callIndex, uint32
     d.setPath(path ? path : "");
     d.setCallIndex(callIndex);
     d.setOutput(output);
-    d.setDtype(std::string(dt));
+    d.setDtype(dtype ? dtype : "");  // dt views it: NUL-terminated, no copy
     auto s = d.initShape(static_cast<unsigned>(ndim > 0 ? ndim : 0));
     for (int i = 0; i < ndim; ++i) s.set(static_cast<unsigned>(i), shape[i]);
     d.setHash(out.hash);

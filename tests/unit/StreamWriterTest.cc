@@ -472,6 +472,53 @@ TEST(StreamWriter, FileSizeLimitIsAnErrorNotSigxfsz) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
+TEST(StreamWriter, EventsQueuedTogetherKeepTheirOrderAroundBlobsAndFrameSize) {
+  // Events queued back to back share one queue item (serialised into it): the order of events
+  // and blobs, and the events frame size, are what they were with one item per event.
+  WriterOptions o;
+  o.eventsFrameBytes = 512;
+  StreamFixture fx("coalesce", o);
+  std::vector<float> blob(1000, 1.5f);
+  int next = 0;
+  auto note = [&] {
+    auto m = eventMessage(0);
+    m->getRoot<schema::Event>().setNote("event " + std::to_string(next++));
+    fx.writer->append(*m);
+  };
+  for (int k = 0; k < 30; ++k) note();
+  BlobId id = fx.writer->putBlob(blob.data(), blob.size() * 4, 4, false);
+  for (int k = 0; k < 30; ++k) note();
+  fx.writer->commit();
+  for (int k = 0; k < 5; ++k) note();
+  fx.writer->close();
+  auto r = fx.reopen();
+  std::vector<std::string> seen;
+  r->forEachEventUntil(
+      [&](schema::Event::Reader e, const FrameInfo&) {
+        seen.emplace_back(e.getNote().cStr());
+        return true;
+      },
+      0);
+  ASSERT_EQ(seen.size(), 65u);
+  for (int k = 0; k < 65; ++k) EXPECT_EQ(seen[static_cast<size_t>(k)], "event " + std::to_string(k));
+  EXPECT_EQ(r->readBlob(id.hash, id.size).size(), blob.size() * 4);
+  // The blob's frame lies between the frames of the events queued before and after it.
+  std::vector<FrameKind> kinds;
+  size_t eventFrames = 0;
+  for (const auto& f : r->frames()) {
+    kinds.push_back(f.header.kind);
+    if (f.header.kind == FrameKind::Events) {
+      ++eventFrames;
+      EXPECT_LE(f.header.rawLen, o.eventsFrameBytes + 512u);  // cut near the frame size, as before
+    }
+  }
+  EXPECT_GE(eventFrames, 4u);
+  auto blobAt = std::find(kinds.begin(), kinds.end(), FrameKind::Blob);
+  ASSERT_NE(blobAt, kinds.end());
+  EXPECT_NE(std::find(kinds.begin(), blobAt, FrameKind::Events), blobAt);
+  EXPECT_NE(std::find(blobAt, kinds.end(), FrameKind::Events), kinds.end());
+}
+
 TEST(StreamWriter, StepIndexPointsAtTheStepBeginFrame) {
   WriterOptions o;
   o.eventsFrameBytes = 256;  // several frames per step
