@@ -447,6 +447,20 @@ void dlrr_collective_end(uint64_t seq, const char* status) {
   withRecorder([&](RecordSession& s) { s.collectiveEnd(seq, status); });
 }
 
+uint64_t dlrr_collective_begin1(const char* op, const char* group, const char* reduce_op, int peer, int bucket,
+                                int async_op, const char* dtype, int ndim, const int64_t* shape, const void* data,
+                                uint64_t nbytes) {
+  uint64_t seq = dlrr_collective_begin(op, group, reduce_op, peer, bucket, async_op);
+  if (dtype) dlrr_collective_tensor(seq, 0, dtype, ndim, shape, data, nbytes);
+  return seq;
+}
+
+void dlrr_collective_end1(uint64_t seq, const char* dtype, int ndim, const int64_t* shape, const void* data,
+                          uint64_t nbytes, const char* status) {
+  if (dtype) dlrr_collective_tensor(seq, 1, dtype, ndim, shape, data, nbytes);
+  dlrr_collective_end(seq, status);
+}
+
 int dlrr_replay_collective_result(uint64_t seq, uint32_t index, const uint8_t** data, uint64_t* n) {
   thread_local std::vector<uint8_t> served;
   int rc = -1;

@@ -321,6 +321,19 @@ class FakeLib:
     def _dlrr_collective_end(self, seq, status):
         self.calls.append(("collective_end", seq, status.decode()))
 
+    # The two-crossing forms record what the four calls they stand for would (the library's
+    # dlrr_collective_begin1/end1 are those calls), so tests see one sequence either way.
+    def _dlrr_collective_begin1(self, op, group, reduce_op, peer, bucket, async_op, dtype, ndim, shape, data, nbytes):
+        seq = self._dlrr_collective_begin(op, group, reduce_op, peer, bucket, async_op)
+        if dtype:
+            self._dlrr_collective_tensor(seq, 0, dtype, ndim, shape, data, nbytes)
+        return seq
+
+    def _dlrr_collective_end1(self, seq, dtype, ndim, shape, data, nbytes, status):
+        if dtype:
+            self._dlrr_collective_tensor(seq, 1, dtype, ndim, shape, data, nbytes)
+        self._dlrr_collective_end(seq, status)
+
     def _dlrr_replay_collective_result(self, seq, index, data, n):
         return -1
 

@@ -60,6 +60,37 @@ class CollectivesTest(RecorderTestCase):
         self.assertEqual(got[4][2], "sum")
         self.assertTrue(all(c[7] == "" for c in got))
 
+    def test_one_tensor_collectives_take_two_crossings_with_the_same_calls(self):
+        # dlrr_collective_begin1/end1 stand for begin + input and result + end: the same calls,
+        # bytes included, as the four separate crossings the hook makes otherwise.
+        used = []
+        for name in ("dlrr_collective_begin1", "dlrr_collective_end1"):
+            fn = getattr(self.lib, name)
+            setattr(self.lib, name, lambda *a, _fn=fn, _name=name: (used.append(_name), _fn(*a))[1])
+
+        def run():
+            t = torch.arange(4.0)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            dist.broadcast(t, src=0)
+            dist.all_gather([torch.zeros(4)], t)  # a list of one result (world of 1)
+            dist.barrier()  # no tensor: separate begin and end
+            calls = [c[:1] + c[2:] for c in self.lib.calls if c[0].startswith("collective_")]  # seqs aside
+            self.lib.clear()
+            return calls
+        fast = run()
+        self.assertEqual(used.count("dlrr_collective_begin1"), 3)
+        self.assertEqual(used.count("dlrr_collective_end1"), 3)
+        hooks = self.rec.dist
+        original = hooks._prepared_one
+        hooks._prepared_one = lambda tensors: None
+        try:
+            separate = run()
+        finally:
+            hooks._prepared_one = original
+        self.assertEqual(len(used), 6, "the separate calls took the one-crossing forms")
+        self.assertEqual(fast, separate)
+        self.assertIn(("collective_tensor", 1, "float32", [4], torch.arange(4.0).numpy().tobytes()), fast)
+
     def test_object_collectives_are_recorded_as_their_tensor_collectives(self):
         objs = [None]
         dist.all_gather_object(objs, {"a": 1})

@@ -283,6 +283,15 @@ DLRR_API uint64_t dlrr_collective_begin(const char* op, const char* group, const
 DLRR_API int dlrr_collective_tensor(uint64_t seq, int is_result, const char* dtype, int ndim, const int64_t* shape,
                                     const void* data, uint64_t nbytes);
 DLRR_API void dlrr_collective_end(uint64_t seq, const char* status);
+/* The common one-tensor collective in two crossings instead of four, with the same effect:
+ * dlrr_collective_begin then dlrr_collective_tensor(seq, 0, ...) of its input; and
+ * dlrr_collective_tensor(seq, 1, ...) of its result then dlrr_collective_end. A null dtype
+ * leaves the tensor out (begin or end alone). */
+DLRR_API uint64_t dlrr_collective_begin1(const char* op, const char* group, const char* reduce_op, int peer, int bucket,
+                                         int async_op, const char* dtype, int ndim, const int64_t* shape,
+                                         const void* data, uint64_t nbytes);
+DLRR_API void dlrr_collective_end1(uint64_t seq, const char* dtype, int ndim, const int64_t* shape, const void* data,
+                                   uint64_t nbytes, const char* status);
 /* Replay: the recorded bytes of result `index` of collective `seq`, valid until the calling
  * thread's next call. 1 ok, 0 the recording kept only digests (recorded without
  * --collectives full), -1 no such collective or result. */

@@ -186,6 +186,34 @@ class DistHooks:
                                                int(peer) if peer is not None else -1, bucket,
                                                1 if async_op else 0)
 
+    def _prepared_one(self, tensors):
+        """TensorMarshal.prepare of the only tensor of a one-tensor list, else None."""
+        if len(tensors) != 1 or not isinstance(tensors[0], self._torch.Tensor):
+            return None
+        return self._marshal.prepare(tensors[0])
+
+    def _begin_sending(self, op, group, reduce_op, peer, async_op, inputs):
+        """_begin, then the inputs: the common one-tensor collective in one crossing
+        (dlrr_collective_begin1), anything else as separate calls. Same effect either way."""
+        q = self._prepared_one(inputs)
+        if q is None:
+            seq = self._begin(op, group, reduce_op, peer, -1, async_op)
+            self._results_as_inputs(seq, inputs)
+            return seq
+        reduce_text = b"" if reduce_op is None else _reduce_name(self._torch, reduce_op, self._reduce_names).encode()
+        return self._lib.dlrr_collective_begin1(op.encode(), self._group_text(group), reduce_text,
+                                                int(peer) if peer is not None else -1, -1, 1 if async_op else 0,
+                                                q[1], q[3], q[4], q[5], q[6])
+
+    def _finish(self, seq, results):
+        """The results, then dlrr_collective_end: one crossing for one tensor (dlrr_collective_end1)."""
+        q = self._prepared_one(results)
+        if q is None:
+            self._results(seq, results)
+            self._lib.dlrr_collective_end(seq, b"")
+        else:
+            self._lib.dlrr_collective_end1(seq, q[1], q[3], q[4], q[5], q[6], b"")
+
     def _results(self, seq, tensors):
         for t in tensors:
             self._tensor(seq, 1, t)
@@ -302,11 +330,10 @@ class DistHooks:
         """Record, or replay with real peers: the call runs; both sides go to the native side."""
         rec = self._rec
         async_op = bool(p.get("async_op")) or name in ("isend", "irecv")
-        seq = rec.guarded(self._begin, op, p.get("group"), p.get(reduce_param) if reduce_param else None,
-                          self._peer(p, peer_param), -1, async_op)
+        seq = rec.guarded(self._begin_sending, op, p.get("group"), p.get(reduce_param) if reduce_param else None,
+                          self._peer(p, peer_param), async_op, inputs_of(p))
         if seq is None:
             return original(*args, **kwargs)
-        rec.guarded(self._results_as_inputs, seq, inputs_of(p))
         sent_finite = rec.guarded(self._finite, inputs_of(p)) if self.replay_mode is not None else None
         try:
             result = original(*args, **kwargs)
@@ -318,8 +345,7 @@ class DistHooks:
         else:
             if name == "recv" and isinstance(result, int):
                 pass  # the sender's rank; replay returns the recorded peer
-            rec.guarded(self._results, seq, results_of(p))
-            rec.guarded(self._lib.dlrr_collective_end, seq, b"")
+            rec.guarded(self._finish, seq, results_of(p))
             if sent_finite:
                 rec.guarded(self._received_nonfinite, seq, op, sent_finite, results_of(p))
         return result
