@@ -126,7 +126,8 @@ class TensorListDigestTest(unittest.TestCase):
         self.assertEqual({c[3] for c in calls if c[0] == "digest" and c[1] in (GRADIENT, PARAMETER)}, {0})
         # the dtypes of the Python tensors
         dtypes = {c[2]: c[5] for c in calls if c[0] == "digest" and c[1] == GRADIENT}
-        self.assertEqual((dtypes["odd.fp16"], dtypes["odd.cplx"], dtypes["lin.weight"]), ("float16", "complex64", "float32"))
+        self.assertEqual((dtypes["odd.fp16"], dtypes["odd.cplx"], dtypes["lin.weight"]),
+                         ("float16", "complex64", "float32"))
         # The C path gathered the dense ones: several items per crossing.
         self.assertTrue(any(c[0] == "many" and c[2] > 1 for c in native_calls), native_calls)
 
@@ -141,8 +142,8 @@ class TensorListDigestTest(unittest.TestCase):
         names = [c[2] for c in step if c[0] == "digest"]
         cuts = [c[2] for c in step if c[0] == "many"]
         # lin.weight, lin.bias, big.weight, big.bias | odd.transposed | odd.fp16 | odd.cplx | after.weight, after.bias
-        self.assertEqual(names, ["lin.weight", "lin.bias", "big.weight", "big.bias", "odd.transposed", "odd.fp16", "odd.cplx",
-                                 "after.weight", "after.bias"])
+        self.assertEqual(names, ["lin.weight", "lin.bias", "big.weight", "big.bias", "odd.transposed", "odd.fp16",
+                                 "odd.cplx", "after.weight", "after.bias"])
         self.assertEqual(cuts, [4, 1, 1, 1, 2])
 
     def test_a_first_step_with_unseen_dtypes_and_a_lone_step(self):
