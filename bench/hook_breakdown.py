@@ -20,6 +20,9 @@ process's other threads (the native writer thread: compression and writes).  Par
   after optimizer step  parameter digests
   digest: KIND          TensorMarshal.prepare (host copy when needed) + dlrr_digest, by kind
     dlrr_digest         the native part: hash, NaN/Inf/min/max scan, ring copy, event
+    dlrr_digest_many    gradients and parameters, one crossing each (the Python loop's; the
+                        native TensorListDigest calls the library itself: its digests count
+                        in "after backward" / "after optimizer step" self time)
 
 Wall time includes waiting (the commit) and being preempted (on a loaded machine, e.g. by
 the writer thread it just woke); CPU time is the hook's own work on the main thread.  The
@@ -135,22 +138,27 @@ def inner(argv):
         sys.exit("hook_breakdown: not running under dlrecord (no recording hook)")
     t = Timers()
     lib = rec.lib
-    samples = {}  # --parts deliver: CPU us of each call, for min / median / p90
-    if os.environ.get("BENCH_PARTS") == "deliver":  # the step boundary whole, and its commit
-        cpu_clock = time.thread_time
+    samples = {}  # --parts deliver / digests: CPU us of each call, for min / median / p90
+    cpu_clock = time.thread_time
 
-        def sampled(key, fn):
-            calls = samples[key] = []
+    def sampled(key, fn):
+        calls = samples[key] = []
 
-            def timed(*args):
-                c0 = cpu_clock()
-                try:
-                    return fn(*args)
-                finally:
-                    calls.append((cpu_clock() - c0) * 1e6)
-            return timed
+        def timed(*args):
+            c0 = cpu_clock()
+            try:
+                return fn(*args)
+            finally:
+                calls.append((cpu_clock() - c0) * 1e6)
+        return timed
+    parts = os.environ.get("BENCH_PARTS")
+    if parts == "deliver":  # the step boundary whole, and its commit
         rec.loaders._deliver = sampled("deliver batch", rec.loaders._deliver)
         lib.dlrr_step_end = sampled("dlrr_step_end (commit)", lib.dlrr_step_end)
+    elif parts == "digests":  # the gradient and parameter digests whole, no timer inside them
+        tr = rec.training
+        tr._after_backward = sampled("after backward", tr._after_backward)
+        tr._after_step = sampled("after optimizer step", tr._after_step)
     else:
         wrap_parts(t, rec, lib, torch, rng_module, module_module)
 
@@ -186,9 +194,11 @@ def main():
     ap.add_argument("--capture", default="default", choices=("minimal", "default", "full"))
     ap.add_argument("--job", default="cnn", choices=("cnn", "example"))
     ap.add_argument("--data", help="dataset of prepare_data.py (default: a clean one, made here)")
-    ap.add_argument("--parts", choices=("all", "deliver"), default="all",
+    ap.add_argument("--parts", choices=("all", "deliver", "digests"), default="all",
                     help="deliver: one timer around the DataLoader's batch delivery only (the step "
-                         "boundary without the other timers' cost)")
+                         "boundary without the other timers' cost); digests: one around the gradient "
+                         "digests after backward and one around the parameter digests after the "
+                         "optimizer step (their Python loop or the native TensorListDigest alike)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="dlrr-breakdown-") as tmp:
         data = args.data

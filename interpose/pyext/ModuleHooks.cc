@@ -6,6 +6,9 @@
 // Python functions the pure-Python hooks call (root bookkeeping, path naming, the output walk,
 // GPU tensors, the failure snapshot), so both paths give the same events in the same order.
 //
+// The module's other type, TensorListDigest (TensorListDigest.cc), digests a step's gradients and
+// parameters.
+//
 // Built per interpreter (the module's file name carries the ABI tag); the hook falls back to
 // its Python hooks when this module cannot be imported.
 #define PY_SSIZE_T_CLEAN
@@ -13,6 +16,7 @@
 
 #include <cstdint>
 
+#include "TensorListDigest.h"
 #include "dlrr/dlrr.h"
 
 namespace {
@@ -405,7 +409,7 @@ PyType_Spec spec = {"_dlrr_native.ModuleHooks", sizeof(ModuleHooks), 0, Py_TPFLA
 
 PyModuleDef moduleDef = {PyModuleDef_HEAD_INIT,
                          "_dlrr_native",
-                         "dlrr's global module forward hooks in C (dlrr_hook/modules.py)",
+                         "dlrr's global module forward hooks and gradient/parameter digests in C (dlrr_hook)",
                          -1,
                          nullptr,
                          nullptr,
@@ -435,6 +439,10 @@ PyMODINIT_FUNC PyInit__dlrr_native(void) {
   }
   if (PyModule_AddObject(m, "ModuleHooks", type) < 0) {  // steals on success only
     Py_DECREF(type);
+    Py_DECREF(m);
+    return nullptr;
+  }
+  if (dlrr::pyext::addTensorListDigest(m) < 0) {
     Py_DECREF(m);
     return nullptr;
   }

@@ -238,8 +238,9 @@ class RecordExampleTest(TraceTestCase):
 
 
 class NativeHooksTest(TraceTestCase):
-    """The module hooks of the _dlrr_native extension (the default where it was built for the job's
-    interpreter) record what the Python hooks record (DLRR_NATIVE_HOOKS=0), event for event."""
+    """The module hooks and the gradient and parameter digests of the _dlrr_native extension (the
+    default where it was built for the job's interpreter) record what the Python hooks record
+    (DLRR_NATIVE_HOOKS=0), event for event."""
 
     KINDS = ("digest", "failure", "tensor", "snapshot", "stepBegin", "stepEnd", "batch", "rngState")
 
@@ -251,6 +252,8 @@ class NativeHooksTest(TraceTestCase):
         p = run(argv, env={"DLRR_NATIVE_HOOKS": None if native else "0"})
         self.assertEqual(p.returncode, 0, p.stderr)
         hooks = re.search(r"^dlrr-test: module hooks (\w+)$", p.stderr, re.M).group(1)
+        lists = re.search(r"^dlrr-test: tensor lists (\w+)$", p.stderr, re.M).group(1)
+        self.assertEqual(lists, hooks)
         kept = []
         for e in events(trace):
             if e["kind"] in self.KINDS and e["stream"] != "launcher":
@@ -273,6 +276,9 @@ class NativeHooksTest(TraceTestCase):
         self.assertTrue({"digest", "failure", "tensor", "snapshot"} <= kinds, kinds)  # NaN at step 30
         outputs = [b["digest"] for k, b in native if k == "digest" and b["digest"]["kind"] == "moduleOutput"]
         self.assertGreater(len(outputs), 64 * 3)
+        for kind in ("gradient", "parameter"):  # TensorListDigest's
+            self.assertGreater(len([b for k, b in native if k == "digest" and b["digest"]["kind"] == kind]), 64 * 3,
+                               kind)
 
 
 if __name__ == "__main__":

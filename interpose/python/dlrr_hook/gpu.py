@@ -166,7 +166,7 @@ class DeviceDigester:
         return self.finish(stats.cpu().tolist(), numel, nbytes, name)
 
 
-def _is_cuda(tensor):
+def is_cuda(tensor):
     return tensor.is_cuda
 
 
@@ -180,7 +180,7 @@ class GpuDigests:
     the first divergence.
     """
 
-    applies = staticmethod(_is_cuda)  # tests route CPU tensors through here
+    applies = staticmethod(is_cuda)  # tests route CPU tensors through here
 
     def __init__(self, lib, torch, marshal, deferred, keep_ring, ring_bytes=None):
         self.lib = lib

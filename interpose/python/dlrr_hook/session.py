@@ -29,7 +29,7 @@ from .files import FileCapture
 from .failures import FailureHooks
 from .imports import ImportWatcher
 from .loaders import LoaderTracker
-from .modules import ModuleTracker, is_compiled
+from .modules import ModuleTracker, is_compiled, native_extension
 from .patching import Patcher
 from .preflight import Preflight, preflight_batches
 from .rng import RngCapture
@@ -198,6 +198,7 @@ class Session:
         self._tensor_type = None
         self._prepare = None
         self._batch = DigestBatch(lib) if DigestBatch.usable else None  # gradients, parameters
+        self._tensor_lists = None  # _dlrr_native.TensorListDigest: the same in C (_native_tensor_lists)
         # Per-step state (reset at step begin/end).
         self._module_calls = {}
         self._grad_calls = {}
@@ -317,6 +318,7 @@ class Session:
         self.rng = RngCapture(self.lib, torch)
         self.gpu = gpu.GpuDigests(self.lib, torch, self.marshal, deferred=self._gpu_deferred,
                                   keep_ring=bool(self._keep_outputs))
+        self._tensor_lists = self._native_tensor_lists(torch)
         if self.preflight is not None:  # inside the recorder's DataLoader patch: a cut is a pass end
             self.preflight.install_torch(self._patcher, torch, dataloader)
             self.preflight.install_cpu_fallback(self._patcher, torch)
@@ -498,6 +500,42 @@ class Session:
         if self._batch is not None:
             self._batch.flush(kind)
 
+    def _native_tensor_lists(self, torch):
+        """The `_dlrr_native` extension's TensorListDigest (interpose/pyext/TensorListDigest.cc):
+        the gradient and parameter loops below in C, gathering dense contiguous CPU tensors into
+        one dlrr_digest_many through its address and handing every other tensor, in order, to
+        _digest_in_batch; or None (no extension, DLRR_NATIVE_HOOKS=0, no batch): the loops."""
+        ext = native_extension()
+        make = getattr(ext, "TensorListDigest", None)
+        if make is None or self._batch is None:
+            return None
+        try:
+            address = ctypes.cast(self.lib.dlrr_digest_many, ctypes.c_void_p).value
+            if not address:
+                return None
+            return make(digest_many_address=address, dtypes=self.marshal._dtypes,
+                        tensor_types=(torch.Tensor, torch.nn.Parameter), strided=torch.strided,
+                        fallback=self._digest_alone)
+        except Exception:  # not a C function (a test double), an extension of another build
+            return None
+
+    def _digest_alone(self, kind, path, call_index, tensor):
+        """TensorListDigest's fallback: one tensor as the loops digest it (the items before it
+        are digested already)."""
+        try:
+            self._digest_in_batch(kind, path, call_index, tensor)
+        finally:
+            self._flush_batch(kind)
+
+    def _native_lists(self):
+        """The TensorListDigest to use now, or None.  It sends only tensors off the CPU to
+        _digest_in_batch, which is exact while GpuDigests.applies is its own (tests route CPU
+        tensors through the GPU path by replacing it)."""
+        lists = self._tensor_lists
+        if lists is not None and (self.gpu is None or self.gpu.applies is gpu.is_cuda):
+            return lists
+        return None
+
     def _on_root(self, module, grad_enabled):
         if grad_enabled:
             self.registry.note_root(module)
@@ -618,18 +656,25 @@ class Session:
             self.dist.flush_buckets()
             self.dist.flush_gradients()
         if self.capture_level >= native.CAPTURE_DEFAULT:
-            calls = self._grad_calls
-            digest = self._digest_in_batch
-            try:
-                for name, param in self._step_parameters()[0]:
-                    grad = param.grad
-                    if grad is not None:
-                        call_index = calls.get(name, 0)
-                        calls[name] = call_index + 1
-                        digest(native.DIGEST_GRADIENT, name, call_index, grad)
-            finally:
-                self._flush_batch(native.DIGEST_GRADIENT)
+            lists = self._native_lists()
+            if lists is not None:
+                lists.gradients(native.DIGEST_GRADIENT, self._step_parameters()[0], self._grad_calls)
+            else:
+                self._digest_gradients()
         self.steps.on_backward_end()  # ends a step counted by backward()
+
+    def _digest_gradients(self):
+        calls = self._grad_calls
+        digest = self._digest_in_batch
+        try:
+            for name, param in self._step_parameters()[0]:
+                grad = param.grad
+                if grad is not None:
+                    call_index = calls.get(name, 0)
+                    calls[name] = call_index + 1
+                    digest(native.DIGEST_GRADIENT, name, call_index, grad)
+        finally:
+            self._flush_batch(native.DIGEST_GRADIENT)
 
     def _before_optimizer_step(self, optimizer):
         self.steps.on_optimizer_step_begin()
@@ -657,6 +702,10 @@ class Session:
         if number is None:
             number = self._optimizer_numbers[optimizer] = len(self._optimizer_numbers)
         calls = self._param_calls
+        lists = self._native_lists()
+        if lists is not None:
+            lists.parameters(native.DIGEST_PARAMETER, optimizer.param_groups, names, number, calls)
+            return
         digest = self._digest_in_batch
         try:
             for g, group in enumerate(optimizer.param_groups):

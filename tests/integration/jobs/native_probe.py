@@ -1,5 +1,7 @@
 """Runs a script (argv[1:]) as __main__ after saying on stderr which module hooks the recorder
-installed: "dlrr-test: module hooks native" (the _dlrr_native extension) or "... python"."""
+installed: "dlrr-test: module hooks native" (the _dlrr_native extension) or "... python", and
+which gradient and parameter digests: "dlrr-test: tensor lists native" (its TensorListDigest)
+or "... python"."""
 import importlib
 import runpy
 import sys
@@ -11,5 +13,7 @@ importlib.import_module("torch")  # the recorder installs its module hooks as to
 rec = dlrr_hook.current()
 kind = "native" if rec is not None and rec.modules is not None and rec.modules.native_hooks is not None else "python"
 sys.stderr.write("dlrr-test: module hooks %s\n" % kind)
+lists = "native" if rec is not None and rec._native_lists() is not None else "python"
+sys.stderr.write("dlrr-test: tensor lists %s\n" % lists)
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
