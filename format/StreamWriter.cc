@@ -4,6 +4,7 @@
 #include <capnp/serialize.h>
 #include <kj/io.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -251,6 +252,11 @@ void StreamWriter::commit(bool wait) {
 }
 
 void StreamWriter::run() {
+  // SCHED_BATCH (no privilege needed): the job's thread wakes this one at every batch and set
+  // of RNG states; as a batch thread it does not preempt the waker, it runs at the next
+  // scheduling point. Best effort: the default policy stays where the call fails.
+  sched_param batch{};
+  pthread_setschedparam(pthread_self(), SCHED_BATCH, &batch);
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
     // Poll so that the signal path (which cannot notify a condition variable) is served.

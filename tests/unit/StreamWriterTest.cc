@@ -5,7 +5,9 @@
 #include <capnp/dynamic.h>
 #include <capnp/message.h>
 #include <capnp/serialize.h>
+#include <dirent.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -13,6 +15,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <random>
@@ -212,6 +215,31 @@ TEST(StreamWriter, BlobsQueuedWithoutWakingAreDurableAtTheCommit) {
   EXPECT_GT(fx.writer->stats().storedBytes, before);
   fx.writer->close();
   EXPECT_EQ(fx.reopen()->readBlob(hash128(c.data(), c.size() * 4), c.size() * 4).size(), c.size() * 4);
+}
+
+// Threads of this process whose scheduling policy is SCHED_BATCH.
+int batchThreads() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.' && sched_getscheduler(static_cast<pid_t>(std::atoi(e->d_name))) == SCHED_BATCH) ++n;
+    closedir(d);
+  }
+  return n;
+}
+
+TEST(StreamWriter, WriterThreadRunsAsABatchThread) {
+  // Woken at every batch, it must not preempt the job's thread that woke it (SCHED_BATCH).
+  int before = batchThreads();
+  StreamFixture fx("batch");
+  int now = before;
+  for (int i = 0; i < 200 && now == before; ++i) {  // the thread sets its policy as it starts
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    now = batchThreads();
+  }
+  EXPECT_EQ(now, before + 1);
+  EXPECT_EQ(sched_getscheduler(0), SCHED_OTHER);  // the caller's own policy is untouched
+  fx.writer->close();
 }
 
 TEST(StreamWriter, BlobsLargerThanAChunkAreSplitAndReassembled) {
