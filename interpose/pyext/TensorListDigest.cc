@@ -191,9 +191,9 @@ int gather(TensorListDigest* d, Pending& pending, PyObject* name, uint32_t callI
   PyObject* self = tensor;
   PyObject* layout = PyObject_GetAttr(tensor, names.layout);
   PyObject* cpu = layout == d->strided ? PyObject_GetAttr(tensor, names.isCpu) : nullptr;
-  PyObject* contiguous = cpu == Py_True ? PyObject_VectorcallMethod(names.isContiguous, &self,
-                                                                    1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr)
-                                        : nullptr;
+  PyObject* contiguous =
+      cpu == Py_True ? PyObject_VectorcallMethod(names.isContiguous, &self, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr)
+                     : nullptr;
   PyObject* dims = contiguous == Py_True ? PyObject_GetAttr(tensor, names.shape) : nullptr;
   if (dims && PyTuple_Check(dims) && PyTuple_GET_SIZE(dims) <= kMaxDims) {
     ndim = static_cast<int>(PyTuple_GET_SIZE(dims));
@@ -202,8 +202,9 @@ int gather(TensorListDigest* d, Pending& pending, PyObject* name, uint32_t callI
       if (shape[i] < 0) ndim = -1;
     }
   }
-  PyObject* data =
-      ndim >= 0 ? PyObject_VectorcallMethod(names.dataPtr, &self, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr) : nullptr;
+  PyObject* data = ndim >= 0
+                       ? PyObject_VectorcallMethod(names.dataPtr, &self, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr)
+                       : nullptr;
   if (data) ptr = PyLong_AsUnsignedLongLong(data);
   Py_XDECREF(layout);
   Py_XDECREF(cpu);
@@ -217,9 +218,8 @@ int gather(TensorListDigest* d, Pending& pending, PyObject* name, uint32_t callI
   }
   uint64_t numel = 1;
   for (int i = 0; i < ndim; ++i) numel *= static_cast<uint64_t>(shape[i]);
-  return pending.add(Py_NewRef(name), dtypeName, Py_NewRef(tensor), shape, ndim, ptr, numel * elemSize, callIndex)
-             ? 1
-             : -1;
+  return pending.add(Py_NewRef(name), dtypeName, Py_NewRef(tensor), shape, ndim, ptr, numel * elemSize, callIndex) ? 1
+                                                                                                                   : -1;
 }
 
 // One tensor of the loop: counted, then gathered or (after the items before it) handed to the
@@ -328,8 +328,8 @@ int init(PyObject* self, PyObject* args, PyObject* kwargs) {
   static const char* keywords[] = {"digest_many_address", "dtypes", "tensor_types", "strided", "fallback", nullptr};
   unsigned long long address = 0;
   PyObject* o[4] = {};
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "KO!O!OO", const_cast<char**>(keywords), &address, &PyDict_Type,
-                                   &o[0], &PyTuple_Type, &o[1], &o[2], &o[3]))
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "KO!O!OO", const_cast<char**>(keywords), &address, &PyDict_Type, &o[0],
+                                   &PyTuple_Type, &o[1], &o[2], &o[3]))
     return -1;
   if (!address || !PyCallable_Check(o[3])) {
     PyErr_SetString(PyExc_ValueError, "digest_many_address must be set and fallback callable");
