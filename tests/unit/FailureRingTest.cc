@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "recorder/FailureRing.h"
@@ -91,6 +92,43 @@ TEST(FailureRing, EvictedBuffersAreReusedWithTheirContentReplaced) {
   float v;
   std::memcpy(&v, kept[0].bytes.data(), sizeof v);
   EXPECT_EQ(v, 1.0f);
+}
+
+TEST(FailureRing, RecycledTensorsTakeEveryFieldOfTheNewOne) {
+  // Evicted tensors are reused whole (path, dtype, shape, bytes keep their memory): nothing of
+  // the old one may show through, whether the new one is smaller or larger in any field.
+  FailureRing r(1);
+  const std::vector<std::string> longPaths = {"encoder.layers.11.self_attn.out_proj", "b", "head.classifier.1"};
+  for (int64_t step = 0; step < 6; ++step) {
+    r.stepBegan();
+    for (size_t i = 0; i < longPaths.size(); ++i) {
+      const bool odd = step % 2 != 0;
+      std::string path = odd ? "p" + std::to_string(i) : longPaths[i];
+      std::vector<int64_t> shape = odd ? std::vector<int64_t>{2} : std::vector<int64_t>{1, 2, 2};
+      std::vector<double> data(odd ? 2 : 4, static_cast<double>(step * 10 + static_cast<int64_t>(i)));
+      ASSERT_EQ(r.keep(step, static_cast<int>(i), path, static_cast<uint32_t>(step), static_cast<uint32_t>(i),
+                       odd ? "float64" : "complex64", shape.data(), static_cast<int>(shape.size()), data.data(),
+                       data.size() * sizeof(double)),
+                FailureRing::Keep::Kept);
+    }
+  }
+  auto kept = r.takeForFailure(5);
+  ASSERT_EQ(kept.size(), 3u);
+  for (size_t i = 0; i < kept.size(); ++i) {
+    const KeptTensor& k = kept[i];
+    EXPECT_EQ(k.step, 5);
+    EXPECT_EQ(k.kind, static_cast<int>(i));
+    EXPECT_EQ(k.path, "p" + std::to_string(i));
+    EXPECT_EQ(k.callIndex, 5u);
+    EXPECT_EQ(k.output, i);
+    EXPECT_EQ(k.dtype, "float64");
+    EXPECT_EQ(k.shape, std::vector<int64_t>{2});
+    ASSERT_EQ(k.bytes.size(), 2 * sizeof(double));
+    double v[2];
+    std::memcpy(v, k.bytes.data(), sizeof v);
+    EXPECT_EQ(v[0], 50.0 + static_cast<double>(i));
+    EXPECT_EQ(v[1], 50.0 + static_cast<double>(i));
+  }
 }
 
 }  // namespace
