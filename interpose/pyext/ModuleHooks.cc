@@ -16,15 +16,21 @@
 
 #include <cstdint>
 
+#include "DenseTensor.h"
+#include "GcFields.h"
 #include "TensorListDigest.h"
 #include "dlrr/dlrr.h"
 
 namespace {
 
+using dlrr::pyext::clearFields;
+using dlrr::pyext::deallocFields;
+using dlrr::pyext::DenseTensor;
+using dlrr::pyext::traverseFields;
+
 using DigestFn = int (*)(int, const char*, uint32_t, uint32_t, const char*, int, const int64_t*, const void*, uint64_t,
                          int, dlrr_digest_t*);
 
-constexpr int kMaxDims = 64;                    // dlrr_digest refuses more (CEnums.h kMaxTensorDims)
 constexpr uint64_t kReleaseGilBytes = 1 << 16;  // hash large outputs without the GIL, as ctypes does
 
 struct Names {
@@ -32,12 +38,6 @@ struct Names {
   PyObject* dict;
   PyObject* stack;
   PyObject* depth;
-  PyObject* dtype;
-  PyObject* layout;
-  PyObject* isCpu;
-  PyObject* isContiguous;
-  PyObject* shape;
-  PyObject* dataPtr;
 };
 Names names;
 
@@ -173,52 +173,8 @@ PyObject* pre(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
 // The output's digest without Python: 1 done, 0 not this case (nothing done, no error set).
 int digestDense(ModuleHooks* h, PyObject* path, PyObject* output) {
   if (!h->digest || Py_TYPE(output) != reinterpret_cast<PyTypeObject*>(h->tensorType) || !PyBytes_Check(path)) return 0;
-  PyObject* dtype = PyObject_GetAttr(output, names.dtype);
-  PyObject* info = dtype ? PyDict_GetItemWithError(h->dtypes, dtype) : nullptr;  // borrowed
-  Py_XDECREF(dtype);
-  if (!info || !PyTuple_Check(info) || PyTuple_GET_SIZE(info) != 3 || PyTuple_GET_ITEM(info, 2) != Py_False ||
-      !PyBytes_Check(PyTuple_GET_ITEM(info, 0))) {
-    PyErr_Clear();  // unseen dtype (the Python path caches it) or complex/quantized
-    return 0;
-  }
-  Py_INCREF(info);  // the dict could change under the calls below
-  int64_t shape[kMaxDims];
-  int ndim = -1;
-  uint64_t ptr = 0, elemSize = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(info, 1));
-  if (PyErr_Occurred()) {
-    PyErr_Clear();
-    Py_DECREF(info);
-    return 0;
-  }
-  PyObject* layout = PyObject_GetAttr(output, names.layout);
-  PyObject* cpu = layout == h->strided ? PyObject_GetAttr(output, names.isCpu) : nullptr;
-  PyObject* contiguous = cpu == Py_True ? PyObject_VectorcallMethod(names.isContiguous, &output,
-                                                                    1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr)
-                                        : nullptr;
-  PyObject* dims = contiguous == Py_True ? PyObject_GetAttr(output, names.shape) : nullptr;
-  if (dims && PyTuple_Check(dims) && PyTuple_GET_SIZE(dims) <= kMaxDims) {
-    ndim = static_cast<int>(PyTuple_GET_SIZE(dims));
-    for (int i = 0; i < ndim && ndim >= 0; ++i) {
-      shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(dims, i));
-      if (shape[i] < 0) ndim = -1;
-    }
-  }
-  PyObject* data = ndim >= 0
-                       ? PyObject_VectorcallMethod(names.dataPtr, &output, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr)
-                       : nullptr;
-  if (data) ptr = PyLong_AsUnsignedLongLong(data);
-  Py_XDECREF(layout);
-  Py_XDECREF(cpu);
-  Py_XDECREF(contiguous);
-  Py_XDECREF(dims);
-  Py_XDECREF(data);
-  if (!data || PyErr_Occurred()) {  // anything unusual: the Python path decides
-    PyErr_Clear();
-    Py_DECREF(info);
-    return 0;
-  }
-  uint64_t numel = 1;
-  for (int i = 0; i < ndim; ++i) numel *= static_cast<uint64_t>(shape[i]);
+  DenseTensor t;
+  if (!t.read(output, h->dtypes, h->strided)) return 0;
 
   // Recorder._on_output from here: the call index, the digest, the failure snapshot.
   PyObject* count = PyDict_GetItemWithError(h->calls, path);
@@ -226,23 +182,19 @@ int digestDense(ModuleHooks* h, PyObject* path, PyObject* output) {
   PyObject* next = (count || !PyErr_Occurred()) && callIndex >= 0 ? PyLong_FromLongLong(callIndex + 1) : nullptr;
   if (!next || PyDict_SetItem(h->calls, path, next) < 0) {
     Py_XDECREF(next);
-    Py_DECREF(info);
     return -1;
   }
   Py_DECREF(next);
   dlrr_digest_t out{};
-  const char* name = PyBytes_AS_STRING(PyTuple_GET_ITEM(info, 0));
   const char* where = PyBytes_AS_STRING(path);
-  uint64_t nbytes = numel * elemSize;
-  if (nbytes >= kReleaseGilBytes) {
-    Py_BEGIN_ALLOW_THREADS h->digest(DLRR_DIGEST_MODULE_OUTPUT, where, static_cast<uint32_t>(callIndex), 0, name, ndim,
-                                     shape, reinterpret_cast<const void*>(ptr), nbytes, h->keep, &out);
+  if (t.nbytes() >= kReleaseGilBytes) {
+    Py_BEGIN_ALLOW_THREADS h->digest(DLRR_DIGEST_MODULE_OUTPUT, where, static_cast<uint32_t>(callIndex), 0, t.dtype(),
+                                     t.ndim(), t.shape(), t.data(), t.nbytes(), h->keep, &out);
     Py_END_ALLOW_THREADS
   } else {
-    h->digest(DLRR_DIGEST_MODULE_OUTPUT, where, static_cast<uint32_t>(callIndex), 0, name, ndim, shape,
-              reinterpret_cast<const void*>(ptr), nbytes, h->keep, &out);
+    h->digest(DLRR_DIGEST_MODULE_OUTPUT, where, static_cast<uint32_t>(callIndex), 0, t.dtype(), t.ndim(), t.shape(),
+              t.data(), t.nbytes(), h->keep, &out);
   }
-  Py_DECREF(info);
   if (out.nan_count || out.inf_count) {
     PyObject* r = PyObject_CallNoArgs(h->failureSnapshot);
     if (!r) return -1;
@@ -367,27 +319,10 @@ int init(PyObject* self, PyObject* args, PyObject* kwargs) {
 }
 
 int traverse(PyObject* self, visitproc visit, void* arg) {
-  Py_VISIT(Py_TYPE(self));  // a heap type
-  int n = 0;
-  PyObject** f = fields(reinterpret_cast<ModuleHooks*>(self), n);
-  for (int i = 0; i < n; ++i) Py_VISIT(f[i]);
-  return 0;
+  return traverseFields<ModuleHooks, fields>(self, visit, arg);
 }
-
-int clear(PyObject* self) {
-  int n = 0;
-  PyObject** f = fields(reinterpret_cast<ModuleHooks*>(self), n);
-  for (int i = 0; i < n; ++i) Py_CLEAR(f[i]);
-  return 0;
-}
-
-void dealloc(PyObject* self) {
-  PyTypeObject* type = Py_TYPE(self);
-  PyObject_GC_UnTrack(self);
-  clear(self);
-  type->tp_free(self);
-  Py_DECREF(type);
-}
+int clear(PyObject* self) { return clearFields<ModuleHooks, fields>(self); }
+void dealloc(PyObject* self) { deallocFields<ModuleHooks, fields>(self); }
 
 PyMethodDef methods[] = {{"pre", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(pre)), METH_FASTCALL,
                           "pre(module, args): the global forward pre-hook"},
@@ -426,9 +361,7 @@ bool intern(PyObject*& slot, const char* text) {
 
 PyMODINIT_FUNC PyInit__dlrr_native(void) {
   if (!intern(names.active, "active") || !intern(names.dict, "__dict__") || !intern(names.stack, "stack") ||
-      !intern(names.depth, "depth") || !intern(names.dtype, "dtype") || !intern(names.layout, "layout") ||
-      !intern(names.isCpu, "is_cpu") || !intern(names.isContiguous, "is_contiguous") || !intern(names.shape, "shape") ||
-      !intern(names.dataPtr, "data_ptr"))
+      !intern(names.depth, "depth") || dlrr::pyext::initDenseTensorNames() < 0)
     return nullptr;
   PyObject* type = PyType_FromSpec(&spec);
   if (!type) return nullptr;

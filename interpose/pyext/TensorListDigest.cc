@@ -17,6 +17,8 @@
 #include <new>
 #include <vector>
 
+#include "DenseTensor.h"
+#include "GcFields.h"
 #include "dlrr/dlrr.h"
 
 namespace dlrr::pyext {
@@ -24,18 +26,11 @@ namespace {
 
 using DigestManyFn = int (*)(int, uint32_t, const dlrr_digest_item_t*);
 
-constexpr int kMaxDims = 64;                    // dlrr_digest refuses more (CEnums.h kMaxTensorDims)
 constexpr uint64_t kReleaseGilBytes = 1 << 16;  // hash large totals without the GIL, as ctypes does
 
 struct Names {
   PyObject* grad;
   PyObject* params;
-  PyObject* dtype;
-  PyObject* layout;
-  PyObject* isCpu;
-  PyObject* isContiguous;
-  PyObject* shape;
-  PyObject* dataPtr;
 };
 Names names;
 
@@ -170,56 +165,12 @@ int gather(TensorListDigest* d, Pending& pending, PyObject* name, uint32_t callI
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(d->tensorTypes) && !known; ++i)
     known = Py_TYPE(tensor) == reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(d->tensorTypes, i));
   if (!known) return 0;
-  PyObject* dtype = PyObject_GetAttr(tensor, names.dtype);
-  PyObject* info = dtype ? PyDict_GetItemWithError(d->dtypes, dtype) : nullptr;  // borrowed
-  Py_XDECREF(dtype);
-  if (!info || !PyTuple_Check(info) || PyTuple_GET_SIZE(info) != 3 || PyTuple_GET_ITEM(info, 2) != Py_False ||
-      !PyBytes_Check(PyTuple_GET_ITEM(info, 0))) {
-    PyErr_Clear();  // unseen dtype (the Python path caches it) or complex/quantized
-    return 0;
-  }
-  PyObject* dtypeName = Py_NewRef(PyTuple_GET_ITEM(info, 0));  // the dict could change below
-  uint64_t elemSize = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(info, 1));
-  if (PyErr_Occurred()) {
-    PyErr_Clear();
-    Py_DECREF(dtypeName);
-    return 0;
-  }
-  int64_t shape[kMaxDims];
-  int ndim = -1;
-  uint64_t ptr = 0;
-  PyObject* self = tensor;
-  PyObject* layout = PyObject_GetAttr(tensor, names.layout);
-  PyObject* cpu = layout == d->strided ? PyObject_GetAttr(tensor, names.isCpu) : nullptr;
-  PyObject* contiguous =
-      cpu == Py_True ? PyObject_VectorcallMethod(names.isContiguous, &self, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr)
-                     : nullptr;
-  PyObject* dims = contiguous == Py_True ? PyObject_GetAttr(tensor, names.shape) : nullptr;
-  if (dims && PyTuple_Check(dims) && PyTuple_GET_SIZE(dims) <= kMaxDims) {
-    ndim = static_cast<int>(PyTuple_GET_SIZE(dims));
-    for (int i = 0; i < ndim && ndim >= 0; ++i) {
-      shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(dims, i));
-      if (shape[i] < 0) ndim = -1;
-    }
-  }
-  PyObject* data = ndim >= 0
-                       ? PyObject_VectorcallMethod(names.dataPtr, &self, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr)
-                       : nullptr;
-  if (data) ptr = PyLong_AsUnsignedLongLong(data);
-  Py_XDECREF(layout);
-  Py_XDECREF(cpu);
-  Py_XDECREF(contiguous);
-  Py_XDECREF(dims);
-  Py_XDECREF(data);
-  if (!data || PyErr_Occurred()) {  // anything unusual: the Python path decides
-    PyErr_Clear();
-    Py_DECREF(dtypeName);
-    return 0;
-  }
-  uint64_t numel = 1;
-  for (int i = 0; i < ndim; ++i) numel *= static_cast<uint64_t>(shape[i]);
-  return pending.add(Py_NewRef(name), dtypeName, Py_NewRef(tensor), shape, ndim, ptr, numel * elemSize, callIndex) ? 1
-                                                                                                                   : -1;
+  DenseTensor t;
+  if (!t.read(tensor, d->dtypes, d->strided)) return 0;
+  return pending.add(Py_NewRef(name), t.dtypeRef(), Py_NewRef(tensor), t.shape(), t.ndim(), t.dataAddress(), t.nbytes(),
+                     callIndex)
+             ? 1
+             : -1;
 }
 
 // One tensor of the loop: counted, then gathered or (after the items before it) handed to the
@@ -349,27 +300,10 @@ int init(PyObject* self, PyObject* args, PyObject* kwargs) {
 }
 
 int traverse(PyObject* self, visitproc visit, void* arg) {
-  Py_VISIT(Py_TYPE(self));  // a heap type
-  int n = 0;
-  PyObject** f = fields(reinterpret_cast<TensorListDigest*>(self), n);
-  for (int i = 0; i < n; ++i) Py_VISIT(f[i]);
-  return 0;
+  return traverseFields<TensorListDigest, fields>(self, visit, arg);
 }
-
-int clear(PyObject* self) {
-  int n = 0;
-  PyObject** f = fields(reinterpret_cast<TensorListDigest*>(self), n);
-  for (int i = 0; i < n; ++i) Py_CLEAR(f[i]);
-  return 0;
-}
-
-void dealloc(PyObject* self) {
-  PyTypeObject* type = Py_TYPE(self);
-  PyObject_GC_UnTrack(self);
-  clear(self);
-  type->tp_free(self);
-  Py_DECREF(type);
-}
+int clear(PyObject* self) { return clearFields<TensorListDigest, fields>(self); }
+void dealloc(PyObject* self) { deallocFields<TensorListDigest, fields>(self); }
 
 // A method called before init (no dlrr_digest_many to call) raises instead of crashing.
 bool ready(PyObject* self) {
@@ -414,11 +348,7 @@ bool intern(PyObject*& slot, const char* text) {
 }  // namespace
 
 int addTensorListDigest(PyObject* module) {
-  if (!intern(names.grad, "grad") || !intern(names.params, "params") || !intern(names.dtype, "dtype") ||
-      !intern(names.layout, "layout") || !intern(names.isCpu, "is_cpu") ||
-      !intern(names.isContiguous, "is_contiguous") || !intern(names.shape, "shape") ||
-      !intern(names.dataPtr, "data_ptr"))
-    return -1;
+  if (!intern(names.grad, "grad") || !intern(names.params, "params") || initDenseTensorNames() < 0) return -1;
   PyObject* type = PyType_FromSpec(&spec);
   if (!type) return -1;
   if (PyModule_AddObject(module, "TensorListDigest", type) < 0) {  // steals on success only

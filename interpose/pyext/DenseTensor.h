@@ -1,0 +1,48 @@
+// What dlrr_digest needs of a tensor that is one dense contiguous CPU buffer, read through
+// cached attribute lookups (no Python frame, no ctypes): its dtype name, shape, data pointer and
+// byte size. The module hooks (ModuleHooks.cc) and the gradient and parameter lists
+// (TensorListDigest.cc) digest such tensors in C; any other tensor goes to the hook's Python path.
+#pragma once
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <cstdint>
+
+namespace dlrr::pyext {
+
+constexpr int kMaxDims = 64;  // dlrr_digest refuses more (CEnums.h kMaxTensorDims)
+
+class DenseTensor {
+ public:
+  DenseTensor() = default;
+  DenseTensor(const DenseTensor&) = delete;
+  DenseTensor& operator=(const DenseTensor&) = delete;
+  ~DenseTensor() { Py_XDECREF(dtypeName_); }
+
+  // Reads `tensor`: true when it is strided, on the CPU, contiguous and of a plain dtype that
+  // `dtypes` (TensorMarshal._dtypes: dtype -> (name bytes, element size, special)) already
+  // holds; false otherwise, with no exception set (the Python path decides).
+  bool read(PyObject* tensor, PyObject* dtypes, PyObject* strided);
+
+  const char* dtype() const { return PyBytes_AS_STRING(dtypeName_); }
+  // The dtype name (a new reference), for a caller that must keep it past this object.
+  PyObject* dtypeRef() const { return Py_NewRef(dtypeName_); }
+  const int64_t* shape() const { return shape_; }
+  int ndim() const { return ndim_; }
+  const void* data() const { return reinterpret_cast<const void*>(data_); }
+  uint64_t dataAddress() const { return data_; }
+  uint64_t nbytes() const { return nbytes_; }
+
+ private:
+  PyObject* dtypeName_ = nullptr;  // owned: the dtype cache could change under later calls
+  int64_t shape_[kMaxDims] = {};
+  int ndim_ = 0;
+  uint64_t data_ = 0;
+  uint64_t nbytes_ = 0;
+};
+
+// Interns the attribute names read(); 0, or -1 with an exception set. Called at module init.
+int initDenseTensorNames();
+
+}  // namespace dlrr::pyext
