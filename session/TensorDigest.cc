@@ -237,29 +237,41 @@ void scan16(const uint8_t* p, size_t n, IeeeAcc<F, U>& acc) noexcept {
   ieeeScan<F, U, 16>(p, n, acc);
 }
 
-template <typename F, typename U>
-ScanFn<F, U> scanOfWidth(unsigned width) noexcept {
+// The widths this CPU runs, widest first; found once (the CPU does not change).
+const std::vector<unsigned>& cpuWidths() {
+  static const std::vector<unsigned> widths = [] {
+    std::vector<unsigned> w;
 #if DLRR_WIDE_KERNELS
-  if (width == 64) return scan64<F, U>;
-  if (width == 32) return scan32<F, U>;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) w.push_back(64);
+    if (__builtin_cpu_supports("avx2")) w.push_back(32);
 #endif
-  return width == 16 ? scan16<F, U> : nullptr;
-}
-
-std::vector<unsigned> supportedWidths() {
-  std::vector<unsigned> widths;
-#if DLRR_WIDE_KERNELS
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) widths.push_back(64);
-  if (__builtin_cpu_supports("avx2")) widths.push_back(32);
-#endif
-  widths.push_back(16);
+    w.push_back(16);
+    return w;
+  }();
   return widths;
 }
 
-unsigned bestWidth() noexcept {
-  static const unsigned width = supportedWidths().front();  // the CPU does not change
-  return width;
+struct Kernels {
+  ScanFn<float, uint32_t> f32;
+  ScanFn<double, uint64_t> f64;
+};
+
+// The kernels of `width`; the baseline's for a width this CPU cannot run (its instructions
+// would fault) or this build does not have.
+Kernels kernelsOfWidth(unsigned width) noexcept {
+  const auto& widths = cpuWidths();
+  if (std::find(widths.begin(), widths.end(), width) == widths.end()) width = 16;
+#if DLRR_WIDE_KERNELS
+  if (width == 64) return {scan64<float, uint32_t>, scan64<double, uint64_t>};
+  if (width == 32) return {scan32<float, uint32_t>, scan32<double, uint64_t>};
+#endif
+  return {scan16<float, uint32_t>, scan16<double, uint64_t>};
+}
+
+const Kernels& bestKernels() noexcept {
+  static const Kernels kernels = kernelsOfWidth(cpuWidths().front());
+  return kernels;
 }
 
 // Tensors from this size on are hashed and scanned in one pass of chunks that stay in the
@@ -398,25 +410,15 @@ bool dtypeIsFloat(std::string_view d) noexcept {
   return d == "float32" || d == "float64" || d == "float16" || d == "bfloat16";
 }
 
-std::vector<unsigned> digestVectorWidths() { return supportedWidths(); }
+namespace {
 
-DigestResult computeDigest(std::string_view dtype, const void* data, size_t nbytes) noexcept {
-  return computeDigestWithWidth(bestWidth(), dtype, data, nbytes);
-}
-
-DigestResult computeDigestWithWidth(unsigned width, std::string_view dtype, const void* data, size_t nbytes) noexcept {
+DigestResult digestWith(const Kernels& k, std::string_view dtype, const void* data, size_t nbytes) noexcept {
   DigestResult r;
   const auto* p = static_cast<const uint8_t*>(data);
-  auto scan32 = scanOfWidth<float, uint32_t>(width);
-  auto scan64 = scanOfWidth<double, uint64_t>(width);
-  if (!scan32 || !scan64) {  // not a width of this build: the baseline's
-    scan32 = scanOfWidth<float, uint32_t>(16);
-    scan64 = scanOfWidth<double, uint64_t>(16);
-  }
   if (dtype == "float32") {
-    ieeeDigest<float, uint32_t>(scan32, p, nbytes, r);
+    ieeeDigest<float, uint32_t>(k.f32, p, nbytes, r);
   } else if (dtype == "float64") {
-    ieeeDigest<double, uint64_t>(scan64, p, nbytes, r);
+    ieeeDigest<double, uint64_t>(k.f64, p, nbytes, r);
   } else {
     r.hash = hash64(data, nbytes);
     if (dtype == "float16") {
@@ -451,6 +453,18 @@ DigestResult computeDigestWithWidth(unsigned width, std::string_view dtype, cons
       r.hash = canonicalNanHash16(p, nbytes / 2, 0x7F80u, 0x7FC0u);
   }
   return r;
+}
+
+}  // namespace
+
+std::vector<unsigned> digestVectorWidths() { return cpuWidths(); }
+
+DigestResult computeDigest(std::string_view dtype, const void* data, size_t nbytes) noexcept {
+  return digestWith(bestKernels(), dtype, data, nbytes);
+}
+
+DigestResult computeDigestWithWidth(unsigned width, std::string_view dtype, const void* data, size_t nbytes) noexcept {
+  return digestWith(kernelsOfWidth(width), dtype, data, nbytes);
 }
 
 }  // namespace dlrr

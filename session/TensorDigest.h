@@ -29,8 +29,8 @@ DigestResult computeDigest(std::string_view dtype, const void* data, size_t nbyt
 
 // The float kernels' vector widths in bytes that this CPU runs, widest first (64: AVX-512,
 // 32: AVX2, 16: the baseline); computeDigest uses the first. computeDigestWithWidth runs the
-// kernel of one of them (another width: the baseline's), so that tests can check that every
-// width gives the same figures.
+// kernel of one of them (any other width, one this CPU cannot run included: the baseline's),
+// so that tests can check that every width gives the same figures.
 std::vector<unsigned> digestVectorWidths();
 DigestResult computeDigestWithWidth(unsigned width, std::string_view dtype, const void* data, size_t nbytes) noexcept;
 

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -251,6 +252,25 @@ TEST(TensorDigest, EveryWidthOfThisCpuIsListedWidestFirst) {
   ASSERT_FALSE(widths.empty());
   EXPECT_EQ(widths.back(), 16u);  // the baseline runs everywhere
   for (size_t i = 1; i < widths.size(); ++i) EXPECT_GT(widths[i - 1], widths[i]);
+}
+
+TEST(TensorDigest, AWidthThisCpuDoesNotRunFallsBackToTheBaseline) {
+  // 48 is no kernel's width; 64 (AVX-512) or 32 (AVX2) on a CPU without them would fault: both
+  // take the baseline kernel, with the same figures.
+  std::vector<float> v(70000);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 97) - 40.5f;
+  const DigestResult want = computeDigestWithWidth(16, "float32", v.data(), v.size() * 4);
+  std::vector<unsigned> others = {48, 0};
+  for (unsigned w : {64u, 32u}) {
+    auto widths = digestVectorWidths();
+    if (std::find(widths.begin(), widths.end(), w) == widths.end()) others.push_back(w);
+  }
+  for (unsigned w : others) {
+    DigestResult got = computeDigestWithWidth(w, "float32", v.data(), v.size() * 4);
+    EXPECT_EQ(got.hash, want.hash) << w;
+    EXPECT_EQ(got.min, want.min) << w;
+    EXPECT_EQ(got.max, want.max) << w;
+  }
 }
 
 TEST(TensorDigest, NanCanonicalHashOfALargeTensorIsThatOfItsCanonicalBytes) {
