@@ -180,11 +180,14 @@ class DistHooks:
             return -1
         return self._lib.dlrr_collective_tensor(seq, is_result, p[1], p[3], p[4], p[5], p[6])
 
-    def _begin(self, op, group=None, reduce_op=None, peer=-1, bucket=-1, async_op=False):
+    def _begin_args(self, op, group, reduce_op, peer, bucket, async_op):
+        """dlrr_collective_begin's arguments (begin1's first six)."""
         reduce_text = b"" if reduce_op is None else _reduce_name(self._torch, reduce_op, self._reduce_names).encode()
-        return self._lib.dlrr_collective_begin(op.encode(), self._group_text(group), reduce_text,
-                                               int(peer) if peer is not None else -1, bucket,
-                                               1 if async_op else 0)
+        return (op.encode(), self._group_text(group), reduce_text, int(peer) if peer is not None else -1, bucket,
+                1 if async_op else 0)
+
+    def _begin(self, op, group=None, reduce_op=None, peer=-1, bucket=-1, async_op=False):
+        return self._lib.dlrr_collective_begin(*self._begin_args(op, group, reduce_op, peer, bucket, async_op))
 
     def _prepared_one(self, tensors):
         """TensorMarshal.prepare of the only tensor of a one-tensor list, else None."""
@@ -200,9 +203,7 @@ class DistHooks:
             seq = self._begin(op, group, reduce_op, peer, -1, async_op)
             self._results_as_inputs(seq, inputs)
             return seq
-        reduce_text = b"" if reduce_op is None else _reduce_name(self._torch, reduce_op, self._reduce_names).encode()
-        return self._lib.dlrr_collective_begin1(op.encode(), self._group_text(group), reduce_text,
-                                                int(peer) if peer is not None else -1, -1, 1 if async_op else 0,
+        return self._lib.dlrr_collective_begin1(*self._begin_args(op, group, reduce_op, peer, -1, async_op),
                                                 q[1], q[3], q[4], q[5], q[6])
 
     def _finish(self, seq, results):
