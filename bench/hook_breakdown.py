@@ -93,7 +93,7 @@ DIGEST_KINDS = {0: "module output", 1: "gradient", 2: "parameter", 3: "loss", 4:
 
 def wrap_parts(t, rec, lib, torch, rng_module, module_module):
     """Timers around each part of the hook (they cost a few us each)."""
-    for fn in ("dlrr_step_end", "dlrr_step_begin", "dlrr_batch_begin", "dlrr_batch_end",
+    for fn in ("dlrr_step_end", "dlrr_step_end_deferred", "dlrr_step_begin", "dlrr_batch_begin", "dlrr_batch_end",
                "dlrr_rng_state", "dlrr_rng_states"):
         if hasattr(lib, fn):  # dlrr_rng_states: since issue 16's second pass
             setattr(lib, fn, t.wrap(fn, getattr(lib, fn)))
@@ -141,20 +141,32 @@ def inner(argv):
     samples = {}  # --parts deliver / digests: CPU us of each call, for min / median / p90
     cpu_clock = time.thread_time
 
-    def sampled(key, fn):
+    def sampled(key, fn, wall=False):
         calls = samples[key] = []
+        walls = None
+        if wall:
+            walls = samples[key + " (wall)"] = []
+        clock = time.perf_counter
 
         def timed(*args):
             c0 = cpu_clock()
+            w0 = clock() if wall else 0.0
             try:
                 return fn(*args)
             finally:
                 calls.append((cpu_clock() - c0) * 1e6)
+                if wall:
+                    walls.append((clock() - w0) * 1e6)
         return timed
     parts = os.environ.get("BENCH_PARTS")
     if parts == "deliver":  # the step boundary whole, and its commit
-        rec.loaders._deliver = sampled("deliver batch", rec.loaders._deliver)
+        rec.loaders._deliver = sampled("deliver batch", rec.loaders._deliver, wall=True)
         lib.dlrr_step_end = sampled("dlrr_step_end (commit)", lib.dlrr_step_end)
+        if hasattr(lib, "dlrr_step_end_deferred"):  # the commit overlaps the delivery's rest
+            lib.dlrr_step_end_deferred = sampled("dlrr_step_end_deferred (queues the commit)",
+                                                 lib.dlrr_step_end_deferred)
+            lib.dlrr_batch_end = sampled("dlrr_batch_end (waits for the commit)", lib.dlrr_batch_end,
+                                         wall=True)
     elif parts == "digests":  # the gradient and parameter digests whole, no timer inside them
         tr = rec.training
         tr._after_backward = sampled("after backward", tr._after_backward)
@@ -241,8 +253,8 @@ def main():
     for key, values in r["samples"].items():
         values = sorted(values[8:])  # the first batches warm the caches up
         if values:
-            print("%s, CPU us per call over %d calls: min %.1f, p10 %.1f, median %.1f, p90 %.1f"
-                  % (key, len(values), values[0], values[len(values) // 10], statistics.median(values),
+            print("%s, %s us per call over %d calls: min %.1f, p10 %.1f, median %.1f, p90 %.1f"
+                  % (key, "wall" if key.endswith("(wall)") else "CPU", len(values), values[0], values[len(values) // 10], statistics.median(values),
                      values[len(values) * 9 // 10]))
     total = sum(r["incl"][k] for k in children.get(None, []))
     total_cpu = sum(r["incl_cpu"][k] for k in children.get(None, []))

@@ -218,17 +218,21 @@ void StreamWriter::wake() {
   workCv_.notify_one();
 }
 
+uint64_t StreamWriter::queueCommitLocked() {
+  auto item = std::make_unique<Item>();
+  item->kind = Item::Kind::Commit;
+  item->ticket = ++commitTicket_;
+  queue_.push_back(std::move(item));
+  ++stats_.commits;
+  return commitTicket_;
+}
+
 void StreamWriter::commit(bool wait) {
   if (inert_) return;
   uint64_t t0 = nowNs();
   std::unique_lock<std::mutex> lk(mu_);
   if (closed_ || !thread_) return;
-  auto item = std::make_unique<Item>();
-  item->kind = Item::Kind::Commit;
-  item->ticket = ++commitTicket_;
-  uint64_t ticket = item->ticket;
-  queue_.push_back(std::move(item));
-  ++stats_.commits;
+  uint64_t ticket = queueCommitLocked();
   if (!wait) {
     lk.unlock();
     workCv_.notify_one();
@@ -236,19 +240,38 @@ void StreamWriter::commit(bool wait) {
   }
   // The caller would only wait here: when the writer thread is idle, drain the queue on this
   // thread instead of waking it. That saves two context switches per step and, on a loaded
-  // machine, the writer thread's scheduling delay (milliseconds). Frames stay in queue order:
-  // only one thread drains at a time (draining_).
+  // machine, the writer thread's scheduling delay (milliseconds).
+  lk.unlock();
+  waitCommitted(ticket);
+  std::lock_guard<std::mutex> g(mu_);
+  stats_.commitWaitNs += nowNs() - t0;
+}
+
+uint64_t StreamWriter::commitAsync() {
+  if (inert_) return 0;
+  std::unique_lock<std::mutex> lk(mu_);
+  if (closed_ || !thread_) return 0;
+  uint64_t ticket = queueCommitLocked();
+  lk.unlock();
+  workCv_.notify_one();
+  return ticket;
+}
+
+void StreamWriter::waitCommitted(uint64_t ticket) {
+  if (inert_ || ticket == 0) return;
+  std::unique_lock<std::mutex> lk(mu_);
+  // Frames stay in queue order: only one thread drains at a time (draining_). Draining here
+  // stops at the ticket: later items (the next step's blobs) are the writer thread's.
   while (writtenTicket_ < ticket && !stopping_) {
     if (!draining_) {
       draining_ = true;
-      drainLocked(lk);
+      drainLocked(lk, ticket);
       draining_ = false;
       if (!queue_.empty() || stopping_) workCv_.notify_one();
     } else {
       doneCv_.wait(lk, [&] { return writtenTicket_ >= ticket || stopping_ || !draining_; });
     }
   }
-  stats_.commitWaitNs += nowNs() - t0;
 }
 
 void StreamWriter::run() {
@@ -274,10 +297,10 @@ void StreamWriter::run() {
   if (!failed()) writeEvents();
 }
 
-void StreamWriter::drainLocked(std::unique_lock<std::mutex>& lk) {
+void StreamWriter::drainLocked(std::unique_lock<std::mutex>& lk, uint64_t until) {
   // Called with mu_ held and draining_ set by the caller: this thread alone touches the
   // writer-thread state (pending events, codec, offsets, indexes) until it clears draining_.
-  while (!queue_.empty()) {
+  while (!queue_.empty() && (until == 0 || writtenTicket_ < until)) {
     std::unique_ptr<Item> item = std::move(queue_.front());
     queue_.pop_front();
     lk.unlock();

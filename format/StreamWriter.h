@@ -82,6 +82,13 @@ class StreamWriter {
   void wake();
   // Everything queued so far becomes one or more frames; with `wait`, returns once written.
   void commit(bool wait = true);
+  // commit() in two halves, for a caller with other work to do before the commit must be
+  // durable (a DataLoader step boundary: the next step's RNG states and batch). commitAsync
+  // queues the commit and wakes the writer thread, which compresses and writes the frame on
+  // another core meanwhile; waitCommitted(ticket) returns once it is in the kernel, writing
+  // it on the calling thread when the writer thread has not started (as commit() does).
+  uint64_t commitAsync();
+  void waitCommitted(uint64_t ticket);
   // Drains the queue, writes footer and trailer, closes the file. Idempotent.
   void close();
 
@@ -104,7 +111,9 @@ class StreamWriter {
  private:
   struct Item;
   void run();
-  void drainLocked(std::unique_lock<std::mutex>& lk);
+  // Writes queued items in order; stops once commit `until` is written (0: when the queue is empty).
+  void drainLocked(std::unique_lock<std::mutex>& lk, uint64_t until = 0);
+  uint64_t queueCommitLocked();
   void writeEvents();
   void writeBlob(Item& item);
   bool writeFrame(FrameKind kind, Codec codec, const uint8_t* prefix, size_t prefixLen, const uint8_t* payload,

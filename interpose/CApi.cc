@@ -132,6 +132,18 @@ void dlrr_step_end(int64_t step, double loss) {
   withSession([&](ProcessSession& s) { s.stepEnd(step, loss); });
 }
 
+void dlrr_step_end_deferred(int64_t step, double loss) {
+  RecordSession* r = processRecorder();
+  if (r && r->active())
+    withRecorder([&](RecordSession& s) { s.stepEnd(step, loss, false); });
+  else
+    dlrr_step_end(step, loss);
+}
+
+void dlrr_step_wait_durable(void) {
+  withRecorder([&](RecordSession& s) { s.waitStepDurable(); });
+}
+
 int64_t dlrr_current_step(void) {
   ProcessSession* s = processSession();
   return s ? s->currentStep() : -1;

@@ -322,7 +322,7 @@ void RecordSession::stepUntrained(int64_t step) {
   if (step == step_.load(std::memory_order_relaxed)) stepUntrained_.store(true);
 }
 
-void RecordSession::stepEnd(int64_t step, double loss) {
+void RecordSession::stepEnd(int64_t step, double loss, bool durableNow) {
   if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->stepEnding(step);
   emit([&](schema::Event::Builder e, StreamWriter&) {
     auto se = e.initStepEnd();
@@ -339,9 +339,29 @@ void RecordSession::stepEnd(int64_t step, double loss) {
   }
   if (w) {
     writeTriage(*w, "step", false);  // failed lookups and peaks, when they changed
-    w->commit(true);                 // the commit point: durable before the job goes on
-    reportWriterFailure(*w);         // a full disk says so while the job runs, not only at its exit
+    if (!durableNow) {
+      // The commit point moves to waitStepDurable(): still before the job's code runs again.
+      uint64_t ticket = w->commitAsync();
+      uint64_t older = pendingCommit_.exchange(ticket);
+      if (older > ticket) pendingCommit_.store(older);  // another thread's later one: keep the later
+      return;
+    }
+    w->commit(true);          // the commit point: durable before the job goes on
+    reportWriterFailure(*w);  // a full disk says so while the job runs, not only at its exit
   }
+}
+
+void RecordSession::waitStepDurable() {
+  uint64_t ticket = pendingCommit_.exchange(0);
+  if (ticket == 0) return;
+  StreamWriter* w;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    w = writer_.get();
+  }
+  if (!w) return;
+  w->waitCommitted(ticket);
+  reportWriterFailure(*w);
 }
 
 void RecordSession::rngState(int kind, int device, const void* data, uint64_t n, bool atFork, bool wake) {
@@ -390,9 +410,12 @@ void RecordSession::batchTensor(const char* dtype, uint32_t elemSize, int ndim, 
 }
 
 void RecordSession::batchEnd() {
-  struct Wake {  // the batch's blobs were queued without waking the writer: on every exit
-    RecordSession& s;
-    ~Wake() { s.wakeWriter(); }
+  struct Wake {        // the batch's blobs were queued without waking the writer: on every exit;
+    RecordSession& s;  // and the delivery's step end is durable before the batch reaches the job
+    ~Wake() {
+      s.wakeWriter();
+      s.waitStepDurable();
+    }
   } wake{*this};
   std::string err;
   auto msg = batchBuilder().finish(err);
@@ -599,6 +622,7 @@ void RecordSession::afterForkChild() noexcept {
   // event like any process's.
   unprotectAllFds();  // the child's copies are not ours: the job may close them
   if (writer_) writer_->afterForkChild();
+  pendingCommit_.store(0);  // a ticket of the parent's writer
   (void)writer_.release();  // owned by the parent's copy of memory; never destroy it here
   ring_.resetAfterForkChild();
   const char* id = std::getenv(kProcessIdEnv);  // getenv allocates nothing: safe in a fork child

@@ -53,7 +53,12 @@ class RecordSession final : public ProcessSession {
                  StepRule rule = StepRule::Batch) override;
   // The open step ran no backward() and no optimizer.step(): its StepEnd says so.
   void stepUntrained(int64_t step);
-  void stepEnd(int64_t step, double loss) override;
+  void stepEnd(int64_t step, double loss) override { stepEnd(step, loss, true); }
+  // `durableNow` false: the step's frame is written while the caller goes on (a batch
+  // delivery's RNG states and batch); the next batchEnd() or waitStepDurable() waits for it,
+  // before the job's code runs again.
+  void stepEnd(int64_t step, double loss, bool durableNow);
+  void waitStepDurable();
   int64_t currentStep() const noexcept override { return step_.load(std::memory_order_relaxed); }
   // atFork: the states a forked trainer inherited, taken as it began its stream (RngState.atFork).
   // `wake`: false leaves the writer thread asleep until wakeWriter() (several states at once).
@@ -163,6 +168,7 @@ class RecordSession final : public ProcessSession {
   std::atomic<bool> disabled_{false};
   std::atomic<bool> exited_{false};
   std::atomic<int64_t> step_{-1};
+  std::atomic<uint64_t> pendingCommit_{0};  // the writer's ticket of a step end not yet waited for
   int64_t startNs_ = 0;
 
   // Per-step figures for StepEnd.

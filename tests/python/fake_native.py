@@ -115,6 +115,14 @@ class FakeLib:
     def _dlrr_step_end(self, step, loss):
         self.calls.append(("step_end", step, loss))
 
+    def _dlrr_step_end_deferred(self, step, loss):
+        # A step end like dlrr_step_end's (tests select both with of("step_end")), marked: its
+        # durability waits for the next batch_end or step_wait_durable.
+        self.calls.append(("step_end", step, loss, "deferred"))
+
+    def _dlrr_step_wait_durable(self):
+        self.calls.append(("step_wait_durable",))
+
     def _dlrr_current_step(self):
         return self.step
 

@@ -175,6 +175,56 @@ class LoaderStepsTest(RecorderTestCase):
         self.assertEqual(loaders, [(0, 0, 0), (0, 0, 1), (1, 0, 0), (1, 0, 1), (0, 1, 2), (0, 1, 3)])
 
 
+class DeliveryCommitTest(RecorderTestCase):
+    """A step that ends at a batch delivery is committed while the delivery records the next
+    step's RNG states and batch: dlrr_step_end_deferred, made durable by that delivery's
+    dlrr_batch_end, before the batch reaches the job (or by dlrr_step_wait_durable when the
+    delivery fails before its batch ends).  Other step ends commit at once."""
+
+    def test_step_ends_at_deliveries_are_durable_before_the_job_runs_on(self):
+        train = DataLoader(IndexDataset(12), batch_size=4)
+        model = small_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        for x, _ in train:
+            train_step(model, optimizer, x)
+        self.assert_steps_well_formed(3)
+        ends = self.lib.of("step_end")
+        self.assertEqual([c[1] for c in ends if c[3:] == ("deferred",)], [0, 1])
+        self.assertEqual([c[1] for c in ends if len(c) == 3], [2])  # at StopIteration: at once
+        calls = self.lib.calls
+        for i, call in enumerate(calls):
+            if call[0] == "step_end" and call[3:] == ("deferred",):
+                rest = [c[0] for c in calls[i + 1:]]
+                until = rest.index("batch_end")
+                # Nothing of the job's (digests, another step end) before the batch has ended.
+                self.assertEqual(set(rest[:until]) - {"step_begin", "rng_state", "batch_begin", "list",
+                                                      "tuple", "tensor"}, set(), rest[:until])
+        self.assertEqual(self.lib.of("step_wait_durable"), [])
+        self.assert_no_status_errors()
+
+    def test_a_delivery_that_fails_after_its_step_end_still_waits(self):
+        train = DataLoader(IndexDataset(12), batch_size=4)
+        model = small_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        original = self.rec.rng.snapshot
+        deliveries = [0]
+
+        def snapshot():
+            deliveries[0] += 1
+            if deliveries[0] == 2:
+                raise RuntimeError("injected")
+            return original()
+        self.rec.rng.snapshot = snapshot
+        for x, _ in train:
+            train_step(model, optimizer, x)
+        names = [c[0] for c in self.lib.calls]
+        end = names.index("step_end")
+        self.assertEqual(self.lib.calls[end][1:], (0, self.lib.calls[end][2], "deferred"))
+        self.assertEqual(names[end + 1:].count("batch_end"), 0)  # the failed delivery began no batch
+        self.assertIn("step_wait_durable", names[end + 1:])
+        self.assertFalse(self.rec.active)  # the hook's internal error disabled it, as before
+
+
 class BatchValuesTest(RecorderTestCase):
     def test_nested_dict_tuple_batch(self):
         def collate(samples):

@@ -202,6 +202,43 @@ TEST(RecordSession, FaultAddressOnlyForAKernelRaisedFault) {
   }
 }
 
+// A step that ends at a batch delivery is written while the delivery goes on (stepEnd with
+// durableNow false); batchEnd returns once it is durable, before the batch reaches the job.
+// Checked as a kill -9 would leave the file: read while the session still runs.
+TEST(RecordSession, StepEndedAtADeliveryIsDurableWhenTheBatchEnds) {
+  std::string dir = testing::makeTempDir("rs") + "/t";
+  RecordSession s(recordConfig(dir));
+  int64_t shape[1] = {4};
+  std::vector<float> batch = {1.f, 2.f, 3.f, 4.f};
+  auto stepEndsInFile = [&] {
+    auto t = Trace::open(dir, OpenMode::Tolerant);
+    std::vector<int64_t> ends;
+    t->mainStream()->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
+      if (e.isStepEnd()) ends.push_back(e.getStepEnd().getStep());
+    });
+    return ends;
+  };
+  for (int step = 0; step < 12; ++step) {
+    if (step > 0) s.stepEnd(step - 1, 0.5, false);  // the delivery of step's batch ends step - 1
+    s.stepBegin(step, 0, static_cast<uint64_t>(step), 0);
+    uint8_t state[64] = {static_cast<uint8_t>(step)};
+    s.rngState(0, -1, state, sizeof state, false, false);
+    s.batchBegin(0, 0, static_cast<uint64_t>(step), true, nullptr, 0);
+    batch[0] = static_cast<float>(step);
+    s.batchTensor("float32", 4, 1, shape, batch.data(), batch.size() * 4, "cpu", false);
+    s.batchEnd();
+    std::vector<int64_t> ends = stepEndsInFile();
+    ASSERT_EQ(ends.size(), static_cast<size_t>(step)) << "step " << step;
+    for (int k = 0; k < step; ++k) EXPECT_EQ(ends[static_cast<size_t>(k)], k);
+  }
+  // A delivery that fails before its batch ends waits through waitStepDurable.
+  s.stepEnd(11, 0.5, false);
+  s.waitStepDurable();
+  EXPECT_EQ(stepEndsInFile().size(), 12u);
+  s.waitStepDurable();  // nothing pending: returns at once
+  testing::removeTree(dir);
+}
+
 TEST(RecordSession, UnwritableTraceDisablesQuietly) {
   RecordSession s(recordConfig("/proc/dlrr-not-writable/t"));
   s.stepBegin(0, 0, 0, 0);  // must not throw

@@ -217,6 +217,55 @@ TEST(StreamWriter, BlobsQueuedWithoutWakingAreDurableAtTheCommit) {
   EXPECT_EQ(fx.reopen()->readBlob(hash128(c.data(), c.size() * 4), c.size() * 4).size(), c.size() * 4);
 }
 
+TEST(StreamWriter, AsyncCommitIsDurableOnceWaitedFor) {
+  // commitAsync + waitCommitted (a step end at a batch delivery): once the wait returns, every
+  // event queued before the commit is in the file, whichever thread wrote it (the woken writer
+  // thread, or the waiting caller when the writer had not started); events and blobs queued
+  // after the commit (the next step's) may follow later. Many rounds: the two threads race.
+  StreamFixture fx("async");
+  std::vector<float> blob(2048);
+  int next = 0;
+  auto note = [&] {
+    auto m = eventMessage(0);
+    m->getRoot<schema::Event>().setNote("event " + std::to_string(next++));
+    fx.writer->append(*m);
+  };
+  EXPECT_EQ(fx.writer->stats().commits, 0u);
+  fx.writer->waitCommitted(0);  // no ticket: returns at once
+  for (int round = 0; round < 60; ++round) {
+    for (int k = 0; k < 5; ++k) note();
+    const int committed = next;
+    uint64_t ticket = fx.writer->commitAsync();
+    ASSERT_GT(ticket, 0u);
+    note();  // the next step's event and blob, queued while the commit is in flight
+    blob[0] = static_cast<float>(round);
+    fx.writer->putBlob(blob.data(), blob.size() * 4, 4, false);
+    if (round % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));  // writer first
+    fx.writer->waitCommitted(ticket);
+    fx.writer->waitCommitted(ticket);  // already durable: returns at once
+    auto r = fx.reopen();              // the file as a kill -9 right after the wait leaves it
+    int seen = 0;
+    r->forEachEventUntil(
+        [&](schema::Event::Reader e, const FrameInfo&) {
+          EXPECT_EQ(std::string(e.getNote().cStr()), "event " + std::to_string(seen));
+          ++seen;
+          return true;
+        },
+        0);
+    ASSERT_GE(seen, committed) << "round " << round;
+  }
+  fx.writer->close();
+  int seen = 0;
+  fx.reopen()->forEachEventUntil(
+      [&](schema::Event::Reader, const FrameInfo&) {
+        ++seen;
+        return true;
+      },
+      0);
+  EXPECT_EQ(seen, next);
+  EXPECT_EQ(fx.writer->stats().commits, 60u);
+}
+
 // Threads of this process whose scheduling policy is SCHED_BATCH.
 int batchThreads() {
   int n = 0;

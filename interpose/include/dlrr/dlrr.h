@@ -68,7 +68,8 @@ DLRR_API void dlrr_note(const char* text);
 /* The hook reports what it could not record (e.g. "torch not imported: no step capture"). */
 DLRR_API void dlrr_recorder_status(int ok, const char* message);
 
-/* ---- steps. dlrr_step_end is the commit point: it returns once the step is durable. */
+/* ---- steps. dlrr_step_end is the commit point: it returns once the step is durable
+ * (dlrr_step_end_deferred: the next dlrr_batch_end). */
 /* by_optimizer is the counting rule (enum dlrr_step_rule_t): a DataLoader batch began the step,
  * or steps are counted by optimizer.step(), by backward() (no DataLoader, no optimizer), or by
  * calls of a torch.func gradient transform (no DataLoader, no optimizer, no backward()). */
@@ -82,6 +83,12 @@ DLRR_API void dlrr_step_begin(int64_t step, uint32_t loader, uint64_t batch_inde
 /* The open step ran no backward() and no optimizer.step(): not a training step (recorded at its end). */
 DLRR_API void dlrr_step_untrained(int64_t step);
 DLRR_API void dlrr_step_end(int64_t step, double loss);
+/* dlrr_step_end for a step that ends at a DataLoader batch delivery: returns once the step end is
+ * queued, and the writer thread writes it while the hook records the next step's RNG states and
+ * batch. The step is durable when the next dlrr_batch_end (or dlrr_step_wait_durable) returns,
+ * still before the job's code runs again. Replay: dlrr_step_end. */
+DLRR_API void dlrr_step_end_deferred(int64_t step, double loss);
+DLRR_API void dlrr_step_wait_durable(void);
 DLRR_API int64_t dlrr_current_step(void);
 
 /* ---- RNG state (raw bytes of the generator's state), at every step boundary */

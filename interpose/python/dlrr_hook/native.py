@@ -106,6 +106,8 @@ SIGNATURES = {
     "dlrr_step_begin": (None, [c_int64, c_uint32, c_uint64, c_int64, c_int]),
     "dlrr_step_untrained": (None, [c_int64]),
     "dlrr_step_end": (None, [c_int64, c_double]),
+    "dlrr_step_end_deferred": (None, [c_int64, c_double]),
+    "dlrr_step_wait_durable": (None, []),
     "dlrr_current_step": (c_int64, []),
     "dlrr_rng_state": (None, [c_int, c_int, c_void_p, c_uint64]),
     "dlrr_rng_state_at_fork": (None, [c_int, c_int, c_void_p, c_uint64]),

@@ -25,16 +25,28 @@ class Recorder(Session):
     def _on_batch(self, info, data):
         self.modules.reset_stack()
         self._send_runtime_info()
-        training = self.steps.on_batch(info.loader, info.index, info.iteration,
-                                       self.torch.is_grad_enabled())
-        self.rng.write(self.rng.snapshot())
-        indices, count = indices_array(info.indices)
-        self.lib.dlrr_batch_begin(info.loader, info.iteration, info.index, 1 if training else 0,
-                                  indices, count)
+        # A step that ends here is written by the library's writer thread while this delivery
+        # records the next step's RNG states and batch; dlrr_batch_end returns once it is
+        # durable, before the batch reaches the job: the commit point of the step is the end
+        # of the delivery.
+        self._step_end_deferred = True
         try:
-            self.values.write(data)
-        finally:
-            self.lib.dlrr_batch_end()
+            try:
+                training = self.steps.on_batch(info.loader, info.index, info.iteration,
+                                               self.torch.is_grad_enabled())
+            finally:
+                self._step_end_deferred = False
+            self.rng.write(self.rng.snapshot())
+            indices, count = indices_array(info.indices)
+            self.lib.dlrr_batch_begin(info.loader, info.iteration, info.index, 1 if training else 0,
+                                      indices, count)
+            try:
+                self.values.write(data)
+            finally:
+                self.lib.dlrr_batch_end()
+        except BaseException:
+            self.lib.dlrr_step_wait_durable()  # the batch never ended: durable all the same
+            raise
 
     def native_digest(self):
         """What the native module hooks need to do _on_output's host path themselves (one dense

@@ -184,6 +184,7 @@ class Session:
         self._watcher = None
         self._runtime_sent = False
         self._cuda_info_sent = False
+        self._step_end_deferred = False  # a step ending now is durable at the delivery's end
         self._sharing_noted = False  # torch.shared_parameters sent (at the first optimizer.step)
         self.registry = Registry()  # what trains: snapshots (record) and their restore (replay)
         self.snapshots = None
@@ -414,7 +415,10 @@ class Session:
             gpu_loss = self._flush_gpu()
             if gpu_loss is not None:
                 loss = gpu_loss
-        self.lib.dlrr_step_end(step, loss)
+        if self._step_end_deferred:  # a batch delivery: durable at its dlrr_batch_end (recorder.py)
+            self.lib.dlrr_step_end_deferred(step, loss)
+        else:
+            self.lib.dlrr_step_end(step, loss)
         self._roots.clear()
         self._parameters = None
         paths = self.modules.paths
