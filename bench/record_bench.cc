@@ -213,6 +213,46 @@ void benchSession(int steps, int ringSteps) {
   row("total", total, totalWall);
 }
 
+// The library's part of a module call (what bench/module_call_ab.py measures whole): a step of
+// `modules` tiny outputs (4 floats: hashing is negligible), each digested and kept in the
+// failure ring as dlrr_digest does for a module output. CPU ns per digest, median of steps.
+void benchModuleCalls(int steps, int modules) {
+  std::string dir =
+      (std::filesystem::temp_directory_path() / ("dlrr-record-bench-" + std::to_string(::getpid()))).string();
+  dlrr::Config cfg;
+  cfg.mode = dlrr::Mode::Record;
+  cfg.traceDir = dir + "/t";
+  std::filesystem::create_directories(dir);
+  std::vector<std::string> paths;
+  for (int m = 0; m < modules; ++m) paths.push_back("layers." + std::to_string(m));
+  std::vector<float> out = {1.f, 2.f, 3.f, 4.f};
+  int64_t shape[2] = {1, 4};
+  std::vector<double> perCall;
+  {
+    dlrr::RecordSession s(cfg);
+    dlrr::DigestResult r;
+    for (int step = 0; step < steps; ++step) {
+      s.stepBegin(step, 0, static_cast<uint64_t>(step), 0);
+      Mark t0 = mark();
+      for (int m = 0; m < modules; ++m) {
+        out[0] = static_cast<float>(step + m);
+        s.digest(0, paths[static_cast<size_t>(m)].c_str(), 0, 0, "float32", 2, shape, out.data(), out.size() * 4, true,
+                 r);
+      }
+      Mark t1 = mark();
+      s.stepEnd(step, 1.0);
+      if (step >= steps / 10) perCall.push_back((t1.cpu - t0.cpu) / modules);
+    }
+    s.onExit(true, 0);
+  }
+  std::filesystem::remove_all(dir);
+  std::sort(perCall.begin(), perCall.end());
+  std::printf(
+      "RecordSession::digest of a 4-float module output (kept in the failure ring), %d modules: CPU ns per call "
+      "min %.0f, median %.0f, p90 %.0f\n",
+      modules, perCall.front() * 1e9, perCall[perCall.size() / 2] * 1e9, perCall[perCall.size() * 9 / 10] * 1e9);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -221,5 +261,6 @@ int main(int argc, char** argv) {
   std::string what = argc > 2 ? argv[2] : "all";
   if (what == "all" || what == "digest") benchDigest();
   if (what == "all" || what == "session") benchSession(steps, argc > 3 ? std::atoi(argv[3]) : 2);
+  if (what == "all" || what == "modules") benchModuleCalls(steps, argc > 3 ? std::atoi(argv[3]) : 64);
   return 0;
 }

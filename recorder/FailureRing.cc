@@ -15,17 +15,16 @@ FailureRing::Keep FailureRing::keep(int64_t step, int kind, std::string_view pat
     return Keep::WriteNow;
   }
   if (ringBytes_ + nbytes > capBytes_) return Keep::Dropped;
-  std::vector<uint8_t> bytes = spareLocked(nbytes);
+  KeptTensor k = spareLocked(nbytes);
   const auto* b = static_cast<const uint8_t*>(data);
-  bytes.assign(b, b + nbytes);
-  KeptTensor k{kind,
-               std::string(path),
-               callIndex,
-               output,
-               std::string(dtype),
-               std::vector<int64_t>(shape, shape + (ndim > 0 && shape ? ndim : 0)),
-               std::move(bytes),
-               step};
+  k.kind = kind;
+  k.path.assign(path);
+  k.callIndex = callIndex;
+  k.output = output;
+  k.dtype.assign(dtype);
+  k.shape.assign(shape, shape + (ndim > 0 && shape ? ndim : 0));
+  k.bytes.assign(b, b + nbytes);
+  k.step = step;
   ringBytes_ += nbytes;
   ring_[step].push_back(std::move(k));
   return Keep::Kept;
@@ -36,7 +35,7 @@ void FailureRing::stepBegan() {
   while (!ring_.empty() && static_cast<int64_t>(ring_.size()) >= steps_) {
     for (auto& k : ring_.begin()->second) {
       ringBytes_ -= k.bytes.size();
-      recycleLocked(std::move(k.bytes));
+      recycleLocked(std::move(k));
     }
     ring_.erase(ring_.begin());
   }
@@ -90,25 +89,34 @@ void FailureRing::resetAfterForkChild() noexcept {
   mu_.unlock();
 }
 
-std::vector<uint8_t> FailureRing::spareLocked(size_t n) {
-  // Best fit among the buffers of evicted steps: a step keeps the same tensors as the last,
-  // so this is usually an exact fit.
+KeptTensor FailureRing::spareLocked(size_t n) {
+  // A buffer within an eighth of n: the front one in the steady state; otherwise the best fit.
+  auto fits = [n](const KeptTensor& k) { return k.bytes.capacity() >= n && k.bytes.capacity() - n <= n / 8; };
   size_t best = spare_.size();
-  for (size_t i = 0; i < spare_.size(); ++i)
-    if (spare_[i].capacity() >= n && (best == spare_.size() || spare_[i].capacity() < spare_[best].capacity()))
-      best = i;
+  if (!spare_.empty() && fits(spare_.front())) {
+    best = 0;
+  } else {
+    for (size_t i = 0; i < spare_.size(); ++i) {
+      size_t c = spare_[i].bytes.capacity();
+      if (c >= n && (best == spare_.size() || c < spare_[best].bytes.capacity())) best = i;
+    }
+  }
   if (best == spare_.size()) return {};
-  std::vector<uint8_t> out = std::move(spare_[best]);
-  spare_[best] = std::move(spare_.back());
-  spare_.pop_back();
-  spareBytes_ -= out.capacity();
+  KeptTensor out = std::move(spare_[best]);
+  if (best == 0) {
+    spare_.pop_front();
+  } else {
+    spare_[best] = std::move(spare_.back());
+    spare_.pop_back();
+  }
+  spareBytes_ -= out.bytes.capacity();
   return out;
 }
 
-void FailureRing::recycleLocked(std::vector<uint8_t>&& bytes) {
-  if (spare_.size() >= kMaxSpare || spareBytes_ + bytes.capacity() > capBytes_) return;  // freed
-  spareBytes_ += bytes.capacity();
-  spare_.push_back(std::move(bytes));
+void FailureRing::recycleLocked(KeptTensor&& kept) {
+  if (spare_.size() >= kMaxSpare || spareBytes_ + kept.bytes.capacity() > capBytes_) return;  // freed
+  spareBytes_ += kept.bytes.capacity();
+  spare_.push_back(std::move(kept));
 }
 
 }  // namespace dlrr

@@ -1,7 +1,7 @@
 #pragma once
 // The failure ring: full tensors of the last K steps, kept in memory and written to the trace
 // only when the process fails (docs/recording.md). Copying every module output of every step
-// is the ring's whole cost, so buffers of evicted steps are reused for the next step's copies.
+// is the ring's whole cost, so entries of evicted steps are reused for the next step's copies.
 //
 // At the failure the ring hands its tensors over failing step first (then the older steps,
 // newest first): a job killed while they are being written (`timeout`, a scheduler's SIGTERM)
@@ -9,6 +9,7 @@
 // after the failure are not buffered: the caller writes them at once (Keep::WriteNow).
 // Thread-safe; nothing here touches the trace.
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
@@ -63,8 +64,8 @@ class FailureRing {
   void resetAfterForkChild() noexcept;
 
  private:
-  std::vector<uint8_t> spareLocked(size_t n);        // empty when none fits
-  void recycleLocked(std::vector<uint8_t>&& bytes);  // frees when the spares are full
+  KeptTensor spareLocked(size_t n);       // a recycled entry whose buffer fits, or a fresh one
+  void recycleLocked(KeptTensor&& kept);  // frees when the spares are full
 
   const int steps_;
   const size_t capBytes_;
@@ -74,7 +75,10 @@ class FailureRing {
   bool failed_ = false;
   int64_t failingStep_ = -1;
   size_t writtenAfterFailure_ = 0;  // bytes handed out as WriteNow (bounded by the cap too)
-  std::vector<std::vector<uint8_t>> spare_;
+  // Entries of evicted steps, whole (buffer, path, dtype and shape keep their capacity), in
+  // the order they were kept: the next step keeps the same tensors in the same order, so the
+  // front is usually an exact fit, and a keep allocates nothing.
+  std::deque<KeptTensor> spare_;
   size_t spareBytes_ = 0;
   static constexpr size_t kMaxSpare = 256;
 };

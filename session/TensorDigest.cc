@@ -289,30 +289,7 @@ void ieeeDigest(ScanFn<F, U> scan, const uint8_t* p, size_t nbytes, DigestResult
   const size_t n = nbytes / sizeof(F);
   const size_t vecBytes = nbytes / 64 * 64;  // the scan's part; the rest element by element
   const size_t nvecElems = vecBytes / sizeof(F);
-  IeeeAcc<F, U> acc;
-  if (nbytes >= kFuseMinBytes) {
-    XXH3_state_t state;
-    XXH3_64bits_reset(&state);
-    for (size_t done = 0; done < vecBytes;) {
-      const size_t m = std::min(kChunkBytes, vecBytes - done);
-      scan(p + done, m, acc);
-      DLRR_XXH3_64_UPDATE(&state, p + done, m);
-      done += m;
-    }
-    DLRR_XXH3_64_UPDATE(&state, p + vecBytes, nbytes - vecBytes);
-    r.hash = XXH3_64bits_digest(&state);
-  } else {
-    scan(p, vecBytes, acc);
-    r.hash = DLRR_XXH3_64(p, nbytes);
-  }
   F lo = B::kInf, hi = -B::kInf;
-  for (size_t c = 0; c < IeeeAcc<F, U>::kChains; ++c) {
-    for (size_t j = 0; j < IeeeAcc<F, U>::kSlots; ++j) {
-      const F l = std::bit_cast<F>(acc.lo[c][j]), h = std::bit_cast<F>(acc.hi[c][j]);
-      lo = l < lo ? l : lo;
-      hi = h > hi ? h : hi;
-    }
-  }
   uint64_t nans = 0, infs = 0;
   auto classify = [&](size_t i) {  // NaN and Inf counts of element i; true when finite
     U bits;
@@ -322,8 +299,37 @@ void ieeeDigest(ScanFn<F, U> scan, const uint8_t* p, size_t nbytes, DigestResult
     infs += mag == B::kInfBits;
     return mag < B::kInfBits;
   };
-  if (acc.finite != nvecElems) {
-    for (size_t i = 0; i < nvecElems; ++i) classify(i);
+  if (vecBytes == 0) {
+    // Under 64 bytes (a loss, a small layer's output): no vector part, so neither the
+    // accumulators (2 x 256 bytes to set up and reduce) nor the scan call.
+    r.hash = DLRR_XXH3_64(p, nbytes);
+  } else {
+    IeeeAcc<F, U> acc;
+    if (nbytes >= kFuseMinBytes) {
+      XXH3_state_t state;
+      XXH3_64bits_reset(&state);
+      for (size_t done = 0; done < vecBytes;) {
+        const size_t m = std::min(kChunkBytes, vecBytes - done);
+        scan(p + done, m, acc);
+        DLRR_XXH3_64_UPDATE(&state, p + done, m);
+        done += m;
+      }
+      DLRR_XXH3_64_UPDATE(&state, p + vecBytes, nbytes - vecBytes);
+      r.hash = XXH3_64bits_digest(&state);
+    } else {
+      scan(p, vecBytes, acc);
+      r.hash = DLRR_XXH3_64(p, nbytes);
+    }
+    for (size_t c = 0; c < IeeeAcc<F, U>::kChains; ++c) {
+      for (size_t j = 0; j < IeeeAcc<F, U>::kSlots; ++j) {
+        const F l = std::bit_cast<F>(acc.lo[c][j]), h = std::bit_cast<F>(acc.hi[c][j]);
+        lo = l < lo ? l : lo;
+        hi = h > hi ? h : hi;
+      }
+    }
+    if (acc.finite != nvecElems) {
+      for (size_t i = 0; i < nvecElems; ++i) classify(i);
+    }
   }
   for (size_t i = nvecElems; i < n; ++i) {
     if (classify(i)) {
