@@ -14,6 +14,13 @@ same moments of the machine's load.  Per step boundary: a DataLoader over a 4-fl
 and off.  The minimum over rounds is the figure to compare on a loaded machine (other
 processes only ever add to a round's CPU time: cache and frequency effects); the median is
 printed beside it.  A benchmark, not a test.
+
+--callgrind: instead of CPU time, instructions (valgrind's callgrind, repeatable to the
+instruction whatever the machine's load): the job runs under valgrind with instrumentation
+off, and turns it on (callgrind_control -i) only around --rounds forwards of the root with
+the native hooks recording, then around as many with recording off (twice each, dumped
+apart); prints instructions per module call, recorded minus plain, and the part of the
+hooks' C functions and of the library (dlrr_digest) in it.  About a minute.
 """
 import argparse
 import os
@@ -97,6 +104,136 @@ JOB = textwrap.dedent("""
 """)
 
 
+CALLGRIND_JOB = textwrap.dedent("""
+    import gc, os, subprocess
+    import dlrr_hook
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+    import torch.nn.modules.module as module_module
+
+    rec = dlrr_hook.current()
+    assert rec is not None and rec.torch is not None, "hook not recording"
+    n, rounds = int(os.environ["BENCH_MODULES"]), int(os.environ["BENCH_ROUNDS"])
+
+    class Scale(nn.Module):
+        def forward(self, x):
+            return x * 1.0
+
+    class Root(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList(Scale() for _ in range(n))
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    model = Root()
+    x = torch.ones(4, requires_grad=True)
+    it = iter(DataLoader(TensorDataset(torch.ones(1000, 4)), batch_size=1))
+    native_module = rec.modules._native
+    assert native_module is not None, "the _dlrr_native extension does not import"
+
+    def pause():
+        rec.active = False
+        rec.modules.uninstall()
+
+    def resume():
+        rec.modules._native = native_module
+        rec.modules.install(module_module)
+        rec.active = True
+
+    def ctl(*args):
+        subprocess.run(["callgrind_control"] + list(args) + [str(os.getpid())], check=True,
+                       stdout=subprocess.DEVNULL)
+
+    next(it)  # step 0 open
+    for _ in range(30):  # warm: the ring's and the library's buffers exist
+        model(x)
+        next(it)
+    for kind in ("recorded", "plain", "recorded", "plain"):
+        pause()
+        if kind == "recorded":
+            resume()
+        model(x)
+        gc.collect()
+        gc.disable()  # a collection inside one region only would be counted against it
+        ctl("-i", "on")
+        for _ in range(rounds):
+            model(x)
+        ctl("-i", "off")
+        gc.enable()
+        ctl("-d", kind)
+    pause()
+    assert rec.error is None, "hook disabled itself: %r" % (rec.error,)
+""")
+
+
+def callgrind_totals(path):
+    """Total instructions of a callgrind dump, and the inclusive counts of some functions."""
+    with open(path) as f:
+        text = f.read()
+    total = None
+    for line in text.splitlines():
+        if line.startswith(("summary:", "totals:")):
+            total = int(line.split()[1])
+    return total
+
+
+def inclusive(path, names):
+    """Inclusive instructions of functions whose name contains one of `names` (callgrind_annotate)."""
+    p = subprocess.run(["callgrind_annotate", "--inclusive=yes", path], capture_output=True, text=True)
+    out = {}
+    for line in p.stdout.splitlines():
+        parts = line.split()
+        if not parts or not parts[0].replace(",", "").isdigit():
+            continue
+        for name in names:
+            if name in line and name not in out:
+                out[name] = int(parts[0].replace(",", ""))
+    return out
+
+
+def run_callgrind(args):
+    tmp = tempfile.mkdtemp(prefix="dlrr-module-cg-")
+    try:
+        library = os.path.join(args.build, "lib", "dlrr", "libdlrr.so")
+        hook_dir = os.path.join(args.build, "lib", "dlrr", "python")
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("DLRR_") and k not in ("LD_PRELOAD", "PYTHONPATH")}
+        env.update(BENCH_MODULES=str(args.modules), BENCH_ROUNDS=str(args.rounds), LD_PRELOAD=library,
+                   DLRR_LIBRARY=library, DLRR_MODE="record", DLRR_TRACE=os.path.join(tmp, "trace"),
+                   DLRR_CAPTURE=args.capture, PYTHONPATH=hook_dir)
+        out = os.path.join(tmp, "callgrind.out")
+        p = subprocess.run(["valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=" + out,
+                            PY, "-c", CALLGRIND_JOB], env=env, capture_output=True, text=True)
+        if p.returncode != 0:
+            sys.exit("job failed:\n" + p.stderr[-3000:])
+        dumps = sorted(f for f in os.listdir(tmp) if f.startswith("callgrind.out.") and f[-1].isdigit())
+        if len(dumps) != 4:
+            sys.exit("expected 4 callgrind dumps, found %r" % dumps)
+        calls = args.rounds * (args.modules + 1)
+        totals = [callgrind_totals(os.path.join(tmp, f)) for f in dumps]
+        parts = inclusive(os.path.join(tmp, dumps[0]), ("ModuleHooks.cc:(anonymous namespace)::post(",
+                                                         "ModuleHooks.cc:(anonymous namespace)::pre(",
+                                                         "CApi.cc:dlrr_digest "))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("capture %s, %d modules, %d forwards of the root (%d module calls) per region" % (
+        args.capture, args.modules, args.rounds, calls))
+    for i in (0, 2):
+        print("instructions per module call: recorded %.0f, plain %.0f, hook %.0f" % (
+            totals[i] / calls, totals[i + 1] / calls, (totals[i] - totals[i + 1]) / calls))
+    names = {"ModuleHooks.cc:(anonymous namespace)::pre(": "native pre hook",
+             "ModuleHooks.cc:(anonymous namespace)::post(": "native post hook (incl. dlrr_digest)",
+             "CApi.cc:dlrr_digest ": "dlrr_digest (the library)"}
+    for key, label in names.items():
+        if key in parts:
+            print("  %-40s %8.0f per module call (first recorded region)" % (label, parts[key] / calls))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -106,7 +243,14 @@ def main():
     ap.add_argument("--hooks", default="python,native",
                     help="which module hooks to measure, in alternate rounds with recording off: python, native "
                          "(the _dlrr_native extension; left out when it does not import) or both")
+    ap.add_argument("--callgrind", action="store_true",
+                    help="instruction counts under callgrind instead of CPU time (native hooks; --rounds "
+                         "forwards per region, default 100 here)")
     args = ap.parse_args()
+    if args.callgrind:
+        if args.rounds == ap.get_default("rounds"):
+            args.rounds = 100
+        return run_callgrind(args)
     tmp = tempfile.mkdtemp(prefix="dlrr-module-ab-")
     try:
         library = os.path.join(args.build, "lib", "dlrr", "libdlrr.so")

@@ -1,5 +1,6 @@
 // dlrr_record_bench: what the native side of recording costs per step, without Python/torch.
-//   dlrr_record_bench [steps, default 400] [digest|session|all, default all] [ring steps, default 2]
+//   dlrr_record_bench [steps, default 400] [digest|session|modules|all, default all]
+//                     [ring steps (session, default 2) | modules (modules, default 64)]
 // 1. digest: computeDigest (XXH3-64 + NaN/Inf count + finite min/max) on float32 tensors of
 //    the sizes a small CNN produces, in MB/s for each kernel width this CPU runs, best of 5.
 // 2. session: a real RecordSession writing a temporary trace, fed what the Python hook feeds
@@ -9,6 +10,9 @@
 //    Prints the caller's time per step, split into the parts: median and p90 over steps of
 //    the calling thread's CPU time (robust on a shared machine) and of wall time (includes
 //    waiting: the commit waits for the writer thread, whose work otherwise overlaps the step).
+// 3. modules: the library's part of a module call (bench/module_call_ab.py measures it whole):
+//    a step of 64 tiny outputs (4 floats), each digested and kept in the failure ring, as
+//    dlrr_digest does for a module output; CPU ns per call (min, median, p90 over steps).
 // docs/performance.md keeps the figures.
 #include <sys/stat.h>
 #include <time.h>
