@@ -167,6 +167,10 @@ def inner(argv):
                                                  lib.dlrr_step_end_deferred)
             lib.dlrr_batch_end = sampled("dlrr_batch_end (waits for the commit)", lib.dlrr_batch_end,
                                          wall=True)
+    elif parts == "fixed":  # issue 16's fixed cost per step: the delivery and the loss, two timers only
+        rec.loaders._deliver = sampled("deliver batch", rec.loaders._deliver, wall=True)
+        rec.training._before_backward = sampled("before backward (loss digest)",
+                                                rec.training._before_backward)
     elif parts == "digests":  # the gradient and parameter digests whole, no timer inside them
         tr = rec.training
         tr._after_backward = sampled("after backward", tr._after_backward)
@@ -206,9 +210,11 @@ def main():
     ap.add_argument("--capture", default="default", choices=("minimal", "default", "full"))
     ap.add_argument("--job", default="cnn", choices=("cnn", "example"))
     ap.add_argument("--data", help="dataset of prepare_data.py (default: a clean one, made here)")
-    ap.add_argument("--parts", choices=("all", "deliver", "digests"), default="all",
+    ap.add_argument("--parts", choices=("all", "deliver", "fixed", "digests"), default="all",
                     help="deliver: one timer around the DataLoader's batch delivery only (the step "
-                         "boundary without the other timers' cost); digests: one around the gradient "
+                         "boundary without the other timers' cost); fixed: that one and one around the "
+                         "hook before backward() (the loss digest), and their sum per step (issue 16's "
+                         "fixed cost); digests: one around the gradient "
                          "digests after backward and one around the parameter digests after the "
                          "optimizer step (their Python loop or the native TensorListDigest alike)")
     args = ap.parse_args()
@@ -256,6 +262,11 @@ def main():
             print("%s, %s us per call over %d calls: min %.1f, p10 %.1f, median %.1f, p90 %.1f"
                   % (key, "wall" if key.endswith("(wall)") else "CPU", len(values), values[0], values[len(values) // 10], statistics.median(values),
                      values[len(values) * 9 // 10]))
+    fixed = [r["samples"].get(k) for k in ("deliver batch", "before backward (loss digest)")]
+    if all(fixed):
+        medians = [statistics.median(sorted(v[8:])) for v in fixed]
+        print("fixed cost per step (delivery + loss): median %.1f + %.1f = %.1f us CPU; all calls %.1f us per step"
+              % (medians[0], medians[1], sum(medians), (sum(fixed[0]) + sum(fixed[1])) / steps))
     total = sum(r["incl"][k] for k in children.get(None, []))
     total_cpu = sum(r["incl_cpu"][k] for k in children.get(None, []))
     print("%-30s %6s %9.1f %10s %9.1f" % ("total (top level)", "", total / steps * 1e6, "",

@@ -15,6 +15,7 @@
 #include <Python.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "DenseTensor.h"
 #include "GcFields.h"
@@ -324,8 +325,62 @@ int traverse(PyObject* self, visitproc visit, void* arg) {
 int clear(PyObject* self) { return clearFields<ModuleHooks, fields>(self); }
 void dealloc(PyObject* self) { deallocFields<ModuleHooks, fields>(self); }
 
+// loss(tensor, call_index, output): one tensor passed to backward(), digested as
+// Session._before_backward's Python path does (kind LOSS, path "loss", kept like a module
+// output, the failure snapshot at a non-finite value). None when this is not the native case
+// (nothing done: not an exact dense contiguous CPU tensor of a seen dtype, or replay); else the
+// loss as a float when the tensor holds one float32 or float64 element, True when it holds one
+// element of another dtype (the caller reads .item()), False when it holds several.
+PyObject* loss(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  auto* h = reinterpret_cast<ModuleHooks*>(self);
+  if (nargs != 3) {
+    PyErr_SetString(PyExc_TypeError, "loss(tensor, call_index, output)");
+    return nullptr;
+  }
+  const unsigned long long callIndex = PyLong_AsUnsignedLongLong(args[1]);
+  const unsigned long long output = PyLong_AsUnsignedLongLong(args[2]);
+  if (PyErr_Occurred()) return nullptr;
+  if (!h->digest || Py_TYPE(args[0]) != reinterpret_cast<PyTypeObject*>(h->tensorType) || callIndex > UINT32_MAX ||
+      output > UINT32_MAX)
+    Py_RETURN_NONE;
+  DenseTensor t;
+  if (!t.read(args[0], h->dtypes, h->strided)) Py_RETURN_NONE;
+  dlrr_digest_t out{};
+  if (t.nbytes() >= kReleaseGilBytes) {
+    Py_BEGIN_ALLOW_THREADS h->digest(DLRR_DIGEST_LOSS, "loss", static_cast<uint32_t>(callIndex),
+                                     static_cast<uint32_t>(output), t.dtype(), t.ndim(), t.shape(), t.data(),
+                                     t.nbytes(), h->keep, &out);
+    Py_END_ALLOW_THREADS
+  } else {
+    h->digest(DLRR_DIGEST_LOSS, "loss", static_cast<uint32_t>(callIndex), static_cast<uint32_t>(output), t.dtype(),
+              t.ndim(), t.shape(), t.data(), t.nbytes(), h->keep, &out);
+  }
+  if (out.nan_count || out.inf_count) {
+    PyObject* r = PyObject_CallNoArgs(h->failureSnapshot);
+    if (!r) return nullptr;
+    Py_DECREF(r);
+  }
+  uint64_t numel = 1;
+  for (int i = 0; i < t.ndim(); ++i) numel *= static_cast<uint64_t>(t.shape()[i]);
+  if (numel != 1) Py_RETURN_FALSE;
+  if (t.nbytes() == sizeof(float) && std::strcmp(t.dtype(), "float32") == 0) {
+    float v;
+    std::memcpy(&v, t.data(), sizeof v);
+    return PyFloat_FromDouble(static_cast<double>(v));  // what float(tensor.item()) gives
+  }
+  if (t.nbytes() == sizeof(double) && std::strcmp(t.dtype(), "float64") == 0) {
+    double v;
+    std::memcpy(&v, t.data(), sizeof v);
+    return PyFloat_FromDouble(v);
+  }
+  Py_RETURN_TRUE;
+}
+
 PyMethodDef methods[] = {{"pre", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(pre)), METH_FASTCALL,
                           "pre(module, args): the global forward pre-hook"},
+                         {"loss", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(loss)), METH_FASTCALL,
+                          "loss(tensor, call_index, output): a loss passed to backward() digested in C (None: not "
+                          "the native case); its value when it has one element"},
                          {"post", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(post)), METH_FASTCALL,
                           "post(module, args, output): the global forward hook"},
                          {nullptr, nullptr, 0, nullptr}};

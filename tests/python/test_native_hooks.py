@@ -229,12 +229,59 @@ class NativeHooksTest(unittest.TestCase):
             self.assertEqual(explanation.graph_count, 1)
         self.record(True, action=explain)
 
+    def test_losses_digested_in_c_with_the_python_paths_calls(self):
+        """backward()'s tensors: a dense CPU loss is digested by ModuleHooks.loss, anything else by
+        the Python path, and the library sees the same calls (the step ends carry the same loss)."""
+        def losses():
+            torch.manual_seed(0)
+            model = nn.Linear(3, 2)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+            for i, x in enumerate(DataLoader(Scaled(), batch_size=1)):
+                optimizer.zero_grad()
+                y = model(x)
+                if i == 0:
+                    y.sum().backward()  # float32 scalar: its value read in C
+                elif i == 1:
+                    y.double().sum().backward()  # float64 scalar
+                elif i == 2:
+                    y.half().sum().backward()  # float16: digested in C, its value by .item()
+                elif i == 3:
+                    y.backward(torch.ones_like(y))  # not a scalar: no loss value
+                elif i == 4:
+                    torch.autograd.backward([y.expand(3, 2), y.sum()], [torch.ones(3, 2), None])  # strided: Python
+                else:
+                    (y.sum() * math.nan).backward()  # non-finite: the failure snapshot
+                optimizer.step()
+        calls, _ = self.assert_same_calls(action=losses)
+        loss_digests = [c for c in calls if c[0] == "digest" and c[1] == native.DIGEST_LOSS]
+        self.assertEqual([(c[3], c[4], c[5]) for c in loss_digests],
+                         [(0, 0, "float32"), (0, 0, "float64"), (0, 0, "float16"), (0, 0, "float32"),
+                          (0, 0, "float32"), (0, 1, "float32"), (0, 0, "float32")])
+        ends = [c for c in calls if c[0] == "step_end"]
+        self.assertFalse(math.isnan(ends[0][2]))
+        self.assertEqual(len([c for c in calls if c[0] == "snapshot_begin"]), 1)
+
+        digested_in_python = []
+
+        def spied():
+            rec = dlrr_hook.current()
+            original = rec._digest
+            rec._digest = lambda kind, *a: (digested_in_python.append((kind, a[2], str(a[3].dtype))),
+                                            original(kind, *a))[1]
+            losses()
+        self.record(True, action=spied)
+        # In Python: float64 and float16 the first time each is seen (the Python path caches a
+        # dtype's name and size for the C one), and the expanded (not contiguous) loss.
+        self.assertEqual([(i, t) for kind, i, t in digested_in_python if kind == native.DIGEST_LOSS],
+                         [(0, "torch.float64"), (0, "torch.float16"), (0, "torch.float32")])
+
     def test_replay_keeps_outputs_in_python(self):
         lib = fake_native.FakeLib(mode=native.MODE_REPLAY)
         sys.modules[NAME] = self.module
         rec = dlrr_hook.install(lib=lib)
         self.assertIsNotNone(rec.modules.native_hooks)
         self.assertIsNone(rec.native_digest())
+        self.assertIsNone(rec.modules.native_hooks.loss(torch.ones(()), 0, 0))  # replay checks losses in Python
 
     def test_turned_off_by_the_environment(self):
         sys.modules[NAME] = self.module

@@ -646,11 +646,18 @@ class Session:
         self.steps.on_backward()
         call_index = self._backwards
         self._backwards += 1
+        hooks = self.modules.native_hooks if self.modules is not None else None
         for index, tensor in enumerate(tensors):
-            host = self._digest(native.DIGEST_LOSS, b"loss", call_index, index, tensor,
-                                self._keep_outputs)
-            if index == 0 and host is not None and host.numel() == 1:
-                self.steps.on_loss(float(host.item()))  # a non-scalar root leaves it alone
+            # The native module hooks digest a dense CPU loss themselves (record only: they
+            # answer None in replay, and for anything else), as _digest would, and read its value.
+            value = None if hooks is None else hooks.loss(tensor, call_index, index)
+            if value is None:
+                host = self._digest(native.DIGEST_LOSS, b"loss", call_index, index, tensor,
+                                    self._keep_outputs)
+                if index == 0 and host is not None and host.numel() == 1:
+                    self.steps.on_loss(float(host.item()))  # a non-scalar root leaves it alone
+            elif index == 0 and value is not False:
+                self.steps.on_loss(float(tensor.item()) if value is True else value)
 
     def _after_backward(self):
         if self.preflight is not None:
