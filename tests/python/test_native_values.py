@@ -252,7 +252,8 @@ class NativeValuesTest(unittest.TestCase):
         """Writes repeated 500 times leave the reference counts of the values, their parts and the
         walk's own state as they were, a walk that raises midway included."""
         images, labels = torch.randn(8, 1, 4, 4), torch.arange(8)
-        text, key, blob, big = "t\u00e9xt", "key", b"blob", 1 << 70
+        # Made at run time: literals like "key" are interned, shared with the rest of the process.
+        text, key, blob, big = "".join(["t\u00e9", "xt"]), "".join(["k", "ey"]), bytes([98, 108]), 1 << 70
         inner = [images, 1.5, None, True, text, blob, big, np.float32(1), Point(1, 2)]
         batch = (images, labels, {key: inner, "deep": nested(values.MAX_DEPTH + 2, labels)})
         bad = [images, {"k": text}, Mapping({}, fail=True), labels]
