@@ -12,7 +12,10 @@
 // which writes exactly one value: the calls stay the Python walk's, in its order. An exception it
 // raises ends the walk there, as in Python.
 //
-// The GIL stays held: a batch is small, and handing it over and back costs more than it frees.
+// The GIL stays held for a tensor below 1 MiB (a batch's, typically): handing it over and back
+// would cost more than it frees, and another thread waiting for it could keep it for a switch
+// interval. A larger tensor (a snapshot's parameters) is hashed and copied without it, as the
+// ctypes call does: a 64 MiB one held it for ~200 ms while another thread waited.
 // Every object the library reads (strings, bytes, tensors) is referenced by the walk until its
 // call returns: containers are walked over a snapshot of their items (a list's copy, a dict's
 // items), as the Python walk does, so a fallback that changes them changes nothing here.
@@ -49,6 +52,8 @@ constexpr const char* kFunctionNames[] = {"dlrr_val_list", "dlrr_val_tuple", "dl
                                           "dlrr_val_str",  "dlrr_val_bytes", "dlrr_val_tensor"};
 constexpr int kFunctionCount = sizeof(kFunctionNames) / sizeof(kFunctionNames[0]);
 static_assert(sizeof(Functions) == kFunctionCount * sizeof(void (*)()));
+
+constexpr uint64_t kReleaseGilBytes = 1 << 20;
 
 PyObject* requiresGradName;  // interned at module init
 
@@ -124,8 +129,14 @@ int writeTensor(ValueWriter* w, PyObject* value, long depth) {
   }
   const int requiresGrad = grad == Py_True ? 1 : 0;
   Py_DECREF(grad);
-  w->fn.tensor(t.dtype(), t.elemSize(), t.ndim(), t.shape(), t.data(), t.nbytes(), PyBytes_AS_STRING(w->cpuDevice),
-               requiresGrad);
+  const char* device = PyBytes_AS_STRING(w->cpuDevice);
+  if (t.nbytes() >= kReleaseGilBytes) {  // `value` and the walk's state are held by the caller
+    Py_BEGIN_ALLOW_THREADS w->fn.tensor(t.dtype(), t.elemSize(), t.ndim(), t.shape(), t.data(), t.nbytes(), device,
+                                        requiresGrad);
+    Py_END_ALLOW_THREADS
+  } else {
+    w->fn.tensor(t.dtype(), t.elemSize(), t.ndim(), t.shape(), t.data(), t.nbytes(), device, requiresGrad);
+  }
   return 0;
 }
 

@@ -125,6 +125,7 @@ def batches():
                   torch.nn.Parameter(torch.ones(2))]),
         ("empty", [torch.empty(0), torch.empty(0, 3), torch.tensor(2.5), torch.tensor(7), torch.empty(2, 0, 4)]),
         ("big", torch.arange(40000, dtype=torch.float32)),
+        ("past 1 MiB: without the GIL", [torch.arange(300000, dtype=torch.float32), "after"]),
         ("subclass", [torch.ones(2).as_subclass(Tagged), MyList([1, 2]), MyDict(a=1)]),
         ("dict keys", {1: "int key", b"bk": "bytes key", "s": 1, (1, 2): "tuple key", None: 0,
                        "\udcffk": "surrogate key", "\u00e9": "e acute"}),
@@ -208,7 +209,8 @@ class NativeValuesTest(unittest.TestCase):
         self.assertEqual(Counting.python_writes, 0)
 
     def test_c_walk_writes_the_plain_values(self):
-        plain = batches()[:3] + [("big", torch.arange(40000, dtype=torch.float32))]
+        plain = batches()[:3] + [("big", torch.arange(40000, dtype=torch.float32)),
+                                 ("huge", torch.arange(300000, dtype=torch.float32))]
         for name, value in plain:
             self.assert_same(name, value)
         self.assertEqual(Counting.python_writes, 0)
