@@ -78,9 +78,11 @@ int writeValue(ValueWriter* w, PyObject* value, long depth);
 
 // The Python writer writes `value`: 0, or -1 with its exception set.
 int fallback(ValueWriter* w, PyObject* value, long depth) {
+  PyObject* write = Py_NewRef(w->fallback);  // held: the Python code it runs could re-init the walker
   PyObject* d = PyLong_FromLong(depth);
-  PyObject* r = d ? PyObject_CallFunctionObjArgs(w->fallback, value, d, nullptr) : nullptr;
+  PyObject* r = d ? PyObject_CallFunctionObjArgs(write, value, d, nullptr) : nullptr;
   Py_XDECREF(d);
+  Py_DECREF(write);
   if (!r) return -1;
   Py_DECREF(r);
   return 0;
@@ -129,14 +131,18 @@ int writeTensor(ValueWriter* w, PyObject* value, long depth) {
   }
   const int requiresGrad = grad == Py_True ? 1 : 0;
   Py_DECREF(grad);
-  const char* device = PyBytes_AS_STRING(w->cpuDevice);
-  if (t.nbytes() >= kReleaseGilBytes) {  // `value` and the walk's state are held by the caller
-    Py_BEGIN_ALLOW_THREADS w->fn.tensor(t.dtype(), t.elemSize(), t.ndim(), t.shape(), t.data(), t.nbytes(), device,
-                                        requiresGrad);
+  // `value` is held by the caller, the dtype name by `t`; the device name and the function are
+  // taken here, since another thread may re-init the walker while the GIL is released.
+  PyObject* device = Py_NewRef(w->cpuDevice);
+  const auto tensor = w->fn.tensor;
+  if (t.nbytes() >= kReleaseGilBytes) {
+    Py_BEGIN_ALLOW_THREADS tensor(t.dtype(), t.elemSize(), t.ndim(), t.shape(), t.data(), t.nbytes(),
+                                  PyBytes_AS_STRING(device), requiresGrad);
     Py_END_ALLOW_THREADS
   } else {
-    w->fn.tensor(t.dtype(), t.elemSize(), t.ndim(), t.shape(), t.data(), t.nbytes(), device, requiresGrad);
+    tensor(t.dtype(), t.elemSize(), t.ndim(), t.shape(), t.data(), t.nbytes(), PyBytes_AS_STRING(device), requiresGrad);
   }
+  Py_DECREF(device);
   return 0;
 }
 
