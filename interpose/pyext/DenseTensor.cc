@@ -72,6 +72,7 @@ bool DenseTensor::read(PyObject* tensor, PyObject* dtypes, PyObject* strided) {
     return false;
   }
   ndim_ = ndim;
+  elemSize_ = static_cast<uint32_t>(elemSize);
   uint64_t numel = 1;
   for (int i = 0; i < ndim; ++i) numel *= static_cast<uint64_t>(shape_[i]);
   nbytes_ = numel * elemSize;

@@ -1,7 +1,8 @@
-// What dlrr_digest needs of a tensor that is one dense contiguous CPU buffer, read through
-// cached attribute lookups (no Python frame, no ctypes): its dtype name, shape, data pointer and
-// byte size. The module hooks (ModuleHooks.cc) and the gradient and parameter lists
-// (TensorListDigest.cc) digest such tensors in C; any other tensor goes to the hook's Python path.
+// What dlrr_digest and dlrr_val_tensor need of a tensor that is one dense contiguous CPU buffer,
+// read through cached attribute lookups (no Python frame, no ctypes): its dtype name, element
+// size, shape, data pointer and byte size. The module hooks (ModuleHooks.cc), the gradient and
+// parameter lists (TensorListDigest.cc) and the batch value writer (ValueWriter.cc) take such
+// tensors in C; any other tensor goes to the hook's Python path.
 #pragma once
 
 #define PY_SSIZE_T_CLEAN
@@ -33,6 +34,7 @@ class DenseTensor {
   const void* data() const { return reinterpret_cast<const void*>(data_); }
   uint64_t dataAddress() const { return data_; }
   uint64_t nbytes() const { return nbytes_; }
+  uint32_t elemSize() const { return elemSize_; }
 
  private:
   PyObject* dtypeName_ = nullptr;  // owned: the dtype cache could change under later calls
@@ -40,6 +42,7 @@ class DenseTensor {
   int ndim_ = 0;
   uint64_t data_ = 0;
   uint64_t nbytes_ = 0;
+  uint32_t elemSize_ = 0;
 };
 
 // Interns the attribute names read(); 0, or -1 with an exception set. Called at module init.

@@ -6,8 +6,8 @@
 // Python functions the pure-Python hooks call (root bookkeeping, path naming, the output walk,
 // GPU tensors, the failure snapshot), so both paths give the same events in the same order.
 //
-// The module's other type, TensorListDigest (TensorListDigest.cc), digests a step's gradients and
-// parameters.
+// The module's other types: TensorListDigest (TensorListDigest.cc) digests a step's gradients and
+// parameters, ValueWriter (ValueWriter.cc) writes a batch's value tree.
 //
 // Built per interpreter (the module's file name carries the ABI tag); the hook falls back to
 // its Python hooks when this module cannot be imported.
@@ -20,6 +20,7 @@
 #include "DenseTensor.h"
 #include "GcFields.h"
 #include "TensorListDigest.h"
+#include "ValueWriter.h"
 #include "dlrr/dlrr.h"
 
 namespace {
@@ -397,15 +398,16 @@ PyType_Slot slots[] = {{Py_tp_doc, const_cast<char*>("ModuleHooks(rec, local, fe
 
 PyType_Spec spec = {"_dlrr_native.ModuleHooks", sizeof(ModuleHooks), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, slots};
 
-PyModuleDef moduleDef = {PyModuleDef_HEAD_INIT,
-                         "_dlrr_native",
-                         "dlrr's global module forward hooks and gradient/parameter digests in C (dlrr_hook)",
-                         -1,
-                         nullptr,
-                         nullptr,
-                         nullptr,
-                         nullptr,
-                         nullptr};
+PyModuleDef moduleDef = {
+    PyModuleDef_HEAD_INIT,
+    "_dlrr_native",
+    "dlrr's global module forward hooks, gradient/parameter digests and batch values in C (dlrr_hook)",
+    -1,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr};
 
 bool intern(PyObject*& slot, const char* text) {
   slot = PyUnicode_InternFromString(text);
@@ -430,7 +432,7 @@ PyMODINIT_FUNC PyInit__dlrr_native(void) {
     Py_DECREF(m);
     return nullptr;
   }
-  if (dlrr::pyext::addTensorListDigest(m) < 0) {
+  if (dlrr::pyext::addTensorListDigest(m) < 0 || dlrr::pyext::addValueWriter(m) < 0) {
     Py_DECREF(m);
     return nullptr;
   }

@@ -238,9 +238,10 @@ class RecordExampleTest(TraceTestCase):
 
 
 class NativeHooksTest(TraceTestCase):
-    """The module hooks and the gradient and parameter digests of the _dlrr_native extension (the
-    default where it was built for the job's interpreter) record what the Python hooks record
-    (DLRR_NATIVE_HOOKS=0), event for event."""
+    """The module hooks, the gradient and parameter digests and the batch value walk of the
+    _dlrr_native extension (the default where it was built for the job's interpreter) record what
+    the Python hooks record (DLRR_NATIVE_HOOKS=0), event for event: batches and snapshots
+    included."""
 
     KINDS = ("digest", "failure", "tensor", "snapshot", "stepBegin", "stepEnd", "batch", "rngState")
 
@@ -254,6 +255,8 @@ class NativeHooksTest(TraceTestCase):
         hooks = re.search(r"^dlrr-test: module hooks (\w+)$", p.stderr, re.M).group(1)
         lists = re.search(r"^dlrr-test: tensor lists (\w+)$", p.stderr, re.M).group(1)
         self.assertEqual(lists, hooks)
+        values = re.search(r"^dlrr-test: batch values (\w+)$", p.stderr, re.M).group(1)
+        self.assertEqual(values, hooks)
         kept = []
         for e in events(trace):
             if e["kind"] in self.KINDS and e["stream"] != "launcher":
@@ -273,7 +276,7 @@ class NativeHooksTest(TraceTestCase):
         for i, (a, b) in enumerate(zip(native, python)):
             self.assertEqual(a, b, "event %d differs" % i)
         kinds = {k for k, _ in native}
-        self.assertTrue({"digest", "failure", "tensor", "snapshot"} <= kinds, kinds)  # NaN at step 30
+        self.assertTrue({"digest", "failure", "tensor", "snapshot", "batch"} <= kinds, kinds)  # NaN at step 30
         outputs = [b["digest"] for k, b in native if k == "digest" and b["digest"]["kind"] == "moduleOutput"]
         self.assertGreater(len(outputs), 64 * 3)
         for kind in ("gradient", "parameter"):  # TensorListDigest's

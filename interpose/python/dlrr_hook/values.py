@@ -10,6 +10,13 @@ replay cannot serve it, and the trace says so instead of guessing.
 Invariant that keeps the native builder consistent: writing one value emits exactly one
 value, whatever happens - a container announces len() children and then writes each child,
 and a child that cannot be written is written as opaque.
+
+Native walk: where the `_dlrr_native` extension imports (modules.native_extension: not with
+DLRR_NATIVE_HOOKS=0), ValueWriter.write is its ValueWriter (interpose/pyext/ValueWriter.cc),
+which makes the same calls from C for exact built-in values and dense contiguous CPU tensors,
+calling the library's functions through their addresses, and hands every other value to the
+Python write below (write_python), which writes that one value (its children through
+self.write, the C walk again).  The calls, their arguments and their order are the same.
 """
 
 import collections.abc
@@ -17,6 +24,7 @@ import ctypes
 import sys
 
 from . import native
+from .modules import native_extension
 
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
@@ -34,10 +42,18 @@ def type_name(value):
     return "%s.%s" % (module, qualname)
 
 
-class ValueWriter:
-    """Emits the dlrr_val_* calls for one value.  Shared by record and (later) replay checks."""
+# The functions the C walk calls through their addresses (dlrr_val_opaque: always Python's).
+NATIVE_FUNCTIONS = ("dlrr_val_list", "dlrr_val_tuple", "dlrr_val_dict", "dlrr_val_key", "dlrr_val_none",
+                    "dlrr_val_bool", "dlrr_val_int", "dlrr_val_float", "dlrr_val_str", "dlrr_val_bytes",
+                    "dlrr_val_tensor")
 
-    def __init__(self, lib, marshal, tensor_type):
+
+class ValueWriter:
+    """Emits the dlrr_val_* calls for one value (batches, snapshots)."""
+
+    def __init__(self, lib, marshal, tensor_type, native_ext=False):
+        """native_ext: the `_dlrr_native` extension module to walk with, False to look for it
+        (modules.native_extension()), None for the Python walk only."""
         self._lib = lib
         self._marshal = marshal
         self._tensor_type = tensor_type
@@ -66,6 +82,27 @@ class ValueWriter:
             dict: self._dict,
             tensor_type: self._tensor,
         }
+        self.native_walker = self._native_walker(native_ext)  # _dlrr_native.ValueWriter, or None
+        if self.native_walker is not None:
+            self.write = self.native_walker.write  # children of Python-written values too
+
+    def _native_walker(self, ext):
+        if ext is False:
+            ext = native_extension()
+        make = getattr(ext, "ValueWriter", None)
+        torch = sys.modules.get("torch")
+        if make is None or torch is None:
+            return None
+        try:
+            functions = {name: ctypes.cast(getattr(self._lib, name), ctypes.c_void_p).value
+                         for name in NATIVE_FUNCTIONS}
+            if not all(functions.values()):
+                return None
+            return make(functions=functions, tensor_type=self._tensor_type, strided=torch.strided,
+                        dtypes=self._marshal._dtypes, cpu_device=self._marshal.device_name(torch.device("cpu")),
+                        max_depth=MAX_DEPTH, fallback=self.write_python)
+        except Exception:  # not C functions (a test double), an extension of another build
+            return None
 
     def write(self, value, depth=0):
         writer = self._dispatch.get(type(value))
@@ -74,6 +111,8 @@ class ValueWriter:
         if depth > MAX_DEPTH:
             writer = self._too_deep
         writer(value, depth)
+
+    write_python = write  # the Python walk, whatever self.write is (the C walk's fallback)
 
     def _resolve(self, cls):
         if issubclass(cls, self._tensor_type):

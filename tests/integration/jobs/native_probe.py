@@ -1,7 +1,8 @@
 """Runs a script (argv[1:]) as __main__ after saying on stderr which module hooks the recorder
 installed: "dlrr-test: module hooks native" (the _dlrr_native extension) or "... python", and
 which gradient and parameter digests: "dlrr-test: tensor lists native" (its TensorListDigest)
-or "... python"."""
+or "... python", and which batch value walk: "dlrr-test: batch values native" (its ValueWriter) or
+"... python"."""
 import importlib
 import runpy
 import sys
@@ -15,5 +16,7 @@ kind = "native" if rec is not None and rec.modules is not None and rec.modules.n
 sys.stderr.write("dlrr-test: module hooks %s\n" % kind)
 lists = "native" if rec is not None and rec._native_lists() is not None else "python"
 sys.stderr.write("dlrr-test: tensor lists %s\n" % lists)
+values = "native" if rec is not None and rec.values.native_walker is not None else "python"
+sys.stderr.write("dlrr-test: batch values %s\n" % values)
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
