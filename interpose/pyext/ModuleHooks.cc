@@ -6,8 +6,8 @@
 // Python functions the pure-Python hooks call (root bookkeeping, path naming, the output walk,
 // GPU tensors, the failure snapshot), so both paths give the same events in the same order.
 //
-// The module's other type, TensorListDigest (TensorListDigest.cc), digests a step's gradients and
-// parameters.
+// The module's other types: TensorListDigest (TensorListDigest.cc) digests a step's gradients and
+// parameters; RngStates (RngStates.cc) writes a batch delivery's RNG states.
 //
 // Built per interpreter (the module's file name carries the ABI tag); the hook falls back to
 // its Python hooks when this module cannot be imported.
@@ -18,6 +18,7 @@
 
 #include "DenseTensor.h"
 #include "GcFields.h"
+#include "RngStates.h"
 #include "TensorListDigest.h"
 #include "dlrr/dlrr.h"
 
@@ -375,7 +376,7 @@ PyMODINIT_FUNC PyInit__dlrr_native(void) {
     Py_DECREF(m);
     return nullptr;
   }
-  if (dlrr::pyext::addTensorListDigest(m) < 0) {
+  if (dlrr::pyext::addTensorListDigest(m) < 0 || dlrr::pyext::addRngStates(m) < 0) {
     Py_DECREF(m);
     return nullptr;
   }

@@ -27,7 +27,7 @@ class Recorder(Session):
         self._send_runtime_info()
         training = self.steps.on_batch(info.loader, info.index, info.iteration,
                                        self.torch.is_grad_enabled())
-        self.rng.write(self.rng.snapshot())
+        self.rng.write_snapshot()
         indices, count = indices_array(info.indices)
         self.lib.dlrr_batch_begin(info.loader, info.iteration, info.index, 1 if training else 0,
                                   indices, count)
