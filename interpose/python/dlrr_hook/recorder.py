@@ -4,7 +4,7 @@ is written to the trace."""
 import ctypes
 
 from . import native
-from .loaders import indices_array
+from .loaders import indices_pointer
 from .session import Session
 
 
@@ -28,7 +28,7 @@ class Recorder(Session):
         training = self.steps.on_batch(info.loader, info.index, info.iteration,
                                        self.torch.is_grad_enabled())
         self.rng.write_snapshot()
-        indices, count = indices_array(info.indices)
+        indices, count = indices_pointer(info.indices)
         self.lib.dlrr_batch_begin(info.loader, info.iteration, info.index, 1 if training else 0,
                                   indices, count)
         try:
