@@ -165,7 +165,9 @@ class LoaderTracker:
         return list(task_info)
 
     def after_next(self, iterator, data, in_flight):
-        iteration = self._iteration_of(iterator)
+        iteration = getattr(iterator, "_dlrr_iteration", None)  # _iteration_of, a frame saved
+        if iteration is None:
+            iteration = self._iteration_of(iterator)
         loader = iteration.loader
         info = BatchInfo(loader.number, iteration.number, loader.batches,
                          self._indices_of(iterator, in_flight))
@@ -221,11 +223,21 @@ class LoaderTracker:
                 return iterator
             return __iter__
 
+        before_next = tracker.before_next
+        after_next = tracker.after_next
+        internal_error = rec.internal_error
+
         def wrap_next(original):
+            # rec.guarded(before_next, ...) and rec.guarded(after_next, ...), their try inlined:
+            # a batch delivery, at every step, saves two frames.
             def __next__(self):
                 if not rec.active:
                     return original(self)
-                in_flight = rec.guarded(tracker.before_next, self)
+                try:
+                    in_flight = before_next(self)
+                except Exception as exc:
+                    internal_error(exc)
+                    in_flight = None
                 try:
                     with in_fetch():  # transforms/collate run here: not the step's compute
                         data = original(self)
@@ -234,7 +246,10 @@ class LoaderTracker:
                         rec.guarded(tracker.stopped, self)
                     raise
                 if rec.active:
-                    rec.guarded(tracker.after_next, self, data, in_flight)
+                    try:
+                        after_next(self, data, in_flight)
+                    except Exception as exc:
+                        internal_error(exc)
                 return data
             return __next__
 

@@ -24,7 +24,8 @@ class Recorder(Session):
 
     def _on_batch(self, info, data):
         self.modules.reset_stack()
-        self._send_runtime_info()
+        if not self._runtime_sent:
+            self._send_runtime_info()
         training = self.steps.on_batch(info.loader, info.index, info.iteration,
                                        self.torch.is_grad_enabled())
         self.rng.write_snapshot()
