@@ -56,11 +56,11 @@ enum class Source { absent, slow, fast };
 
 struct RngStates {
   PyObject_HEAD PyObject* torch;  // owned references, consecutive (fields())
-  PyObject* cuda;                  // torch.cuda or None
-  PyObject* rand;                  // numpy.random.mtrand._rand
-  PyObject* bitgen;                // its _bit_generator as validated
-  PyObject* randomModule;          // sys.modules["random"] as validated
-  PyObject* inst;                  // random._inst
+  PyObject* cuda;                 // torch.cuda or None
+  PyObject* rand;                 // numpy.random.mtrand._rand
+  PyObject* bitgen;               // its _bit_generator as validated
+  PyObject* randomModule;         // sys.modules["random"] as validated
+  PyObject* inst;                 // random._inst
   RngStatesFn many;
   Source numpy;
   Source python;
@@ -127,7 +127,8 @@ class Tensors {
   int n_ = 0;
 };
 
-// sys.modules[name] (borrowed) or nullptr; false when sys.modules is not a dict (error cleared).
+// sys.modules.get(name) (borrowed), nullptr for None as for no entry (an import blocked);
+// false when sys.modules is not a dict (error cleared).
 bool moduleNamed(PyObject* name, PyObject*& module) {
   PyObject* modules = PySys_GetObject("modules");  // borrowed; what `sys.modules` names now
   module = nullptr;
@@ -137,6 +138,7 @@ bool moduleNamed(PyObject* name, PyObject*& module) {
     PyErr_Clear();
     return false;
   }
+  if (module == Py_None) module = nullptr;
   return true;
 }
 
@@ -231,7 +233,8 @@ PyObject* write(PyObject* self, PyObject* /*unused*/) {
       Py_XDECREF(all);
       if (!list) return nullptr;
       for (Py_ssize_t i = 0; rc > 0 && i < PySequence_Fast_GET_SIZE(list); ++i) {
-        if (i > INT32_MAX) rc = 0;
+        if (i > INT32_MAX)
+          rc = 0;
         else
           rc = tensors.add(Py_NewRef(PySequence_Fast_GET_ITEM(list, i)), items, n++, DLRR_RNG_TORCH_CUDA,
                            static_cast<int>(i));

@@ -111,6 +111,10 @@ class RngStatesTest(unittest.TestCase):
             self.assertEqual([c[1] for c in calls], [native.RNG_TORCH_CPU, native.RNG_NUMPY, native.RNG_PYTHON])
             del sys.modules["random"]  # gone again: no python state, as the Python path
             self.assert_same(python, fast)
+            sys.modules["numpy"] = None  # an import blocked: as not imported
+            python, fast = self.captures()
+            calls = self.assert_same(python, fast)
+            self.assertEqual([c[1] for c in calls], [native.RNG_TORCH_CPU])
         finally:
             sys.modules.update(saved)
 
