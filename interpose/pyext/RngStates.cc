@@ -92,6 +92,7 @@ class Tensors {
       return 0;
     }
     refs_[n_++] = tensor;
+    if (PyBytes_Check(tensor)) return 0;  // a state given as bytes: RngCapture.write's own case
     PyObject* contiguous = PyObject_CallMethodNoArgs(tensor, names.isContiguous);
     if (!contiguous) return -1;
     int isContiguous = PyObject_IsTrue(contiguous);

@@ -185,6 +185,9 @@ class RngStatesTest(unittest.TestCase):
         self.assertEqual(len(calls), 9)
         cuda.states = [torch.zeros(3, dtype=torch.uint8)] * 5  # 8: one packed call still
         self.assert_same(python, fast)
+        cuda.states = [b"a state as bytes"]  # not torch's: RngCapture.write packs bytes itself
+        calls = self.assert_same(python, fast, native_used=False)
+        self.assertEqual(calls[1][1:], (native.RNG_TORCH_CUDA, 0, b"a state as bytes"))
 
     def test_errors_are_the_python_paths(self):
         def broken():
