@@ -13,6 +13,8 @@ process's other threads (the native writer thread: compression and writes).  Par
     dlrr_step_end       the commit point: waits until the step is in the kernel
     rng snapshot        torch.get_rng_state, numpy and random state serialisation
     rng write           dlrr_rng_states (hash, copy, event per generator; one crossing)
+    rng snapshot + write  both, back to back at a delivery (RngCapture.write_snapshot: in C,
+                        _dlrr_native.RngStates, when it can; the two above otherwise)
     batch values        dlrr_val_* calls (tensor bytes hashed and copied into blobs)
   module hooks          global forward pre/post hooks (stack, paths, output digests)
   before backward       loss digest and .item()
@@ -103,6 +105,8 @@ def wrap_parts(t, rec, lib, torch, rng_module, module_module):
     rec.loaders._deliver = t.wrap("deliver batch", rec.loaders._deliver)
     rec.rng.snapshot = t.wrap("rng snapshot", rec.rng.snapshot)
     rec.rng.write = t.wrap("rng write", rec.rng.write)
+    if hasattr(rec.rng, "write_snapshot"):  # both in one, in C (RngStates) when it can: issue 16
+        rec.rng.write_snapshot = t.wrap("rng snapshot + write", rec.rng.write_snapshot)
     torch.get_rng_state = t.wrap("torch.get_rng_state", torch.get_rng_state)
     rng_module.PythonGlobalRng.snapshot = t.wrap("random state bytes", rng_module.PythonGlobalRng.snapshot)
     rng_module.NumpyGlobalRng.snapshot = t.wrap("numpy state bytes",

@@ -67,6 +67,48 @@ bench("torch.get_rng_state()", torch.get_rng_state)
 bench("rng.snapshot()", rec.rng.snapshot)
 s = rec.rng.snapshot()
 bench("rng.write(snapshot)", lambda: rec.rng.write(s))
+bench("rng.write(rng.snapshot())", lambda: rec.rng.write(rec.rng.snapshot()))
+if hasattr(rec.rng, "write_snapshot"):  # the batch delivery's, in C (RngStates) when it can
+    bench("rng.write_snapshot()", rec.rng.write_snapshot)
+
+
+def delivery_costs(batches=2000):
+    """A DataLoader batch delivery (step commit and begin, RNG states, 32 indices, 2 tensors):
+    main thread CPU of the deliver callback and of the whole __next__, per batch; a tiny
+    backward per batch keeps it a training loader."""
+    from torch.utils.data import DataLoader, TensorDataset
+    loader = DataLoader(TensorDataset(torch.zeros(64, 4), torch.zeros(64, dtype=torch.long)), batch_size=32)
+    w = torch.nn.Linear(4, 1)
+    spent = [0.0, 0.0, 0]
+    deliver = rec.loaders._deliver
+
+    def timed(info, data):
+        t0 = time.thread_time()
+        try:
+            return deliver(info, data)
+        finally:
+            spent[0] += time.thread_time() - t0
+    rec.loaders._deliver = timed
+    try:
+        while spent[2] < batches:
+            it = iter(loader)
+            while True:
+                t0 = time.thread_time()
+                try:
+                    x, _ = next(it)
+                except StopIteration:
+                    break
+                spent[1] += time.thread_time() - t0
+                spent[2] += 1
+                w(x).sum().backward()
+    finally:
+        rec.loaders._deliver = deliver
+    print("%-40s %7.2f us" % ("batch delivery: deliver callback", spent[0] / spent[2] * 1e6))
+    print("%-40s %7.2f us" % ("batch delivery: whole __next__", spent[1] / spent[2] * 1e6))
+
+
+delivery_costs(200)  # warm-up
+delivery_costs()
 bench("small.data_ptr()", small.data_ptr)
 bench("small.shape", lambda: small.shape)
 bench("small.is_contiguous()", small.is_contiguous)

@@ -7,7 +7,8 @@
 // GPU tensors, the failure snapshot), so both paths give the same events in the same order.
 //
 // The module's other types: TensorListDigest (TensorListDigest.cc) digests a step's gradients and
-// parameters, ValueWriter (ValueWriter.cc) writes a batch's value tree.
+// parameters, ValueWriter (ValueWriter.cc) writes a batch's value tree, RngStates (RngStates.cc)
+// writes a batch delivery's RNG states.
 //
 // Built per interpreter (the module's file name carries the ABI tag); the hook falls back to
 // its Python hooks when this module cannot be imported.
@@ -19,6 +20,7 @@
 
 #include "DenseTensor.h"
 #include "GcFields.h"
+#include "RngStates.h"
 #include "TensorListDigest.h"
 #include "ValueWriter.h"
 #include "dlrr/dlrr.h"
@@ -432,7 +434,8 @@ PyMODINIT_FUNC PyInit__dlrr_native(void) {
     Py_DECREF(m);
     return nullptr;
   }
-  if (dlrr::pyext::addTensorListDigest(m) < 0 || dlrr::pyext::addValueWriter(m) < 0) {
+  if (dlrr::pyext::addTensorListDigest(m) < 0 || dlrr::pyext::addValueWriter(m) < 0 ||
+      dlrr::pyext::addRngStates(m) < 0) {
     Py_DECREF(m);
     return nullptr;
   }

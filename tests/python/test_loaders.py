@@ -2,12 +2,13 @@
 
 import unittest
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
 from support import (CountingIterable, IndexDataset, RecorderTestCase, small_model,
                      tensor_values, train_step)  # first: puts the hook on sys.path
-from dlrr_hook import native
+from dlrr_hook import loaders, native
 
 
 class LoaderIndicesTest(RecorderTestCase):
@@ -206,15 +207,15 @@ class DeliveryCommitTest(RecorderTestCase):
         train = DataLoader(IndexDataset(12), batch_size=4)
         model = small_model()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-        original = self.rec.rng.snapshot
+        original = self.rec.rng.write_snapshot
         deliveries = [0]
 
-        def snapshot():
+        def write_snapshot():
             deliveries[0] += 1
             if deliveries[0] == 2:
                 raise RuntimeError("injected")
             return original()
-        self.rec.rng.snapshot = snapshot
+        self.rec.rng.write_snapshot = write_snapshot
         for x, _ in train:
             train_step(model, optimizer, x)
         names = [c[0] for c in self.lib.calls]
@@ -313,6 +314,23 @@ class DataPipelineModulesTest(RecorderTestCase):
         # The model is the process's first root ("" prefix); nothing of the transforms or the
         # collate function's module was digested.
         self.assertEqual(paths, ["", "0 (Linear)", "1 (ReLU)", "2 (Linear)"])
+
+
+class IndicesBufferTest(unittest.TestCase):
+    def test_same_values_as_the_ctypes_array(self):
+        cases = [[3, 1, 2], [], 7, None, np.array([5, 9], dtype=np.int64), [np.int32(4), np.int64(-2)],
+                 torch.tensor([6, 0]), [True, 2], [1.5, 2], ["a"], [1 << 63], [-(1 << 63), (1 << 63) - 1],
+                 torch.tensor([1.0]), object()]
+        for index in cases:
+            expected, n = loaders.indices_array(index)
+            got, m = loaders.indices_buffer(index)
+            self.assertEqual(m, n, repr(index))
+            self.assertEqual(None if got is None else list(got), None if expected is None else list(expected),
+                             repr(index))
+            pointer, k = loaders.indices_pointer(index)
+            self.assertEqual(k, n, repr(index))
+            self.assertEqual(list(pointer) if k else [], list(expected)[:n] if expected is not None else [],
+                             repr(index))
 
 
 if __name__ == "__main__":

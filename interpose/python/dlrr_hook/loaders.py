@@ -24,6 +24,7 @@ batches across iterations.  Everything here is bookkeeping on the iterator objec
 do with a batch is the `deliver` callback's business (record now, serve in replay later).
 """
 
+import array
 import ctypes
 import operator
 import weakref
@@ -89,6 +90,34 @@ def indices_array(index):
         return None, 0
 
 
+def indices_buffer(index):
+    """indices_array's indices as (array.array of int64 or None, count): the same values, made
+    at a fraction of the cost (no ctypes conversion per element)."""
+    if index is None or index is _NOTHING:
+        return None, 0
+    try:
+        seq = [index] if isinstance(index, int) else list(index)
+        try:
+            return array.array("q", seq), len(seq)
+        except TypeError:
+            return array.array("q", [operator.index(i) for i in seq]), len(seq)
+    except OverflowError:  # beyond int64: whatever indices_array makes of it
+        values, count = indices_array(index)
+        return (None if values is None else array.array("q", values)), count
+    except (TypeError, ValueError):
+        return None, 0
+
+
+def indices_pointer(index):
+    """indices_array's (c_int64 array or None, count) for dlrr_batch_begin, as a view of
+    indices_buffer's array: 13.5 us median per delivery in the cnn job for the element-by-element
+    ctypes array, about half of that this way."""
+    values, count = indices_buffer(index)
+    if not count:
+        return None, 0
+    return (ctypes.c_int64 * count).from_buffer(values), count
+
+
 class LoaderTracker:
     """Numbers loaders and their batches; calls deliver/end/created callbacks.
 
@@ -136,7 +165,9 @@ class LoaderTracker:
         return list(task_info)
 
     def after_next(self, iterator, data, in_flight):
-        iteration = self._iteration_of(iterator)
+        iteration = getattr(iterator, "_dlrr_iteration", None)  # _iteration_of, a frame saved
+        if iteration is None:
+            iteration = self._iteration_of(iterator)
         loader = iteration.loader
         info = BatchInfo(loader.number, iteration.number, loader.batches,
                          self._indices_of(iterator, in_flight))
@@ -192,11 +223,21 @@ class LoaderTracker:
                 return iterator
             return __iter__
 
+        before_next = tracker.before_next
+        after_next = tracker.after_next
+        internal_error = rec.internal_error
+
         def wrap_next(original):
+            # rec.guarded(before_next, ...) and rec.guarded(after_next, ...), their try inlined:
+            # a batch delivery, at every step, saves two frames.
             def __next__(self):
                 if not rec.active:
                     return original(self)
-                in_flight = rec.guarded(tracker.before_next, self)
+                try:
+                    in_flight = before_next(self)
+                except Exception as exc:
+                    internal_error(exc)
+                    in_flight = None
                 try:
                     with in_fetch():  # transforms/collate run here: not the step's compute
                         data = original(self)
@@ -205,7 +246,10 @@ class LoaderTracker:
                         rec.guarded(tracker.stopped, self)
                     raise
                 if rec.active:
-                    rec.guarded(tracker.after_next, self, data, in_flight)
+                    try:
+                        after_next(self, data, in_flight)
+                    except Exception as exc:
+                        internal_error(exc)
                 return data
             return __next__
 

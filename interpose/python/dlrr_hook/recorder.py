@@ -4,7 +4,7 @@ is written to the trace."""
 import ctypes
 
 from . import native
-from .loaders import indices_array
+from .loaders import indices_pointer
 from .session import Session
 
 
@@ -24,7 +24,8 @@ class Recorder(Session):
 
     def _on_batch(self, info, data):
         self.modules.reset_stack()
-        self._send_runtime_info()
+        if not self._runtime_sent:
+            self._send_runtime_info()
         # A step that ends here is written by the library's writer thread while this delivery
         # records the next step's RNG states and batch; dlrr_batch_end returns once it is
         # durable, before the batch reaches the job: the commit point of the step is the end
@@ -36,8 +37,8 @@ class Recorder(Session):
                                                self.torch.is_grad_enabled())
             finally:
                 self._step_end_deferred = False
-            self.rng.write(self.rng.snapshot())
-            indices, count = indices_array(info.indices)
+            self.rng.write_snapshot()
+            indices, count = indices_pointer(info.indices)
             self.lib.dlrr_batch_begin(info.loader, info.iteration, info.index, 1 if training else 0,
                                       indices, count)
             try:

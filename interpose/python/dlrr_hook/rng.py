@@ -19,6 +19,7 @@ import sys
 
 from . import native
 from .digest_batch import BYTES_DATA_OFFSET
+from .modules import native_extension
 
 _ITEM = struct.Struct("@PQii")  # data, n, kind, device: struct dlrr_rng_item
 
@@ -216,7 +217,9 @@ class RngCapture:
 
     _packed = _bytes_layout_holds()
 
-    def __init__(self, lib, torch):
+    def __init__(self, lib, torch, native_ext=False):
+        """native_ext: the `_dlrr_native` extension for write_snapshot, False to look for it,
+        None for none (the Python path only)."""
         self._lib = lib
         self._write = lib.dlrr_rng_state
         self._write_many = getattr(lib, "dlrr_rng_states", None)
@@ -224,6 +227,52 @@ class RngCapture:
         self._cuda = getattr(torch, "cuda", None)
         self._numpy = None
         self._python = None
+        self._native = self._native_states(native_extension() if native_ext is False else native_ext)
+
+    def _native_states(self, ext):
+        """A _dlrr_native.RngStates (interpose/pyext/RngStates.cc) calling dlrr_rng_states through
+        its address, or None: where write() would not make one dlrr_rng_states call of packed
+        items, or without the extension."""
+        make = getattr(ext, "RngStates", None)
+        if make is None or not self._packed or self._write_many is None:
+            return None
+        try:
+            address = ctypes.cast(self._write_many, ctypes.c_void_p).value
+            if not address:
+                return None
+            states = make(rng_states_address=address, torch=self._torch, cuda=self._cuda)
+            self._configure_native(states)
+            return states
+        except Exception:  # not a C function, an extension of another build
+            return None
+
+    def _configure_native(self, states):
+        """Hands RngStates what numpy_bytes and python_bytes use now: the validated addresses, or
+        None (not imported yet) or False (their own path: get_state(), getstate())."""
+        np_rng, py_rng = self._numpy, self._python
+        if np_rng is None:
+            numpy_source = None
+        elif np_rng._address is None:
+            numpy_source = False
+        else:
+            numpy_source = (np_rng._rand, np_rng._bitgen, np_rng._address, np_rng._gauss_address)
+        if py_rng is None:
+            python_source = None
+        elif py_rng._address is None:
+            python_source = False
+        else:
+            python_source = (py_rng._rnd, py_rng._inst, py_rng._address)
+        states.configure(numpy_source, python_source)
+
+    def write_snapshot(self):
+        """write(snapshot()), the two back to back (a batch delivery): in C when RngStates can
+        (the same dlrr_rng_states call, the same bytes), else as written."""
+        states = self._native
+        if states is not None and states.write():
+            return
+        self.write(self.snapshot())
+        if states is not None:  # numpy or random seen (again): RngStates reads them from now on
+            self._configure_native(states)
 
     def snapshot(self):
         """[(kind, device, payload)]; payload is bytes or a CPU uint8 tensor."""

@@ -390,7 +390,8 @@ class Session:
 
     # ------------------------------------------------------------------ StepTracker sink
     def begin_step(self, step, loader, batch_index, epoch, by_optimizer, rng):
-        self._send_runtime_info()
+        if not self._runtime_sent:  # a call saved per step: sent at the first
+            self._send_runtime_info()
         if not self._cuda_info_sent:
             self._send_cuda_info()
         self.lib.dlrr_step_begin(step, loader, batch_index, epoch, int(by_optimizer))
