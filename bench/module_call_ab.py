@@ -19,8 +19,9 @@ printed beside it.  A benchmark, not a test.
 instruction whatever the machine's load): the job runs under valgrind with instrumentation
 off, and turns it on (callgrind_control -i) only around --rounds forwards of the root with
 the native hooks recording, then around as many with recording off (twice each, dumped
-apart); prints instructions per module call, recorded minus plain, and the part of the
-hooks' C functions and of the library (dlrr_digest) in it.  About a minute.
+apart), then with two Python no-op global hooks instead (torch's own dispatch to global hooks,
+which any hook of this kind pays); prints instructions per module call, recorded minus plain,
+and the part of the hooks' C functions and of the library (dlrr_digest) in it.  About a minute.
 """
 import argparse
 import os
@@ -153,10 +154,17 @@ CALLGRIND_JOB = textwrap.dedent("""
     for _ in range(30):  # warm: the ring's and the library's buffers exist
         model(x)
         next(it)
-    for kind in ("recorded", "plain", "recorded", "plain"):
+    def nothing(*args):
+        return None
+
+    for kind in ("recorded", "plain", "recorded", "plain", "no-op hooks"):
         pause()
         if kind == "recorded":
             resume()
+        handles = []
+        if kind == "no-op hooks":  # what torch's dispatch to any global hook pair costs
+            handles = [module_module.register_module_forward_pre_hook(nothing),
+                       module_module.register_module_forward_hook(nothing)]
         model(x)
         gc.collect()
         gc.disable()  # a collection inside one region only would be counted against it
@@ -165,7 +173,9 @@ CALLGRIND_JOB = textwrap.dedent("""
             model(x)
         ctl("-i", "off")
         gc.enable()
-        ctl("-d", kind)
+        for handle in handles:
+            handle.remove()
+        ctl("-d", kind.replace(" ", "-"))
     pause()
     assert rec.error is None, "hook disabled itself: %r" % (rec.error,)
 """)
@@ -212,8 +222,8 @@ def run_callgrind(args):
         if p.returncode != 0:
             sys.exit("job failed:\n" + p.stderr[-3000:])
         dumps = sorted(f for f in os.listdir(tmp) if f.startswith("callgrind.out.") and f[-1].isdigit())
-        if len(dumps) != 4:
-            sys.exit("expected 4 callgrind dumps, found %r" % dumps)
+        if len(dumps) != 5:
+            sys.exit("expected 5 callgrind dumps, found %r" % dumps)
         calls = args.rounds * (args.modules + 1)
         totals = [callgrind_totals(os.path.join(tmp, f)) for f in dumps]
         parts = inclusive(os.path.join(tmp, dumps[0]), ("ModuleHooks.cc:(anonymous namespace)::post(",
@@ -229,6 +239,8 @@ def run_callgrind(args):
     names = {"ModuleHooks.cc:(anonymous namespace)::pre(": "native pre hook",
              "ModuleHooks.cc:(anonymous namespace)::post(": "native post hook (incl. dlrr_digest)",
              "CApi.cc:dlrr_digest ": "dlrr_digest (the library)"}
+    print("  %-40s %8.0f per module call (two Python no-op global hooks, minus plain: torch's dispatch "
+          "to global hooks, the floor of any hook of this kind)" % ("no-op hooks", (totals[4] - totals[3]) / calls))
     for key, label in names.items():
         if key in parts:
             print("  %-40s %8.0f per module call (first recorded region)" % (label, parts[key] / calls))
