@@ -35,8 +35,10 @@ import textwrap
 PY = "/usr/bin/python3"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-JOB = textwrap.dedent("""
-    import os, statistics, sys, time
+# The job's setup, shared by both measurements: the hook recording, a root of n tiny modules,
+# a DataLoader whose batches end and begin steps, pause() (recording off).
+SETUP = textwrap.dedent("""
+    import gc, os, statistics, subprocess, sys, time
     import dlrr_hook
     import torch
     from torch import nn
@@ -65,13 +67,15 @@ JOB = textwrap.dedent("""
     x = torch.ones(4, requires_grad=True)
     loader = DataLoader(TensorDataset(torch.ones(100000, 4)), batch_size=1)
     it = iter(loader)
-
     native_module = rec.modules._native  # the _dlrr_native extension, or None
-    kinds = [k for k in os.environ["BENCH_HOOKS"].split(",") if k != "native" or native_module is not None]
 
     def pause():
         rec.active = False
         rec.modules.uninstall()
+""")
+
+JOB = SETUP + textwrap.dedent("""
+    kinds = [k for k in os.environ["BENCH_HOOKS"].split(",") if k != "native" or native_module is not None]
 
     def resume(kind):
         rec.modules._native = native_module if kind == "native" else None
@@ -105,41 +109,8 @@ JOB = textwrap.dedent("""
 """)
 
 
-CALLGRIND_JOB = textwrap.dedent("""
-    import gc, os, subprocess
-    import dlrr_hook
-    import torch
-    from torch import nn
-    from torch.utils.data import DataLoader, TensorDataset
-    import torch.nn.modules.module as module_module
-
-    rec = dlrr_hook.current()
-    assert rec is not None and rec.torch is not None, "hook not recording"
-    n, rounds = int(os.environ["BENCH_MODULES"]), int(os.environ["BENCH_ROUNDS"])
-
-    class Scale(nn.Module):
-        def forward(self, x):
-            return x * 1.0
-
-    class Root(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.layers = nn.ModuleList(Scale() for _ in range(n))
-
-        def forward(self, x):
-            for layer in self.layers:
-                x = layer(x)
-            return x
-
-    model = Root()
-    x = torch.ones(4, requires_grad=True)
-    it = iter(DataLoader(TensorDataset(torch.ones(1000, 4)), batch_size=1))
-    native_module = rec.modules._native
+CALLGRIND_JOB = SETUP + textwrap.dedent("""
     assert native_module is not None, "the _dlrr_native extension does not import"
-
-    def pause():
-        rec.active = False
-        rec.modules.uninstall()
 
     def resume():
         rec.modules._native = native_module

@@ -1,5 +1,7 @@
 #include "DenseTensor.h"
 
+#include "GcFields.h"
+
 namespace dlrr::pyext {
 namespace {
 
@@ -12,11 +14,6 @@ struct Names {
   PyObject* dataPtr;
 };
 Names names;  // interned once at module init, read only after
-
-bool intern(PyObject*& slot, const char* text) {
-  slot = PyUnicode_InternFromString(text);
-  return slot != nullptr;
-}
 
 }  // namespace
 

@@ -1,6 +1,7 @@
-// The garbage-collector slots of _dlrr_native's heap types (ModuleHooks, TensorListDigest):
-// each keeps its owned references in consecutive PyObject* fields that Fields(obj, n) returns
-// (the first, and their count in n); traverse visits them, clear drops them, dealloc frees.
+// _dlrr_native's heap types (ModuleHooks, TensorListDigest, ValueWriter, RngStates): each keeps
+// its owned references in consecutive PyObject* fields that Fields(obj, n) returns (the first,
+// and their count in n); traverse visits them, clear drops them, dealloc frees. newHeapType
+// makes such a type; intern makes the attribute names they read at every call.
 #pragma once
 
 #define PY_SSIZE_T_CLEAN
@@ -32,6 +33,38 @@ void deallocFields(PyObject* self) {
   clearFields<T, Fields>(self);
   type->tp_free(self);
   Py_DECREF(type);
+}
+
+// A garbage-collected heap type of T named `name` (a static string: the type keeps pointing
+// at it), with `init` and the static `methods`; nullptr with an exception set on failure.
+template <typename T, PyObject** (*Fields)(T*, int&)>
+PyObject* newHeapType(const char* name, const char* doc, initproc init, PyMethodDef* methods) {
+  PyType_Slot slots[] = {{Py_tp_doc, const_cast<char*>(doc)},
+                         {Py_tp_new, reinterpret_cast<void*>(PyType_GenericNew)},
+                         {Py_tp_init, reinterpret_cast<void*>(init)},
+                         {Py_tp_traverse, reinterpret_cast<void*>(traverseFields<T, Fields>)},
+                         {Py_tp_clear, reinterpret_cast<void*>(clearFields<T, Fields>)},
+                         {Py_tp_dealloc, reinterpret_cast<void*>(deallocFields<T, Fields>)},
+                         {Py_tp_methods, methods},
+                         {0, nullptr}};
+  PyType_Spec spec = {name, static_cast<int>(sizeof(T)), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, slots};
+  return PyType_FromSpec(&spec);  // copies the slots and the doc
+}
+
+// Adds `type` (a new reference, or nullptr after a failure) to `module` as `name`; -1 on failure.
+inline int addType(PyObject* module, const char* name, PyObject* type) {
+  if (!type) return -1;
+  if (PyModule_AddObject(module, name, type) < 0) {  // steals on success only
+    Py_DECREF(type);
+    return -1;
+  }
+  return 0;
+}
+
+// Interns `text` into `slot` once; false (an exception set) on failure.
+inline bool intern(PyObject*& slot, const char* text) {
+  slot = PyUnicode_InternFromString(text);
+  return slot != nullptr;
 }
 
 }  // namespace dlrr::pyext

@@ -27,10 +27,9 @@
 
 namespace {
 
-using dlrr::pyext::clearFields;
-using dlrr::pyext::deallocFields;
 using dlrr::pyext::DenseTensor;
-using dlrr::pyext::traverseFields;
+using dlrr::pyext::intern;
+using dlrr::pyext::newHeapType;
 
 using DigestFn = int (*)(int, const char*, uint32_t, uint32_t, const char*, int, const int64_t*, const void*, uint64_t,
                          int, dlrr_digest_t*);
@@ -322,12 +321,6 @@ int init(PyObject* self, PyObject* args, PyObject* kwargs) {
   return 0;
 }
 
-int traverse(PyObject* self, visitproc visit, void* arg) {
-  return traverseFields<ModuleHooks, fields>(self, visit, arg);
-}
-int clear(PyObject* self) { return clearFields<ModuleHooks, fields>(self); }
-void dealloc(PyObject* self) { deallocFields<ModuleHooks, fields>(self); }
-
 // loss(tensor, call_index, output): one tensor passed to backward(), digested as
 // Session._before_backward's Python path does (kind LOSS, path "loss", kept like a module
 // output, the failure snapshot at a non-finite value). None when this is not the native case
@@ -388,18 +381,6 @@ PyMethodDef methods[] = {{"pre", reinterpret_cast<PyCFunction>(reinterpret_cast<
                           "post(module, args, output): the global forward hook"},
                          {nullptr, nullptr, 0, nullptr}};
 
-PyType_Slot slots[] = {{Py_tp_doc, const_cast<char*>("ModuleHooks(rec, local, fetch, ...): .pre and .post are the "
-                                                     "global forward hooks")},
-                       {Py_tp_new, reinterpret_cast<void*>(PyType_GenericNew)},
-                       {Py_tp_init, reinterpret_cast<void*>(init)},
-                       {Py_tp_traverse, reinterpret_cast<void*>(traverse)},
-                       {Py_tp_clear, reinterpret_cast<void*>(clear)},
-                       {Py_tp_dealloc, reinterpret_cast<void*>(dealloc)},
-                       {Py_tp_methods, methods},
-                       {0, nullptr}};
-
-PyType_Spec spec = {"_dlrr_native.ModuleHooks", sizeof(ModuleHooks), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, slots};
-
 PyModuleDef moduleDef = {
     PyModuleDef_HEAD_INIT,
     "_dlrr_native",
@@ -411,30 +392,20 @@ PyModuleDef moduleDef = {
     nullptr,
     nullptr};
 
-bool intern(PyObject*& slot, const char* text) {
-  slot = PyUnicode_InternFromString(text);
-  return slot != nullptr;
-}
-
 }  // namespace
 
 PyMODINIT_FUNC PyInit__dlrr_native(void) {
   if (!intern(names.active, "active") || !intern(names.dict, "__dict__") || !intern(names.stack, "stack") ||
       !intern(names.depth, "depth") || dlrr::pyext::initDenseTensorNames() < 0)
     return nullptr;
-  PyObject* type = PyType_FromSpec(&spec);
-  if (!type) return nullptr;
   PyObject* m = PyModule_Create(&moduleDef);
-  if (!m) {
-    Py_DECREF(type);
-    return nullptr;
-  }
-  if (PyModule_AddObject(m, "ModuleHooks", type) < 0) {  // steals on success only
-    Py_DECREF(type);
-    Py_DECREF(m);
-    return nullptr;
-  }
-  if (dlrr::pyext::addTensorListDigest(m) < 0 || dlrr::pyext::addValueWriter(m) < 0 ||
+  if (!m) return nullptr;
+  if (dlrr::pyext::addType(m, "ModuleHooks",
+                           newHeapType<ModuleHooks, fields>("_dlrr_native.ModuleHooks",
+                                                            "ModuleHooks(rec, local, fetch, ...): .pre and .post are "
+                                                            "the global forward hooks",
+                                                            init, methods)) < 0 ||
+      dlrr::pyext::addTensorListDigest(m) < 0 || dlrr::pyext::addValueWriter(m) < 0 ||
       dlrr::pyext::addRngStates(m) < 0) {
     Py_DECREF(m);
     return nullptr;

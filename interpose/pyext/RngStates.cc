@@ -330,33 +330,12 @@ int init(PyObject* self, PyObject* args, PyObject* kwargs) {
   return 0;
 }
 
-int traverse(PyObject* self, visitproc visit, void* arg) { return traverseFields<RngStates, fields>(self, visit, arg); }
-int clear(PyObject* self) { return clearFields<RngStates, fields>(self); }
-void dealloc(PyObject* self) { deallocFields<RngStates, fields>(self); }
-
 PyMethodDef methods[] = {
     {"write", write, METH_NOARGS,
      "write(): the generators' states in one dlrr_rng_states call (True), or nothing (False: the Python path)"},
     {"configure", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(configure)), METH_FASTCALL,
      "configure(numpy, python): where numpy's and random's states are (None: not imported, False: Python path)"},
     {nullptr, nullptr, 0, nullptr}};
-
-PyType_Slot slots[] = {{Py_tp_doc, const_cast<char*>("RngStates(rng_states_address, torch, cuda): a batch "
-                                                     "delivery's RNG states")},
-                       {Py_tp_new, reinterpret_cast<void*>(PyType_GenericNew)},
-                       {Py_tp_init, reinterpret_cast<void*>(init)},
-                       {Py_tp_traverse, reinterpret_cast<void*>(traverse)},
-                       {Py_tp_clear, reinterpret_cast<void*>(clear)},
-                       {Py_tp_dealloc, reinterpret_cast<void*>(dealloc)},
-                       {Py_tp_methods, methods},
-                       {0, nullptr}};
-
-PyType_Spec spec = {"_dlrr_native.RngStates", sizeof(RngStates), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, slots};
-
-bool intern(PyObject*& slot, const char* text) {
-  slot = PyUnicode_InternFromString(text);
-  return slot != nullptr;
-}
 
 }  // namespace
 
@@ -369,13 +348,11 @@ int addRngStates(PyObject* module) {
       !intern(names.gaussNext, "gauss_next") || !intern(names.version, "VERSION") || !intern(names.numpy, "numpy") ||
       !intern(names.random, "random"))
     return -1;
-  PyObject* type = PyType_FromSpec(&spec);
-  if (!type) return -1;
-  if (PyModule_AddObject(module, "RngStates", type) < 0) {  // steals on success only
-    Py_DECREF(type);
-    return -1;
-  }
-  return 0;
+  return addType(module, "RngStates",
+                 newHeapType<RngStates, fields>("_dlrr_native.RngStates",
+                                                "RngStates(rng_states_address, torch, cuda): a batch "
+                                                "delivery's RNG states",
+                                                init, methods));
 }
 
 }  // namespace dlrr::pyext

@@ -299,12 +299,6 @@ int init(PyObject* self, PyObject* args, PyObject* kwargs) {
   return 0;
 }
 
-int traverse(PyObject* self, visitproc visit, void* arg) {
-  return traverseFields<TensorListDigest, fields>(self, visit, arg);
-}
-int clear(PyObject* self) { return clearFields<TensorListDigest, fields>(self); }
-void dealloc(PyObject* self) { deallocFields<TensorListDigest, fields>(self); }
-
 // A method called before init (no dlrr_digest_many to call) raises instead of crashing.
 bool ready(PyObject* self) {
   if (reinterpret_cast<TensorListDigest*>(self)->fallback) return true;
@@ -327,35 +321,15 @@ PyMethodDef methods[] = {
      "parameters(kind, param_groups, names, number, calls): digests an optimizer's parameters"},
     {nullptr, nullptr, 0, nullptr}};
 
-PyType_Slot slots[] = {{Py_tp_doc, const_cast<char*>("TensorListDigest(digest_many_address, dtypes, tensor_types, "
-                                                     "strided, fallback): a step's gradient and parameter digests")},
-                       {Py_tp_new, reinterpret_cast<void*>(PyType_GenericNew)},
-                       {Py_tp_init, reinterpret_cast<void*>(init)},
-                       {Py_tp_traverse, reinterpret_cast<void*>(traverse)},
-                       {Py_tp_clear, reinterpret_cast<void*>(clear)},
-                       {Py_tp_dealloc, reinterpret_cast<void*>(dealloc)},
-                       {Py_tp_methods, methods},
-                       {0, nullptr}};
-
-PyType_Spec spec = {"_dlrr_native.TensorListDigest", sizeof(TensorListDigest), 0,
-                    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, slots};
-
-bool intern(PyObject*& slot, const char* text) {
-  slot = PyUnicode_InternFromString(text);
-  return slot != nullptr;
-}
-
 }  // namespace
 
 int addTensorListDigest(PyObject* module) {
   if (!intern(names.grad, "grad") || !intern(names.params, "params") || initDenseTensorNames() < 0) return -1;
-  PyObject* type = PyType_FromSpec(&spec);
-  if (!type) return -1;
-  if (PyModule_AddObject(module, "TensorListDigest", type) < 0) {  // steals on success only
-    Py_DECREF(type);
-    return -1;
-  }
-  return 0;
+  return addType(module, "TensorListDigest",
+                 newHeapType<TensorListDigest, fields>("_dlrr_native.TensorListDigest",
+                                                       "TensorListDigest(digest_many_address, dtypes, tensor_types, "
+                                                       "strided, fallback): a step's gradient and parameter digests",
+                                                       init, methods));
 }
 
 }  // namespace dlrr::pyext

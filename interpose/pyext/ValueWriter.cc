@@ -248,40 +248,20 @@ int init(PyObject* self, PyObject* args, PyObject* kwargs) {
   return 0;
 }
 
-int traverse(PyObject* self, visitproc visit, void* arg) {
-  return traverseFields<ValueWriter, fields>(self, visit, arg);
-}
-int clear(PyObject* self) { return clearFields<ValueWriter, fields>(self); }
-void dealloc(PyObject* self) { deallocFields<ValueWriter, fields>(self); }
-
 PyMethodDef methods[] = {{"write", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(write)), METH_FASTCALL,
                           "write(value, depth=0): the dlrr_val_* calls of one value"},
                          {nullptr, nullptr, 0, nullptr}};
-
-PyType_Slot slots[] = {{Py_tp_doc, const_cast<char*>("ValueWriter(functions, tensor_type, strided, dtypes, cpu_device, "
-                                                     "max_depth, fallback): a batch's dlrr_val_* calls from C")},
-                       {Py_tp_new, reinterpret_cast<void*>(PyType_GenericNew)},
-                       {Py_tp_init, reinterpret_cast<void*>(init)},
-                       {Py_tp_traverse, reinterpret_cast<void*>(traverse)},
-                       {Py_tp_clear, reinterpret_cast<void*>(clear)},
-                       {Py_tp_dealloc, reinterpret_cast<void*>(dealloc)},
-                       {Py_tp_methods, methods},
-                       {0, nullptr}};
-
-PyType_Spec spec = {"_dlrr_native.ValueWriter", sizeof(ValueWriter), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, slots};
 
 }  // namespace
 
 int addValueWriter(PyObject* module) {
   requiresGradName = PyUnicode_InternFromString("requires_grad");
   if (!requiresGradName || initDenseTensorNames() < 0) return -1;
-  PyObject* type = PyType_FromSpec(&spec);
-  if (!type) return -1;
-  if (PyModule_AddObject(module, "ValueWriter", type) < 0) {  // steals on success only
-    Py_DECREF(type);
-    return -1;
-  }
-  return 0;
+  return addType(module, "ValueWriter",
+                 newHeapType<ValueWriter, fields>("_dlrr_native.ValueWriter",
+                                                  "ValueWriter(functions, tensor_type, strided, dtypes, cpu_device, "
+                                                  "max_depth, fallback): a batch's dlrr_val_* calls from C",
+                                                  init, methods));
 }
 
 }  // namespace dlrr::pyext
