@@ -351,17 +351,20 @@ void RecordSession::stepEnd(int64_t step, double loss, bool durableNow) {
   }
 }
 
-void RecordSession::waitStepDurable() {
+void RecordSession::waitStepDurable() noexcept {
   uint64_t ticket = pendingCommit_.exchange(0);
   if (ticket == 0) return;
-  StreamWriter* w;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    w = writer_.get();
+  try {  // called from batchEnd's scope guard: nothing may escape
+    StreamWriter* w;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      w = writer_.get();
+    }
+    if (!w) return;
+    w->waitCommitted(ticket);
+    reportWriterFailure(*w);
+  } catch (...) {
   }
-  if (!w) return;
-  w->waitCommitted(ticket);
-  reportWriterFailure(*w);
 }
 
 void RecordSession::rngState(int kind, int device, const void* data, uint64_t n, bool atFork, bool wake) {

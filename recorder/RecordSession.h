@@ -58,7 +58,7 @@ class RecordSession final : public ProcessSession {
   // delivery's RNG states and batch); the next batchEnd() or waitStepDurable() waits for it,
   // before the job's code runs again.
   void stepEnd(int64_t step, double loss, bool durableNow);
-  void waitStepDurable();
+  void waitStepDurable() noexcept;
   int64_t currentStep() const noexcept override { return step_.load(std::memory_order_relaxed); }
   // atFork: the states a forked trainer inherited, taken as it began its stream (RngState.atFork).
   // `wake`: false leaves the writer thread asleep until wakeWriter() (several states at once).
