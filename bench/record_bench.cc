@@ -228,6 +228,7 @@ void benchModuleCalls(int steps, int modules) {
   cfg.traceDir = dir + "/t";
   std::filesystem::create_directories(dir);
   std::vector<std::string> paths;
+  paths.reserve(static_cast<size_t>(std::max(modules, 0)));
   for (int m = 0; m < modules; ++m) paths.push_back("layers." + std::to_string(m));
   std::vector<float> out = {1.f, 2.f, 3.f, 4.f};
   int64_t shape[2] = {1, 4};
