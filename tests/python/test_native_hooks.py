@@ -216,6 +216,46 @@ class NativeHooksTest(unittest.TestCase):
             self.assertEqual(before, after)
         self.record(True, action=calls_directly)
 
+    def test_patched_tensor_attribute_seen_after_the_getters_are_cached(self):
+        """The C reads of dtype, layout, is_cpu and shape call torch's getters directly, recorded
+        per type version: a property set on torch.Tensor afterwards is what they see (and the
+        library sees the same calls as with the Python hooks), the getters again once removed."""
+        getter = torch.Tensor.is_cpu  # the getset descriptor, on torch's C base class
+        reads = []
+
+        def patch():
+            torch.Tensor.is_cpu = property(lambda t: (reads.append(1), getter.__get__(t))[1])
+
+        def unpatch():
+            if "is_cpu" in torch.Tensor.__dict__:
+                del torch.Tensor.is_cpu
+        self.addCleanup(unpatch)
+
+        def direct():
+            hooks = dlrr_hook.current().modules.native_hooks
+            x = torch.ones(2, 3)
+            nn.Linear(3, 1)(x)  # float32 seen
+            for _ in range(3):
+                self.assertEqual(hooks.loss(x.sum(), 0, 0), 6.0)  # the getters recorded
+            patch()
+            for n in range(1, 4):
+                self.assertEqual(hooks.loss(x.sum(), 0, 0), 6.0)
+                self.assertEqual(len(reads), n)  # the property, not the recorded getter
+            unpatch()
+            self.assertEqual(hooks.loss(x.sum(), 0, 0), 6.0)
+            self.assertEqual(len(reads), 3)
+        self.record(True, action=direct)
+
+        def patched_job():
+            job()  # the getters recorded
+            patch()
+            try:
+                job()
+            finally:
+                unpatch()
+            job()
+        self.assert_same_calls(action=patched_job)
+
     @unittest.skipUnless(hasattr(torch, "compile") and hasattr(torch, "_dynamo"), "torch.compile: torch 2.x")
     def test_torch_compile_sees_no_graph_break(self):
         """On torch 2.x the C hooks sit behind the is_compiling shim: torch.compile's tracer inlines
