@@ -177,16 +177,21 @@ def inclusive(path, names):
     return out
 
 
+def job_env(args, trace, **extra):
+    """The job's environment: the build's library preloaded and recording to `trace`, its hook."""
+    library = os.path.join(args.build, "lib", "dlrr", "libdlrr.so")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("DLRR_") and k not in ("LD_PRELOAD", "PYTHONPATH")}
+    env.update(BENCH_MODULES=str(args.modules), BENCH_ROUNDS=str(args.rounds), LD_PRELOAD=library,
+               DLRR_LIBRARY=library, DLRR_MODE="record", DLRR_TRACE=trace, DLRR_CAPTURE=args.capture,
+               PYTHONPATH=os.path.join(args.build, "lib", "dlrr", "python"), **extra)
+    return env
+
+
 def run_callgrind(args):
     tmp = tempfile.mkdtemp(prefix="dlrr-module-cg-")
     try:
-        library = os.path.join(args.build, "lib", "dlrr", "libdlrr.so")
-        hook_dir = os.path.join(args.build, "lib", "dlrr", "python")
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith("DLRR_") and k not in ("LD_PRELOAD", "PYTHONPATH")}
-        env.update(BENCH_MODULES=str(args.modules), BENCH_ROUNDS=str(args.rounds), LD_PRELOAD=library,
-                   DLRR_LIBRARY=library, DLRR_MODE="record", DLRR_TRACE=os.path.join(tmp, "trace"),
-                   DLRR_CAPTURE=args.capture, PYTHONPATH=hook_dir)
+        env = job_env(args, os.path.join(tmp, "trace"))
         out = os.path.join(tmp, "callgrind.out")
         p = subprocess.run(["valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=" + out,
                             PY, "-c", CALLGRIND_JOB], env=env, capture_output=True, text=True)
@@ -236,13 +241,7 @@ def main():
         return run_callgrind(args)
     tmp = tempfile.mkdtemp(prefix="dlrr-module-ab-")
     try:
-        library = os.path.join(args.build, "lib", "dlrr", "libdlrr.so")
-        hook_dir = os.path.join(args.build, "lib", "dlrr", "python")
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith("DLRR_") and k not in ("LD_PRELOAD", "PYTHONPATH")}
-        env.update(BENCH_MODULES=str(args.modules), BENCH_ROUNDS=str(args.rounds), BENCH_HOOKS=args.hooks, LD_PRELOAD=library,
-                   DLRR_LIBRARY=library, DLRR_MODE="record", DLRR_TRACE=tmp, DLRR_CAPTURE=args.capture,
-                   PYTHONPATH=hook_dir)
+        env = job_env(args, tmp, BENCH_HOOKS=args.hooks)
         p = subprocess.run([PY, "-c", JOB], env=env, capture_output=True, text=True)
         if p.returncode != 0:
             sys.exit("job failed:\n" + p.stderr[-3000:])
