@@ -56,6 +56,17 @@ class BindingTest(unittest.TestCase):
             self.assertEqual(restype, _C_TYPES[ret], name)
             self.assertEqual(argtypes, [_C_TYPES[p] for p in params], name)
 
+    def test_address_of_a_c_function_only(self):
+        """What the _dlrr_native extension is handed: a C function's address, or None for a
+        Python stand-in (a benchmark's timer around a C API function)."""
+        import fake_native
+        lib = fake_native.FakeLib()
+        address = native.address_of(lib.dlrr_digest_many)
+        self.assertIsInstance(address, int)
+        self.assertEqual(address, ctypes.cast(lib.dlrr_digest_many, ctypes.c_void_p).value)
+        self.assertIsNone(native.address_of(lambda *args: 0))
+        self.assertIsNone(native.address_of(None))
+
     def test_digest_struct_layout(self):
         self.assertEqual(ctypes.sizeof(native.DigestT), 40)
         self.assertEqual(ctypes.sizeof(native.DigestItemT), 56)

@@ -207,6 +207,16 @@ class TargetT(ctypes.Structure):
 SIGNATURES["dlrr_replay_target"] = (c_int, [POINTER(TargetT)])
 
 
+def address_of(fn):
+    """The address of a C API function (the preloaded library's symbol, or a test double's ctypes
+    callback), for the _dlrr_native extension to call it without ctypes; None when `fn` is not
+    a C function (a Python stand-in)."""
+    try:
+        return ctypes.cast(fn, ctypes.c_void_p).value or None
+    except (TypeError, ctypes.ArgumentError):
+        return None
+
+
 def bind(lib):
     """Sets restype/argtypes of every C API function on `lib`; AttributeError if one is missing."""
     for name, (restype, argtypes) in SIGNATURES.items():

@@ -1,8 +1,6 @@
 """Record mode: the session core (session.py) with the record strategy: what the job does
 is written to the trace."""
 
-import ctypes
-
 from . import native
 from .loaders import indices_pointer
 from .session import Session
@@ -53,11 +51,8 @@ class Recorder(Session):
         """What the native module hooks need to do _on_output's host path themselves (one dense
         contiguous CPU tensor: the call count, dlrr_digest through its address, the failure
         snapshot at a non-finite value), or None: every output through _on_output."""
-        try:
-            address = ctypes.cast(self._digest_fn, ctypes.c_void_p).value
-        except (TypeError, ctypes.ArgumentError):  # not a C function (a test double)
-            return None
-        if not address:
+        address = native.address_of(self._digest_fn)
+        if address is None:
             return None
         return {"address": address, "keep": self._keep_outputs, "calls": self._module_calls,
                 "dtypes": self.marshal._dtypes, "failure_snapshot": self._failure_snapshot}

@@ -236,14 +236,14 @@ class RngCapture:
         make = getattr(ext, "RngStates", None)
         if make is None or not self._packed or self._write_many is None:
             return None
+        address = native.address_of(self._write_many)
+        if address is None:
+            return None
         try:
-            address = ctypes.cast(self._write_many, ctypes.c_void_p).value
-            if not address:
-                return None
             states = make(rng_states_address=address, torch=self._torch, cuda=self._cuda)
             self._configure_native(states)
             return states
-        except Exception:  # not a C function, an extension of another build
+        except Exception:  # an extension of another build
             return None
 
     def _configure_native(self, states):
