@@ -206,6 +206,11 @@ def run_callgrind(args):
                                                          "ModuleHooks.cc:(anonymous namespace)::pre(",
                                                          "CApi.cc:dlrr_digest "))
     finally:
+        if args.keep_dumps:
+            os.makedirs(args.keep_dumps, exist_ok=True)
+            for f in os.listdir(tmp):
+                if f.startswith("callgrind.out."):
+                    shutil.copy(os.path.join(tmp, f), args.keep_dumps)
         shutil.rmtree(tmp, ignore_errors=True)
     print("capture %s, %d modules, %d forwards of the root (%d module calls) per region" % (
         args.capture, args.modules, args.rounds, calls))
@@ -234,7 +239,12 @@ def main():
     ap.add_argument("--callgrind", action="store_true",
                     help="instruction counts under callgrind instead of CPU time (native hooks; --rounds "
                          "forwards per region, default 100 here)")
+    ap.add_argument("--keep-dumps", metavar="DIR",
+                    help="with --callgrind: copy the five callgrind dumps (recorded, plain, recorded, plain, "
+                         "no-op hooks) into DIR, for callgrind_annotate")
     args = ap.parse_args()
+    if args.keep_dumps and not args.callgrind:
+        ap.error("--keep-dumps needs --callgrind")
     if args.callgrind:
         if args.rounds == ap.get_default("rounds"):
             args.rounds = 100
@@ -247,6 +257,11 @@ def main():
             sys.exit("job failed:\n" + p.stderr[-3000:])
         r = eval(p.stdout.strip().splitlines()[-1])  # our own repr of floats and lists
     finally:
+        if args.keep_dumps:
+            os.makedirs(args.keep_dumps, exist_ok=True)
+            for f in os.listdir(tmp):
+                if f.startswith("callgrind.out."):
+                    shutil.copy(os.path.join(tmp, f), args.keep_dumps)
         shutil.rmtree(tmp, ignore_errors=True)
     print("capture %s, %d modules, load average %.2f (main thread CPU time of rounds: min, median)"
           % (args.capture, args.modules, os.getloadavg()[0]))

@@ -9,6 +9,7 @@
 #include <sys/uio.h>
 #include <time.h>
 
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -67,6 +68,11 @@ int writeAll(int fd, iovec* iov, int n) noexcept {
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
   return err;
 }
+
+// Written events items kept for reuse, their buffers with them: a fresh item's buffer was
+// allocated and grown on the job's thread (an allocation per ~30 events, some of them large
+// enough for malloc to take new pages) and freed on the writer's.
+constexpr size_t kSpareEventItems = 8;
 
 }  // namespace
 
@@ -160,16 +166,34 @@ void StreamWriter::append(capnp::MessageBuilder& event, int64_t stepBegin) {
   const size_t itemBytes = std::min<size_t>(64 << 10, opts_.eventsFrameBytes);
   Item* item = queue_.empty() ? nullptr : queue_.back().get();
   if (stepBegin >= 0 || !item || item->kind != Item::Kind::Events || item->bytes.size() + n > itemBytes) {
-    queue_.push_back(std::make_unique<Item>());
+    if (spareEvents_.empty()) {
+      queue_.push_back(std::make_unique<Item>());
+    } else {
+      queue_.push_back(std::move(spareEvents_.back()));
+      spareEvents_.pop_back();
+    }
     item = queue_.back().get();
     item->kind = Item::Kind::Events;
     item->stepBegin = stepBegin;
     item->bytes.reserve(std::max(n, std::min<size_t>(itemBytes, 4096)));
   }
-  const size_t at = item->bytes.size();
-  item->bytes.resize(at + n);
-  kj::ArrayOutputStream out(kj::arrayPtr(item->bytes.data() + at, n));
-  capnp::writeMessage(out, segments);
+  if (segments.size() == 1) {
+    // What capnp::writeMessage writes for one segment (the common case: events are small),
+    // appended without its stream or a zero-filling resize: the segment table (count - 1,
+    // size in words), then the words.
+    static_assert(std::endian::native == std::endian::little, "Cap'n Proto's segment table is little-endian");
+    const auto words = static_cast<uint32_t>(segments[0].size());
+    const uint32_t table[2] = {0, words};
+    const auto* table8 = reinterpret_cast<const uint8_t*>(table);
+    const auto* words8 = reinterpret_cast<const uint8_t*>(segments[0].begin());
+    item->bytes.insert(item->bytes.end(), table8, table8 + sizeof table);
+    item->bytes.insert(item->bytes.end(), words8, words8 + words * sizeof(capnp::word));
+  } else {
+    const size_t at = item->bytes.size();
+    item->bytes.resize(at + n);
+    kj::ArrayOutputStream out(kj::arrayPtr(item->bytes.data() + at, n));
+    capnp::writeMessage(out, segments);
+  }
   queuedBytes_ += n;
   stats_.queueHighWater = std::max<uint64_t>(stats_.queueHighWater, queuedBytes_);
   ++stats_.events;
@@ -323,6 +347,10 @@ void StreamWriter::drainLocked(std::unique_lock<std::mutex>& lk, uint64_t until)
     lk.lock();
     queuedBytes_ -= item->bytes.size();
     if (item->kind == Item::Kind::Commit) writtenTicket_ = item->ticket;
+    if (item->kind == Item::Kind::Events && spareEvents_.size() < kSpareEventItems) {
+      item->bytes.clear();  // keeps its capacity
+      spareEvents_.push_back(std::move(item));
+    }
     doneCv_.notify_all();
   }
   if (flushRequested_.load(std::memory_order_acquire)) {

@@ -130,6 +130,7 @@ class StreamWriter {
   std::condition_variable workCv_;  // writer thread waits for items
   std::condition_variable doneCv_;  // callers wait for space / commits
   std::deque<std::unique_ptr<Item>> queue_;
+  std::vector<std::unique_ptr<Item>> spareEvents_;  // written events items, reused by append()
   size_t queuedBytes_ = 0;
   uint64_t commitTicket_ = 0;
   uint64_t writtenTicket_ = 0;

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 
 #include "DenseTensor.h"
 #include "GcFields.h"
@@ -61,14 +62,18 @@ struct ModuleHooks {
   PyObject* dtypes;             // TensorMarshal._dtypes: dtype -> (name bytes, size, special)
   PyObject* failureSnapshot;    // Recorder._failure_snapshot()
   PyObject* internalError;      // Recorder.internal_error(exc)
+  PyObject* localDict;          // local's dict for the thread localOwner (a cache; null: none)
+  PyObject* fetchDict;          // fetch's dict for the thread fetchOwner (a cache; null: none)
   DigestFn digest;              // null: every output goes to onOutput (replay)
+  uint64_t localOwner;          // PyThreadState_GetID of the thread localDict belongs to
+  uint64_t fetchOwner;
   int keep;
   int digestOutputs;
 };
 
 PyObject** fields(ModuleHooks* h, int& n) {
-  static_assert(offsetof(ModuleHooks, internalError) - offsetof(ModuleHooks, rec) == 14 * sizeof(PyObject*));
-  n = 15;
+  static_assert(offsetof(ModuleHooks, fetchDict) - offsetof(ModuleHooks, rec) == 16 * sizeof(PyObject*));
+  n = 17;
   return &h->rec;
 }
 
@@ -104,16 +109,32 @@ void reportError(ModuleHooks* h) {
   Py_DECREF(exc);
 }
 
-// A thread-local's attribute without raising AttributeError when it is unset (borrowed or null).
-PyObject* localItem(PyObject* local, PyObject* name, PyObject** dictOut) {
+// The calling thread's dict of a threading.local (borrowed; null with an exception set). Kept
+// with the id of the thread state it belongs to, which CPython never gives another thread (a
+// thread's ident it does reuse), and which a fork child's thread keeps along with the dict:
+// looking up `__dict__` cost ~190 instructions, four times a module call. The dict of a thread
+// that has ended stays alive until another thread calls the hooks.
+PyObject* threadDict(PyObject* local, PyObject*& cached, uint64_t& owner) {
+  const uint64_t id = PyThreadState_GetID(PyThreadState_Get());
+  if (cached && owner == id) return cached;
   PyObject* d = PyObject_GetAttr(local, names.dict);
   if (!d) return nullptr;
-  PyObject* item = PyDict_GetItemWithError(d, name);
-  if (dictOut)
-    *dictOut = d;
-  else
+  if (!PyDict_Check(d)) {
     Py_DECREF(d);
-  return item;
+    PyErr_SetString(PyExc_TypeError, "a threading.local's __dict__ is not a dict");
+    return nullptr;
+  }
+  Py_XSETREF(cached, d);
+  owner = id;
+  return d;
+}
+
+// A thread-local's attribute without raising AttributeError when it is unset (borrowed or null;
+// *dictOut the thread's dict, borrowed).
+PyObject* localItem(PyObject* local, PyObject*& cached, uint64_t& owner, PyObject* name, PyObject** dictOut) {
+  PyObject* d = threadDict(local, cached, owner);
+  if (dictOut) *dictOut = d;
+  return d ? PyDict_GetItemWithError(d, name) : nullptr;
 }
 
 // 1: the hooks do nothing now (capture off, compiling, fetching a batch); 0: go on; -1: error.
@@ -130,7 +151,7 @@ int skip(ModuleHooks* h) {
     Py_DECREF(c);
     if (compiling) return compiling < 0 ? -1 : 1;
   }
-  PyObject* depth = localItem(h->fetch, names.depth, nullptr);
+  PyObject* depth = localItem(h->fetch, h->fetchDict, h->fetchOwner, names.depth, nullptr);
   if (!depth) return PyErr_Occurred() ? -1 : 0;
   int fetching = PyObject_IsTrue(depth);
   return fetching < 0 ? -1 : fetching;
@@ -147,7 +168,7 @@ PyObject* pre(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   if (s == 1) Py_RETURN_NONE;
   if (s == 0) {
     PyObject* d = nullptr;
-    PyObject* stack = localItem(h->local, names.stack, &d);
+    PyObject* stack = localItem(h->local, h->localDict, h->localOwner, names.stack, &d);
     bool ok = d != nullptr && (stack || !PyErr_Occurred());
     if (ok && stack) {
       Py_INCREF(stack);  // on_root below may drop the thread's entry (the list stays ours)
@@ -165,7 +186,6 @@ PyObject* pre(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
     }
     ok = ok && PyList_Append(stack, module) == 0;
     Py_XDECREF(stack);
-    Py_XDECREF(d);
     if (ok) Py_RETURN_NONE;
   }
   reportError(h);
@@ -206,19 +226,28 @@ int digestDense(ModuleHooks* h, PyObject* path, PyObject* output) {
   return 1;
 }
 
+// stack.pop() of a non-empty list, as list.pop does it (the size lowered, the item released
+// last, when the list no longer holds it) without PyList_SetSlice's general path.
+void popLast(PyObject* list) {
+  const Py_ssize_t n = PyList_GET_SIZE(list);
+  PyObject* item = PyList_GET_ITEM(list, n - 1);
+  Py_SET_SIZE(reinterpret_cast<PyVarObject*>(list), n - 1);
+  Py_DECREF(item);
+}
+
 // ModuleTracker's post hook body after the checks; 0 or -1 with an exception set.
 int postBody(ModuleHooks* h, PyObject* module, PyObject* output) {
-  PyObject* stack = localItem(h->local, names.stack, nullptr);
+  PyObject* stack = localItem(h->local, h->localDict, h->localOwner, names.stack, nullptr);
   if (!stack) return PyErr_Occurred() ? -1 : 0;
   if (!PyList_Check(stack) || PyList_GET_SIZE(stack) == 0) return 0;
   Py_INCREF(stack);
   Py_ssize_t n = PyList_GET_SIZE(stack);
   if (PyList_GET_ITEM(stack, n - 1) == module) {
-    PyList_SetSlice(stack, n - 1, n, nullptr);
+    popLast(stack);
   } else {  // a forward raised below us (1.x has no always_call): unwind to module
     while (n > 0) {
       bool found = PyList_GET_ITEM(stack, n - 1) == module;
-      PyList_SetSlice(stack, n - 1, n, nullptr);
+      popLast(stack);
       --n;
       if (found) break;
     }
@@ -314,7 +343,9 @@ int init(PyObject* self, PyObject* args, PyObject* kwargs) {
   }
   int n = 0;
   PyObject** f = fields(h, n);
-  for (int i = 0; i < n; ++i) Py_XSETREF(f[i], Py_NewRef(o[i]));
+  static_assert(std::size(decltype(o){}) == 15);  // the fields from rec to internalError; then the caches
+  for (int i = 0; i < n; ++i) Py_XSETREF(f[i], i < 15 ? Py_NewRef(o[i]) : nullptr);
+  h->localOwner = h->fetchOwner = 0;
   h->digest = reinterpret_cast<DigestFn>(static_cast<uintptr_t>(address));
   h->keep = keep;
   h->digestOutputs = digestOutputs;

@@ -130,6 +130,32 @@ def two_threads():
         inner(x)
 
 
+class Raising(nn.Module):
+    def forward(self, x):
+        raise RuntimeError("a forward that raises")
+
+
+def threads_that_end():
+    """Threads one after another (the OS gives a new thread the ident of one that ended, and
+    its stack memory): one dies in the middle of a forward, its stack left non-empty where torch
+    has no always_call; each next thread starts with an empty stack of its own, and its first
+    module is a root."""
+    torch.manual_seed(0)
+    x = torch.ones(2, 3)
+    failing = nn.Sequential(nn.Linear(3, 3), Raising())
+    good = nn.Sequential(nn.Linear(3, 4), nn.ReLU())
+
+    def dies():
+        try:
+            failing(x)
+        except RuntimeError:
+            pass
+    for _ in range(3):
+        on_another_thread(dies)
+        on_another_thread(lambda: good(x))
+    good(x)
+
+
 def concurrent_threads():
     """Two threads calling their own models at once, in no fixed order."""
     torch.manual_seed(0)
@@ -280,6 +306,14 @@ class NativeHooksTest(unittest.TestCase):
         calls, _ = self.assert_same_calls(action=two_threads)
         self.assertGreater(len([c for c in calls if c[0] == "digest"]), 40)
 
+    def test_a_new_thread_does_not_see_an_ended_threads_stack(self):
+        """The C hooks keep each thread-local's dict with the thread state's id, which is never
+        reused (a thread's ident is)."""
+        calls, _ = self.assert_same_calls(action=threads_that_end)
+        paths = [c[2] for c in calls if c[0] == "digest"]
+        self.assertEqual(paths.count("Sequential"), 4, paths)  # `good` a root on each thread
+        self.assertEqual([p for p in paths if "<" in p], [], paths)  # not under a dead stack
+
     def test_concurrent_threads(self):
         """Two threads calling modules at once: the same digests as the Python hooks (paths,
         shapes and bytes; not the call indices, nor the roots' step bookkeeping, which follow
@@ -346,6 +380,28 @@ class NativeHooksTest(unittest.TestCase):
             self.assertEqual(explanation.graph_break_count, 0, explanation.break_reasons)
             self.assertEqual(explanation.graph_count, 1)
         self.record(True, action=explain)
+
+    def test_hooks_stand_aside_while_exporting(self):
+        """What torch.compiler.is_compiling() says outside dynamo (export's flag, set while it
+        runs a model's Python for real) the shims read themselves: no module digested, no step
+        bookkeeping, while it is set; digests again once it is cleared."""
+        compiler = getattr(torch, "compiler", None)
+        if not isinstance(getattr(compiler, "_is_compiling_flag", None), bool):
+            self.skipTest("torch.compiler has no _is_compiling_flag (torch < 2.3)")
+        model = nn.Sequential(nn.Linear(3, 4), nn.ReLU())
+        x = torch.ones(2, 3)
+
+        def exporting():
+            compiler._is_compiling_flag = True
+            try:
+                self.assertTrue(compiler.is_compiling())
+                model(x)
+            finally:
+                compiler._is_compiling_flag = False
+        calls, _ = self.record(True, action=exporting)
+        self.assertEqual([c for c in calls if c[0] in ("digest", "step_begin")], [])
+        calls, _ = self.record(True, action=lambda: model(x))
+        self.assertEqual(len([c for c in calls if c[0] == "digest"]), 3)
 
     def test_losses_digested_in_c_with_the_python_paths_calls(self):
         """backward()'s tensors: a dense CPU loss is digested by ModuleHooks.loss, anything else by

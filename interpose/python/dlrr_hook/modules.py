@@ -23,8 +23,9 @@ steps as the Python hooks below, and in the common case (path known, one dense c
 tensor out) the output's digest itself, through dlrr_digest's address, with no Python frame and
 no ctypes crossing.  Everything else goes to the same Python functions.  DLRR_NATIVE_HOOKS=0, or
 an extension that does not import, keeps the Python hooks.  On torch 2.x a two-line Python shim
-asks torch.compiler.is_compiling() first: torch.compile's tracer inlines it and sees no call it
-cannot trace (a C function would break the graph at every module call).
+asks torch.compiler.is_dynamo_compiling() (or is_compiling()) first: torch.compile's tracer
+inlines it and sees no call it cannot trace (a C function would break the graph at every module
+call).
 
 Data pipeline: module calls made while a DataLoader fetches and collates a batch in this
 thread (torchvision transforms such as Normalize are nn.Modules; with num_workers=0 they run
@@ -267,7 +268,7 @@ class ModuleTracker:
         native_hooks = self._native_hooks() if self._native is not None else None
         self.native_hooks = native_hooks
         pre, post = (pre_hook, post_hook) if native_hooks is None else \
-            _native_entry_points(native_hooks, is_compiling)
+            _native_entry_points(native_hooks, is_compiling, getattr(self._torch, "compiler", None))
 
         register_pre = module_module.register_module_forward_pre_hook
         register_post = module_module.register_module_forward_hook
@@ -300,12 +301,29 @@ class ModuleTracker:
             self._handles.pop().remove()
 
 
-def _native_entry_points(native_hooks, is_compiling):
+def _native_entry_points(native_hooks, is_compiling, compiler=None):
     """The functions to register: the C functions themselves, or on torch 2.x (is_compiling not
-    None) Python shims that torch.compile's tracer inlines as no-ops (see the module docstring)."""
+    None) Python shims that torch.compile's tracer inlines as no-ops (see the module docstring).
+
+    Where torch has them (2.6), the shims ask is_dynamo_compiling() and then read the flag that
+    is_compiling() returns outside dynamo: the same answer (dynamo folds either call to True; the
+    flag is export's), one Python frame per hook instead of three (is_compiling calls
+    torch.jit.is_scripting), twice per module call."""
     native_pre, native_post = native_hooks.pre, native_hooks.post
     if is_compiling is None:
         return native_pre, native_post
+    dynamo_compiling = getattr(compiler, "is_dynamo_compiling", None)
+    if dynamo_compiling is not None and isinstance(getattr(compiler, "_is_compiling_flag", None), bool):
+        def pre_hook(module, args):
+            if dynamo_compiling() or compiler._is_compiling_flag:
+                return None
+            return native_pre(module, args)
+
+        def post_hook(module, args, output):
+            if dynamo_compiling() or compiler._is_compiling_flag:
+                return None
+            return native_post(module, args, output)
+        return pre_hook, post_hook
 
     def pre_hook(module, args):
         if is_compiling():
