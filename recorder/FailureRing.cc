@@ -15,7 +15,16 @@ FailureRing::Keep FailureRing::keep(int64_t step, int kind, std::string_view pat
     return Keep::WriteNow;
   }
   if (ringBytes_ + nbytes > capBytes_) return Keep::Dropped;
-  KeptTensor k = spareLocked(nbytes);
+  // The step's list: the one of the last keep (a map node stays put until erased), or a new
+  // one sized like the last step's (the next step keeps the same tensors again).
+  if (!current_ || currentStep_ != step) {
+    auto [it, fresh] = ring_.try_emplace(step);
+    if (fresh && current_) it->second.reserve(current_->size());
+    current_ = &it->second;
+    currentStep_ = step;
+  }
+  current_->push_back(spareLocked(nbytes));
+  KeptTensor& k = current_->back();  // filled in place: no move of the whole entry
   const auto* b = static_cast<const uint8_t*>(data);
   k.kind = kind;
   k.path.assign(path);
@@ -26,7 +35,6 @@ FailureRing::Keep FailureRing::keep(int64_t step, int kind, std::string_view pat
   k.bytes.assign(b, b + nbytes);
   k.step = step;
   ringBytes_ += nbytes;
-  ring_[step].push_back(std::move(k));
   return Keep::Kept;
 }
 
@@ -37,6 +45,7 @@ void FailureRing::stepBegan() {
       ringBytes_ -= k.bytes.size();
       recycleLocked(std::move(k));
     }
+    if (current_ == &ring_.begin()->second) current_ = nullptr;
     ring_.erase(ring_.begin());
   }
 }
@@ -49,6 +58,7 @@ std::vector<KeptTensor> FailureRing::takeForFailure(int64_t failingStep) {
     failed_ = true;
     failingStep_ = failingStep;
     ring.swap(ring_);
+    current_ = nullptr;
     ringBytes_ = 0;
     spare_.clear();  // nothing is kept any more
     spareBytes_ = 0;
@@ -83,6 +93,7 @@ size_t FailureRing::bytes() const {
 
 void FailureRing::resetAfterForkChild() noexcept {
   ring_.clear();
+  current_ = nullptr;
   ringBytes_ = 0;
   spare_.clear();
   spareBytes_ = 0;

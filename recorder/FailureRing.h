@@ -71,6 +71,8 @@ class FailureRing {
   const size_t capBytes_;
   mutable std::mutex mu_;
   std::map<int64_t, std::vector<KeptTensor>> ring_;
+  std::vector<KeptTensor>* current_ = nullptr;  // ring_'s list of currentStep_, when it has one
+  int64_t currentStep_ = -1;
   size_t ringBytes_ = 0;
   bool failed_ = false;
   int64_t failingStep_ = -1;

@@ -211,6 +211,7 @@ StreamWriter* RecordSession::writer() {
     protectFd(raw);  // before the writer holds it: the job's close() must never free the number
     try {
       writer_ = std::make_unique<StreamWriter>(std::move(fd), hm);
+      openWriter_.store(writer_.get(), std::memory_order_release);
     } catch (...) {
       unprotectFd(raw);
       throw;
@@ -236,8 +237,10 @@ void RecordSession::emit(Fill&& fill, int64_t stepBegin) {
     e.setTNs(monoNs() - startNs_);
     e.setStep(step_.load(std::memory_order_relaxed));
     e.setThread(threadNumber());
-    StreamWriter* w;
-    {
+    // The writer once open, without the lock (taken per event, twice a module call with the
+    // failure ring's); the lock opens it, once.
+    StreamWriter* w = openWriter_.load(std::memory_order_acquire);
+    if (!w) {
       std::lock_guard<std::mutex> lk(mu_);
       w = writer();
     }
@@ -627,6 +630,7 @@ void RecordSession::afterForkChild() noexcept {
   if (writer_) writer_->afterForkChild();
   pendingCommit_.store(0);  // a ticket of the parent's writer
   (void)writer_.release();  // owned by the parent's copy of memory; never destroy it here
+  openWriter_.store(nullptr, std::memory_order_release);
   ring_.resetAfterForkChild();
   const char* id = std::getenv(kProcessIdEnv);  // getenv allocates nothing: safe in a fork child
   bool trainer = isTrainerIdentity(id) && identity_ != id && !disabled_.load() && !exited_.load();

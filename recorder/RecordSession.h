@@ -156,6 +156,7 @@ class RecordSession final : public ProcessSession {
   std::string identity_;
   mutable std::mutex mu_;
   std::unique_ptr<StreamWriter> writer_;
+  std::atomic<StreamWriter*> openWriter_{nullptr};  // writer_ once opened (emit's read without mu_)
   bool openTried_ = false;
   std::string status_;
   UniqueFd dirFd_;     // the trace directory, opened once (O_NOFOLLOW, owner checked)

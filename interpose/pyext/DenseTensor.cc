@@ -15,6 +15,51 @@ struct Names {
 };
 Names names;  // interned once at module init, read only after
 
+enum Attr { kDtype, kLayout, kIsCpu, kShape };
+
+// Takes `type`'s getters into g; false (and g unusable) when one is not a plain getset.
+bool take(TensorGetters& g, PyTypeObject* type) {
+  g.type = type;
+  g.version = 0;
+  if (type->tp_getattro != PyObject_GenericGetAttr) return false;
+  PyObject* const attrs[4] = {names.dtype, names.layout, names.isCpu, names.shape};
+  for (int i = 0; i < 4; ++i) {
+    // The class attribute lookup also gives the type a version tag when it has none.
+    PyObject* d = PyObject_GetAttr(reinterpret_cast<PyObject*>(type), attrs[i]);
+    if (!d) {
+      PyErr_Clear();
+      return false;
+    }
+    const bool plain = Py_IS_TYPE(d, &PyGetSetDescr_Type) &&
+                       reinterpret_cast<PyGetSetDescrObject*>(d)->d_getset->get != nullptr &&
+                       PyType_IsSubtype(type, PyDescr_TYPE(d));
+    if (plain) {
+      g.get[i] = reinterpret_cast<PyGetSetDescrObject*>(d)->d_getset->get;
+      g.closure[i] = reinterpret_cast<PyGetSetDescrObject*>(d)->d_getset->closure;
+    }
+    Py_DECREF(d);  // what is kept is torch's function and closure, not the descriptor
+    if (!plain) return false;
+  }
+  g.version = type->tp_version_tag;
+  return g.version != 0;
+}
+
+// g when its getters are valid for `tensor` now (taken again after the type changed), else null.
+TensorGetters* usable(TensorGetters* g, PyObject* tensor) {
+  if (!g) return nullptr;
+  PyTypeObject* type = Py_TYPE(tensor);
+  if (type == g->type && g->version != 0 && type->tp_version_tag == g->version) return g;
+  if (g->tried && type == g->type && type->tp_version_tag == g->triedVersion) return nullptr;
+  if (take(*g, type)) return g;
+  g->tried = true;
+  g->triedVersion = type->tp_version_tag;
+  return nullptr;
+}
+
+PyObject* attr(TensorGetters* g, PyObject* tensor, Attr a, PyObject* name) {
+  return g ? g->get[a](tensor, g->closure[a]) : PyObject_GetAttr(tensor, name);
+}
+
 }  // namespace
 
 int initDenseTensorNames() {
@@ -25,8 +70,9 @@ int initDenseTensorNames() {
              : -1;
 }
 
-bool DenseTensor::read(PyObject* tensor, PyObject* dtypes, PyObject* strided) {
-  PyObject* dtype = PyObject_GetAttr(tensor, names.dtype);
+bool DenseTensor::read(PyObject* tensor, PyObject* dtypes, PyObject* strided, TensorGetters* getters) {
+  TensorGetters* g = usable(getters, tensor);
+  PyObject* dtype = attr(g, tensor, kDtype, names.dtype);
   PyObject* info = dtype ? PyDict_GetItemWithError(dtypes, dtype) : nullptr;  // borrowed
   Py_XDECREF(dtype);
   if (!info || !PyTuple_Check(info) || PyTuple_GET_SIZE(info) != 3 || PyTuple_GET_ITEM(info, 2) != Py_False ||
@@ -41,12 +87,12 @@ bool DenseTensor::read(PyObject* tensor, PyObject* dtypes, PyObject* strided) {
     return false;
   }
   PyObject* self = tensor;
-  PyObject* layout = PyObject_GetAttr(tensor, names.layout);
-  PyObject* cpu = layout == strided ? PyObject_GetAttr(tensor, names.isCpu) : nullptr;
+  PyObject* layout = attr(g, tensor, kLayout, names.layout);
+  PyObject* cpu = layout == strided ? attr(g, tensor, kIsCpu, names.isCpu) : nullptr;
   PyObject* contiguous =
       cpu == Py_True ? PyObject_VectorcallMethod(names.isContiguous, &self, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr)
                      : nullptr;
-  PyObject* dims = contiguous == Py_True ? PyObject_GetAttr(tensor, names.shape) : nullptr;
+  PyObject* dims = contiguous == Py_True ? attr(g, tensor, kShape, names.shape) : nullptr;
   int ndim = -1;
   if (dims && PyTuple_Check(dims) && PyTuple_GET_SIZE(dims) <= kMaxDims) {
     ndim = static_cast<int>(PyTuple_GET_SIZE(dims));

@@ -14,6 +14,23 @@ namespace dlrr::pyext {
 
 constexpr int kMaxDims = 64;  // dlrr_digest refuses more (CEnums.h kMaxTensorDims)
 
+// torch's C getters of the four attributes DenseTensor::read takes from a tensor (dtype,
+// layout, is_cpu, shape), called directly: PyObject_GetAttr's generic lookup cost ~110
+// instructions an attribute, four times a module call. Each owner (ModuleHooks) keeps its own,
+// taken from one type's getset descriptors and used while that type's version tag is the one
+// they were taken at: CPython gives a type a new tag (0 until it is next looked up) whenever it
+// or a base class changes, e.g. a property set on torch.Tensor, and then they are taken again,
+// or not used (a descriptor of another kind, a type whose attribute lookup is not the generic
+// one). Zero-initialised: not taken.
+struct TensorGetters {
+  PyTypeObject* type;         // borrowed: the owner holds the tensor type
+  unsigned int version;       // the type's version tag they were taken at; 0: not usable
+  unsigned int triedVersion;  // the tag at the last failed take (not retried until it changes)
+  bool tried;
+  getter get[4];
+  void* closure[4];
+};
+
 class DenseTensor {
  public:
   DenseTensor() = default;
@@ -24,7 +41,8 @@ class DenseTensor {
   // Reads `tensor`: true when it is strided, on the CPU, contiguous and of a plain dtype that
   // `dtypes` (TensorMarshal._dtypes: dtype -> (name bytes, element size, special)) already
   // holds; false otherwise, with no exception set (the Python path decides).
-  bool read(PyObject* tensor, PyObject* dtypes, PyObject* strided);
+  // `getters`: the owner's direct getters (null: attribute lookups).
+  bool read(PyObject* tensor, PyObject* dtypes, PyObject* strided, TensorGetters* getters = nullptr);
 
   const char* dtype() const { return PyBytes_AS_STRING(dtypeName_); }
   // The dtype name (a new reference), for a caller that must keep it past this object.

@@ -67,6 +67,7 @@ struct ModuleHooks {
   DigestFn digest;              // null: every output goes to onOutput (replay)
   uint64_t localOwner;          // PyThreadState_GetID of the thread localDict belongs to
   uint64_t fetchOwner;
+  dlrr::pyext::TensorGetters getters;  // torch.Tensor's getters for DenseTensor::read
   int keep;
   int digestOutputs;
 };
@@ -197,7 +198,7 @@ PyObject* pre(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
 int digestDense(ModuleHooks* h, PyObject* path, PyObject* output) {
   if (!h->digest || Py_TYPE(output) != reinterpret_cast<PyTypeObject*>(h->tensorType) || !PyBytes_Check(path)) return 0;
   DenseTensor t;
-  if (!t.read(output, h->dtypes, h->strided)) return 0;
+  if (!t.read(output, h->dtypes, h->strided, &h->getters)) return 0;
 
   // Recorder._on_output from here: the call index, the digest, the failure snapshot.
   PyObject* count = PyDict_GetItemWithError(h->calls, path);
@@ -346,6 +347,7 @@ int init(PyObject* self, PyObject* args, PyObject* kwargs) {
   static_assert(std::size(decltype(o){}) == 15);  // the fields from rec to internalError; then the caches
   for (int i = 0; i < n; ++i) Py_XSETREF(f[i], i < 15 ? Py_NewRef(o[i]) : nullptr);
   h->localOwner = h->fetchOwner = 0;
+  h->getters = {};
   h->digest = reinterpret_cast<DigestFn>(static_cast<uintptr_t>(address));
   h->keep = keep;
   h->digestOutputs = digestOutputs;
@@ -371,7 +373,7 @@ PyObject* loss(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
       output > UINT32_MAX)
     Py_RETURN_NONE;
   DenseTensor t;
-  if (!t.read(args[0], h->dtypes, h->strided)) Py_RETURN_NONE;
+  if (!t.read(args[0], h->dtypes, h->strided, &h->getters)) Py_RETURN_NONE;
   dlrr_digest_t out{};
   if (t.nbytes() >= kReleaseGilBytes) {
     Py_BEGIN_ALLOW_THREADS h->digest(DLRR_DIGEST_LOSS, "loss", static_cast<uint32_t>(callIndex),

@@ -327,11 +327,10 @@ class NativeHooksTest(unittest.TestCase):
         self.assertEqual(python, digests(True))
 
     def test_patched_tensor_attribute_is_what_the_c_reads_see(self):
-        """The C reads of a tensor's dtype, layout, is_cpu and shape go through attribute lookup:
-        a property set on torch.Tensor while the job runs is what they see (and the library sees
-        the same calls as with the Python hooks), torch's getter again once removed.  (Calling
-        torch's getters directly, kept per type version tag, saved ~450 instructions per module
-        call; not kept: process-wide mutable state and CPython internals for ~0.1 us.)"""
+        """The C reads of a tensor's dtype, layout, is_cpu and shape call torch's getters directly,
+        kept per type version tag: a property set on torch.Tensor while the job runs is what they
+        see (and the library sees the same calls as with the Python hooks), torch's getter again
+        once removed.  (torch's C base class is immutable: nothing can be patched there.)"""
         getter = torch.Tensor.is_cpu  # the getset descriptor, on torch's C base class
         reads = []
 
