@@ -9,13 +9,13 @@
 #include <sys/uio.h>
 #include <time.h>
 
-#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <new>
 
 #include "format/Crc32c.h"
+#include "format/FlatMessage.h"
 #include "format/OwnThreads.h"
 #include "format/TraceError.h"
 #include "schema/dlrr.capnp.h"
@@ -178,16 +178,13 @@ void StreamWriter::append(capnp::MessageBuilder& event, int64_t stepBegin) {
     item->bytes.reserve(std::max(n, std::min<size_t>(itemBytes, 4096)));
   }
   if (segments.size() == 1) {
-    // What capnp::writeMessage writes for one segment (the common case: events are small),
-    // appended without its stream or a zero-filling resize: the segment table (count - 1,
-    // size in words), then the words.
-    static_assert(std::endian::native == std::endian::little, "Cap'n Proto's segment table is little-endian");
-    const auto words = static_cast<uint32_t>(segments[0].size());
-    const uint32_t table[2] = {0, words};
-    const auto* table8 = reinterpret_cast<const uint8_t*>(table);
-    const auto* words8 = reinterpret_cast<const uint8_t*>(segments[0].begin());
-    item->bytes.insert(item->bytes.end(), table8, table8 + sizeof table);
-    item->bytes.insert(item->bytes.end(), words8, words8 + words * sizeof(capnp::word));
+    // One segment (events are small): the flat framing appended with no stream and no
+    // zero-filling resize.
+    uint8_t table[kOneSegmentTableBytes];
+    writeOneSegmentTable(table, static_cast<uint32_t>(segments[0].size()));
+    const auto* words = reinterpret_cast<const uint8_t*>(segments[0].begin());
+    item->bytes.insert(item->bytes.end(), table, table + sizeof table);
+    item->bytes.insert(item->bytes.end(), words, words + segments[0].size() * sizeof(capnp::word));
   } else {
     const size_t at = item->bytes.size();
     item->bytes.resize(at + n);

@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "format/FlatMessage.h"
 #include "recorder/MapsSymbolizer.h"
 #include "schema/dlrr.capnp.h"
 
@@ -57,13 +58,11 @@ void CrashRecorder::write(StreamWriter& w, int64_t tNs, int64_t step, uint32_t t
     if (nips > 0) f.setWhere(syms[static_cast<unsigned>(faultFrame >= 0 && faultFrame < nips ? faultFrame : 0)]);
     auto segs = msg.getSegmentsForOutput();
     if (segs.size() != 1) return;  // did not fit the arena: nothing safe to write
-    // Flat message = segment table (count-1, size, pad) + segment.
-    uint32_t table[2] = {0, static_cast<uint32_t>(segs[0].size())};
-    size_t bytes = 8 + segs[0].size() * 8;
+    size_t bytes = kOneSegmentTableBytes + segs[0].size() * sizeof(capnp::word);
     auto* out = reinterpret_cast<uint8_t*>(mapsText_.data());  // reuse: maps text is no longer needed
     if (bytes > mapsText_.size()) return;
-    std::memcpy(out, table, 8);
-    std::memcpy(out + 8, segs[0].begin(), segs[0].size() * 8);
+    writeOneSegmentTable(out, static_cast<uint32_t>(segs[0].size()));
+    std::memcpy(out + kOneSegmentTableBytes, segs[0].begin(), segs[0].size() * sizeof(capnp::word));
     w.writeFromSignal(out, bytes);
   } catch (...) {
     // The arena was too small or capnp refused: the crash still happens as it would have.

@@ -17,14 +17,13 @@ FailureRing::Keep FailureRing::keep(int64_t step, int kind, std::string_view pat
   if (ringBytes_ + nbytes > capBytes_) return Keep::Dropped;
   // The step's list: the one of the last keep (a map node stays put until erased), or a new
   // one sized like the last step's (the next step keeps the same tensors again).
-  if (!current_ || currentStep_ != step) {
+  if (current_ == ring_.end() || current_->first != step) {
     auto [it, fresh] = ring_.try_emplace(step);
-    if (fresh && current_) it->second.reserve(current_->size());
-    current_ = &it->second;
-    currentStep_ = step;
+    if (fresh && current_ != ring_.end()) it->second.reserve(current_->second.size());
+    current_ = it;
   }
-  current_->push_back(spareLocked(nbytes));
-  KeptTensor& k = current_->back();  // filled in place: no move of the whole entry
+  current_->second.push_back(spareLocked(nbytes));
+  KeptTensor& k = current_->second.back();  // filled in place: no move of the whole entry
   const auto* b = static_cast<const uint8_t*>(data);
   k.kind = kind;
   k.path.assign(path);
@@ -45,7 +44,7 @@ void FailureRing::stepBegan() {
       ringBytes_ -= k.bytes.size();
       recycleLocked(std::move(k));
     }
-    if (current_ == &ring_.begin()->second) current_ = nullptr;
+    if (current_ == ring_.begin()) current_ = ring_.end();
     ring_.erase(ring_.begin());
   }
 }
@@ -58,7 +57,7 @@ std::vector<KeptTensor> FailureRing::takeForFailure(int64_t failingStep) {
     failed_ = true;
     failingStep_ = failingStep;
     ring.swap(ring_);
-    current_ = nullptr;
+    current_ = ring_.end();
     ringBytes_ = 0;
     spare_.clear();  // nothing is kept any more
     spareBytes_ = 0;
@@ -93,7 +92,7 @@ size_t FailureRing::bytes() const {
 
 void FailureRing::resetAfterForkChild() noexcept {
   ring_.clear();
-  current_ = nullptr;
+  current_ = ring_.end();
   ringBytes_ = 0;
   spare_.clear();
   spareBytes_ = 0;

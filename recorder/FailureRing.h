@@ -71,8 +71,7 @@ class FailureRing {
   const size_t capBytes_;
   mutable std::mutex mu_;
   std::map<int64_t, std::vector<KeptTensor>> ring_;
-  std::vector<KeptTensor>* current_ = nullptr;  // ring_'s list of currentStep_, when it has one
-  int64_t currentStep_ = -1;
+  decltype(ring_)::iterator current_ = ring_.end();  // the last keep's step (a node stays put until erased)
   size_t ringBytes_ = 0;
   bool failed_ = false;
   int64_t failingStep_ = -1;

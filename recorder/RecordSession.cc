@@ -239,7 +239,7 @@ void RecordSession::emit(Fill&& fill, int64_t stepBegin) {
     e.setThread(threadNumber());
     // The writer once open, without the lock (taken per event, twice a module call with the
     // failure ring's); the lock opens it, once.
-    StreamWriter* w = openWriter_.load(std::memory_order_acquire);
+    StreamWriter* w = openWriter();
     if (!w) {
       std::lock_guard<std::mutex> lk(mu_);
       w = writer();
@@ -335,11 +335,7 @@ void RecordSession::stepEnd(int64_t step, double loss, bool durableNow) {
     se.setDigests(stepDigests_.load());
     se.setUntrained(stepUntrained_.load());
   });
-  StreamWriter* w;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    w = writer_.get();
-  }
+  StreamWriter* w = openWriter();
   if (w) {
     writeTriage(*w, "step", false);  // failed lookups and peaks, when they changed
     if (!durableNow) {
@@ -358,11 +354,7 @@ void RecordSession::waitStepDurable() noexcept {
   uint64_t ticket = pendingCommit_.exchange(0);
   if (ticket == 0) return;
   try {  // called from batchEnd's scope guard: nothing may escape
-    StreamWriter* w;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      w = writer_.get();
-    }
+    StreamWriter* w = openWriter();
     if (!w) return;
     w->waitCommitted(ticket);
     reportWriterFailure(*w);
@@ -381,11 +373,7 @@ void RecordSession::rngState(int kind, int device, const void* data, uint64_t n,
 }
 
 void RecordSession::wakeWriter() {
-  StreamWriter* w;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    w = writer_.get();
-  }
+  StreamWriter* w = openWriter();
   if (w) w->wake();
 }
 
@@ -539,11 +527,7 @@ void RecordSession::recordNonFinite(int64_t step, int kind, const char* path, ui
 }
 
 void RecordSession::commitNow() {
-  StreamWriter* w;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    w = writer_.get();
-  }
+  StreamWriter* w = openWriter();
   if (w) w->commit(true);
 }
 
@@ -575,11 +559,7 @@ void RecordSession::failureException(const char* type, const char* message, cons
   });
   haveFailure_.store(true);
   if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->flush();
-  StreamWriter* w;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    w = writer_.get();
-  }
+  StreamWriter* w = openWriter();
   if (w) writeTriage(*w, "failure", true);
   if (w) w->commit(true);
 }
@@ -657,7 +637,7 @@ void RecordSession::afterForkChild() noexcept {
 void RecordSession::onFatalSignal(int sig, const siginfo_t* info, const uint64_t* ips, int nips,
                                   int faultFrame) noexcept {
   if (disabled_.load() || exited_.load() || ::getpid() != ownerPid_) return;
-  StreamWriter* w = writer_.get();  // no lock: may be held by the interrupted thread
+  StreamWriter* w = openWriter();  // lock-free: mu_ may be held by the interrupted thread
   if (!w) return;
   crash_.write(*w, monoNs() - startNs_, step_.load(), threadNumber(), sig, info, ips, nips, faultFrame, pystackFd_);
 }

@@ -156,7 +156,11 @@ class RecordSession final : public ProcessSession {
   std::string identity_;
   mutable std::mutex mu_;
   std::unique_ptr<StreamWriter> writer_;
-  std::atomic<StreamWriter*> openWriter_{nullptr};  // writer_ once opened (emit's read without mu_)
+  // writer_ once opened, cleared in a fork child: what every caller that only uses the writer
+  // reads, without mu_ (which guards opening it; the writer is never destroyed before the
+  // session, so the lock never protected more than this read).
+  std::atomic<StreamWriter*> openWriter_{nullptr};
+  StreamWriter* openWriter() const noexcept { return openWriter_.load(std::memory_order_acquire); }
   bool openTried_ = false;
   std::string status_;
   UniqueFd dirFd_;     // the trace directory, opened once (O_NOFOLLOW, owner checked)

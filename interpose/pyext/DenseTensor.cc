@@ -17,10 +17,8 @@ Names names;  // interned once at module init, read only after
 
 enum Attr { kDtype, kLayout, kIsCpu, kShape };
 
-// Takes `type`'s getters into g; false (and g unusable) when one is not a plain getset.
+// Takes `type`'s getters into g; false when one is not a plain getset or the type has no tag.
 bool take(TensorGetters& g, PyTypeObject* type) {
-  g.type = type;
-  g.version = 0;
   if (type->tp_getattro != PyObject_GenericGetAttr) return false;
   PyObject* const attrs[4] = {names.dtype, names.layout, names.isCpu, names.shape};
   for (int i = 0; i < 4; ++i) {
@@ -40,20 +38,19 @@ bool take(TensorGetters& g, PyTypeObject* type) {
     Py_DECREF(d);  // what is kept is torch's function and closure, not the descriptor
     if (!plain) return false;
   }
-  g.version = type->tp_version_tag;
-  return g.version != 0;
+  return type->tp_version_tag != 0;
 }
 
 // g when its getters are valid for `tensor` now (taken again after the type changed), else null.
 TensorGetters* usable(TensorGetters* g, PyObject* tensor) {
   if (!g) return nullptr;
   PyTypeObject* type = Py_TYPE(tensor);
-  if (type == g->type && g->version != 0 && type->tp_version_tag == g->version) return g;
-  if (g->tried && type == g->type && type->tp_version_tag == g->triedVersion) return nullptr;
-  if (take(*g, type)) return g;
-  g->tried = true;
-  g->triedVersion = type->tp_version_tag;
-  return nullptr;
+  if (type != g->type || type->tp_version_tag != g->tag) {
+    g->type = type;
+    g->usable = take(*g, type);
+    g->tag = type->tp_version_tag;  // after take(): its lookups assign one
+  }
+  return g->usable ? g : nullptr;
 }
 
 PyObject* attr(TensorGetters* g, PyObject* tensor, Attr a, PyObject* name) {

@@ -21,12 +21,11 @@ constexpr int kMaxDims = 64;  // dlrr_digest refuses more (CEnums.h kMaxTensorDi
 // they were taken at: CPython gives a type a new tag (0 until it is next looked up) whenever it
 // or a base class changes, e.g. a property set on torch.Tensor, and then they are taken again,
 // or not used (a descriptor of another kind, a type whose attribute lookup is not the generic
-// one). Zero-initialised: not taken.
+// one, a type left without a tag). Zero-initialised: not taken.
 struct TensorGetters {
-  PyTypeObject* type;         // borrowed: the owner holds the tensor type
-  unsigned int version;       // the type's version tag they were taken at; 0: not usable
-  unsigned int triedVersion;  // the tag at the last failed take (not retried until it changes)
-  bool tried;
+  PyTypeObject* type;  // borrowed (the owner holds the tensor type); null: never taken
+  unsigned int tag;    // type's version tag at the last take, usable or not (not retried until it changes)
+  bool usable;         // the last take found four plain getters and a tag
   getter get[4];
   void* closure[4];
 };

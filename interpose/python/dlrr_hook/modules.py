@@ -301,6 +301,10 @@ class ModuleTracker:
             self._handles.pop().remove()
 
 
+class _NoExportFlag:
+    _is_compiling_flag = False
+
+
 def _native_entry_points(native_hooks, is_compiling, compiler=None):
     """The functions to register: the C functions themselves, or on torch 2.x (is_compiling not
     None) Python shims that torch.compile's tracer inlines as no-ops (see the module docstring).
@@ -308,30 +312,22 @@ def _native_entry_points(native_hooks, is_compiling, compiler=None):
     Where torch has them (2.6), the shims ask is_dynamo_compiling() and then read the flag that
     is_compiling() returns outside dynamo: the same answer (dynamo folds either call to True; the
     flag is export's), one Python frame per hook instead of three (is_compiling calls
-    torch.jit.is_scripting), twice per module call."""
+    torch.jit.is_scripting), twice per module call.  Elsewhere they ask is_compiling() itself."""
     native_pre, native_post = native_hooks.pre, native_hooks.post
     if is_compiling is None:
         return native_pre, native_post
-    dynamo_compiling = getattr(compiler, "is_dynamo_compiling", None)
-    if dynamo_compiling is not None and isinstance(getattr(compiler, "_is_compiling_flag", None), bool):
-        def pre_hook(module, args):
-            if dynamo_compiling() or compiler._is_compiling_flag:
-                return None
-            return native_pre(module, args)
-
-        def post_hook(module, args, output):
-            if dynamo_compiling() or compiler._is_compiling_flag:
-                return None
-            return native_post(module, args, output)
-        return pre_hook, post_hook
+    compiling, flags = is_compiling, _NoExportFlag
+    if getattr(compiler, "is_dynamo_compiling", None) is not None and \
+            isinstance(getattr(compiler, "_is_compiling_flag", None), bool):
+        compiling, flags = compiler.is_dynamo_compiling, compiler
 
     def pre_hook(module, args):
-        if is_compiling():
+        if compiling() or flags._is_compiling_flag:
             return None
         return native_pre(module, args)
 
     def post_hook(module, args, output):
-        if is_compiling():
+        if compiling() or flags._is_compiling_flag:
             return None
         return native_post(module, args, output)
     return pre_hook, post_hook
