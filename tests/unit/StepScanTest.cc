@@ -12,7 +12,7 @@
 namespace dlrr::tools {
 namespace {
 
-enum class Ev { Begin, End, Tensor, Failure, Note };
+enum class Ev { Begin, End, Tensor, Failure, Note, Launch };
 
 // Feeds (kind, step) events to a scan of `step`; returns what it took, stopping where it stops.
 std::string scan(int64_t step, const std::vector<std::pair<Ev, int64_t>>& evs) {
@@ -38,13 +38,36 @@ std::string scan(int64_t step, const std::vector<std::pair<Ev, int64_t>>& evs) {
       case Ev::Note:
         e.setNote("n");
         break;
+      case Ev::Launch:
+        e.initCudaLaunch();
+        break;
     }
     auto v = s(e.asReader());
     if (v == StepScan::Verdict::Stop) break;
     if (v == StepScan::Verdict::Take)
-      took += (kind == Ev::Tensor ? "T" : kind == Ev::Begin ? "B" : kind == Ev::End ? "E" : "x") + std::to_string(st);
+      took += (kind == Ev::Tensor   ? "T"
+               : kind == Ev::Begin  ? "B"
+               : kind == Ev::End    ? "E"
+               : kind == Ev::Launch ? "L"
+                                    : "x") +
+              std::to_string(st);
   }
   return took;
+}
+
+TEST(StepScan, GpuEventsDrainedAfterTheStepsEnd) {
+  // GPU capture's drain thread writes a step's launches after the step ended, even after the
+  // next one began (seen on an H100: `events --step 3` found none of step 3's copies).
+  std::vector<std::pair<Ev, int64_t>> evs = {{Ev::Begin, 6},  {Ev::Tensor, 6}, {Ev::End, 6}, {Ev::Begin, 7},
+                                             {Ev::Launch, 6}, {Ev::Launch, 7}, {Ev::End, 7}, {Ev::Begin, 8},
+                                             {Ev::Launch, 7}, {Ev::Launch, 8}, {Ev::End, 8}};
+  EXPECT_EQ(scan(6, evs), "B6T6E6L6");
+  EXPECT_EQ(scan(7, evs), "B7L7E7L7");
+  // A failure at the step: no ring follows, but the drain's launches still do, up to step N+2.
+  std::vector<std::pair<Ev, int64_t>> failing = {{Ev::Begin, 6}, {Ev::Failure, 6}, {Ev::End, 6},
+                                                 {Ev::Begin, 7}, {Ev::Launch, 6},  {Ev::End, 7},
+                                                 {Ev::Begin, 8}, {Ev::Launch, 6},  {Ev::End, 8}};
+  EXPECT_EQ(scan(6, failing), "B6x6E6L6");
 }
 
 TEST(StepScan, RingTensorsAfterALaterFailureEvent) {

@@ -9,7 +9,10 @@
 // on after it until the failing step's next step boundary; or until a step too far after N
 // for N to still have been in the ring (the ring keeps at most kMaxRingSteps steps), or until
 // it is known that no ring was written after step N (a failure at or before N: the ring is
-// written once, at the first failure, and not at all after an exception).
+// written once, at the first failure, and not at all after an exception). GPU capture's kernel
+// launches and copies of step N are written by its drain thread, woken at N's end: they may
+// follow N's end and the next step's start, and are taken there too (until step N+2 begins, where
+// no ring keeps the scan going).
 #include <cstdint>
 
 #include "schema/dlrr.capnp.h"
@@ -34,8 +37,10 @@ class StepScan {
       }
       past_ = true;
     }
-    // Past the step: only the failure ring's tensors of it can still come.
-    if (failureSeen_ || s >= step_ + kMaxRingSteps) return Verdict::Stop;
+    // Past the step: only the GPU drain's events and the failure ring's tensors of it can still come.
+    if (e.isCudaLaunch() || e.isCudaMemcpy()) return s == step_ ? Verdict::Take : Verdict::Skip;
+    if (s >= step_ + kMaxRingSteps || (failureSeen_ && s >= step_ + 2)) return Verdict::Stop;
+    if (failureSeen_) return Verdict::Skip;
     if (e.isFailure()) {
       ringFollows_ = true;  // the ring, if any, is written right after it
       return Verdict::Skip;
