@@ -2,7 +2,7 @@
 """A small GPU training job with dropout, for dlrr's GPU checks (scripts/gpu_check.sh).
 
 A CNN with dropout (whose masks come from the CUDA generator) and a transformer-style block
-(attention + MLP with dropout) train on a synthetic in-memory dataset through a DataLoader
+(SDPA attention + MLP with dropout) train on a synthetic in-memory dataset through a DataLoader
 (shuffled, batches built on the CPU and copied to the GPU: host->device copies).  Everything
 is seeded, so a run is repeatable; bit-exactness on the GPU also needs the deterministic
 settings below (cuBLAS workspace, no cudnn.benchmark, deterministic algorithms).
@@ -31,13 +31,36 @@ from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 
+class SelfAttention(nn.Module):
+    """Multi-head self-attention through F.scaled_dot_product_attention (torch 2.x; its dropout
+    draws from the CUDA generator), or the same computation spelled out on torch 1.13."""
+
+    def __init__(self, dim, heads, p):
+        super().__init__()
+        self.heads, self.p = heads, p
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        p = self.p if self.training else 0.0
+        sdpa = getattr(nn.functional, "scaled_dot_product_attention", None)
+        if sdpa is not None:
+            y = sdpa(q, k, v, dropout_p=p)
+        else:
+            w = torch.softmax(q @ k.transpose(-2, -1) / (k.shape[-1] ** 0.5), dim=-1)
+            y = nn.functional.dropout(w, p, self.training) @ v
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+
 class Block(nn.Module):
-    """Pre-norm transformer block: attention and MLP, each followed by dropout."""
+    """Pre-norm transformer block: attention (SDPA) and MLP, each followed by dropout."""
 
     def __init__(self, dim, heads, p):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim)
-        self.attn = nn.MultiheadAttention(dim, heads, dropout=p, batch_first=True)
+        self.attn = SelfAttention(dim, heads, p)
         self.drop1 = nn.Dropout(p)
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Dropout(p), nn.Linear(4 * dim, dim))
@@ -45,8 +68,7 @@ class Block(nn.Module):
 
     def forward(self, x):
         h = self.norm1(x)
-        a, _ = self.attn(h, h, h, need_weights=False)
-        x = x + self.drop1(a)
+        x = x + self.drop1(self.attn(h))
         return x + self.drop2(self.mlp(self.norm2(x)))
 
 
@@ -128,6 +150,8 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--launch-bench", type=int, default=0, metavar="N")
     ap.add_argument("--require-cuda", action="store_true")
+    ap.add_argument("--timing", action="store_true",
+                    help="print the steady-state wall time per step (steps 5 on) to stderr")
     args = ap.parse_args(argv)
 
     cuda = torch.cuda.is_available()
@@ -151,6 +175,7 @@ def main(argv=None):
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     loss_fn = nn.CrossEntropyLoss()
     step = 0
+    t_start = None
     while step < args.steps:
         for xb, yb in loader:
             if step == args.explode_at:
@@ -162,11 +187,16 @@ def main(argv=None):
             loss = loss_fn(model(xb), yb)
             loss.backward()
             optimizer.step()
-            print("step %d loss %.6f" % (step, loss.item()), flush=True)
+            print("step %d loss %.6f" % (step, loss.item()), flush=True)  # .item() synchronises
             step += 1
+            if step == 5:
+                t_start = time.perf_counter()
             if step >= args.steps:
                 break  # before the next batch is drawn
     print("done steps %d" % step)
+    if args.timing and t_start is not None and step > 5:
+        print("timing steps %d ms_per_step %.4f" % (step - 5, (time.perf_counter() - t_start) / (step - 5) * 1e3),
+              file=sys.stderr)
     return 0
 
 

@@ -17,6 +17,7 @@
 #include "interpose/ActiveSession.h"
 #include "interpose/CEnums.h"
 #include "interpose/ReentryGuard.h"
+#include "interpose/cuda/DeviceDigestKernel.h"
 #include "interpose/cupti/GpuInjection.h"
 
 namespace dlrr {
@@ -105,6 +106,43 @@ void dlrr_keep_tensor(int kind, const char* path, uint32_t call_index, uint32_t 
 
 void dlrr_gpu_pause(int paused) {
   if (cupti::GpuInjection* g = gGpu.load(std::memory_order_acquire)) g->tracker().pauseThread(paused != 0);
+}
+
+void* dlrr_digest_kernel_open(const char** why) {
+  static thread_local std::string tWhy;
+  try {
+    std::unique_ptr<cuda::DeviceDigestKernel> k = cuda::DeviceDigestKernel::open(tWhy);
+    if (why) *why = tWhy.c_str();
+    return k.release();  // owned by the caller until dlrr_digest_kernel_close
+  } catch (...) {
+    tWhy = "internal error";
+    if (why) *why = tWhy.c_str();
+    return nullptr;
+  }
+}
+
+int dlrr_digest_kernel_launch(void* kernel, const void* data, uint64_t nbytes, uint64_t numel, int element, void* out,
+                              void* stream) {
+  if (!kernel) return -1;
+  try {
+    return static_cast<cuda::DeviceDigestKernel*>(kernel)->launch(data, nbytes, numel, element, out, stream);
+  } catch (...) {
+    return -1;
+  }
+}
+
+void dlrr_digest_kernel_close(void* kernel) {
+  std::unique_ptr<cuda::DeviceDigestKernel> owned(static_cast<cuda::DeviceDigestKernel*>(kernel));
+}
+
+void dlrr_gpu_check_launches_now(const char* why) {
+  ReplaySession* rep = processReplayer();
+  if (!rep) return;
+  ReentryGuard guard;
+  try {
+    rep->checkLaunchesNow(why && *why ? why : "before the stop");
+  } catch (...) {  // a report detail: never an error in the job
+  }
 }
 
 const char* dlrr_gpu_capture_status(void) {

@@ -142,6 +142,10 @@ class ReplaySession final : public ProcessSession {
   std::vector<KernelLaunch> recordedLaunches(int64_t step) const;
   // The launch comparison of `step` so far (tests, reports).
   LaunchComparison compareStepLaunches(int64_t step, bool complete) const;
+  // Compares the current step's launches so far now, as at a stop, and not again for this step:
+  // the replay is about to launch kernels of its own that the recording cannot have (anomaly
+  // mode's checks in backward), from threads it cannot pause. `why` ends the report's sentence.
+  void checkLaunchesNow(const std::string& why);
 
   // ---- torch.distributed (ReplaySessionDist.cc, docs/distributed.md). The hook reports each
   // collective as in record; here it is numbered the same way and checked against the
@@ -197,7 +201,7 @@ class ReplaySession final : public ProcessSession {
   void writeDistReport(ReplayReport& r);
   void loadGpuEvent(schema::Event::Reader e);  // InternedString, CudaLaunch
   void resolveKernelNames();
-  void checkLaunchesLocked(int64_t step, bool complete);
+  void checkLaunchesLocked(int64_t step, bool complete, const std::string& until = "before the stop");
   void writeGpuReport(ReplayReport& r);
   int incomparableLocked(int recordedAlgorithm, int algorithm);
   int checkDigestAlgorithm(int64_t step, int kind, const std::string& path, uint32_t callIndex, uint32_t output,

@@ -74,7 +74,13 @@ LaunchComparison ReplaySession::compareStepLaunches(int64_t step, bool complete)
                          p == replayedLaunches_.end() ? std::vector<KernelLaunch>{} : p->second, complete);
 }
 
-void ReplaySession::checkLaunchesLocked(int64_t step, bool complete) {
+void ReplaySession::checkLaunchesNow(const std::string& why) {
+  if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->flush();  // the launches so far
+  std::lock_guard<std::mutex> lk(mu_);
+  if (inStepNumber_ != INT64_MIN) checkLaunchesLocked(inStepNumber_, false, why);
+}
+
+void ReplaySession::checkLaunchesLocked(int64_t step, bool complete, const std::string& until) {
   // Only when this replay captures launches; a step is checked once (at its end, or at a stop
   // inside it).
   if (!gpuCaptureKnown_ || !gpuCaptureOff_.empty() || launchesChecked_.count(step)) return;
@@ -92,9 +98,9 @@ void ReplaySession::checkLaunchesLocked(int64_t step, bool complete) {
     ++launchStepsChecked_;
     if (c.match) ++launchStepsMatched_;
   } else if (c.match) {
-    launchAtStop_ = "step " + std::to_string(step) + ": the " + std::to_string(c.compared) +
-                    " launches replayed before the stop match the recording (of " + std::to_string(c.recorded) +
-                    " recorded in the step)" + (c.truncated ? "; records were lost past that point" : "");
+    launchAtStop_ = "step " + std::to_string(step) + ": the " + std::to_string(c.compared) + " launches replayed " +
+                    until + " match the recording (of " + std::to_string(c.recorded) + " recorded in the step)" +
+                    (c.truncated ? "; records were lost past that point" : "");
   }
   if (!c.match && !launchDivergence_) {
     launchDivergence_ = c;
@@ -130,7 +136,7 @@ void ReplaySession::writeGpuReport(ReplayReport& r) {
   auto rec = runtime_.find("gpu.capture");
   if (rec != runtime_.end() && rec->second.rfind("on", 0) != 0)
     say(r.gpuRecorded, rec->second + " (launch sequences not checked)");
-  else if (!recordedLaunches_.empty())
+  else if (!gpuCaptureKnown_ && !recordedLaunches_.empty())
     say(r.gpuCapture, "not started (CUDA not initialised in this replay); the recording has kernel launches");
   if (launchStepsChecked_ || launchDivergence_)
     r.launches = ReplayReport::Launches{launchStepsChecked_, launchStepsMatched_};

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # GPU checks in one command (docs/gpu.md). On a machine with a CUDA device:
-#   1. records examples/gpu_train.py (CNN + transformer block with dropout, LR spike -> NaN)
+#   1. records examples/gpu_train.py (CNN + SDPA transformer block with dropout, LR spike -> NaN)
 #      and prints the kernel sequence captured: launches per step, host->device copies;
 #   2. replays it to the NaN: bit-exact steps, launch sequences compared per step;
 #   3. per-launch overhead on a launch-heavy loop (tiny torch.add kernels), with and without
-#      dlrecord;
-#   4. the record overhead ratio on the job;
+#      dlrecord, and with CUPTI's driver-API callbacks alone (DLRR_CUPTI_RUNTIME=0), which must
+#      record the same launches as both domains (3b);
+#   4. the record overhead ratio on the job (whole process, and per step at steady state, also
+#      with torch-op digests, driver-API callbacks only, --capture minimal), and the device
+#      digest's cost per module output, fused kernel against torch ops (bench/gpu_digest_cost.py);
 #   5. a one-rank NCCL DDP job under torchrun (docs/distributed.md): recorded with
 #      --collectives full, replayed alone (--rank 0) to its NaN and with --all-ranks;
 #   6. triage of a GPU-only failure (docs/triage.md): a job that runs out of GPU memory in a
@@ -14,6 +17,8 @@
 #
 #   scripts/gpu_check.sh            build dir: $DLRR_BUILD or ./build (built if missing)
 #   PYTHON=python3.12 scripts/gpu_check.sh
+#   GPU_CHECK_OUT=DIR scripts/gpu_check.sh     keeps the reports and logs in DIR/gpu_check_files.tgz
+# Last run: one H100 80GB HBM3, torch 2.11.0+cu130 (docs/gpu.md "What is verified").
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${DLRR_BUILD:-$ROOT/build}
@@ -34,7 +39,9 @@ if [[ ! -x $BUILD/bin/dlrecord || ! -x $BUILD/bin/dlreplay ]]; then
 fi
 BIN=$BUILD/bin
 TMP=$(mktemp -d /tmp/dlrr-gpu-check.XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
+# GPU_CHECK_OUT=DIR keeps the reports and logs (not the traces) as DIR/gpu_check_files.tgz.
+trap '[[ -n ${GPU_CHECK_OUT:-} ]] && (cd "$TMP" && tar czf "$GPU_CHECK_OUT/gpu_check_files.tgz" --exclude="*.trace" \
+        --exclude=torchrun . 2>/dev/null); rm -rf "$TMP"' EXIT
 JOB=("$PY" "$ROOT/examples/gpu_train.py" --steps "$STEPS" --explode-at "$EXPLODE" --require-cuda)
 fail=0
 
@@ -76,7 +83,7 @@ for line in open(sys.argv[1]):
         first.setdefault(ev["step"], []).append(ev["cudaLaunch"])
     elif kind == "cudaMemcpy":
         copies[ev["step"]] += 1
-        h2d += ev["cudaMemcpy"]["direction"] == "hostToDevice" and int(ev["cudaMemcpy"]["digest"]) != 0
+        h2d += ev["cudaMemcpy"]["direction"] == "hostToDevice" and int(str(ev["cudaMemcpy"]["digest"]), 0) != 0
     elif kind == "runtimeInfo":
         for kv in ev["runtimeInfo"]["items"]:
             runtime[kv["key"]] = kv["value"]
@@ -128,19 +135,81 @@ bench() {
 }
 plain_us=$(bench env)
 rec_us=$(bench "$BIN/dlrecord" -q -o "$TMP/bench.trace" --)
-"$PY" - "$plain_us" "$rec_us" <<'EOF'
+drv_us=$(bench env DLRR_CUPTI_RUNTIME=0 "$BIN/dlrecord" -q -o "$TMP/bench-drv.trace" --)
+"$PY" - "$plain_us" "$rec_us" "$drv_us" <<'EOF'
 import sys
-p, r = float(sys.argv[1]), float(sys.argv[2])
+try:
+    p, r, d = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+except ValueError:
+    print("   FAIL: a launch-bench run printed no figure: %s" % " ".join(sys.argv[1:]))
+    sys.exit(0)
 print("   plain %.3f us/launch, recorded %.3f us/launch: +%.3f us per launch (%.2fx)" % (p, r, r - p, r / p))
+print("   driver API callbacks only (DLRR_CUPTI_RUNTIME=0): %.3f us/launch: +%.3f us per launch (%.2fx)" % (
+    d, d - p, d / p))
+EOF
+
+echo "== 3b. driver API callbacks only (DLRR_CUPTI_RUNTIME=0): the same launches recorded?"
+DLRR_CUPTI_RUNTIME=0 "$BIN/dlrecord" -q -o "$TMP/drv.trace" -- "${JOB[@]}" >/dev/null 2>&1 || true
+"$BIN/dltrace" events "$TMP/drv.trace" --json >"$TMP/drv.jsonl" || true
+"$PY" - "$TMP/events.jsonl" "$TMP/drv.jsonl" <<'EOF' || fail=1
+import collections, json, sys
+def sequences(path):
+    names, seq = {}, collections.defaultdict(list)
+    for line in open(path):
+        e = json.loads(line)
+        ev = e["event"]
+        if e["kind"] == "internedString":
+            names[ev["internedString"]["id"]] = ev["internedString"]["text"]
+        elif e["kind"] == "cudaLaunch":
+            l = ev["cudaLaunch"]
+            seq[ev["step"]].append((l["seq"], l["nameId"], l["gridX"], l["gridY"], l["gridZ"], l["blockX"],
+                                    l["blockY"], l["blockZ"]))
+    return {s: [(names.get(x[1], "?"),) + x[2:] for x in sorted(v)] for s, v in seq.items()}
+both, drv = sequences(sys.argv[1]), sequences(sys.argv[2])
+for step in sorted(set(both) | set(drv)):
+    a, b = both.get(step, []), drv.get(step, [])
+    if a != b:
+        i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        print("   DIFFERENT at step %d launch %d: both domains %s; driver only %s (counts %d, %d)" % (
+            step, i, a[i] if i < len(a) else "-", b[i] if i < len(b) else "-", len(a), len(b)))
+        sys.exit(1)
+print("   identical: %d steps, %d launches, names, grids and blocks" % (len(both), sum(map(len, both.values()))))
 EOF
 
 echo "== 4. record overhead on the job"
 "$PY" - "$t0" "$t1" "$t2" <<'EOF'
 import sys
 t0, t1, t2 = map(float, sys.argv[1:])
-print("   plain %.2f s, recorded %.2f s: ratio %.2fx (includes interpreter start and CUDA init)" % (
+print("   whole process: plain %.2f s, recorded %.2f s: ratio %.2fx (interpreter start and CUDA init included)" % (
     t1 - t0, t2 - t1, (t2 - t1) / (t1 - t0)))
 EOF
+# Steady state: ms per step from step 5 on (examples/gpu_train.py --timing), plain and recorded
+# in turn, twice, no NaN; default capture.
+TSTEPS=${GPU_CHECK_TIMING_STEPS:-150}
+steady() {
+  "$@" "${JOB[@]:0:2}" --steps "$TSTEPS" --require-cuda --timing 2>&1 >/dev/null | awk '/^timing steps/ {print $NF}'
+}
+p1=$(steady env); r1=$(steady "$BIN/dlrecord" -q -o "$TMP/t1.trace" --)
+p2=$(steady env); r2=$(steady "$BIN/dlrecord" -q -o "$TMP/t2.trace" --)
+o1=$(steady env DLRR_GPU_DIGEST=ops "$BIN/dlrecord" -q -o "$TMP/t3.trace" --)
+d1=$(steady env DLRR_CUPTI_RUNTIME=0 "$BIN/dlrecord" -q -o "$TMP/t4.trace" --)
+m1=$(steady "$BIN/dlrecord" -q --capture minimal -o "$TMP/t5.trace" --)
+"$PY" - "$p1" "$r1" "$p2" "$r2" "$o1" "$d1" "$m1" <<'EOF'
+import sys
+try:
+    p1, r1, p2, r2, o1, d1, m1 = map(float, sys.argv[1:])
+except ValueError:
+    print("   FAIL: no timing line: %s" % " ".join(sys.argv[1:]))
+    sys.exit(0)
+p = (p1 + p2) / 2
+print("   steady state, ms per step (plain, recorded): %.3f %.3f | %.3f %.3f: ratio %.3fx %.3fx (goal <= 1.02x)" % (
+    p1, r1, p2, r2, r1 / p1, r2 / p2))
+print("   variants against the plain mean %.3f ms: digests by torch ops (DLRR_GPU_DIGEST=ops) %.3f (%.3fx); "
+      "driver API callbacks only %.3f (%.3fx); --capture minimal %.3f (%.3fx)" % (p, o1, o1 / p, d1, d1 / p, m1, m1 / p))
+EOF
+
+echo "== 4b. device digest cost per module output"
+LD_PRELOAD="$BUILD/lib/dlrr/libdlrr.so" "$PY" "$ROOT/bench/gpu_digest_cost.py" --calls 200 | sed 's/^/   /' || { echo "   FAIL: gpu_digest_cost"; fail=1; }
 
 echo "== 5. distributed: one-rank NCCL DDP under torchrun, a NaN planted at step 3"
 TR=("$PY" -m torch.distributed.run --rdzv_backend=c10d --rdzv_endpoint=localhost:0 --nnodes=1 --nproc_per_node=1
@@ -182,7 +251,12 @@ if "$BIN/dltrace" triage "$TMP/oom.trace" --json >"$TMP/oom.json" 2>>"$TMP/oom.e
 import json, sys
 doc = json.load(open(sys.argv[1]))
 print("   category: %s [%s]; %s" % (doc.get("category"), doc.get("dimension"), str(doc.get("summary", ""))[:120]))
-sys.exit(0 if doc.get("category") == "gpu_out_of_memory" else 1)
+text = json.dumps(doc)
+for line in doc.get("evidence", []) if isinstance(doc.get("evidence"), list) else []:
+    print("   evidence: %s" % str(line)[:160])
+figures = "peak allocated" in text and "reserved" in text
+print("   allocator's peak and reserved memory named: %s" % ("yes" if figures else "NO"))
+sys.exit(0 if doc.get("category") == "gpu_out_of_memory" and figures else 1)
 EOF
 then :; else
   echo "   FAIL: triage did not name GPU out of memory"; tail -5 "$TMP/oom.err" | sed 's/^/   /'; fail=1

@@ -45,7 +45,7 @@ std::string GpuCapture::explain(CuptiApi& api, Result r, const std::string& othe
   }
 }
 
-GpuCapture::Status GpuCapture::start() {
+GpuCapture::Status GpuCapture::start(bool runtimeApi) {
   Status st;
   if (subscribed_) {
     st.ok = true;
@@ -87,9 +87,11 @@ GpuCapture::Status GpuCapture::start() {
     return true;
   };
   auto count = [](const auto& a) { return sizeof(a) / sizeof(a[0]); };
-  bool ok = enable(kDomainRuntime, cbid::kRuntimeLaunches, count(cbid::kRuntimeLaunches), st.enabledLaunchCallbacks) &&
+  bool ok = (!runtimeApi || enable(kDomainRuntime, cbid::kRuntimeLaunches, count(cbid::kRuntimeLaunches),
+                                   st.enabledLaunchCallbacks)) &&
             enable(kDomainDriver, cbid::kDriverLaunches, count(cbid::kDriverLaunches), st.enabledLaunchCallbacks) &&
-            enable(kDomainRuntime, cbid::kRuntimeCopies, count(cbid::kRuntimeCopies), st.enabledCopyCallbacks) &&
+            (!runtimeApi ||
+             enable(kDomainRuntime, cbid::kRuntimeCopies, count(cbid::kRuntimeCopies), st.enabledCopyCallbacks)) &&
             enable(kDomainDriver, cbid::kDriverCopies, count(cbid::kDriverCopies), st.enabledCopyCallbacks);
   if (ok && st.enabledLaunchCallbacks == 0) {
     ok = false;
@@ -103,7 +105,8 @@ GpuCapture::Status GpuCapture::start() {
   std::string v = api_.getVersion(version) == kSuccess ? " API " + std::to_string(version) : std::string();
   st.ok = true;
   st.message = "CUPTI" + v + " (" + api_.libraryPath() + "), " +
-               std::to_string(st.enabledLaunchCallbacks + st.enabledCopyCallbacks) + " callbacks";
+               std::to_string(st.enabledLaunchCallbacks + st.enabledCopyCallbacks) + " callbacks" +
+               (runtimeApi ? "" : " (driver API only)");
   return st;
 }
 

@@ -26,7 +26,10 @@ class GpuCapture {
     int enabledLaunchCallbacks = 0;
     int enabledCopyCallbacks = 0;
   };
-  Status start();
+  // runtimeApi false: the driver API's callbacks alone (DLRR_CUPTI_RUNTIME=0). Every runtime
+  // launch and copy reaches the driver, so each is still recorded once, by its driver call:
+  // half the callbacks a launch (docs/gpu.md "Cost").
+  Status start(bool runtimeApi = true);
   // Unsubscribes (tests; a real process keeps the subscription to the end).
   void stop();
   bool running() const { return subscribed_; }

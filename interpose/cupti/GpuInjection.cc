@@ -1,5 +1,6 @@
 #include "interpose/cupti/GpuInjection.h"
 
+#include <cstdlib>
 #include <cstring>
 
 namespace dlrr::cupti {
@@ -32,7 +33,8 @@ std::string GpuInjection::start(RecordSession* rec, ReplaySession* rep, const ch
   if (setting && (!std::strcmp(setting, "0") || !std::strcmp(setting, "off") || !std::strcmp(setting, "no")))
     return off(std::string("turned off by DLRR_GPU_CAPTURE=") + setting);
   try {
-    GpuCapture::Status st = capture_.start();
+    const char* runtime = std::getenv("DLRR_CUPTI_RUNTIME");
+    GpuCapture::Status st = capture_.start(!(runtime && !std::strcmp(runtime, "0")));
     if (!st.ok) return off(st.message);
     status_ = "on: " + st.message;
     if (rec) {

@@ -311,6 +311,22 @@ class FakeLib:
     def _dlrr_gpu_pause(self, paused):
         self.calls.append(("gpu_pause", paused))
 
+    def _dlrr_digest_kernel_open(self, why):
+        self.calls.append(("digest_kernel_open",))
+        why[0] = self._kernel_why  # kept alive by self: the pointer stays valid
+        return None
+
+    _kernel_why = ctypes.c_char_p(b"the fake library has no digest kernel")
+
+    def _dlrr_digest_kernel_launch(self, kernel, data, nbytes, numel, element, out, stream):
+        return -1
+
+    def _dlrr_digest_kernel_close(self, kernel):
+        pass
+
+    def _dlrr_gpu_check_launches_now(self, why):
+        self.calls.append(("gpu_check_launches_now", why.decode()))
+
     def _dlrr_gpu_capture_status(self):
         return self.gpu_capture_status.encode()
 

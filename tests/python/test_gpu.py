@@ -3,8 +3,11 @@ integer arithmetic on any device), so the algorithm, the deferred per-step trans
 failure ring of device tensors, OOM details and the GPU comparison are all testable here.
 Runs the real thing on a GPU when one is there (test_device_digest_on_cuda_matches_cpu)."""
 
+import ctypes
 import math
+import os
 import unittest
+import unittest.mock
 
 import numpy as np
 import torch
@@ -100,6 +103,108 @@ class DeviceDigestTest(unittest.TestCase):
         torch.manual_seed(1)
         for t in (torch.randn(1000, 33), torch.randint(0, 7, (999,), dtype=torch.uint8), torch.randn(17).half()):
             self.assertEqual(self.d.digest(t.cuda()), self.d.digest(t))
+
+
+def _ordered_key(x):
+    """DigestKernel.cu's orderedKey of a float64."""
+    b = int(np.array([x], dtype=np.float64).view(np.uint64)[0])
+    return (~b & _M64) if b >> 63 else (b | (1 << 63))
+
+
+def kernel_in_python(data, nbytes, numel, element, out, stream):
+    """What DigestKernel.cu writes into its row, computed on the host from the CPU tensor's
+    bytes: lets FusedDigester's slab, fetch and key decoding run here without a GPU."""
+    raw = ctypes.string_at(data, nbytes) + b"\0" * ((-nbytes) % 4)
+    words = np.frombuffer(raw, dtype="<i4").astype(np.int64).view(np.uint64)
+    idx = np.arange(len(words), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        w = (idx * np.uint64(0x9E3779B97F4A7C15)) | np.uint64(1)
+        y = words * w
+        s1, s2 = int(np.sum(y, dtype=np.uint64)), int(np.sum(y * words, dtype=np.uint64))
+    np_type = {1: "<f4", 2: "<f8", 3: "<f2", 5: "<i8", 6: "<i4", 7: "<i2", 8: "i1", 9: "u1"}.get(element)
+    row = (ctypes.c_uint64 * 6).from_address(out)
+    row[0] = (row[0] + s1) & _M64
+    row[1] = (row[1] + s2) & _M64
+    if element == 4:  # bfloat16: the high half of a float32
+        values = (np.frombuffer(raw[:nbytes], dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+    elif np_type is None:
+        return 0
+    else:
+        values = np.frombuffer(raw[:nbytes], dtype=np_type)
+    values = values.astype(np.float64)
+    if element <= 4:
+        row[2] += int(np.isnan(values).sum())
+        row[3] += int(np.isinf(values).sum())
+        values = values[np.isfinite(values)]
+    for v in values:
+        k = _ordered_key(v)
+        row[4] = min(row[4], k)
+        row[5] = max(row[5], k)
+    return 0
+
+
+class FusedDigesterTest(unittest.TestCase):
+    """FusedDigester's host side (slab rows, one fetch a slab, presets, keys back to float64)
+    with the kernel's arithmetic done in Python on CPU tensors; the kernel itself runs in
+    test_fused_kernel_on_cuda_matches_the_torch_ops where a GPU is."""
+
+    def setUp(self):
+        self.ops = gpu.DeviceDigester(torch)
+        self.fused = gpu.FusedDigester(torch, kernel_in_python, lambda index: 0, capacity=8)
+
+    def cases(self):
+        torch.manual_seed(3)
+        x = torch.randn(64, 5)
+        x[3, 1] = float("nan")
+        x[7, 2] = float("-inf")
+        return [x, torch.randn(17).half(), torch.randn(9).bfloat16(), torch.randn(33, dtype=torch.float64),
+                torch.randint(-9, 9, (31,), dtype=torch.int64), torch.randint(0, 255, (13,), dtype=torch.uint8),
+                torch.tensor([True, False, True]), torch.tensor([float("nan")] * 4), torch.zeros(0),
+                torch.tensor(2.5), torch.randn(8, 6)[:, ::2], torch.tensor([-0.0, 1.0, -3.5])]
+
+    def test_same_digest_as_the_torch_ops(self):
+        for t in self.cases():
+            self.assertEqual(self.fused.digest(t), self.ops.digest(t), t)
+
+    def test_deferred_rows_fetched_together_then_preset_again(self):
+        for _ in range(3):  # over a recycle each time, and past the slab's capacity within a round
+            cases = self.cases()
+            stats = [self.fused.launch(t) for t in cases[:8]]
+            values = self.fused.fetch([s[0] for s in stats])
+            got = [self.fused.finish(v, *s[1:]) for v, s in zip(values, stats)]
+            self.assertEqual(got, [self.ops.digest(t) for t in cases[:8]])
+            self.fused.recycle()
+            slab, preset, used = self.fused._slabs[torch.device("cpu")]
+            self.assertEqual(used, 0)
+            self.assertTrue(torch.equal(slab, preset))
+        # Immediate digests (replay) wrap around a full slab, presetting it whole.
+        for t in self.cases() * 2:
+            self.assertEqual(self.fused.digest(t), self.ops.digest(t))
+
+    def test_a_failed_launch_raises(self):
+        failing = gpu.FusedDigester(torch, lambda *a: 700, lambda index: 0)
+        with self.assertRaisesRegex(RuntimeError, "CUDA error 700"):
+            failing.launch(torch.ones(3))
+
+    def test_no_kernel_without_a_driver_or_with_ops_asked_for(self):
+        import fake_native
+        self.assertIsNone(gpu.FusedDigester.load(torch, fake_native.FakeLib()))
+        self.assertIn("fake", gpu.FusedDigester.why)
+        self.assertIsInstance(gpu.make_digester(torch, fake_native.FakeLib()), gpu.DeviceDigester)
+        with unittest.mock.patch.dict(os.environ, {"DLRR_GPU_DIGEST": "ops"}):
+            self.assertIsNone(gpu.FusedDigester.load(torch, fake_native.FakeLib()))
+            self.assertEqual(gpu.FusedDigester.why, "DLRR_GPU_DIGEST=ops")
+
+    @unittest.skipUnless(torch.cuda.is_available(), "no CUDA device: the GPU half of this check is skipped")
+    def test_fused_kernel_on_cuda_matches_the_torch_ops(self):
+        lib = native.load()
+        if lib is None:
+            self.skipTest("libdlrr is not preloaded (LD_PRELOAD=.../libdlrr.so: its thread-locals need it)")
+        fused = gpu.FusedDigester.load(torch, lib)
+        self.assertIsNotNone(fused, gpu.FusedDigester.why)
+        for t in self.cases() + [torch.randn(1 << 20), torch.randn(4097, 3).half()]:
+            self.assertEqual(fused.digest(t.cuda())[:3], self.ops.digest(t)[:3], t.dtype)
+            self.assertEqual(fused.digest(t.cuda())[:3], self.ops.digest(t.cuda())[:3], t.dtype)
 
 
 class _AllTensorsOnTheDevice:

@@ -13,7 +13,8 @@ HEADER = os.path.join(REPO, "interpose", "include", "dlrr", "dlrr.h")
 _C_TYPES = {
     "int": ctypes.c_int, "void": None, "int64_t": ctypes.c_int64, "uint32_t": ctypes.c_uint32,
     "uint64_t": ctypes.c_uint64, "double": ctypes.c_double, "const char*": ctypes.c_char_p,
-    "const void*": ctypes.c_void_p, "const int64_t*": ctypes.POINTER(ctypes.c_int64),
+    "const void*": ctypes.c_void_p, "void*": ctypes.c_void_p, "const char**": ctypes.POINTER(ctypes.c_char_p),
+    "const int64_t*": ctypes.POINTER(ctypes.c_int64),
     "int64_t*": ctypes.POINTER(ctypes.c_int64), "const int32_t*": ctypes.POINTER(ctypes.c_int32),
     "const char* const*": ctypes.POINTER(ctypes.c_char_p),
     "dlrr_digest_t*": ctypes.POINTER(native.DigestT),

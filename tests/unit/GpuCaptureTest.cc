@@ -55,6 +55,21 @@ TEST(GpuCapture, StartEnablesLaunchAndCopyCallbacksOfBothDomains) {
   EXPECT_EQ(api.unsubscribes, 1);
 }
 
+TEST(GpuCapture, DriverApiOnlyEnablesNoRuntimeCallback) {
+  if (!decoderAvailable()) GTEST_SKIP() << "built without CUPTI headers: GPU capture cannot start";
+  FakeCuptiApi api;
+  gpu::LaunchTracker tracker;
+  GpuCapture cap(api, tracker);
+  GpuCapture::Status st = cap.start(false);
+  ASSERT_TRUE(st.ok) << st.message;
+  for (auto& [en, d, c] : api.enabled) EXPECT_EQ(d, kDomainDriver) << c;
+  for (uint32_t id : {307u, 442u, 652u, 653u, 477u, 478u}) EXPECT_TRUE(api.isEnabled(kDomainDriver, id)) << id;
+  EXPECT_EQ(st.enabledLaunchCallbacks, 6);
+  EXPECT_EQ(st.enabledCopyCallbacks, 16);
+  EXPECT_NE(st.message.find("(driver API only)"), std::string::npos) << st.message;
+  cap.stop();
+}
+
 TEST(GpuCapture, AnotherSubscriberTurnsCaptureOffWithTheReason) {
   if (!decoderAvailable()) GTEST_SKIP() << "built without CUPTI headers";
   FakeCuptiApi api;

@@ -322,5 +322,46 @@ TEST(GpuInjection, AStopInsideAStepComparesTheLaunchesSoFar) {
   testing::removeTree(root);
 }
 
+TEST(GpuInjection, LaunchesCheckedNowAreNotComparedAgainAtTheStop) {
+  // Anomaly mode armed by the replay launches checks of its own in backward, from autograd's
+  // threads: the launches are compared up to that point, the replay's own ones are not a
+  // divergence, and a replay whose capture ran says "on" alone.
+  if (!decoderAvailable()) GTEST_SKIP() << "built without CUPTI headers";
+  std::string root = testing::makeTempDir("gi");
+  std::string dir = root + "/t";
+  {
+    RecordSession s(recordConfig(dir));
+    GpuInjection inj(std::make_unique<FakeCuptiApi>(), {}, false);
+    ASSERT_EQ(inj.start(&s, nullptr, nullptr).rfind("on:", 0), 0u);
+    runJob(inj.tracker(), &s, nullptr);
+    s.onExit(true, 0);
+  }
+  std::string report = root + "/report.txt";
+  ::close(::open(report.c_str(), O_CREAT | O_WRONLY, 0600));
+  ::setenv("DLRR_REPORT", report.c_str(), 1);
+  {
+    Config c;
+    c.mode = Mode::Replay;
+    c.traceDir = dir;
+    ReplaySession rep(c, "end");
+    GpuInjection inj(std::make_unique<FakeCuptiApi>());
+    ASSERT_EQ(inj.start(nullptr, &rep, nullptr).rfind("on:", 0), 0u);
+    rep.beginStep(0);
+    launch(inj.tracker(), &kAdd, "_Z3addPfS_", 4);
+    launch(inj.tracker(), &kDropout, "_Z7dropoutPfj", 8);
+    rep.checkLaunchesNow("before backward()");
+    launch(inj.tracker(), &kAdd, "_Z6isnanPf", 1);  // not the recording's third launch
+    rep.writeReport("target");
+  }
+  ReplayReport r = readReplayReportFile(report);
+  EXPECT_EQ(r.launchAtStop,
+            "step 0: the 2 launches replayed before backward() match the recording (of 3 recorded in the step)");
+  EXPECT_FALSE(r.launchDivergence);
+  ASSERT_TRUE(r.gpuCapture);
+  EXPECT_EQ(*r.gpuCapture, "on");
+  ::unsetenv("DLRR_REPORT");
+  testing::removeTree(root);
+}
+
 }  // namespace
 }  // namespace dlrr::cupti

@@ -279,6 +279,21 @@ DLRR_API const char* dlrr_gpu_capture_status(void);
  * job's (the hook's own digest kernels) and are left out of the launch sequence, in record and
  * replay alike, until dlrr_gpu_pause(0). Nests. */
 DLRR_API void dlrr_gpu_pause(int paused);
+/* Replay: compare the current step's kernel launches so far now, as at a stop, and not again
+ * for this step (the hook is about to make the job's threads launch kernels of its own, e.g.
+ * anomaly mode's checks in backward). `why` completes "the N launches replayed ... match". */
+DLRR_API void dlrr_gpu_check_launches_now(const char* why);
+/* The device digest in one kernel a tensor (docs/gpu.md). open: NULL where this process has no
+ * CUDA driver loaded or dlrr was built without the kernel, with the reason in *why (valid until
+ * the next call on this thread). launch: enqueues the digest of `nbytes` of device memory at
+ * `data` (`numel` elements of `element`: 0 other, 1 float32, 2 float64, 3 float16, 4 bfloat16,
+ * 5 int64, 6 int32, 7 int16, 8 int8, 9 uint8/bool) into out[0..5] (device memory preset to
+ * 0,0,0,0,~0,0) on `stream` (a CUstream, in the calling thread's current context); returns 0 or
+ * the CUresult that failed. The caller pauses GPU capture around it (dlrr_gpu_pause). */
+DLRR_API void* dlrr_digest_kernel_open(const char** why);
+DLRR_API int dlrr_digest_kernel_launch(void* kernel, const void* data, uint64_t nbytes, uint64_t numel, int element,
+                                       void* out, void* stream);
+DLRR_API void dlrr_digest_kernel_close(void* kernel);
 
 /* ---- torch.distributed (docs/distributed.md). One collective as this rank issued it: begin
  * numbers it (issue order) and returns that number; inputs are added before the call, results

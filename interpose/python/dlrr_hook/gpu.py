@@ -163,7 +163,153 @@ class DeviceDigester:
     def digest(self, tensor):
         """The digest now (one transfer of six scalars to the host)."""
         stats, numel, nbytes, name = self.launch(tensor)
-        return self.finish(stats.cpu().tolist(), numel, nbytes, name)
+        return self.finish(self.fetch([stats])[0], numel, nbytes, name)
+
+    def fetch(self, stats):
+        """The six values of each of launch()'s results, in order: one transfer per device."""
+        torch = self.torch
+        by_device = {}
+        for i, s in enumerate(stats):
+            by_device.setdefault(s.device, []).append(i)
+        values = [None] * len(stats)
+        for indices in by_device.values():
+            rows = torch.stack([stats[i] for i in indices]).cpu().tolist()
+            for i, row in zip(indices, rows):
+                values[i] = row
+        return values
+
+    def recycle(self):
+        """The results fetched so far are no longer needed (nothing to do here)."""
+
+
+# Element kinds of the digest kernel (interpose/cuda/DeviceDigestKernel.h's DigestElement).
+_FUSED_ELEMENTS = {"float32": 1, "float64": 2, "float16": 3, "bfloat16": 4, "int64": 5, "int32": 6, "int16": 7,
+                   "int8": 8, "uint8": 9, "bool": 9}
+_SIGN64 = 1 << 63
+
+
+def _from_ordered_key(key):
+    """The float64 bits of an order-preserving key (DigestKernel.cu's orderedKey), as a signed int."""
+    key &= _MASK64
+    bits = key ^ _SIGN64 if key & _SIGN64 else ~key & _MASK64
+    return bits - (1 << 64) if bits & _SIGN64 else bits
+
+
+class FusedDigester(DeviceDigester):
+    """The same digest in one kernel a tensor (libdlrr's dlrr_digest_kernel_*, DigestKernel.cu)
+    instead of 10-23 torch ops: about one launch's CPU time per tensor.
+
+    Each digest writes one row of a per-device slab of int64[capacity, 6] preset to
+    0,0,0,0,~0,0; launch() returns (slab, row); fetch() brings each slab's used rows to the
+    host in one transfer and turns the min/max keys back into float64 bits, so finish() is
+    shared.  recycle() presets the used rows again (one copy), after the values were fetched;
+    a full slab is preset whole before its first row is reused.  Everything is enqueued on the
+    device's current stream, as the torch ops are.
+    """
+
+    why = None  # why the last load() found no kernel
+
+    def __init__(self, torch, launch_fn, stream_fn, capacity=MAX_PENDING):
+        super().__init__(torch)
+        self._launch_fn = launch_fn      # (data_ptr, nbytes, numel, element, out_ptr, stream) -> 0 or error
+        self._stream_fn = stream_fn      # device -> raw stream handle (int)
+        self._capacity = capacity
+        self._slabs = {}                 # device -> [slab, preset, next row]
+
+    @classmethod
+    def load(cls, torch, lib=None):
+        """A FusedDigester over libdlrr's kernel (`lib`, bound by native.bind), or None (with why in
+        FusedDigester.why): no CUDA driver in this process, dlrr built without nvcc,
+        DLRR_GPU_DIGEST=ops, or no libdlrr."""
+        cls.why = None
+        if os.environ.get("DLRR_GPU_DIGEST", "") == "ops":
+            cls.why = "DLRR_GPU_DIGEST=ops"
+            return None
+        if lib is None or not hasattr(lib, "dlrr_digest_kernel_open"):
+            cls.why = "libdlrr is not loaded"
+            return None
+        why = ctypes.c_char_p()
+        handle = lib.dlrr_digest_kernel_open(ctypes.byref(why))
+        if not handle:
+            cls.why = (why.value or b"").decode("utf-8", "replace") or "unavailable"
+            return None
+        launch = lib.dlrr_digest_kernel_launch
+
+        def launch_fn(data, nbytes, numel, element, out, stream):
+            return launch(handle, data, nbytes, numel, element, out, stream)
+
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if raw is not None:
+            stream_fn = raw  # device index -> cudaStream_t as an int, without a Stream object
+        else:
+            def stream_fn(index):
+                return torch.cuda.current_stream(index).cuda_stream
+        digester = cls(torch, launch_fn, stream_fn)
+        digester._close = (lib.dlrr_digest_kernel_close, handle)
+        return digester
+
+    def _slab(self, device):
+        s = self._slabs.get(device)
+        if s is None:
+            torch = self.torch
+            preset = torch.zeros(self._capacity, 6, dtype=torch.int64, device=device)
+            preset[:, 4] = -1  # ~0: the minimum's key starts above every value's
+            s = self._slabs[device] = [preset.clone(), preset, 0]
+        return s
+
+    def launch(self, tensor):
+        torch = self.torch
+        t = tensor.detach()
+        if not t.is_contiguous():
+            t = t.contiguous()
+        name = self.dtype_name(t.dtype)
+        numel = t.numel()
+        nbytes = numel * t.element_size()
+        device = t.device
+        s = self._slab(device)
+        row = s[2]
+        if row == self._capacity:  # every row was fetched (a flush comes at MAX_PENDING): preset anew
+            s[0].copy_(s[1])
+            row = 0
+        s[2] = row + 1
+        if numel:
+            out = s[0].data_ptr() + row * 48
+            element = _FUSED_ELEMENTS.get(name, 0)
+            index = device.index
+            if device.type == "cuda" and index != torch.cuda.current_device():
+                with torch.cuda.device(index):  # the kernel runs in the tensor's own context
+                    rc = self._launch_fn(t.data_ptr(), nbytes, numel, element, out, self._stream_fn(index))
+            else:
+                rc = self._launch_fn(t.data_ptr(), nbytes, numel, element, out, self._stream_fn(index))
+            if rc:
+                raise RuntimeError("the device digest kernel failed to launch (CUDA error %d)" % rc)
+        return (s[0], row), numel, nbytes, name
+
+    def fetch(self, stats):
+        host = {}
+        for slab, row in stats:
+            key = slab.data_ptr()
+            if key not in host or host[key][1] <= row:
+                host[key] = (slab, row + 1)
+        rows = {key: slab[:n].cpu().tolist() for key, (slab, n) in host.items()}  # one transfer a slab
+        values = []
+        for slab, row in stats:
+            v = list(rows[slab.data_ptr()][row])
+            v[4], v[5] = _from_ordered_key(v[4]), _from_ordered_key(v[5])
+            values.append(v)
+        return values
+
+    def recycle(self):
+        for s in self._slabs.values():
+            if s[2]:
+                s[0][:s[2]].copy_(s[1][:s[2]])
+                s[2] = 0
+
+
+def make_digester(torch, lib):
+    """The fused kernel where this process can run it, else the torch ops (same digest)."""
+    fused = FusedDigester.load(torch, lib)
+    return fused if fused is not None else DeviceDigester(torch)
 
 
 def is_cuda(tensor):
@@ -194,7 +340,7 @@ class GpuDigests:
             except ValueError:
                 ring_bytes = DEFAULT_RING_BYTES
         self.ring_bytes = ring_bytes
-        self.digester = DeviceDigester(torch)
+        self._digester = None  # chosen at the first digest: CUDA is initialised by then
         self._fn = lib.dlrr_digest_values
         self._pause = lib.dlrr_gpu_pause
         self._out = native.DigestT()
@@ -213,9 +359,10 @@ class GpuDigests:
         # Our kernels are not the job's: kept out of the captured launch sequence.
         self._pause(1)
         try:
-            stats, numel, nbytes, name = self.digester.launch(tensor)
+            d = self.digester
+            stats, numel, nbytes, name = d.launch(tensor)
             if not self.deferred:
-                values = self.digester.finish(stats.cpu().tolist(), numel, nbytes, name)
+                values = d.finish(d.fetch([stats])[0], numel, nbytes, name)
         except (RuntimeError, TypeError, NotImplementedError, ValueError):
             return None  # no dense buffer (sparse, quantized, meta): skipped, as on the CPU path
         finally:
@@ -233,6 +380,14 @@ class GpuDigests:
                 self._held.append((kind, path, call_index, output, tensor.detach()))
                 self._held_bytes += size
         return None
+
+    @property
+    def digester(self):
+        """The fused kernel where this process can run it, else the torch ops; chosen once, at the
+        first device digest (torch imports long before the job initialises CUDA)."""
+        if self._digester is None:
+            self._digester = make_digester(self.torch, self.lib)
+        return self._digester
 
     def note_loss(self, tensor):
         if tensor.numel() == 1:
@@ -271,16 +426,10 @@ class GpuDigests:
         if not pending and loss is None:
             return None
         torch = self.torch
-        by_device = {}
-        for i, p in enumerate(pending):
-            by_device.setdefault(p[6].device, []).append(i)
-        values = [None] * len(pending)
         loss_value = None
         try:
-            for indices in by_device.values():
-                rows = torch.stack([pending[i][6] for i in indices]).cpu().tolist()  # one transfer per device
-                for i, row in zip(indices, rows):
-                    values[i] = row
+            values = self.digester.fetch([p[6] for p in pending])  # one transfer per device
+            self.digester.recycle()
             if loss is not None:
                 loss_value = float(loss.reshape(()).to(torch.float64).cpu().item())
         except RuntimeError as exc:  # the device failed (a sticky CUDA error): the step's digests are lost

@@ -169,6 +169,10 @@ SIGNATURES = {
                                 c_void_p, c_uint64]),
     "dlrr_gpu_capture_status": (c_char_p, []),
     "dlrr_gpu_pause": (None, [c_int]),
+    "dlrr_gpu_check_launches_now": (None, [c_char_p]),
+    "dlrr_digest_kernel_open": (c_void_p, [POINTER(c_char_p)]),
+    "dlrr_digest_kernel_launch": (c_int, [c_void_p, c_void_p, c_uint64, c_uint64, c_int, c_void_p, c_void_p]),
+    "dlrr_digest_kernel_close": (None, [c_void_p]),
     # torch.distributed
     "dlrr_collective_begin": (c_uint64, [c_char_p, c_char_p, c_char_p, c_int, c_int, c_int]),
     "dlrr_collective_tensor": (c_int, [c_uint64, c_int, c_char_p, c_int, POINTER(c_int64), c_void_p, c_uint64]),

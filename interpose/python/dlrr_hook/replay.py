@@ -504,6 +504,11 @@ class Replayer(Session):
 
     def _before_backward(self, tensors):
         super()._before_backward(tensors)
+        if self._anomaly is not None and not self._stopped:
+            # Anomaly mode's checks launch kernels the recording cannot have, on autograd's
+            # threads: the step's launches are compared up to here, and not past it.
+            self.lib.dlrr_gpu_check_launches_now(b"before backward(), where anomaly mode's checks (replay only) "
+                                                 b"begin")
         if self._armed and not self._stopped and self.target.digest_kind == native.DIGEST_LOSS:
             self._armed = False
             if self.capture_level <= native.CAPTURE_MINIMAL:
