@@ -32,9 +32,8 @@ std::unique_ptr<DeviceDigestKernel> DeviceDigestKernel::open(std::string& why) {
   }
   Driver d;
   if (!bind(lib, "cuCtxGetCurrent", d.ctxGetCurrent) || !bind(lib, "cuCtxGetDevice", d.ctxGetDevice) ||
-      !bind(lib, "cuDeviceGetAttribute", d.deviceGetAttribute) ||
-      !bind(lib, "cuModuleLoadData", d.moduleLoadData) || !bind(lib, "cuModuleGetFunction", d.moduleGetFunction) ||
-      !bind(lib, "cuLaunchKernel", d.launchKernel)) {
+      !bind(lib, "cuDeviceGetAttribute", d.deviceGetAttribute) || !bind(lib, "cuModuleLoadData", d.moduleLoadData) ||
+      !bind(lib, "cuModuleGetFunction", d.moduleGetFunction) || !bind(lib, "cuLaunchKernel", d.launchKernel)) {
     why = "the loaded libcuda.so.1 lacks a driver API entry point the digest kernel needs";
     return nullptr;
   }

@@ -48,8 +48,8 @@ DeviceDigestKernel::Driver fakeDriver() {
     *f = (m == &gModule && std::string(name) == "dlrr_digest_kernel") ? &gFunction : nullptr;
     return *f ? 0 : 500;  // CUDA_ERROR_NOT_FOUND
   };
-  d.launchKernel = [](void* f, unsigned gx, unsigned, unsigned, unsigned bx, unsigned, unsigned, unsigned,
-                      void* stream, void** params, void**) {
+  d.launchKernel = [](void* f, unsigned gx, unsigned, unsigned, unsigned bx, unsigned, unsigned, unsigned, void* stream,
+                      void** params, void**) {
     EXPECT_EQ(f, &gFunction);
     ++gFake.launches;
     gFake.grid = gx;
@@ -117,8 +117,7 @@ TEST(DeviceDigestKernel, OpenSaysWhyWithoutADriver) {
   std::string why;
   EXPECT_EQ(DeviceDigestKernel::open(why), nullptr);
   EXPECT_FALSE(why.empty());
-  EXPECT_TRUE(why.find("no CUDA driver") != std::string::npos || why.find("without nvcc") != std::string::npos)
-      << why;
+  EXPECT_TRUE(why.find("no CUDA driver") != std::string::npos || why.find("without nvcc") != std::string::npos) << why;
 }
 
 }  // namespace
