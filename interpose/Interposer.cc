@@ -11,6 +11,7 @@
 
 #include "format/OwnThreads.h"
 #include "interpose/ActiveSession.h"
+#include "interpose/FileServe.h"
 #include "interpose/SignalHandlers.h"
 
 namespace dlrr {
@@ -21,15 +22,19 @@ Fn realFn(const char* name) noexcept {
   return reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, name));
 }
 
+// Locks in RecordSession.h's order: the file log's, then the session's.
 void atforkPrepare() {
+  if (FileLog* f = files::fileLog()) f->lockForFork();
   if (RecordSession* s = processRecorder()) s->beforeFork();
 }
 void atforkParent() {
   if (RecordSession* s = processRecorder()) s->afterForkParent();
+  if (FileLog* f = files::fileLog()) f->unlockAfterFork();
 }
 void atforkChild() {
   ownThreads().store(0);  // the child has one thread, the job's that forked
   if (RecordSession* s = processRecorder()) s->afterForkChild();
+  if (FileLog* f = files::fileLog()) f->unlockAfterFork();
 }
 
 void atExit() {

@@ -50,6 +50,10 @@ class FileLog {
   void readFrom(int fd, const void* data, uint64_t n, int64_t end) noexcept;
   // Cheap test for the read hooks: a file over the limit was opened (reads may need keeping).
   bool largeOpened() const noexcept { return largeOpened_.load(std::memory_order_relaxed); }
+  // Fork: taken before the session's locks (a fact is written while mu_ is held), released in
+  // both parent and child, so the child never inherits it held by another thread.
+  void lockForFork() noexcept { mu_.lock(); }
+  void unlockAfterFork() noexcept { mu_.unlock(); }
 
   uint64_t wholeMax() const noexcept { return wholeMax_; }
 

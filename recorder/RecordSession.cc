@@ -565,13 +565,22 @@ void RecordSession::failureException(const char* type, const char* message, cons
 }
 
 void RecordSession::beforeFork() noexcept {
+  // Every lock of the session, in the order of RecordSession.h: no other thread holds one across
+  // fork(), so the child (a trainer that records, or a worker whose hook still calls in) never
+  // inherits one held by a thread it does not have.
   mu_.lock();
   ring_.lockForFork();
+  triage_.lockForFork();
+  collMu_.lock();
+  gpuMu_.lock();
   if (writer_) writer_->beforeFork();
 }
 
 void RecordSession::afterForkParent() noexcept {
   if (writer_) writer_->afterForkParent();
+  gpuMu_.unlock();
+  collMu_.unlock();
+  triage_.unlockAfterFork();
   ring_.unlockAfterForkParent();
   mu_.unlock();
 }
@@ -612,6 +621,13 @@ void RecordSession::afterForkChild() noexcept {
   (void)writer_.release();  // owned by the parent's copy of memory; never destroy it here
   openWriter_.store(nullptr, std::memory_order_release);
   ring_.resetAfterForkChild();
+  gpuMu_.unlock();
+  collMu_.unlock();
+  collectives_.clear();  // the parent's, in flight on the parent's process group
+  triage_.unlockAfterFork();
+  // GPU capture is the parent's (CUDA cannot be used in a forked child): its drain thread and
+  // its lock stay there.
+  observer_.store(nullptr, std::memory_order_release);
   const char* id = std::getenv(kProcessIdEnv);  // getenv allocates nothing: safe in a fork child
   bool trainer = isTrainerIdentity(id) && identity_ != id && !disabled_.load() && !exited_.load();
   if (trainer) {

@@ -154,6 +154,10 @@ class RecordSession final : public ProcessSession {
   // both): it records its own stream. A fork that keeps ours (native code's fork) or that is
   // a DataLoader worker's records nothing; the parent's Fork event says which it was.
   std::string identity_;
+  // Lock order (fork's prepare handler, beforeFork, takes them all in it): a FileLog's mutex
+  // (interpose/FileServe, before calling in here), mu_, ring_'s, triage_'s, collMu_, gpuMu_, then
+  // the writer's own. ring_, triage_, collMu_ and gpuMu_ are leaves: nothing else is taken while
+  // one of them is held.
   mutable std::mutex mu_;
   std::unique_ptr<StreamWriter> writer_;
   // writer_ once opened, cleared in a fork child: what every caller that only uses the writer

@@ -76,8 +76,8 @@ class TriageLog {
   uint64_t droppedPaths() const;
 
   // Fork: the child gets a usable (unlocked) log.
-  void lockForFork() { mu_.lock(); }
-  void unlockAfterFork() { mu_.unlock(); }
+  void lockForFork() noexcept { mu_.lock(); }
+  void unlockAfterFork() noexcept { mu_.unlock(); }
 
  private:
   size_t maxPaths_;

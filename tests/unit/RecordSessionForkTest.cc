@@ -1,0 +1,70 @@
+// fork() while another thread is inside the recorder: the prepare handler (beforeFork) takes
+// every lock of the session in its documented order, so a child never inherits one held by a
+// thread it does not have (a DataLoader worker whose hook still calls in, a forked trainer).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+
+#include "recorder/RecordSession.h"
+#include "support/SampleTrace.h"
+
+#if defined(__SANITIZE_THREAD__)
+#define DLRR_UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define DLRR_UNDER_TSAN 1
+#endif
+#endif
+
+namespace dlrr {
+namespace {
+
+void useEveryLeafLock(RecordSession& s) {
+  uint64_t seq = s.collectiveBegin("all_reduce", "world", "sum", -1, -1, false);
+  s.collectiveEnd(seq, "ok");
+  s.gpuMemory(0, 1, 2, 3);
+  s.note("fork test");
+}
+
+TEST(RecordSessionFork, AChildNeverInheritsALockHeldByAnotherThread) {
+#ifdef DLRR_UNDER_TSAN
+  GTEST_SKIP() << "ThreadSanitizer does not follow a fork of a multi-threaded process";
+#endif
+  std::string root = testing::makeTempDir("fork");
+  Config c;
+  c.mode = Mode::Record;
+  c.traceDir = root + "/t";
+  RecordSession s(c);
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    while (!stop.load()) useEveryLeafLock(s);
+  });
+  for (int i = 0; i < 60; ++i) {
+    s.beforeFork();
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      s.afterForkChild();
+      ::alarm(10);  // a lock inherited held would block here for ever: SIGALRM ends the child
+      useEveryLeafLock(s);
+      ::_exit(0);
+    }
+    s.afterForkParent();
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "child " << i << " did not finish (" << (WIFSIGNALED(status) ? strsignal(WTERMSIG(status)) : "exit")
+        << "): it inherited a lock held by the busy thread";
+  }
+  stop.store(true);
+  busy.join();
+  s.onExit(true, 0);
+  testing::removeTree(root);
+}
+
+}  // namespace
+}  // namespace dlrr
