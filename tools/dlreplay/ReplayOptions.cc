@@ -43,8 +43,10 @@ const char* const kReplayUsage =
     "  --serve-files WHEN  files the recording read (listings, stat, small files, the bytes\n"
     "                   used of large ones): missing (default) served where the path is\n"
     "                   missing here; always: instead of what is here; never\n"
-    "  --scratch DIR    where the replayed job's writes go (default: a new dlreplay-* directory\n"
-    "                   in $TMPDIR or /tmp); your files are never modified\n"
+    "  --scratch DIR    where the replayed job's writes go, new or empty (default: a new\n"
+    "                   dlreplay-* directory in $TMPDIR or /tmp); your files are never modified:\n"
+    "                   the job runs on an overlay of this machine's files (kernel namespaces)\n"
+    "  --net host|none  the job's network: none (default) is loopback only; host is this machine's\n"
     "  --yes            consent to run the recorded command of a trace from another host/user\n"
     "  --dry-run        show the command and environment changes, run nothing\n"
     "  --json           print the report as one JSON line on stdout, after the job's output\n"
@@ -71,6 +73,7 @@ ReplayOptions parseReplayOptions(const std::vector<std::string>& argv) {
                           {"--rank", T::Value},
                           {"--serve-files", T::Value},
                           {"--scratch", T::Value},
+                          {"--net", T::Value},
                           {"--all-ranks", T::Flag},
                           {"--yes", T::Flag},
                           {"--check", T::Flag},
@@ -101,6 +104,10 @@ ReplayOptions parseReplayOptions(const std::vector<std::string>& argv) {
   if (auto v = args.value("--scratch")) {
     o.scratch = *v;
     if (o.scratch.empty()) throw UsageError("--scratch needs a directory");
+  }
+  if (auto v = args.value("--net")) {
+    if (*v != "host" && *v != "none") throw UsageError("--net must be host or none (got '" + *v + "')");
+    o.hostNetwork = *v == "host";
   }
   o.allRanks = args.has("--all-ranks");
   o.yes = args.has("--yes");

@@ -25,7 +25,8 @@ struct ReplayOptions {
   std::optional<int> rank;  // 0..2^24
   bool allRanks = false;
   std::string serveFiles = "missing";  // missing | always | never
-  std::string scratch;                 // "" = a fresh directory in $TMPDIR
+  std::string scratch;                 // "" = a fresh directory in $TMPDIR; else new or empty
+  bool hostNetwork = false;            // --net host: the job keeps this machine's network
   bool yes = false;
   bool check = false;
   bool dryRun = false;

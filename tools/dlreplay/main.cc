@@ -90,6 +90,27 @@ class TempFile {
   std::string path_;
 };
 
+// A private temporary directory (mkdtemp) for dlreplay's own files (the report and its
+// siblings), removed with what is in it when dlreplay is done: the one place the replayed job
+// writes through its sandbox to.
+class TempDir {
+ public:
+  explicit TempDir(const char* pattern) : path_(pattern) {
+    if (!::mkdtemp(path_.data())) path_.clear();
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  bool ok() const { return !path_.empty(); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 void say(const std::vector<std::string>& lines) {
   for (const auto& l : lines) std::fprintf(stderr, "dlreplay: %s\n", l.c_str());
 }
@@ -234,7 +255,12 @@ int run(int argc, char** argv) {
   Environment env = recordedEnvironment(
       s.launcher->header().getTrace(), paths, [](const char* k) { return std::getenv(k); }, gpuNote);
   if (!gpuNote.empty()) std::fprintf(stderr, "dlreplay: %s\n", gpuNote.c_str());
-  TempFile report("/tmp/dlreplay-report-XXXXXX");
+  TempDir own("/tmp/dlreplay-own-XXXXXX");
+  if (!own.ok()) {
+    std::perror("dlreplay: mkdtemp");
+    return kIo;
+  }
+  TempFile report((own.path() + "/report-XXXXXX").c_str());
   if (!report.ok()) {
     std::perror("dlreplay: mkstemp");
     return kIo;
@@ -262,7 +288,12 @@ int run(int argc, char** argv) {
     return kOk;
   }
   ReplayFiles files;  // served files and the scratch directory for the job's writes
-  if (int rc = files.prepare(*trace, o, env)) return rc;
+  // Every process of the job in a sandbox (tools/common/Sandbox.h), but where one cannot hold
+  // what the replay needs.
+  std::string weakWhy = !s.rankLaunches.empty() ? "the ranks dlreplay starts by hand do not share one sandbox yet"
+                        : o.debug == "wait"     ? "--debug wait: a debugger attaches to the job from outside"
+                                                : "";
+  if (int rc = files.prepare(*trace, o, env, {own.path()}, weakWhy)) return rc;
   RankReports rankReports;
   if (s.allRanks) rankReports = makeRankReports(s.ranks, report.path());
 
@@ -270,7 +301,7 @@ int run(int argc, char** argv) {
   std::vector<std::string> full = s.command;
   std::optional<TempFile> gdbStatus;
   if (o.debug == "gdb") {
-    gdbStatus.emplace("/tmp/dlreplay-gdb-XXXXXX");
+    gdbStatus.emplace((own.path() + "/gdb-XXXXXX").c_str());
     if (!gdbStatus->ok()) {
       std::perror("dlreplay: mkstemp");
       return kIo;
@@ -286,6 +317,7 @@ int run(int argc, char** argv) {
   spec.env = environmentStrings(env);
   spec.cwd = s.cwd;
   spec.passSignalsOn = o.debug != "pdb" && o.debug != "gdb";  // an interactive debugger owns Ctrl-C
+  spec.sandbox = files.sandbox();
   tools::ChildResult child;
   try {
     child = tools::launch(spec);
