@@ -102,12 +102,14 @@ class IsolationTest(TraceTestCase):
             f.write(b"user's shared memory")
         if os.path.exists(self.shm + ".new"):
             os.unlink(self.shm + ".new")
-        return state(self.user), open(self.shm, "rb").read()
+        with open(self.shm, "rb") as f:
+            return state(self.user), f.read()
 
     def assert_untouched(self, before, p):
         tree, shm = before
         self.assertEqual(state(self.user), tree, p.stderr[-3000:])
-        self.assertEqual(open(self.shm, "rb").read(), shm, p.stderr[-3000:])
+        with open(self.shm, "rb") as f:
+            self.assertEqual(f.read(), shm, p.stderr[-3000:])
         self.assertFalse(os.path.exists(self.shm + ".new"), p.stderr[-3000:])
 
     def test_the_recording_really_writes_there(self):
