@@ -298,13 +298,13 @@ void Sandbox::pidOne(char** argp, char** envp, const char* cwd, const sigset_t& 
                      int errFd) const {
   Dispositions saved;
   for (size_t i = 0; i < std::size(kPassedOn); ++i) {
-    struct sigaction sa{};
+    struct sigaction sa {};
     sa.sa_handler = noop;
     ::sigaction(kPassedOn[i], nullptr, &saved.old[i]);
     if (saved.old[i].sa_handler != SIG_IGN) ::sigaction(kPassedOn[i], &sa, nullptr);
   }
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // the keeper gone (the launcher killed): so is the job
-  char here[4096] = "/";  // no cwd asked: the launcher's, the same path in the overlay
+  char here[4096] = "/";               // no cwd asked: the launcher's, the same path in the overlay
   if (!cwd || !*cwd) cwd = ::getcwd(here, sizeof here) ? here : "/";
   if (!setUp(errFd)) {
     int err = EPERM;
@@ -390,7 +390,7 @@ OverlayChanges readOverlayChanges(const std::vector<OverlayLayer>& layers) {
     for (; !ec && it != end; it.increment(ec)) {
       std::string rel = it->path().lexically_relative(layer.upper).string();
       std::string abs = layer.mountPoint == "/" ? "/" + rel : layer.mountPoint + "/" + rel;
-      struct stat st{};
+      struct stat st {};
       if (::lstat(it->path().c_str(), &st) != 0) continue;
       if (S_ISCHR(st.st_mode) && st.st_rdev == makedev(0, 0)) {
         out.removed.push_back(abs);
@@ -400,7 +400,7 @@ OverlayChanges readOverlayChanges(const std::vector<OverlayLayer>& layers) {
         char v = 0;
         bool opaque = ::lgetxattr(it->path().c_str(), "user.overlay.opaque", &v, 1) == 1 ||
                       ::lgetxattr(it->path().c_str(), "trusted.overlay.opaque", &v, 1) == 1;
-        struct stat below{};
+        struct stat below {};
         if (opaque || ::lstat(abs.c_str(), &below) != 0 || !S_ISDIR(below.st_mode)) out.dirs.push_back(abs);
       } else {
         out.written.push_back(abs);

@@ -9,14 +9,20 @@
 
 namespace dlrr {
 
+bool executionVariable(const std::string& name) {
+  return name.rfind("LD_", 0) == 0 || name.rfind("PYTHON", 0) == 0 || name == "PATH";
+}
+
 Environment recordedEnvironment(schema::TraceInfo::Reader recorded, const InstallPaths& paths, const EnvLookup& ours,
-                                std::string& note) {
+                                std::string& note, bool trusted, std::vector<std::string>* withheld) {
   Environment env;
   std::set<std::string> redacted;
   for (auto n : recorded.getRedactedNames()) redacted.insert(n.cStr());
   for (auto kv : recorded.getEnv()) {
     std::string k = kv.getKey().cStr();
-    if (redacted.count(k)) {
+    bool withhold = !trusted && executionVariable(k);
+    if (withhold && withheld) withheld->push_back(k);
+    if (redacted.count(k) || withhold) {
       if (const char* mine = ours(k.c_str())) env[k] = mine;
       continue;
     }

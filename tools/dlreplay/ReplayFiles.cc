@@ -46,6 +46,36 @@ void removeTree(const std::string& dir) {
   std::filesystem::remove_all(dir, ec);
 }
 
+// The trace directory's size on disk.
+uint64_t traceBytes(const std::string& dir) {
+  uint64_t n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.is_regular_file(ec)) n += e.file_size(ec);
+  return n;
+}
+
+ServePolicy servePolicy(const ReplayOptions& o, const std::map<std::string, std::string>& env) {
+  ServePolicy p;
+  p.serveCode = o.serveCode;
+  // Where the job's interpreter and loader look for code: the replay's environment (the
+  // recorded one, or this machine's where a foreign trace's is not used) and this machine's.
+  for (const char* var : {"PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "LD_LIBRARY_PATH", "PATH"}) {
+    std::string values = env.count(var) ? env.at(var) : "";
+    if (const char* mine = std::getenv(var)) values += std::string(":") + mine;
+    for (size_t at = 0; at <= values.size();) {
+      size_t colon = values.find(':', at);
+      if (colon == std::string::npos) colon = values.size();
+      std::string d = values.substr(at, colon - at);
+      if (!d.empty() && d[0] == '/' && d != "/") p.codeDirs.push_back(d);
+      at = colon + 1;
+    }
+  }
+  constexpr uint64_t kBase = 256ull << 20, kFactor = 16;
+  p.budget = o.serveBudget ? *o.serveBudget : kBase + kFactor * traceBytes(o.trace);
+  return p;
+}
+
 }  // namespace
 
 int ReplayFiles::prepare(Trace& trace, const ReplayOptions& o, std::map<std::string, std::string>& env,
@@ -70,7 +100,13 @@ int ReplayFiles::prepare(Trace& trace, const ReplayOptions& o, std::map<std::str
       }
     }
     makeScratch(scratch_);
-    tree_ = buildServedTree(trace, scratch_, serve);
+    tree_ = buildServedTree(trace, scratch_, serve, servePolicy(o, env));
+  } catch (const ServeBudgetExceeded& e) {
+    std::fprintf(stderr,
+                 "dlreplay: %s; a trace is data and this one is larger unpacked than it should be: "
+                 "--serve-budget BYTES allows more, --serve-files never serves nothing\n",
+                 tools::printable(e.what()).c_str());
+    return kIo;
   } catch (const TraceError& e) {
     std::fprintf(stderr, "dlreplay: cannot rebuild the recorded files: %s\n", e.what());
     return kIo;
@@ -126,7 +162,10 @@ FilesReport ReplayFiles::report() const {
 void ReplayFiles::print(std::FILE* out) const {
   if (!ready_) return;
   FilesReport r = report();
-  std::fprintf(out, "dlreplay: isolation: %s\n", isolation_.c_str());
+  std::fprintf(out, "dlreplay: isolation: %s\n", tools::printable(isolation_).c_str());
+  if (!tree_.codeSkipped.empty())
+    std::fprintf(out, "dlreplay: files: not served, being code (a trace is data; --serve-code serves it): %s\n",
+                 tools::printable(summarizePaths(tree_.codeSkipped, kShown)).c_str());
   if (!r.served.empty())
     std::fprintf(out, "dlreplay: files: served %zu path(s) from the trace (%s recorded): %s\n", r.served.size(),
                  tools::humanBytes(r.servedBytes).c_str(), tools::printable(summarizePaths(r.served, kShown)).c_str());
@@ -166,6 +205,7 @@ void ReplayFiles::json(tools::JsonWriter& j) const {
   j.field("served_bytes", static_cast<long long>(r.servedBytes));
   j.field("isolation", isolation_);
   list("served", r.served);
+  list("code_not_served", tree_.codeSkipped);
   list("written", r.written);
   list("dirs", r.dirs);
   list("renamed", r.renamed);

@@ -43,6 +43,10 @@ const char* const kReplayUsage =
     "  --serve-files WHEN  files the recording read (listings, stat, small files, the bytes\n"
     "                   used of large ones): missing (default) served where the path is\n"
     "                   missing here; always: instead of what is here; never\n"
+    "  --serve-code     also serve code the trace holds (.py, .pyc, .pth, .so, zip archives, files\n"
+    "                   under PYTHONPATH or library paths); default: never, a trace is data\n"
+    "  --serve-budget BYTES  most bytes serving may write (default: 256 MiB + 16x the trace's\n"
+    "                   size; runs of zeros are holes and cost nothing)\n"
     "  --scratch DIR    where the replayed job's writes go, new or empty (default: a new\n"
     "                   dlreplay-* directory in $TMPDIR or /tmp); your files are never modified:\n"
     "                   the job runs on an overlay of this machine's files (kernel namespaces)\n"
@@ -74,6 +78,8 @@ ReplayOptions parseReplayOptions(const std::vector<std::string>& argv) {
                           {"--serve-files", T::Value},
                           {"--scratch", T::Value},
                           {"--net", T::Value},
+                          {"--serve-code", T::Flag},
+                          {"--serve-budget", T::Value},
                           {"--all-ranks", T::Flag},
                           {"--yes", T::Flag},
                           {"--check", T::Flag},
@@ -108,6 +114,12 @@ ReplayOptions parseReplayOptions(const std::vector<std::string>& argv) {
   if (auto v = args.value("--net")) {
     if (*v != "host" && *v != "none") throw UsageError("--net must be host or none (got '" + *v + "')");
     o.hostNetwork = *v == "host";
+  }
+  o.serveCode = args.has("--serve-code");
+  try {
+    if (auto b = args.intValue("--serve-budget", 0, int64_t{1} << 50)) o.serveBudget = static_cast<uint64_t>(*b);
+  } catch (const UsageError&) {
+    throw UsageError("--serve-budget must be a number of bytes (got '" + *args.value("--serve-budget") + "')");
   }
   o.allRanks = args.has("--all-ranks");
   o.yes = args.has("--yes");

@@ -38,6 +38,7 @@
 #include "tools/dlreplay/ReplayOutcome.h"
 #include "tools/dlreplay/ReplayPrint.h"
 #include "tools/dlreplay/ReplaySelection.h"
+#include "tools/dlreplay/TraceOrigin.h"
 #include "triage/Classifier.h"
 
 namespace dlrr {
@@ -111,33 +112,39 @@ class TempDir {
   std::string path_;
 };
 
+std::string summarizeNames(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
 void say(const std::vector<std::string>& lines) {
   for (const auto& l : lines) std::fprintf(stderr, "dlreplay: %s\n", l.c_str());
 }
 
 // What dlreplay shows before running anything (the command, where, to what target), and the
 // consent a foreign trace needs. Returns 0 to go on, else the exit code.
-int announce(const ReplaySelection& s, const ReplayOptions& o, Trace& trace, int rankPort) {
-  auto ti = s.launcher->header().getTrace();
-  std::string host = ti.getHost().cStr();
-  bool foreign = host != hostName() || ti.getUid() != ::getuid();
+// Every recorded string printed goes through printable(): a trace cannot erase or fake the
+// line the user is asked to check with terminal escapes.
+int announce(const ReplaySelection& s, const ReplayOptions& o, Trace& trace, int rankPort, const TraceOrigin& origin) {
+  using tools::printable;
   for (const auto& l : s.rankLaunches)
     std::fprintf(stderr, "dlreplay: %s rank %d: %s\n", o.dryRun ? "would run" : "running", l.rank,
-                 tools::joinCommand(l.argv).c_str());
+                 printable(tools::joinCommand(l.argv)).c_str());
   if (s.rankLaunches.empty())
     std::fprintf(stderr, "dlreplay: %s %s\n", o.dryRun ? "would run" : "running",
-                 tools::joinCommand(s.command).c_str());
+                 printable(tools::joinCommand(s.command)).c_str());
   if (!s.rankLaunches.empty())
     std::fprintf(stderr,
                  "dlreplay:   in %s, every rank (%zu) started by dlreplay as it was started (by hand, no launcher "
                  "recorded), meeting at 127.0.0.1:%d, each replaying its own stream to %s\n",
-                 s.cwd.c_str(), s.rankLaunches.size(), rankPort, s.target.describe().c_str());
+                 printable(s.cwd).c_str(), s.rankLaunches.size(), rankPort, s.target.describe().c_str());
   else if (s.allRanks)
-    std::fprintf(stderr, "dlreplay:   in %s, every rank (%zu) replaying its own stream to %s\n", s.cwd.c_str(),
-                 s.ranks.ranks.size(), s.target.describe().c_str());
+    std::fprintf(stderr, "dlreplay:   in %s, every rank (%zu) replaying its own stream to %s\n",
+                 printable(s.cwd).c_str(), s.ranks.ranks.size(), s.target.describe().c_str());
   else
-    std::fprintf(stderr, "dlreplay:   in %s, replaying stream %s to %s\n", s.cwd.c_str(), s.stream->name().c_str(),
-                 s.target.describe().c_str());
+    std::fprintf(stderr, "dlreplay:   in %s, replaying stream %s to %s\n", printable(s.cwd).c_str(),
+                 printable(s.stream->name()).c_str(), s.target.describe().c_str());
   if (s.jump.jumpStep >= 0) std::fprintf(stderr, "dlreplay:   %s\n", s.jump.why.c_str());
   // Several trainers at once, or processes that were not recorded: said once, before the
   // verdict, which is about this stream only.
@@ -146,11 +153,11 @@ int announce(const ReplaySelection& s, const ReplayOptions& o, Trace& trace, int
   if (s.rank && s.ranks.origin && s.ranks.origin->rank != s.rank->rank && s.rank->failureReceived)
     std::fprintf(stderr, "dlreplay: note: rank %d received its non-finite values; they began on %s\n", s.rank->rank,
                  formatOrigin(*s.ranks.origin).c_str());
-  if (foreign && !s.explicitCommand && !o.yes && !o.dryRun) {
+  if (origin.foreign && !s.explicitCommand && !o.yes && !o.dryRun) {
     std::fprintf(stderr,
-                 "dlreplay: this trace was recorded by %s on %s, not by you on this host; check the command above,\n"
+                 "dlreplay: this trace is not yours: %s; check the command above,\n"
                  "dlreplay: then rerun with --yes to run it, or give your own command after '--'\n",
-                 ti.getUser().cStr(), host.c_str());
+                 origin.why.c_str());
     return kConsent;
   }
   if (!o.quiet)
@@ -241,7 +248,8 @@ int run(int argc, char** argv) {
     std::perror("dlreplay: no free local port for the ranks' rendezvous");
     return kIo;
   }
-  if (int rc = announce(s, o, *trace, rankPort)) return rc;
+  const TraceOrigin origin = traceOrigin(o.trace, s.launcher->header().getTrace(), hostName());
+  if (int rc = announce(s, o, *trace, rankPort, origin)) return rc;
 
   // 2. The job's environment (ReplayEnvironment.h).
   InstallPaths paths;
@@ -252,9 +260,15 @@ int run(int argc, char** argv) {
     return kIo;
   }
   std::string gpuNote;
+  // A foreign trace's environment does not choose the code the replay loads, unless consented.
+  std::vector<std::string> withheld;
   Environment env = recordedEnvironment(
-      s.launcher->header().getTrace(), paths, [](const char* k) { return std::getenv(k); }, gpuNote);
-  if (!gpuNote.empty()) std::fprintf(stderr, "dlreplay: %s\n", gpuNote.c_str());
+      s.launcher->header().getTrace(), paths, [](const char* k) { return std::getenv(k); }, gpuNote,
+      !origin.foreign || o.yes, &withheld);
+  if (!gpuNote.empty()) std::fprintf(stderr, "dlreplay: %s\n", tools::printable(gpuNote).c_str());
+  if (!withheld.empty())
+    std::fprintf(stderr, "dlreplay: note: %s are this machine's, not the trace's (%s; --yes uses the trace's)\n",
+                 tools::printable(summarizeNames(withheld)).c_str(), origin.why.c_str());
   TempDir own("/tmp/dlreplay-own-XXXXXX");
   if (!own.ok()) {
     std::perror("dlreplay: mkdtemp");
@@ -284,7 +298,7 @@ int run(int argc, char** argv) {
   applyReplaySettings(env, settings);
   if (o.dryRun) {
     for (const char* k : {"LD_PRELOAD", "PYTHONPATH", "DLRR_MODE", "DLRR_TRACE", "DLRR_REPLAY_STREAM", "DLRR_UNTIL"})
-      std::fprintf(stderr, "dlreplay:   %s=%s\n", k, env[k].c_str());
+      std::fprintf(stderr, "dlreplay:   %s=%s\n", k, tools::printable(env[k]).c_str());
     return kOk;
   }
   ReplayFiles files;  // served files and the scratch directory for the job's writes
