@@ -12,6 +12,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "format/Redact.h"
 #include "format/Trace.h"
 #include "format/UniqueFd.h"
 #include "session/FilePaths.h"
@@ -164,6 +165,11 @@ ServedTree buildServedTree(Trace& trace, const std::string& scratch, ServeFiles 
     // loaded by the dynamic loader, whose reads are not ours): a stand-in of zeros would make the
     // replayed job skip making it and then load zeros. The replayed job makes it again instead.
     if (k.kind == schema::FileFact::Kind::FILE && k.ranges.empty() && missed.count(path)) continue;
+    // A credential file: the recording kept its stat only; the job gets ENOENT, not zeros.
+    if (k.kind != schema::FileFact::Kind::DIRECTORY && isCredentialPath(path)) {
+      tree.secretSkipped.push_back(path);
+      continue;
+    }
     // A trace is data: nothing it holds is put where Python or the loader would run it.
     if (k.kind != schema::FileFact::Kind::DIRECTORY && !policy.serveCode && isCodePath(path, policy.codeDirs)) {
       tree.codeSkipped.push_back(path);

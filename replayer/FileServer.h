@@ -22,6 +22,7 @@ struct ServedTree {
   uint64_t bytes = 0;  // recorded bytes written into them
   std::map<std::string, uint64_t> recordedBytes;  // path -> bytes of it the trace holds
   std::vector<std::string> codeSkipped;           // code paths not served (ServePolicy::serveCode)
+  std::vector<std::string> secretSkipped;         // credential files: their stat only was recorded
 };
 
 // What serving may do with a trace, which is data (docs/reliability.md, "What a replay can

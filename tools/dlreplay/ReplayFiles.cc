@@ -163,6 +163,9 @@ void ReplayFiles::print(std::FILE* out) const {
   if (!ready_) return;
   FilesReport r = report();
   std::fprintf(out, "dlreplay: isolation: %s\n", tools::printable(isolation_).c_str());
+  if (!tree_.secretSkipped.empty())
+    std::fprintf(out, "dlreplay: files: not served, being credentials (the recording kept their stat only): %s\n",
+                 tools::printable(summarizePaths(tree_.secretSkipped, kShown)).c_str());
   if (!tree_.codeSkipped.empty())
     std::fprintf(out, "dlreplay: files: not served, being code (a trace is data; --serve-code serves it): %s\n",
                  tools::printable(summarizePaths(tree_.codeSkipped, kShown)).c_str());
@@ -206,6 +209,7 @@ void ReplayFiles::json(tools::JsonWriter& j) const {
   j.field("isolation", isolation_);
   list("served", r.served);
   list("code_not_served", tree_.codeSkipped);
+  list("credentials_not_served", tree_.secretSkipped);
   list("written", r.written);
   list("dirs", r.dirs);
   list("renamed", r.renamed);
