@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "format/Trace.h"
 #include "format/UniqueFd.h"
@@ -199,8 +200,22 @@ void forEachEventOfStep(StreamReader& s, int64_t step, const std::function<void(
       from);
 }
 
+// The output never goes into the trace it is read from (it would replace or add a stream).
+void refuseOutputInsideTrace(const std::string& out, const std::string& trace) {
+  if (out == "-") return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path dir = fs::weakly_canonical(fs::absolute(trace, ec), ec);
+  fs::path file = fs::weakly_canonical(fs::absolute(out, ec), ec);
+  std::string d = dir.string(), f = file.string();
+  if (!d.empty() && (f == d || (f.size() > d.size() && f.compare(0, d.size(), d) == 0 && f[d.size()] == '/')))
+    throw UsageError("-o " + printable(out) + " is inside the trace " + printable(trace) +
+                     " it reads; write it elsewhere");
+}
+
 int run(const Args& args, Output&) {
   const DumpOptions opts = checkDumpOptions(args);
+  refuseOutputInsideTrace(opts.outFile, args.trace());
   auto trace = openTraceForTool(args.trace());
   StreamReader& s = selectStream(*trace, args.value("--stream"));
   warnIfDamaged(s);
