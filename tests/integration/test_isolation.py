@@ -205,3 +205,58 @@ class IsolationTest(TraceTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+PATHS_JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "files", "paths_job.py")
+
+
+class ReplayPathsTest(TraceTestCase):
+    """Issue 27, item 6: a symlink to a directory the job made and removes, and ../cfg.txt from
+    a directory it made, behave in replay as they did when recorded."""
+
+    def fresh(self):
+        user = os.path.join(self.tmp, "user")
+        shutil.rmtree(user, ignore_errors=True)
+        os.makedirs(os.path.join(user, "datadir"))
+        for n in ("a.txt", "b.txt"):
+            with open(os.path.join(user, "datadir", n), "w") as f:
+                f.write(n)
+        with open(os.path.join(user, "cfg.txt"), "w") as f:
+            f.write("lr=0.1")
+        return user
+
+    def test_symlink_to_a_directory_and_dotdot_from_a_made_directory(self):
+        user = self.fresh()
+        p = run([tool("dlrecord"), "-q", "-o", self.trace_path(), "--", PY, PATHS_JOB], cwd=user)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("link True True ['a.txt', 'b.txt']", p.stdout)
+        recorded = p.stdout
+        user = self.fresh()
+        before = state(user)
+        p = run([tool("dlreplay"), self.trace_path(), "--until", "end"], cwd=user)
+        self.assertEqual(p.stdout, recorded, p.stderr)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(state(user), before)
+
+
+class ExclusiveRecordTest(TraceTestCase):
+    """Issue 27, item 6: two dlrecord -o SAME started together: one records, the other is
+    refused (the launcher stream's name is created with O_EXCL), never both into one trace."""
+
+    def test_two_dlrecords_into_one_directory(self):
+        both = []
+        for i in range(20):
+            t = os.path.join(self.tmp, "t%d" % i)
+            ps = [subprocess.Popen([tool("dlrecord"), "-q", "-o", t, "--", "true"], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE, text=True) for _ in range(2)]
+            results = [(p.wait(), p.stderr.read()) for p in ps]
+            for p in ps:
+                p.stderr.close()
+            codes = sorted(rc for rc, _ in results)
+            if codes == [0, 0]:
+                both.append(i)
+            else:
+                self.assertEqual(codes, [0, 2], results)
+                refused = [err for rc, err in results if rc == 2][0]
+                self.assertRegex(refused, "already holds a trace|is being recorded by another dlrecord")
+        self.assertEqual(both, [], "both dlrecords recorded into one trace")

@@ -111,8 +111,15 @@ std::unique_ptr<StreamWriter> openLauncherStream(const RecordOptions& o, const s
   opts[1].setValue(o.collectives);
   opts[2].setKey("snapshot_every");
   opts[2].setValue(o.snapshotEvery);
+  // The launcher's own name claims the trace (O_EXCL): a second dlrecord -o SAME started at
+  // the same moment passed the check above too, but only one creates the name.
   std::string name;
-  return std::make_unique<StreamWriter>(createStreamFile(dir.get(), launcherName, name), hm);
+  UniqueFd fd = createStreamFile(dir.get(), launcherName, name);
+  if (name != launcherName) {
+    ::unlinkat(dir.get(), (name + kStreamExt).c_str(), 0);
+    throw TraceError(ErrorKind::Usage, trace + " is being recorded by another dlrecord; choose another -o");
+  }
+  return std::make_unique<StreamWriter>(std::move(fd), hm);
 }
 
 void appendJobResources(StreamWriter& w, const rusage& ru, int64_t oomKillsBefore, int64_t tNs) {
