@@ -260,3 +260,74 @@ class ExclusiveRecordTest(TraceTestCase):
                 refused = [err for rc, err in results if rc == 2][0]
                 self.assertRegex(refused, "already holds a trace|is being recorded by another dlrecord")
         self.assertEqual(both, [], "both dlrecords recorded into one trace")
+
+
+NOBODY = 65534
+
+
+def can_setpriv():
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        return False
+    p = subprocess.run(["setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY, "--clear-groups", "true"],
+                       capture_output=True)
+    return p.returncode == 0
+
+
+class NonRootIsolationTest(IsolationTest):
+    """The same as a user who is not root (a user namespace maps them; overlayfs cannot stack on
+    directories with mounts below in one, so those are rebuilt around the mounts)."""
+
+    def setUp(self):
+        if not can_setpriv():
+            self.skipTest("needs root and setpriv to run as nobody")
+        super().setUp()
+        os.chmod(self.tmp, 0o755)
+        os.chown(self.tmp, NOBODY, NOBODY)
+        os.chown(self.shm, NOBODY, NOBODY)
+        if self.helper:
+            os.chown(self.helper, NOBODY, NOBODY)
+
+    def fresh_tree(self):
+        got = super().fresh_tree()
+        for d, dirs, names in os.walk(self.user):
+            for n in dirs + names:
+                os.lchown(os.path.join(d, n), NOBODY, NOBODY)
+        os.lchown(self.user, NOBODY, NOBODY)
+        return state(self.user), got[1]
+
+    def as_nobody(self, argv):
+        return ["setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY, "--clear-groups",
+                "env", "HOME=" + self.tmp, "TMPDIR=" + self.tmp] + argv
+
+    def test_the_recording_really_writes_there(self):
+        self.skipTest("shown as root")
+
+    def test_replay_leaves_every_file_as_it_was(self):
+        self.fresh_tree()
+        p = run(self.as_nobody([tool("dlrecord"), "-o", self.trace_path(), "--"] + self.job()), cwd=self.user)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        before = self.fresh_tree()
+        p = run(self.as_nobody([tool("dlreplay"), self.trace_path(), "--until", "end", "--json"]), cwd=self.user)
+        self.assert_untouched(before, p)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        files = json.loads(p.stdout.rstrip("\n").rsplit("\n", 1)[-1])["files"]
+        self.assertTrue(files["isolation"].startswith("kernel:"), files["isolation"])
+        self.assertIn(os.path.join(self.user, "victim.txt"), files["deleted"])
+
+    def test_preflight_leaves_every_file_as_it_was(self):
+        before = self.fresh_tree()
+        p = run(self.as_nobody([tool("dlpreflight"), "--json", "--"] + self.job()), cwd=self.user)
+        self.assert_untouched(before, p)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        doc = json.loads(p.stdout.rstrip("\n").rsplit("\n", 1)[-1])
+        self.assertTrue(doc["isolation"].startswith("kernel:"), doc["isolation"])
+        self.assertIn(os.path.join(self.user, "victim.txt"), doc["overlay_removed"])
+
+    def test_without_namespaces_every_report_says_isolation_is_weak(self):
+        self.skipTest("shown as root")
+
+    def test_a_scratch_directory_that_is_not_empty_is_refused(self):
+        self.skipTest("shown as root")
+
+    def test_the_network_is_loopback_only_unless_asked(self):
+        self.skipTest("shown as root")

@@ -24,6 +24,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 
@@ -50,8 +51,6 @@ bool under(const std::string& path, const std::string& dir) {
   if (dir == "/") return true;
   return path == dir || (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 && path[dir.size()] == '/');
 }
-
-size_t depth(const std::string& p) { return p == "/" ? 0 : static_cast<size_t>(std::count(p.begin(), p.end(), '/')); }
 
 // Async-signal-safe output of a failure line (after fork).
 void fail(int errFd, const char* what, const std::string& path, int err) {
@@ -147,32 +146,71 @@ void Sandbox::plan(const SandboxSpec& spec) {
                  points.end());
     points.emplace_back(point, type);
   }
-  std::stable_sort(points.begin(), points.end(),
-                   [](const auto& a, const auto& b) { return depth(a.first) < depth(b.first); });
   auto special = [&](const std::string& p) {
     return under(p, "/proc") || under(p, "/sys") || under(p, "/dev") || under(p, dir);
   };
+  std::vector<std::string> mountPoints;
+  for (const auto& pt : points)
+    if (!special(pt.first)) mountPoints.push_back(pt.first);
+  auto mountBelow = [&](const std::string& p) {
+    return std::any_of(mountPoints.begin(), mountPoints.end(),
+                       [&](const std::string& m) { return m != p && under(m, p); });
+  };
   auto overlayable = [](const std::string& p) { return p.find_first_of(",:\\") == std::string::npos; };
-  // Every file system is an overlay: the machine's files below, the job's writes above. A
-  // mount overlayfs refuses (a path it cannot name, a file system it cannot stack on) is
-  // bound read-only instead: a write there fails rather than reaching it.
+  // Every directory of this machine is the lower layer of an overlay: its files below, the
+  // job's writes above. overlayfs cannot stack on a directory with mounts beneath it (in a
+  // user namespace they are locked: "failed to clone lowerpath"), so such a directory is
+  // rebuilt in a skeleton under SPEC.dir (its symlinks as they are, its files bound read-only)
+  // and each of its entries is overlaid on its own, down to the mounts. A directory overlayfs
+  // refuses (a path it cannot name, a file system it cannot stack on) is bound read-only:
+  // a write there fails rather than reaching it.
+  mounts_.push_back({root_, root_, "bind-self", "", 0, ""});
   size_t n = 0;
-  for (const auto& [point, type] : points) {
-    if (special(point) && point != "/") continue;
-    std::string target = point == "/" ? root_ : root_ + point;
-    std::string upper = dir + "/upper/" + std::to_string(n), work = dir + "/work/" + std::to_string(n);
-    ++n;
-    if (!overlayable(point) || !overlayable(upper)) {
-      mounts_.push_back({point, target, "bind-ro", "", 0, ""});
-      continue;
+  std::function<void(const std::string&)> split = [&](const std::string& host) {
+    for (const auto& e : fs::directory_iterator(host, ec)) {
+      std::string path = e.path().string();
+      if (special(path)) {
+        if (host == "/" && (path == "/proc" || path == "/sys" || path == "/dev")) ::mkdir((root_ + path).c_str(), 0755);
+        continue;
+      }
+      std::string target = root_ + path;
+      struct stat st {};
+      if (::lstat(path.c_str(), &st) != 0) continue;
+      if (S_ISLNK(st.st_mode)) {
+        std::error_code lec;
+        fs::path to = fs::read_symlink(path, lec);
+        if (!lec) fs::create_symlink(to, target, lec);
+      } else if (S_ISREG(st.st_mode)) {
+        int fd = ::open(target.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        if (fd >= 0) ::close(fd);
+        mounts_.push_back({path, target, "bind-ro", "", 0, ""});
+      } else if (S_ISDIR(st.st_mode)) {
+        ::mkdir(target.c_str(), 0755);
+        // In a user namespace, overlayfs cannot copy up a directory whose owner is not mapped
+        // (EOVERFLOW): one we may write in but do not own (/tmp) is split too, so that its
+        // entries are layers of their own and new files in it land in the skeleton.
+        bool othersWritable = userNs_ && st.st_uid != ::geteuid() && ::access(path.c_str(), W_OK) == 0;
+        if (mountBelow(path) || othersWritable) {
+          split(path);
+          continue;
+        }
+        std::string upper = dir + "/upper/" + std::to_string(n), work = dir + "/work/" + std::to_string(n);
+        ++n;
+        if (!overlayable(path) || !overlayable(upper)) {
+          mounts_.push_back({path, target, "bind-ro", "", 0, ""});
+          continue;
+        }
+        if (::mkdir(upper.c_str(), 0755) != 0 || ::mkdir(work.c_str(), 0700) != 0)
+          throw std::runtime_error("cannot create " + upper + ": " + std::strerror(errno));
+        std::string data = "lowerdir=" + path + ",upperdir=" + upper + ",workdir=" + work;
+        if (userNs_) data += ",userxattr";
+        mounts_.push_back({"overlay", target, "overlay", data, 0, path});
+        layers_.push_back({path, upper});
+      }
     }
-    if (::mkdir(upper.c_str(), 0755) != 0 || ::mkdir(work.c_str(), 0700) != 0)
-      throw std::runtime_error("cannot create " + upper + ": " + std::strerror(errno));
-    std::string data = "lowerdir=" + point + ",upperdir=" + upper + ",workdir=" + work;
-    if (userNs_) data += ",userxattr";
-    mounts_.push_back({"overlay", target, "overlay", data, 0, point});
-    layers_.push_back({point, upper});
-  }
+  };
+  split("/");
+  layers_.push_back({"/", root_, true});
   // /dev: a tmpfs holding the devices a job uses (as bubblewrap's --dev), not the disks.
   mounts_.push_back({"tmpfs", root_ + "/dev", "tmpfs", "mode=0755", MS_NOSUID, ""});
   for (const char* d : {"null", "zero", "full", "random", "urandom", "tty"})
@@ -206,9 +244,11 @@ bool Sandbox::setUp(int errFd) const {
   for (const Mount& m : mounts_) {
     const char* t = m.target.c_str();
     int rc = 0;
-    if (m.type == "overlay") {
+    if (m.type == "bind-self") {  // the skeleton as a mount point (pivot_root needs one)
+      rc = ::mount(t, t, nullptr, MS_BIND, nullptr);
+    } else if (m.type == "overlay") {
       rc = ::mount(m.source.c_str(), t, "overlay", 0, m.data.c_str());
-      if (rc != 0 && !m.fallbackSource.empty() && m.target != root_) {
+      if (rc != 0 && !m.fallbackSource.empty()) {
         rc = ::mount(m.fallbackSource.c_str(), t, nullptr, MS_BIND | MS_REC, nullptr);
         if (rc == 0) ::mount(nullptr, t, nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr);
         continue;
@@ -225,6 +265,7 @@ bool Sandbox::setUp(int errFd) const {
       // /sys stays as the host has it, writable by root only).
       if (rc == 0 && m.type == "bind-ro") ::mount(nullptr, t, nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr);
       if (rc != 0 && (m.type == "bind-file" || m.type == "bind-dir")) rc = 0;  // a device this machine lacks
+      if (rc != 0 && m.type == "bind-ro" && errno == ENOENT) rc = 0;           // gone since plan() (a temporary file)
     } else if (m.type == "symlink") {
       rc = ::symlink(m.source.c_str(), t);
     } else {
@@ -392,6 +433,12 @@ OverlayChanges readOverlayChanges(const std::vector<OverlayLayer>& layers) {
       std::string abs = layer.mountPoint == "/" ? "/" + rel : layer.mountPoint + "/" + rel;
       struct stat st {};
       if (::lstat(it->path().c_str(), &st) != 0) continue;
+      if (layer.skeleton) {  // what the job made where the skeleton stood in for a directory
+        struct stat here {};
+        if (::lstat(abs.c_str(), &here) == 0) continue;
+        (S_ISDIR(st.st_mode) ? out.dirs : out.written).push_back(abs);
+        continue;
+      }
       if (S_ISCHR(st.st_mode) && st.st_rdev == makedev(0, 0)) {
         out.removed.push_back(abs);
       } else if (S_ISDIR(st.st_mode)) {

@@ -32,9 +32,12 @@ struct SandboxSpec {
   bool hostNetwork = false;           // false: a network namespace with loopback only
 };
 
-// One overlaid mount: the mount point and its upper directory (for the report).
+// One overlaid directory: where the job sees it and its upper directory (for the report). The
+// skeleton (the directories rebuilt around mounts, where new entries of theirs land) is one
+// too, with `skeleton` set: only what this machine lacks there is the job's.
 struct OverlayLayer {
   std::string mountPoint, upper;
+  bool skeleton = false;
 };
 
 // Everything the forked side needs, built before fork (after it, no allocation).
