@@ -435,6 +435,18 @@ const char* dlrr_replay_divergence(void) {
   return tStatus.c_str();
 }
 
+void dlrr_replay_diverged(int64_t step, int kind, const char* path, const char* detail) {
+  withReplayer([&](ReplaySession& r) { r.diverge(step, kind, path ? path : "", detail ? detail : ""); });
+}
+
+const char* dlrr_replay_recorded_exception(int* while_loading) {
+  if (while_loading) *while_loading = 0;
+  ReplaySession* r = processReplayer();
+  if (!r) return "";
+  if (while_loading) *while_loading = r->crashWhileLoading() ? 1 : 0;
+  return r->crashException().c_str();
+}
+
 void dlrr_replay_fact(const char* key, const char* value) {
   withReplayer([&](ReplaySession& r) { r.fact(key ? key : "", value ? value : ""); });
 }

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include "format/DistEnv.h"
 #include "format/TraceError.h"
@@ -261,6 +262,12 @@ void ReplaySession::load() {
           target_.step = f.getStep();
           target_.where = f.getWhere().cStr();
           if (f.getKind() == schema::Failure::Kind::SIGNAL) crashSignal_ = f.getSignal();
+          if (f.getKind() == schema::Failure::Kind::EXCEPTION) {
+            crashException_ = f.getExceptionType().cStr();
+            for (auto fr : f.getTraceback())
+              if (std::string_view(fr.getFile().cStr()).find("/torch/utils/data/") != std::string_view::npos)
+                crashWhileLoading_ = true;
+          }
         }
         break;
       }
@@ -442,6 +449,17 @@ int ReplaySession::checkDigestAlgorithm(int64_t step, int kind, const std::strin
     divergence_ = d;
   }
   return 1;
+}
+
+void ReplaySession::diverge(int64_t step, int kind, const std::string& path, const std::string& detail) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (divergence_) return;
+  Divergence d;
+  d.step = step;
+  d.kind = kind;
+  d.path = path;
+  d.detail = detail;
+  divergence_ = d;
 }
 
 void ReplaySession::beginStep(int64_t step) {

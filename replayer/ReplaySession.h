@@ -68,6 +68,11 @@ class ReplaySession final : public ProcessSession {
   const ReplayTarget& target() const { return target_; }
   // The recorded fatal signal when the target is `crash` and the recorded failure is one, else 0.
   int crashSignal() const noexcept { return crashSignal_; }
+  // The recorded exception's type when the target is `crash` and the recorded failure is one
+  // ("" else), and whether its traceback passes through torch.utils.data (it was raised while a
+  // DataLoader loaded a batch: replay serves batches, so that batch is the crash point).
+  const std::string& crashException() const noexcept { return crashException_; }
+  bool crashWhileLoading() const noexcept { return crashWhileLoading_; }
 
   // Entropy: the next recorded bytes when the request matches the recording.
   bool serveEntropy(schema::Entropy::Source src, void* buf, size_t n, size_t& got);
@@ -110,6 +115,9 @@ class ReplaySession final : public ProcessSession {
   void failureException(const char* type, const char* message, const char* where, int n, const char* const* files,
                         const int32_t* lines, const char* const* functions, const char* const* code) override;
   const std::optional<Divergence>& divergence() const { return divergence_; }
+  // A divergence the hook found from values it computed (a recorded non-finite value computed
+  // finite here, a step past the end of the trace): kept when it is the first.
+  void diverge(int64_t step, int kind, const std::string& path, const std::string& detail);
 
   // The capture level of the recording (what digests exist to be checked).
   int captureLevel() const noexcept override { return captureLevel_; }
@@ -207,6 +215,8 @@ class ReplaySession final : public ProcessSession {
   Config cfg_;
   ReplayTarget target_;
   int crashSignal_ = 0;
+  std::string crashException_;
+  bool crashWhileLoading_ = false;
   std::unique_ptr<Trace> trace_;
   StreamReader* stream_ = nullptr;
   bool active_ = false;

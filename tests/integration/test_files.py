@@ -84,7 +84,7 @@ class DatalessReplayTest(TraceTestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         return p
 
-    def replay_to_nan(self, nan_step, data_paths, where=r"before module 0 \(\w+\) \(call 0\) of step %d"):
+    def replay_to_nan(self, nan_step, data_paths, where=r"at module 0 \(\w+\) \(call 0\) of step %d"):
         """Replays to the NaN with the data gone; returns the JSON report's files section."""
         p, doc = replay(self.trace_path(), "--until", "nan")
         self.assertEqual(p.returncode, 0, p.stderr)

@@ -39,6 +39,8 @@ class FakeLib:
         self.digest_values_result = 0
         self.gpu_capture_status = ""
         self.recorded_digests = {}  # step -> [native.RecordedDigestT] (replay)
+        self.crash_exception = b""  # dlrr_replay_recorded_exception (replay)
+        self.crash_while_loading = False
         self._digest_arrays = {}  # what dlrr_replay_recorded_digests handed out, kept alive
         self._callbacks = []
         for name, (restype, argtypes) in native.SIGNATURES.items():
@@ -286,6 +288,14 @@ class FakeLib:
 
     def _dlrr_replay_divergence(self):
         return b""
+
+    def _dlrr_replay_diverged(self, step, kind, path, detail):
+        self.calls.append(("dlrr_replay_diverged", step, kind, path, detail))
+
+    def _dlrr_replay_recorded_exception(self, while_loading):
+        if while_loading is not None:
+            while_loading._obj.value = int(self.crash_while_loading)
+        return self.crash_exception
 
     def _dlrr_replay_fact(self, key, value):
         self.calls.append(("dlrr_replay_fact", key, value))

@@ -85,6 +85,28 @@ TEST(ReplayOutcome, TheRecordedCrashReproducedIsSuccess) {
   EXPECT_EQ(decideReplayOutcome(f).exitCode, kDivergence);
 }
 
+TEST(ReplayOutcome, TheRecordedExceptionIsReproducedOnlyByAnExceptionOfItsType) {
+  ReplayFacts f = atEnd(4, 4);
+  f.report.stop = ReplayReport::Stop::Running;
+  f.target = ReplayTarget::Kind::Crash;
+  f.targetText = "the recorded crash";
+  f.recordedFailureKind = "exception";
+  f.recordedExceptionType = "FileNotFoundError";
+  f.recordedExit = 1;
+  f.waitStatus = W_EXITCODE(1, 0);
+  f.report.exception = "FileNotFoundError: [Errno 2] No such file or directory: 'results/x.png'";
+  EXPECT_EQ(decideReplayOutcome(f).exitCode, kOk);
+  f.report.exception = "KeyError: 'k'";  // another failure: never "reproduced"
+  ReplayOutcome o = decideReplayOutcome(f);
+  EXPECT_EQ(o.exitCode, kDivergence);
+  EXPECT_NE(o.message.find("the recording raised FileNotFoundError"), std::string::npos) << o.message;
+  // The job got past where the recording failed and asked for a batch the trace lacks.
+  f.report.exception.reset();
+  f.report.stop = ReplayReport::Stop::EndOfRecording;
+  f.waitStatus = W_EXITCODE(0, 0);
+  EXPECT_EQ(decideReplayOutcome(f).exitCode, kNotReached);
+}
+
 TEST(ReplayOutcome, AReplayThatEndsAsTheRecordingDidBeforeTheTargetIsNotReached) {
   ReplayFacts f = atEnd(2, 5);
   f.report.stop = ReplayReport::Stop::Running;  // the last report written at a step

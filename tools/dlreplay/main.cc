@@ -324,6 +324,7 @@ int run(int argc, char** argv) {
   if (s.summary.failure) {
     rf.recordedFailureKind = s.summary.failure->kind;
     rf.recordedSignal = s.summary.failure->signal;
+    rf.recordedExceptionType = s.summary.failure->exceptionType;
   }
   rf.recordedExit = s.facts.exitCode;
   rf.jumpStep = s.jump.jumpStep;

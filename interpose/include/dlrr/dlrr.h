@@ -248,6 +248,12 @@ typedef struct dlrr_recorded_digest {
 DLRR_API int dlrr_replay_recorded_digests(int64_t step, const dlrr_recorded_digest_t** items, uint64_t* n);
 /* The first divergence, "" when none so far. */
 DLRR_API const char* dlrr_replay_divergence(void);
+/* A divergence the hook found from values the replay computed (kind: dlrr_digest_kind_t, or
+ * -1 for none): kept when it is the first. */
+DLRR_API void dlrr_replay_diverged(int64_t step, int kind, const char* path, const char* detail);
+/* crash target: the recorded exception's type ("" when the recorded failure is not an
+ * exception); *while_loading = 1 when it was raised while a DataLoader loaded a batch. */
+DLRR_API const char* dlrr_replay_recorded_exception(int* while_loading);
 /* Adds a line to the replay report (key "warning" collects warnings). */
 DLRR_API void dlrr_replay_fact(const char* key, const char* value);
 /* Called at the stop: writes the report, then calls dlrr_replay_stopped. */

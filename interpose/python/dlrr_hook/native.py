@@ -159,6 +159,8 @@ SIGNATURES = {
     "dlrr_replay_recorded_tensors": (c_int, [c_int64, POINTER(c_void_p), POINTER(c_uint64)]),
     "dlrr_replay_recorded_digests": (c_int, [c_int64, POINTER(POINTER(RecordedDigestT)), POINTER(c_uint64)]),
     "dlrr_replay_divergence": (c_char_p, []),
+    "dlrr_replay_diverged": (None, [c_int64, c_int, c_char_p, c_char_p]),
+    "dlrr_replay_recorded_exception": (c_char_p, [POINTER(c_int)]),
     "dlrr_replay_fact": (None, [c_char_p, c_char_p]),
     "dlrr_replay_stop": (None, [c_char_p]),
     "dlrr_replay_stopped": (None, [c_char_p]),  # gdb's breakpoint; the hook never calls it

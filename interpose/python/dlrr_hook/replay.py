@@ -16,8 +16,8 @@ the core.  What replay changes:
                         runs past the recording; then the debugger (--debug) or exit
 
 Targets for `nan`: the recording names what went non-finite first.  A module output: stop
-in a forward pre-hook right before that module's call.  The loss: stop before backward().
-A gradient: the step's backward runs with autograd anomaly detection, which names the
+once that module computed its output, if it is non-finite here too (finite: a divergence).
+The loss: stop before backward(), if it is non-finite here too.  A gradient: the step's backward runs with autograd anomaly detection, which names the
 backward function and the forward line that created it.  A parameter: stop after the
 optimizer update that produced it.  The report also scans the step's batch for samples
 holding non-finite or extreme values.
@@ -32,10 +32,10 @@ import time
 import warnings
 import weakref
 
-from . import gpu, native, rng as rngmod, runtime
+from . import failures, gpu, native, rng as rngmod, runtime
 from .batches import BatchDecoder
 from .modules import fetching
-from .session import Session
+from .session import Session, _flat_tensors
 from .snapshots import restore_tree
 
 _HOOK_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -73,6 +73,12 @@ class ReplayHelpers:
     def module(self):
         """Path of the module the replay stopped before (nan target), else None."""
         return self.where if self._rep.target.kind == native.TARGET_NAN else None
+
+    @property
+    def inputs(self):
+        """nan target: the positional inputs of the failing module's call (re-run it with
+        `module(*dlrr.inputs)` to step into it), else None."""
+        return self._rep._target_inputs
 
     def batch(self):
         """The batch of this step, as served to the job."""
@@ -122,6 +128,7 @@ class Replayer(Session):
         self._stopped = False
         self._armed = False
         self._nan_calls = {}
+        self._target_inputs = None  # the failing module's inputs at the nan target (dlrr.inputs)
         self._rng_warned = False
         self._anomaly = None
         self._anomaly_warnings = []
@@ -327,7 +334,7 @@ class Replayer(Session):
         ptr, n = ctypes.c_void_p(), ctypes.c_uint64()
         if not self.lib.dlrr_replay_batch(loader.number, loader.batches, ctypes.byref(ptr), ctypes.byref(n)):
             where = "batch %d of loader %d" % (loader.batches, loader.number)
-            if self.target.kind == native.TARGET_CRASH:
+            if self.target.kind == native.TARGET_CRASH and self._crash_while_loading():
                 # The recorded job failed while loading this batch: replay serves recorded
                 # batches and does not re-run the loading code, so this is the crash point.
                 self.stop("target", "the recorded exception was raised while loading %s (replay serves "
@@ -347,6 +354,15 @@ class Replayer(Session):
         self.current_batch = data
         self.loaders.after_next(iterator, data, None)
         return data
+
+    def _crash_while_loading(self):
+        """The recorded exception was raised while a DataLoader loaded a batch (its traceback
+        passes through torch.utils.data): the batch the trace lacks is then the crash point.
+        Otherwise a job asking for it got past where the recording failed (the failure did not
+        happen again): the end of the recording, never the crash reproduced."""
+        loading = ctypes.c_int(0)
+        self.lib.dlrr_replay_recorded_exception(ctypes.byref(loading))
+        return bool(loading.value)
 
     def _on_batch(self, info, data):
         self.modules.reset_stack()
@@ -484,6 +500,9 @@ class Replayer(Session):
         return host
 
     def _pre_forward(self, module, args):
+        """Counts the calls of the recorded failing module in the target step; at the recorded
+        call, keeps its inputs (`dlrr.inputs` at the stop). The stop itself waits for the
+        module's output (_on_output): reproduction is decided by values the replay computed."""
         if not self._armed or self._stopped or self.target.digest_kind != native.DIGEST_MODULE_OUTPUT:
             return None
         try:
@@ -494,18 +513,44 @@ class Replayer(Session):
             n = self._nan_calls.get(shown, 0)
             self._nan_calls[shown] = n + 1
             if shown == self.target_where and n == self.target.call_index:
-                self._armed = False
-                self.stop("target", "before module %s (call %d) of step %d: the recording's first non-finite "
-                          "value is this module's output" % (shown, n, self.steps.current), sys._getframe(1),
-                          scan_batch=True)
+                self._target_inputs = args
         except Exception as exc:
             self.internal_error(exc)
         return None
+
+    def _on_output(self, path, output):
+        call_index = self._module_calls.get(path, 0)
+        super()._on_output(path, output)  # digested and compared: a differing output stops there
+        if not self._armed or self._stopped or self.target.digest_kind != native.DIGEST_MODULE_OUTPUT:
+            return
+        shown = path.decode("utf-8", "surrogatepass") or "<root>"
+        if shown != self.target_where or call_index != self.target.call_index:
+            return
+        self._armed = False
+        step = self.steps.current
+        counts = _non_finite(output, self.torch)
+        if counts is None:
+            self._diverge(step, native.DIGEST_MODULE_OUTPUT, shown, "module %s (call %d) of step %s: the recording's "
+                          "first non-finite value was this output; this replay computed it finite"
+                          % (shown, call_index, step))
+            return
+        self.stop("target", "at module %s (call %d) of step %s: its output, computed by this replay, is non-finite "
+                  "(%d NaN, %d Inf), the recording's first non-finite value; `dlrr.inputs` holds its inputs"
+                  % (shown, call_index, step, counts[0], counts[1]), sys._getframe(1), scan_batch=True)
+
+    def _diverge(self, step, kind, where, detail):
+        """A divergence found from values this replay computed: reported as one, exit 11."""
+        self.lib.dlrr_replay_diverged(-1 if step is None else step, kind, native.text(where), native.text(detail))
+        self.stop("divergence", detail, sys._getframe(2))
 
     def _before_backward(self, tensors):
         super()._before_backward(tensors)
         if self._armed and not self._stopped and self.target.digest_kind == native.DIGEST_LOSS:
             self._armed = False
+            if tensors and _non_finite(tensors[0], self.torch) is None:
+                self._diverge(self.steps.current, native.DIGEST_LOSS, "loss", "loss of step %s: recorded non-finite; "
+                              "this replay computed it finite" % self.steps.current)
+                return
             if self.capture_level <= native.CAPTURE_MINIMAL:
                 # Minimal capture digests no module outputs: whether one was non-finite is unknown.
                 what = ("the loss was not finite (module outputs were not recorded under --capture "
@@ -541,9 +586,23 @@ class Replayer(Session):
         super()._after_optimizer_step(optimizer)
         if self._armed and not self._stopped and self.target.digest_kind == native.DIGEST_PARAMETER:
             self._armed = False
+            if not self._parameter_non_finite(optimizer):
+                self._diverge(step, native.DIGEST_PARAMETER, self.target_where, "%s after %s.step() of step %s: "
+                              "recorded non-finite; this replay computed it finite"
+                              % (self.target_where, type(optimizer).__name__, step))
+                return
             self.stop("target", "after %s.step() of step %d: gradients were finite, the update made %s "
                       "non-finite" % (type(optimizer).__name__, step, self.target_where),
                       sys._getframe(1), scan_batch=True, step=step)
+
+    def _parameter_non_finite(self, optimizer):
+        """Whether the recorded failing parameter (else any of the optimizer's) is non-finite now."""
+        name = self.target_where[len("param:"):] if self.target_where.startswith("param:") else self.target_where
+        for pname, param in self._step_parameters()[0]:
+            if pname.decode("utf-8", "surrogatepass") == name:
+                return _non_finite(param, self.torch) is not None
+        return any(_non_finite(p, self.torch) is not None
+                   for group in optimizer.param_groups for p in group["params"])
 
     def _arm_anomaly(self):
         torch = self.torch
@@ -575,7 +634,11 @@ class Replayer(Session):
             self.stop("target", "backward of step %d: %s" % (self.steps.current, text), None, tb=tb,
                       scan_batch=True)
         elif t.kind == native.TARGET_CRASH:
-            self.stop("target", "the recorded exception: %s" % text, None, tb=tb)
+            # The same failure: an exception of the recorded type (another one is a divergence,
+            # which dlreplay names from the report's exception).
+            recorded = native.decode(self.lib.dlrr_replay_recorded_exception(None))
+            if not recorded or recorded == failures.exception_type_name(exc_type):
+                self.stop("target", "the recorded exception: %s" % text, None, tb=tb)
 
     # ------------------------------------------------------------------ stopping
     def stop(self, reason, detail, frame, tb=None, scan_batch=False, step=None):
@@ -717,6 +780,19 @@ class Replayer(Session):
         if not self.lib.dlrr_replay_recorded_digests(step, ctypes.byref(items), ctypes.byref(n)):
             return []
         return [_digest_row(items[i]) for i in range(n.value)]
+
+
+def _non_finite(value, torch):
+    """(NaN count, Inf count) over the floating tensors in `value` when any is non-finite, else
+    None: what this replay computed, not what the recording says."""
+    nan = inf = 0
+    for t in _flat_tensors(value, torch.Tensor):
+        if not (t.is_floating_point() or t.is_complex()):
+            continue
+        t = t.detach()
+        nan += int(torch.isnan(t).sum())
+        inf += int(torch.isinf(t).sum())
+    return (nan, inf) if nan or inf else None
 
 
 def _digest_row(d):

@@ -96,6 +96,8 @@ EXTENSIONS = {
                  "iterators; then the target's pre-forward hook and fast-forward",
     "begin_step": "compares the GPU up front, stops at or arms the target",
     "end_step": "stops at the first divergence, shows progress",
+    "_on_output": "at a module-output target: stops once the output is computed, or names it a "
+                  "divergence when this replay computed it finite",
     "_before_backward": "may stop before backward() (a loss target)",
     "_after_backward": "skips gradient digests while fast-forwarding, then ends anomaly detection",
     "_digest_parameters": "none while fast-forwarding",
