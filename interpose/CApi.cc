@@ -386,6 +386,11 @@ int64_t dlrr_replay_recorded_steps(void) {
   return r ? r->recordedSteps() : -1;
 }
 
+int64_t dlrr_replay_last_step_begun(void) {
+  ReplaySession* r = processReplayer();
+  return r ? r->lastStepBegun() : -1;
+}
+
 double dlrr_replay_recorded_loss(int64_t step) {
   ReplaySession* r = processReplayer();
   return r ? r->recordedLoss(step) : std::nan("");

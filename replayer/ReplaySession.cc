@@ -196,6 +196,7 @@ void ReplaySession::load() {
           }
         }
         pendingRng.clear();  // a step's RNG states follow its StepBegin
+        lastStepBegun_ = std::max(lastStepBegun_, step);
         inStep = true;
         openStep = step;
         stepWithoutBatch = true;
@@ -482,6 +483,9 @@ int ReplaySession::endStep(int64_t step, double loss) {
   inStepNumber_ = INT64_MIN;
   bool ok = !divergence_;
   auto lit = losses_.find(step);
+  // A step whose end the trace does not hold (cut in it, or past its end) has nothing to be
+  // checked against: never counted verified.
+  if (lit == losses_.end()) return ok ? 0 : 1;
   if (ok && lit != losses_.end() && !sameBits(lit->second, loss)) {
     Divergence d;
     d.step = step;

@@ -92,6 +92,8 @@ class ReplaySession final : public ProcessSession {
   const std::vector<uint8_t>* rngAtFork(int kind, int device);
   const char* runtimeInfo(const std::string& key) const;
   int64_t recordedSteps() const { return recordedSteps_; }
+  // The last step the recording began (-1: none): a replayed step after it is past the trace.
+  int64_t lastStepBegun() const { return lastStepBegun_; }
   double recordedLoss(int64_t step) const;
 
   // Verification. Returns 0 match, 1 differs (first divergence kept), 2 not in the recording.
@@ -238,6 +240,7 @@ class ReplaySession final : public ProcessSession {
   std::map<int64_t, double> losses_;
   std::map<std::string, std::string> runtime_;
   int64_t recordedSteps_ = 0;
+  int64_t lastStepBegun_ = -1;
 
   std::optional<Divergence> divergence_;
   int64_t verifiedSteps_ = 0;

@@ -3,12 +3,16 @@ item 5): `--check` and `--until nan|crash` against replays made to differ on pur
 counts on traces that end early."""
 import json
 import os
+import signal
+import subprocess
+import time
 import unittest
 
-from harness import PY, TraceTestCase, run, tool
+from harness import PY, TraceTestCase, children, info, run, tool
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VERDICT_JOB = os.path.join(HERE, "jobs", "verdict_job.py")
+MEMMAP_LM = os.path.join(HERE, "jobs", "memmap_lm.py")
 
 
 def replay(trace, *args, **kw):
@@ -66,6 +70,79 @@ class CheckDecidesFromComputedValuesTest(TraceTestCase):
         self.assertEqual(p.returncode, 13, p.stderr)
         self.assertIn("not reproduced", p.stderr)
         self.assertNotIn("deterministic: reproduced", p.stderr)
+
+
+def record_until_killed(trace, data, sig, after_iter=20, timeout=120):
+    """Records memmap_lm.py (no DataLoader, runs practically forever) and sends `sig` to the job
+    once it printed "iter after_iter": a kill -9, or the SIGTERM of a timeout."""
+    p = subprocess.Popen([tool("dlrecord"), "-q", "-o", trace, "--", PY, MEMMAP_LM, data], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + timeout
+        for line in p.stdout:
+            if line.startswith("iter %d " % after_iter) or time.monotonic() > deadline:
+                break
+        job = children(p.pid)
+        assert job, "the job ended before it could be killed"
+        os.kill(job[0], sig)
+        p.stdout.read()
+        p.wait(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stdout.close()
+
+
+class CutTraceCountsTest(TraceTestCase):
+    """A replay past the end of a cut trace stops there, counts only the steps the trace holds,
+    and says where the trace ends and why (exit 14)."""
+
+    def check_cut(self, sig, why):
+        trace = self.trace_path()
+        record_until_killed(trace, os.path.join(self.tmp, "data"), sig)
+        recorded = info(trace)["steps"]
+        self.assertGreaterEqual(recorded, 21)
+        p, doc = replay(trace, "--until", "end")
+        self.assertEqual(p.returncode, 14, p.stderr)
+        self.assertEqual(doc["outcome"], "trace-cut")
+        self.assertEqual(doc["verified_steps"], recorded)  # never more than the trace holds
+        self.assertEqual(doc["recorded_steps"], recorded)
+        self.assertIn("the trace was cut short (%s" % why, doc["message"])
+        self.assertIn("step %d is not in the recording" % recorded, doc["message"])
+        # The replayed job stopped there: it printed no iteration the recording did not.
+        iters = [l for l in p.stdout.splitlines() if l.startswith("iter ")]
+        self.assertLessEqual(len(iters), recorded + 1)
+        # A target past the end is refused up front; --check of a trace without failure too.
+        p = run([tool("dlreplay"), trace, "--until", "step=%d" % (recorded + 5)])
+        self.assertEqual(p.returncode, 7, p.stderr)
+
+    def test_a_loop_without_dataloader_killed_by_sigkill(self):
+        self.check_cut(signal.SIGKILL, "the recorded job was killed by signal 9")
+
+    def test_a_loop_without_dataloader_killed_by_a_timeout(self):
+        self.check_cut(signal.SIGTERM, "the recorded job was killed by signal 15")
+
+    @unittest.skipUnless(os.geteuid() == 0, "mounts a small tmpfs to fill")
+    def test_a_trace_cut_by_a_full_disk(self):
+        small = os.path.join(self.tmp, "small")
+        os.mkdir(small)
+        if run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", small]).returncode != 0:
+            self.skipTest("cannot mount a tmpfs here")
+        try:
+            trace = os.path.join(small, "t.trace")
+            p = run([tool("dlrecord"), "-o", trace, "--", PY, MEMMAP_LM, os.path.join(self.tmp, "data"),
+                     "--iters", "300"])
+            self.assertEqual(p.returncode, 0, p.stderr)  # the job is unharmed
+            self.assertIn("No space left on device", p.stderr)
+            recorded = info(trace)["steps"]
+            self.assertLess(recorded, 300)
+            p, doc = replay(trace, "--until", "end")
+            self.assertEqual(p.returncode, 14, p.stderr)
+            self.assertEqual(doc["verified_steps"], recorded)
+            self.assertIn("the trace was cut short (recording stopped: No space left on device", doc["message"])
+        finally:
+            run(["umount", small])
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ class FakeLib:
         self.recorded_digests = {}  # step -> [native.RecordedDigestT] (replay)
         self.crash_exception = b""  # dlrr_replay_recorded_exception (replay)
         self.crash_while_loading = False
+        self.last_step_begun = 1 << 62  # dlrr_replay_last_step_begun: no end unless a test sets one
         self._digest_arrays = {}  # what dlrr_replay_recorded_digests handed out, kept alive
         self._callbacks = []
         for name, (restype, argtypes) in native.SIGNATURES.items():
@@ -269,6 +270,9 @@ class FakeLib:
 
     def _dlrr_replay_snapshot(self, step, data, n):
         return 0
+
+    def _dlrr_replay_last_step_begun(self):
+        return self.last_step_begun
 
     def _dlrr_replay_recorded_loss(self, step):
         return math.nan

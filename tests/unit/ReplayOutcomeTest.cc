@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include "tools/dlreplay/ReplayOutcome.h"
+#include "tools/dlreplay/TraceEnd.h"
 
 namespace dlrr {
 namespace {
@@ -104,6 +105,28 @@ TEST(ReplayOutcome, TheRecordedExceptionIsReproducedOnlyByAnExceptionOfItsType) 
   f.report.exception.reset();
   f.report.stop = ReplayReport::Stop::EndOfRecording;
   f.waitStatus = W_EXITCODE(0, 0);
+  EXPECT_EQ(decideReplayOutcome(f).exitCode, kNotReached);
+}
+
+TEST(ReplayOutcome, TheEndOfACutTraceHasItsOwnCodeAndSaysWhy) {
+  ReplayFacts f = atEnd(109, 109);
+  f.report.stop = ReplayReport::Stop::EndOfRecording;
+  f.report.stopWhere = "step 109 is not in the recording: the trace ends in step 108";
+  StreamSummary s;
+  s.pid = 42;
+  f.traceCut = traceCutReason(s, 128 + SIGKILL, {});
+  ReplayOutcome o = decideReplayOutcome(f);
+  EXPECT_EQ(o.exitCode, kTraceCut);
+  EXPECT_EQ(o.message,
+            "the trace was cut short (the recorded job was killed by signal 9 (Killed)); step 109 is not in the "
+            "recording: the trace ends in step 108; last verified step 108");
+  EXPECT_NE(traceCutReason(s, 128 + SIGTERM, {}).find("signal 15 (Terminated, e.g. a timeout)"), std::string::npos);
+  EXPECT_EQ(traceCutReason(s, 0, {"launcher: pid 42: recording stopped: No space left on device"}),
+            "recording stopped: No space left on device");
+  EXPECT_NE(traceCutReason(s, 0, {}).find("exited with status 0 but its stream was not closed"), std::string::npos);
+  s.cleanClose = true;  // a trace that ended with its job: running past it is no cut
+  EXPECT_EQ(traceCutReason(s, 0, {}), "");
+  f.traceCut.clear();
   EXPECT_EQ(decideReplayOutcome(f).exitCode, kNotReached);
 }
 

@@ -77,6 +77,14 @@ ReplayOutcome decideReplayOutcome(const ReplayFacts& f) {
   } else if (stop == ReplayReport::Stop::Target) {
     r.exitCode = kOk;
     r.message = "reached " + f.targetText;
+  } else if (stop == ReplayReport::Stop::EndOfRecording && !f.traceCut.empty()) {
+    // Nothing past a cut trace can be checked: its own exit code, never success, never "diverged".
+    r.exitCode = kTraceCut;
+    r.message = (f.target == ReplayTarget::Kind::End ? std::string("the trace was cut short (")
+                                                     : "the trace ends before " + f.targetText + ": it was cut short (") +
+                tools::printableSummary(f.traceCut, kTextMax) + ")" +
+                (rep.stopWhere ? "; " + tools::printableSummary(*rep.stopWhere, kTextMax) : "") +
+                "; " + lastVerified(r.verified, f.jumpStep);
   } else if (stop == ReplayReport::Stop::EndOfRecording) {
     r.message = "ran past the end of the recording before reaching " + f.targetText;
   } else if (f.target == ReplayTarget::Kind::Crash &&

@@ -86,6 +86,7 @@ void printReplayJson(const ReplayResult& r, const ReplayFiles& files) {
   j.field("outcome", r.exitCode == kOk           ? "reached"
                      : r.exitCode == kDivergence ? "divergence"
                      : r.exitCode == kNoReplay   ? "not-attached"
+                     : r.exitCode == kTraceCut   ? "trace-cut"
                                                  : "not-reached");
   j.field("exit_code", r.exitCode);
   j.field("target", r.target);

@@ -36,6 +36,7 @@
 #include "tools/dlreplay/ReplayFiles.h"
 #include "tools/dlreplay/ReplayOptions.h"
 #include "tools/dlreplay/ReplayOutcome.h"
+#include "tools/dlreplay/TraceEnd.h"
 #include "tools/dlreplay/ReplayPrint.h"
 #include "tools/dlreplay/ReplaySelection.h"
 #include "triage/Classifier.h"
@@ -328,6 +329,8 @@ int run(int argc, char** argv) {
   }
   rf.recordedExit = s.facts.exitCode;
   rf.jumpStep = s.jump.jumpStep;
+  for (const auto& p : s.summary.processes)
+    if (s.stream && p.name == s.stream->name()) rf.traceCut = traceCutReason(p, s.summary.exitCode, s.summary.notes);
   r.outcome = decideReplayOutcome(rf);
   r.exitCode = r.outcome.exitCode;
   r.target = s.target.describe();

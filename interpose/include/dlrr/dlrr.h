@@ -225,6 +225,8 @@ DLRR_API int dlrr_replay_rng_at_fork(int kind, int device, const uint8_t** data,
 /* A runtime fact of the recording ("torch.num_threads", ...), or NULL. */
 DLRR_API const char* dlrr_replay_runtime_info(const char* key);
 DLRR_API int64_t dlrr_replay_recorded_steps(void);
+/* The last step the recording began (-1: none); a replayed step after it is past the trace. */
+DLRR_API int64_t dlrr_replay_last_step_begun(void);
 /* Jump replay: the step whose snapshot the replay restores (-1: replay from the start), and
  * that snapshot's value in the batch encoding (1 ok, 0 none). Steps before it are
  * fast-forwarded: not verified. */

@@ -153,6 +153,7 @@ SIGNATURES = {
     "dlrr_replay_rng_at_fork": (c_int, [c_int, c_int, POINTER(c_void_p), POINTER(c_uint64)]),
     "dlrr_replay_runtime_info": (c_char_p, [c_char_p]),
     "dlrr_replay_recorded_steps": (c_int64, []),
+    "dlrr_replay_last_step_begun": (c_int64, []),
     "dlrr_replay_jump_step": (c_int64, []),
     "dlrr_replay_snapshot": (c_int, [c_int64, POINTER(c_void_p), POINTER(c_uint64)]),
     "dlrr_replay_recorded_loss": (c_double, [c_int64]),

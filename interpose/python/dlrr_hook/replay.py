@@ -122,6 +122,7 @@ class Replayer(Session):
         self.debug = os.environ.get("DLRR_DEBUG", "")
         self.progress = os.environ.get("DLRR_PROGRESS") == "1"
         self.recorded_steps = lib.dlrr_replay_recorded_steps()
+        self.last_step_begun = lib.dlrr_replay_last_step_begun()
         self.decoder = None
         self.current_batch = None
         self._batch_meta = None
@@ -436,6 +437,12 @@ class Replayer(Session):
         return ()  # "taken": the tracker must not ask again when the step is announced
 
     def begin_step(self, step, loader, batch_index, epoch, by_optimizer, rng):
+        if step > self.last_step_begun and not self._stopped:
+            # A loop without a DataLoader (or one past its last batch) goes on where the recorded
+            # job was killed or its trace cut: nothing there to check, and nothing verified.
+            self.stop("end-of-recording", "step %d is not in the recording: the trace ends %s" % (
+                step, "in step %d" % self.last_step_begun if self.last_step_begun >= 0 else "before the first step"),
+                sys._getframe(1), step=step)
         super().begin_step(step, loader, batch_index, epoch, by_optimizer, None)
         if not self._gpu_checked:
             self._compare_gpu(step)
