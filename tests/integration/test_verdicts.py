@@ -8,11 +8,12 @@ import subprocess
 import time
 import unittest
 
-from harness import PY, TraceTestCase, children, info, run, tool
+from harness import PY, TraceTestCase, children, info, run, steps as steps_of, tool
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VERDICT_JOB = os.path.join(HERE, "jobs", "verdict_job.py")
 MEMMAP_LM = os.path.join(HERE, "jobs", "memmap_lm.py")
+IGNITE_LIKE = os.path.join(HERE, "jobs", "ignite_like.py")
 
 
 def replay(trace, *args, **kw):
@@ -143,6 +144,27 @@ class CutTraceCountsTest(TraceTestCase):
             self.assertIn("the trace was cut short (recording stopped: No space left on device", doc["message"])
         finally:
             run(["umount", small])
+
+
+class TrainingAndEvaluationOnOneLoaderTest(TraceTestCase):
+    """ignite's evaluator.run(train_loader) at each epoch's end (issue 28 item 3): steps are
+    training updates wherever the batch came from."""
+
+    def test_every_training_update_is_a_step(self):
+        trace = self.trace_path()
+        p = run([tool("dlrecord"), "-o", trace, "--", PY, IGNITE_LIKE, "--epochs", "3"], check=True)
+        updates = [l for l in p.stdout.splitlines() if l.startswith("iteration ")]
+        self.assertEqual(len(updates), 12)
+        doc = info(trace)
+        self.assertEqual(doc["steps"], 12)  # was 4: the loader counted as evaluation for good
+        # One batch of each evaluation pass was drawn with gradients enabled: untrained, not a step.
+        self.assertEqual(doc["untrained_steps"], 4)
+        trained = [s for s in steps_of(trace) if not s.get("untrained")]
+        self.assertEqual(len(trained), 12)
+        self.assertTrue(all(s["loss"] is not None for s in trained))
+        p, rep = replay(trace, "--until", "end")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(rep["verified_steps"], rep["recorded_steps"])
 
 
 if __name__ == "__main__":
