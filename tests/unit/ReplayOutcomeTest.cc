@@ -130,6 +130,21 @@ TEST(ReplayOutcome, TheEndOfACutTraceHasItsOwnCodeAndSaysWhy) {
   EXPECT_EQ(decideReplayOutcome(f).exitCode, kNotReached);
 }
 
+TEST(ReplayOutcome, AJumpWhoseSnapshotWasNotLoadedWholeNamesThatCause) {
+  ReplayFacts f = atEnd(0, 30);
+  f.jumpStep = 20;
+  f.report.divergence = ReplayReport::Divergence{20, "loss", "", "loss: recorded 0.5, replayed 0.7"};
+  ReplayOutcome o = decideReplayOutcome(f);
+  EXPECT_NE(o.message.find("state outside modules/optimizers/schedulers"), std::string::npos) << o.message;
+  f.report.warnings = {"jump: not restored: 0 modules here, 1 in the snapshot"};
+  o = decideReplayOutcome(f);
+  EXPECT_EQ(o.exitCode, kDivergence);
+  EXPECT_NE(o.message.find("the snapshot was not loaded whole (jump: not restored: 0 modules here, 1 in the snapshot)"),
+            std::string::npos)
+      << o.message;
+  EXPECT_EQ(o.message.find("state outside"), std::string::npos) << o.message;
+}
+
 TEST(ReplayOutcome, AReplayThatEndsAsTheRecordingDidBeforeTheTargetIsNotReached) {
   ReplayFacts f = atEnd(2, 5);
   f.report.stop = ReplayReport::Stop::Running;  // the last report written at a step

@@ -58,12 +58,18 @@ ReplayOutcome decideReplayOutcome(const ReplayFacts& f) {
     r.exitCode = kNoReplay;
     r.message = "the replayed process never attached to the trace (is it the recorded program? did it import torch?)";
   } else if (rep.divergence && f.jumpStep >= 0 && rep.divergence->step == f.jumpStep) {
-    // The first step after the jump is where state the snapshot could not restore shows.
+    // The first step after the jump is where state the snapshot could not restore shows. When
+    // the snapshot itself was not loaded whole, that is the cause to name, not Python-side state.
     r.exitCode = kDivergence;
+    auto unrestored = std::find_if(rep.warnings.begin(), rep.warnings.end(),
+                                   [](const std::string& w) { return w.rfind("jump: not restored", 0) == 0; });
     r.message = "jump replay diverged after the jump at step " + std::to_string(f.jumpStep) + ": " +
                 tools::printableSummary(rep.divergence->detail, kTextMax) +
-                "; state outside modules/optimizers/schedulers (Python-side values, code that depends on the "
-                "fast-forwarded steps' results) was not restored; run with --from start for a full replay";
+                (unrestored != rep.warnings.end()
+                     ? "; the snapshot was not loaded whole (" + tools::printableSummary(*unrestored, kTextMax) + ")"
+                     : "; state outside modules/optimizers/schedulers (Python-side values, code that depends on the "
+                       "fast-forwarded steps' results) was not restored") +
+                "; run with --from start for a full replay";
   } else if (rep.divergence) {
     r.exitCode = kDivergence;
     // An exception or a signal the recording did not have is the cause of what the step then

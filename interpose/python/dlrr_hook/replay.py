@@ -202,7 +202,7 @@ class Replayer(Session):
         def wrap(original):
             def __call__(module, *args, **kwargs):
                 if not replayer.fast_forwarding or not replayer.active or fetching() or \
-                        replayer.modules._local.__dict__.get("stack"):
+                        replayer.modules._local.__dict__.get("stack") or replayer._last_fast_forwarded():
                     return original(module, *args, **kwargs)
                 key = (id(module), module.training, torch.is_grad_enabled(), _shapes(args, kwargs, torch.Tensor))
                 template = templates.get(key)
@@ -216,6 +216,16 @@ class Replayer(Session):
                 return _instantiate(template, torch)
             return __call__
         self._patcher.wrap(torch.nn.Module, "__call__", wrap)
+
+    def _last_fast_forwarded(self):
+        """The step just before the jump runs its modules for real (unverified; the snapshot
+        then restores what trains): their random draws (dropout) move the generators as they
+        did when recorded, so what the loop draws after them in that step (nanoGPT prefetches
+        the next batch with torch.randint between forward and backward) is the recording's.
+        Earlier steps need no such care: each step's generator states are restored at its start."""
+        steps = self.steps
+        step = steps.current if steps.current is not None else steps.steps_begun
+        return step == self.jump_step - 1
 
     def _restore_jump(self, step):
         """At the jump step's start: load the recorded snapshot into the live objects."""
