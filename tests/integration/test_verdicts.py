@@ -165,6 +165,10 @@ class TrainingAndEvaluationOnOneLoaderTest(TraceTestCase):
         p, rep = replay(trace, "--until", "end")
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(rep["verified_steps"], rep["recorded_steps"])
+        # The root module's output is named <root> (as dlreplay names it), never '' (item 10).
+        text = run([tool("dltrace"), "events", trace, "--kind", "digest", "--step", "0"], check=True).stdout
+        self.assertIn("moduleOutput <root> ", text)
+        self.assertNotIn("moduleOutput ''", text)
 
 
 if __name__ == "__main__":

@@ -262,6 +262,7 @@ int run(const Args& args, Output&) {
     target = matches.front();
   } else {
     std::string path = *args.value("--tensor");
+    if (path == "<root>") path.clear();  // a root module's output, as dltrace events names it
     std::optional<schema::TensorDigest::Kind> tkind;
     if (auto k = args.value("--tensor-kind")) tkind = parseTensorKind(*k);
     auto call = args.intValue("--call");
@@ -271,7 +272,9 @@ int run(const Args& args, Output&) {
     forEachEventOfStep(s, opts.step, [&](schema::Event::Reader e) {
       if (!e.isTensor()) return;
       auto t = e.getTensor();
-      std::string label = enumName(t.getKind()) + " '" + printable(t.getPath().cStr()) + "' call " +
+      std::string label = enumName(t.getKind()) + " " +
+                          (t.getPath().size() ? "'" + printable(t.getPath().cStr()) + "'" : std::string("<root>")) +
+                          " call " +
                           std::to_string(t.getCallIndex()) + " output " + std::to_string(t.getOutput());
       seen.push_back(label);
       if (std::string_view(t.getPath().begin(), t.getPath().size()) != path) return;
