@@ -14,6 +14,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 VERDICT_JOB = os.path.join(HERE, "jobs", "verdict_job.py")
 MEMMAP_LM = os.path.join(HERE, "jobs", "memmap_lm.py")
 IGNITE_LIKE = os.path.join(HERE, "jobs", "ignite_like.py")
+HOGWILD = os.path.join(HERE, "jobs", "hogwild.py")
 
 
 def replay(trace, *args, **kw):
@@ -54,6 +55,18 @@ class CheckDecidesFromComputedValuesTest(TraceTestCase):
 
     def test_a_loss_computed_finite_is_not_reproduced(self):
         self.check_non_finite_made_finite("loss", "before backward() of step 3")
+
+    def test_racing_trainers_are_never_called_a_deterministic_kind(self):
+        trace = self.trace_path()
+        p = run([tool("dlrecord"), "-o", trace, "--", PY, HOGWILD, "--nan-at", "5"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        p = run([tool("dlreplay"), trace, "--check"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("reproduced at step 5", p.stderr)
+        self.assertNotIn("deterministic: reproduced", p.stderr)
+        # The triage line no longer says "a deterministic kind ... replay reproduces it bit for bit".
+        self.assertIn("determinism cannot be claimed for this job", p.stderr)
+        self.assertNotIn("a deterministic kind", p.stderr)
 
     def test_an_evaluation_crash_fixed_before_the_replay_is_not_reproduced(self):
         trace = self.record("save", code=1)

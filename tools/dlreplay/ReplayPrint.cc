@@ -51,6 +51,11 @@ void printReplayText(const ReplayResult& r, const ReplayFiles& files) {
     if (r.determinismUnshown)
       std::fprintf(stderr, "dlreplay: triage: %s [%s]; determinism not known: this replay did not reproduce it\n",
                    ci.name, triage::dimensionName(r.triage.dimension));
+    else if (!r.determinism.empty() && r.triage.determinism == triage::Determinism::Deterministic)
+      // Racing trainers or unrecorded processes: one stream reproducing it shows no determinism,
+      // so the category's "replay reproduces it bit for bit" is not said either.
+      std::fprintf(stderr, "dlreplay: triage: %s [%s]; determinism cannot be claimed for this job\n", ci.name,
+                   triage::dimensionName(r.triage.dimension));
     else
       std::fprintf(stderr, "dlreplay: triage: %s [%s]%s%s%s%s\n", ci.name, triage::dimensionName(r.triage.dimension),
                    kind, *ci.why ? " (" : "", ci.why, *ci.why ? ")" : "");
