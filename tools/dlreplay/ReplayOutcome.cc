@@ -38,9 +38,9 @@ ReplayOutcome decideReplayOutcome(const ReplayFacts& f) {
   const bool raised = rep.exception.has_value();
   const bool recordedRaised = f.recordedFailureKind == "exception";
   // The same failure is an exception of the recorded type (the report holds "Type: message").
-  const bool sameException = raised && recordedRaised &&
-                             (f.recordedExceptionType.empty() ||
-                              rep.exception->rfind(f.recordedExceptionType + ":", 0) == 0);
+  const bool sameException =
+      raised && recordedRaised &&
+      (f.recordedExceptionType.empty() || rep.exception->rfind(f.recordedExceptionType + ":", 0) == 0);
   const bool recordedDied = f.recordedFailureKind == "signal";
   // What the replayed process did at its end, named: the signal, the exception and where, the status.
   std::string ended;
@@ -86,11 +86,12 @@ ReplayOutcome decideReplayOutcome(const ReplayFacts& f) {
   } else if (stop == ReplayReport::Stop::EndOfRecording && !f.traceCut.empty()) {
     // Nothing past a cut trace can be checked: its own exit code, never success, never "diverged".
     r.exitCode = kTraceCut;
-    r.message = (f.target == ReplayTarget::Kind::End ? std::string("the trace was cut short (")
-                                                     : "the trace ends before " + f.targetText + ": it was cut short (") +
-                tools::printableSummary(f.traceCut, kTextMax) + ")" +
-                (rep.stopWhere ? "; " + tools::printableSummary(*rep.stopWhere, kTextMax) : "") +
-                "; " + lastVerified(r.verified, f.jumpStep);
+    r.message =
+        (f.target == ReplayTarget::Kind::End ? std::string("the trace was cut short (")
+                                             : "the trace ends before " + f.targetText + ": it was cut short (") +
+        tools::printableSummary(f.traceCut, kTextMax) + ")" +
+        (rep.stopWhere ? "; " + tools::printableSummary(*rep.stopWhere, kTextMax) : "") + "; " +
+        lastVerified(r.verified, f.jumpStep);
   } else if (stop == ReplayReport::Stop::EndOfRecording) {
     r.message = "ran past the end of the recording before reaching " + f.targetText;
   } else if (f.target == ReplayTarget::Kind::Crash &&
@@ -107,11 +108,11 @@ ReplayOutcome decideReplayOutcome(const ReplayFacts& f) {
     const bool atEnd = f.target == ReplayTarget::Kind::End && stop == ReplayReport::Stop::Exit;
     if (!sameEnd) {
       r.exitCode = kDivergence;
-      std::string recorded = recordedDied     ? "was killed by " + signalText(f.recordedSignal)
-                             : recordedRaised ? "raised " + (f.recordedExceptionType.empty()
-                                                                 ? std::string("an exception")
-                                                                 : tools::printableSummary(f.recordedExceptionType,
-                                                                                           kTextMax))
+      std::string recorded = recordedDied ? "was killed by " + signalText(f.recordedSignal)
+                             : recordedRaised
+                                 ? "raised " + (f.recordedExceptionType.empty()
+                                                    ? std::string("an exception")
+                                                    : tools::printableSummary(f.recordedExceptionType, kTextMax))
                              : f.recordedExit ? "exited with status " + std::to_string(*f.recordedExit)
                                               : "did not";
       r.message = "diverged: the replayed job " + ended + "; the recording " + recorded + "; " +

@@ -42,9 +42,9 @@ struct ReplayFacts {
   std::string recordedFailureKind;  // "exception", "signal", "nonfinite", ... or empty
   int recordedSignal = 0;
   std::string recordedExceptionType;  // "exception": its type as recorded ("KeyError", "mod.Error")
-  std::optional<int> recordedExit;  // the recorded job's exit status (128+N: signal N)
-  int64_t jumpStep = -1;            // jump replay: the snapshot's step (steps before it not verified)
-  std::string traceCut;             // traceCutReason(): why the trace ends early, "" when it does not
+  std::optional<int> recordedExit;    // the recorded job's exit status (128+N: signal N)
+  int64_t jumpStep = -1;              // jump replay: the snapshot's step (steps before it not verified)
+  std::string traceCut;               // traceCutReason(): why the trace ends early, "" when it does not
 };
 
 struct ReplayOutcome {

@@ -32,8 +32,9 @@ std::string traceCutReason(const StreamSummary& stream, std::optional<int> jobEx
   if (jobExit)
     return "the recorded job exited with status " + std::to_string(*jobExit) +
            " but its stream was not closed: recording stopped while it ran (a write failed, e.g. a full disk)";
-  std::string why = "the recorded process's stream was not closed (the process or dlrecord was killed, or "
-                    "recording stopped)";
+  std::string why =
+      "the recorded process's stream was not closed (the process or dlrecord was killed, or "
+      "recording stopped)";
   if (!stream.damage.empty()) why += "; " + tools::printableSummary(stream.damage, kTextMax);
   return why;
 }

@@ -36,9 +36,9 @@
 #include "tools/dlreplay/ReplayFiles.h"
 #include "tools/dlreplay/ReplayOptions.h"
 #include "tools/dlreplay/ReplayOutcome.h"
-#include "tools/dlreplay/TraceEnd.h"
 #include "tools/dlreplay/ReplayPrint.h"
 #include "tools/dlreplay/ReplaySelection.h"
+#include "tools/dlreplay/TraceEnd.h"
 #include "triage/Classifier.h"
 
 namespace dlrr {

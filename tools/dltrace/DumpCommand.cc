@@ -274,8 +274,7 @@ int run(const Args& args, Output&) {
       auto t = e.getTensor();
       std::string label = enumName(t.getKind()) + " " +
                           (t.getPath().size() ? "'" + printable(t.getPath().cStr()) + "'" : std::string("<root>")) +
-                          " call " +
-                          std::to_string(t.getCallIndex()) + " output " + std::to_string(t.getOutput());
+                          " call " + std::to_string(t.getCallIndex()) + " output " + std::to_string(t.getOutput());
       seen.push_back(label);
       if (std::string_view(t.getPath().begin(), t.getPath().size()) != path) return;
       if ((tkind && t.getKind() != *tkind) || (call && t.getCallIndex() != *call) ||
