@@ -71,7 +71,7 @@ class ReplayHelpers:
 
     @property
     def module(self):
-        """Path of the module the replay stopped before (nan target), else None."""
+        """Path of the module whose computed output stopped the replay (nan target), else None."""
         return self.where if self._rep.target.kind == native.TARGET_NAN else None
 
     @property
