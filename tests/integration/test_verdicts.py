@@ -56,6 +56,17 @@ class CheckDecidesFromComputedValuesTest(TraceTestCase):
     def test_a_loss_computed_finite_is_not_reproduced(self):
         self.check_non_finite_made_finite("loss", "before backward() of step 3")
 
+    def test_the_verdict_starts_its_own_line_after_a_progress_bar(self):
+        # A stop ends the job where tqdm's bar ("\r...") has no newline yet (issue 28 item 10).
+        trace = self.trace_path()
+        p = run([tool("dlrecord"), "-o", trace, "--", PY, VERDICT_JOB, "module", "--progress"], cwd=self.tmp)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        p = run([tool("dlreplay"), trace, "--check"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        bar = [l for l in p.stderr.split("\n") if "training " in l]
+        self.assertTrue(bar, p.stderr)
+        self.assertFalse(any("dlreplay" in l for l in bar), p.stderr)
+
     def test_racing_trainers_are_never_called_a_deterministic_kind(self):
         trace = self.trace_path()
         p = run([tool("dlrecord"), "-o", trace, "--", PY, HOGWILD, "--nan-at", "5"])

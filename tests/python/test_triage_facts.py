@@ -12,8 +12,8 @@ from dlrr_hook import native, triage
 
 class ImportedPackagesTest(unittest.TestCase):
     def test_top_level_third_party_modules_with_versions(self):
-        import numpy
-        import torch
+        import numpy  # noqa: F401  (imported: in sys.modules)
+        import torch  # noqa: F401
         from importlib import metadata
         packages = {name: (version, path) for name, version, path in triage.imported_packages()}
         # Installed distributions: their metadata's version, as env-diff and replay read it.

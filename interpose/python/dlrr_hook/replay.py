@@ -146,6 +146,7 @@ class Replayer(Session):
     # ------------------------------------------------------------------ set-up
     def install(self):
         super().install()
+        self._track_stderr()
         previous = sys.excepthook
 
         def excepthook(exc_type, exc, tb):
@@ -157,7 +158,32 @@ class Replayer(Session):
         self._our_excepthook = excepthook
         sys.excepthook = excepthook
 
+    def _track_stderr(self):
+        """Keeps the last character the job wrote to sys.stderr: a stop ends the job where a
+        progress bar (tqdm's "\\r ... 50%|###") has no newline yet, and dlreplay's verdict line
+        would follow it on the same line."""
+        self._stderr_tail = ["\n"]
+        stream = sys.stderr
+        write = getattr(stream, "write", None)
+        if write is None:
+            return
+        tail = self._stderr_tail
+
+        def tracked(text, _write=write):
+            written = _write(text)
+            if text:
+                tail[0] = text[-1:]
+            return written
+        try:
+            stream.write = tracked
+            self._stderr_tracked = (stream, tracked)
+        except Exception:  # a stream that takes no attributes: no tracking, as before
+            pass
+
     def uninstall(self):
+        stream, tracked = getattr(self, "_stderr_tracked", (None, None))
+        if stream is not None and getattr(stream, "__dict__", {}).get("write") is tracked:
+            del stream.write
         if sys.excepthook is getattr(self, "_our_excepthook", None):
             sys.excepthook = self._prev_excepthook
         super().uninstall()
@@ -671,12 +697,15 @@ class Replayer(Session):
         if scan_batch:
             for line in self._scan_batch():
                 self._fact("batch.samples", line)
-        self.lib.dlrr_replay_stop(native.text(reason))  # writes the report; then gdb breaks
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
             except Exception:
                 pass
+        if getattr(self, "_stderr_tail", ["\n"])[0] not in ("\n", ""):
+            os.write(2, b"\n")  # the verdict starts a line of its own (after tqdm's "\r...")
+            self._stderr_tail[0] = "\n"
+        self.lib.dlrr_replay_stop(native.text(reason))  # writes the report; then gdb breaks
         if self.debug == "pdb":
             self._pdb(reason, detail, frame, tb)
         elif self.debug == "wait":

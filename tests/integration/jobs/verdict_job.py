@@ -1,7 +1,7 @@
 """Jobs whose recorded failure can be made not to happen in the replay, for the verdicts of
 `dlreplay --check` / `--until nan|crash` (tests/integration/test_verdicts.py).
 
-    verdict_job.py module|loss|param|save [--steps N] [--at S]
+    verdict_job.py module|loss|param|save [--steps N] [--at S] [--progress]
 
   module  at step S a module in the middle of the model multiplies its input by inf
   loss    at step S the loss gets a log(0) term computed outside any module
@@ -16,6 +16,7 @@ fixes the crash. Seeded; prints "step K loss L" after each step.
 """
 import argparse
 import os
+import sys
 
 import torch
 from torch import nn
@@ -36,6 +37,7 @@ def main():
     ap.add_argument("mode", choices=("module", "loss", "param", "save"))
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--at", type=int, default=3)
+    ap.add_argument("--progress", action="store_true", help="a tqdm-style bar on stderr: '\\r' and no newline")
     args = ap.parse_args()
     torch.manual_seed(0)
     blow = Blow()
@@ -62,6 +64,9 @@ def main():
             opt.step()
             losses.append(loss.item())
             print("step %d loss %.6f" % (step, loss.item()), flush=True)
+            if args.progress:
+                sys.stderr.write("\rtraining %d%%|%s" % (10 * step, "#" * step))
+                sys.stderr.flush()
             step += 1
             if fail:
                 return
