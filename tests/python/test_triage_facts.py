@@ -12,13 +12,13 @@ from dlrr_hook import native, triage
 
 class ImportedPackagesTest(unittest.TestCase):
     def test_top_level_third_party_modules_with_versions(self):
-        import numpy  # noqa: F401  (imported: in sys.modules)
-        import torch  # noqa: F401
+        import numpy
+        import torch
         from importlib import metadata
         packages = {name: (version, path) for name, version, path in triage.imported_packages()}
         # Installed distributions: their metadata's version, as env-diff and replay read it.
-        self.assertEqual(packages["numpy"][0], metadata.version("numpy"))
-        self.assertEqual(packages["torch"][0], metadata.version("torch"))
+        self.assertEqual(packages[numpy.__name__][0], metadata.version("numpy"))
+        self.assertEqual(packages[torch.__name__][0], metadata.version("torch"))
         self.assertTrue(packages["torch"][1].endswith("torch"))  # the package directory
         for std in ("os", "sys", "json", "unittest", "collections"):
             self.assertNotIn(std, packages)
