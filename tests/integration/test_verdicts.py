@@ -67,6 +67,20 @@ class CheckDecidesFromComputedValuesTest(TraceTestCase):
         self.assertTrue(bar, p.stderr)
         self.assertFalse(any("dlreplay" in l for l in bar), p.stderr)
 
+    def test_a_checkpoint_crash_fixed_in_a_loop_without_dataloader_is_not_reproduced(self):
+        trace = self.record("ckpt", code=1)
+        p = run([tool("dlreplay"), trace, "--check"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("deterministic: reproduced", p.stderr)
+        os.mkdir(os.path.join(self.tmp, "ckpt"))  # the save succeeds: the job goes on to step 4
+        p, doc = replay(trace, "--until", "crash")
+        self.assertEqual(p.returncode, 10, p.stderr)
+        self.assertIn("ran past the end of the recording", doc["message"])
+        self.assertEqual(doc["verified_steps"], 4)  # never a step the trace does not hold
+        p = run([tool("dlreplay"), trace, "--check"])
+        self.assertEqual(p.returncode, 13, p.stderr)
+        self.assertNotIn("deterministic: reproduced", p.stderr)
+
     def test_racing_trainers_are_never_called_a_deterministic_kind(self):
         trace = self.trace_path()
         p = run([tool("dlrecord"), "-o", trace, "--", PY, HOGWILD, "--nan-at", "5"])

@@ -9,10 +9,12 @@
           update overflows the parameters
   save    two epochs over a DataLoader; after the first the job saves its losses into
           results/losses.txt (FileNotFoundError while results/ is missing: an evaluation crash)
+  ckpt    no DataLoader (batches made in the loop); after step S the job saves a checkpoint
+          into ckpt/ (FileNotFoundError while ckpt/ is missing)
 
 Where the file `fixed.flag` exists in the working directory, the failure of module, loss and
 param does not happen (the replay is made to differ on purpose); for save, `mkdir results`
-fixes the crash. Seeded; prints "step K loss L" after each step.
+(`mkdir ckpt` for ckpt) fixes the crash. Seeded; prints "step K loss L" after each step.
 """
 import argparse
 import os
@@ -34,7 +36,7 @@ class Blow(nn.Module):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=("module", "loss", "param", "save"))
+    ap.add_argument("mode", choices=("module", "loss", "param", "save", "ckpt"))
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--at", type=int, default=3)
     ap.add_argument("--progress", action="store_true", help="a tqdm-style bar on stderr: '\\r' and no newline")
@@ -46,11 +48,13 @@ def main():
     data = TensorDataset(torch.randn(16 * args.steps, 4), torch.randn(16 * args.steps, 1))
     loader = DataLoader(data, batch_size=16, shuffle=True)
     epochs = 2 if args.mode == "save" else 1
+    if args.mode == "ckpt":  # a loop without a DataLoader, steps counted by optimizer.step()
+        loader = [(torch.randn(16, 4), torch.randn(16, 1)) for _ in range(args.steps)]
     step = 0
     for epoch in range(epochs):
         losses = []
         for x, y in loader:
-            fail = step == args.at and args.mode != "save" and not os.path.exists("fixed.flag")
+            fail = step == args.at and args.mode in ("module", "loss", "param") and not os.path.exists("fixed.flag")
             blow.armed = fail and args.mode == "module"
             loss = (model(x) - y).pow(2).mean()
             if fail and args.mode == "loss":
@@ -70,6 +74,8 @@ def main():
             step += 1
             if fail:
                 return
+            if args.mode == "ckpt" and step - 1 == args.at:
+                torch.save(model.state_dict(), os.path.join("ckpt", "model.pt"))
         if args.mode == "save":
             with open(os.path.join("results", "losses.txt"), "w") as f:
                 f.write("\n".join("%.6f" % v for v in losses))
