@@ -73,6 +73,13 @@ void printReplayText(const ReplayResult& r, const ReplayFiles& files) {
     }
     printLines(("dlreplay:   " + name + ": ").c_str(), v);
   }
+  // The failure explained (nan target): in reading order, not the report's key order.
+  const auto entries = reportEntries(r.report);
+  if (entries.count("explain.op") || entries.count("explain.cause"))
+    std::fprintf(stderr, "dlreplay: the first non-finite value, replayed op by op:\n");
+  for (const char* k : {"explain.op", "explain.line", "explain.inputs", "explain.cause", "explain.history"})
+    if (auto it = entries.find(k); it != entries.end())
+      printLines(("dlreplay:   " + std::string(k + 8) + ": ").c_str(), it->second);
   files.print(stderr);
   std::string warnings;  // one a line, as printLines splits them
   for (const auto& w : r.report.warnings) warnings += (warnings.empty() ? "" : "\n") + w;

@@ -20,9 +20,12 @@ in a forward pre-hook right before that module's call.  The loss: stop before ba
 A gradient: the step's backward runs with autograd anomaly detection, which names the
 backward function and the forward line that created it.  A parameter: stop after the
 optimizer update that produced it.  The report also scans the step's batch for samples
-holding non-finite or extreme values.
+holding non-finite or extreme values, and explains the failure (explain.py): the first op whose
+output was non-finite in the failing step, the job's line that called it, its inputs and the
+cause, with the build-up over the recorded steps before it.
 """
 
+import contextlib
 import ctypes
 import math
 import os
@@ -34,6 +37,7 @@ import weakref
 
 from . import gpu, native, rng as rngmod, runtime
 from .batches import BatchDecoder
+from .explain import Explainer, history
 from .modules import fetching
 from .session import Session
 from .snapshots import restore_tree
@@ -125,6 +129,7 @@ class Replayer(Session):
         self._rng_warned = False
         self._anomaly = None
         self._anomaly_warnings = []
+        self._explainer = None  # the failing step's op-level check (nan target)
         self._last_progress = 0.0
         self._start = time.monotonic()
         self._gpu_deferred = False  # device digests checked at once, to stop at the divergence
@@ -175,6 +180,8 @@ class Replayer(Session):
         self._pre_handle = module_module.register_module_forward_pre_hook(self._pre_forward)
         if self.fast_forwarding:
             self._install_fast_forward(torch)
+        if self.target.kind == native.TARGET_NAN and self.target.step == 0:
+            self.guarded(self._arm_explainer)  # the first step: checked from the start
         # A forked trainer attaching: the generator states it inherited come from a parent that
         # replay does not replay (its entropy is the OS's), so they are not the recording's.
         # The recording took them as the fork began (RngState.atFork): from here on they are,
@@ -216,8 +223,9 @@ class Replayer(Session):
         if not self.lib.dlrr_replay_snapshot(step, ctypes.byref(ptr), ctypes.byref(n)):
             self._fact("warning", "jump: the trace holds no snapshot of step %d" % step)
             return
-        tree = self.decoder.decode(ctypes.string_at(ptr.value, n.value))
-        problems = restore_tree(self.registry, tree, self.torch)
+        with self._pausing():
+            tree = self.decoder.decode(ctypes.string_at(ptr.value, n.value))
+            problems = restore_tree(self.registry, tree, self.torch)
         self._fact("jump.restored", "step %d: %d module(s), %d optimizer(s), %d scheduler(s), %d grad scaler(s)" % (
             step, len(tree.get("modules", [])), len(tree.get("optimizers", [])), len(tree.get("schedulers", [])),
             len(tree.get("scalers", []))))
@@ -337,7 +345,10 @@ class Replayer(Session):
                 self.stop("end-of-recording", "%s is not in the recording: the recorded job ended here"
                           % where, sys._getframe(1))
             raise StopIteration
-        data = self.decoder.decode(ctypes.string_at(ptr.value, n.value) if n.value else b"")
+        with self._pausing():
+            data = self.decoder.decode(ctypes.string_at(ptr.value, n.value) if n.value else b"")
+        if self._explainer is not None:  # an input sample is a tensor of the batch served
+            self._explainer.samples = {t.data_ptr() for _, t in _tensors_with_paths(data, self.torch.Tensor)}
         step, training = ctypes.c_int64(-1), ctypes.c_int(0)
         idx, nidx = ctypes.POINTER(ctypes.c_int64)(), ctypes.c_uint64()
         self.lib.dlrr_replay_batch_meta(loader.number, loader.batches, ctypes.byref(step), ctypes.byref(training),
@@ -438,8 +449,36 @@ class Replayer(Session):
                       sys._getframe(1))
         elif t.kind == native.TARGET_NAN and step == t.step:
             self._armed = True
+            self.guarded(self._arm_explainer)
             if t.digest_kind == native.DIGEST_GRADIENT:
                 self._arm_anomaly()
+
+    def _arm_explainer(self):
+        """The failing step runs under the op-level check (explain.py); replay only."""
+        if self._explainer is not None or self._stopped:
+            return
+        torch = self.torch
+        samples = {t.data_ptr() for _, t in _tensors_with_paths(self.current_batch, torch.Tensor)}
+        training = self.training
+
+        def phase():
+            if training._backward_depth > 0:
+                return "backward"
+            return "optimizer" if training._local.__dict__.get("step", 0) > 0 else "forward"
+        self._explainer = Explainer(torch, phase, self._running_module, samples)
+        self._explainer.enter()
+
+    def _pausing(self):
+        """Context for dlrr's own tensor work while the failing step is checked."""
+        return self._explainer.paused() if self._explainer is not None else contextlib.nullcontext()
+
+    def _running_module(self):
+        """Path of the innermost module running now (the replay's module stack), or None."""
+        stack = self.modules._local.__dict__.get("stack")
+        if not stack:
+            return None
+        parent = stack[-2] if len(stack) > 1 else None
+        return self.modules.paths.path_of(stack[-1], parent, stack[0]).decode("utf-8", "surrogatepass") or "<root>"
 
     def end_step(self, step, loss):
         super().end_step(step, loss)
@@ -448,6 +487,10 @@ class Replayer(Session):
         divergence = native.decode(self.lib.dlrr_replay_divergence())
         if divergence:
             self.stop("divergence", divergence, sys._getframe(1))
+        elif self.target.kind == native.TARGET_NAN and step == self.target.step - 1:
+            # From the end of the step before: the job's code between steps (a loop that scales
+            # its batch before the first module call, which announces a step) is checked too.
+            self.guarded(self._arm_explainer)
         if self.progress:
             self._show_progress(step)
 
@@ -468,6 +511,12 @@ class Replayer(Session):
     def _digest(self, kind, path, call_index, output, tensor, keep):
         if self.fast_forwarding:
             return None  # nothing to compare: the step's compute was skipped
+        if self._explainer is not None:
+            with self._explainer.paused():  # dlrr's own tensor work is not the job's
+                return self._check_digest(kind, path, call_index, output, tensor)
+        return self._check_digest(kind, path, call_index, output, tensor)
+
+    def _check_digest(self, kind, path, call_index, output, tensor):
         g = self.gpu
         if g is not None and g.applies(tensor) and self.capture_level < native.CAPTURE_FULL:
             rc = g.digest(kind, path, call_index, output, tensor, 0)  # like the recording: on the device
@@ -495,6 +544,8 @@ class Replayer(Session):
             self._nan_calls[shown] = n + 1
             if shown == self.target_where and n == self.target.call_index:
                 self._armed = False
+                if self._explainer is not None and self._explainer.found is None:
+                    self._look_ahead(module, args, shown)
                 self.stop("target", "before module %s (call %d) of step %d: the recording's first non-finite "
                           "value is this module's output" % (shown, n, self.steps.current), sys._getframe(1),
                           scan_batch=True)
@@ -502,7 +553,18 @@ class Replayer(Session):
             self.internal_error(exc)
         return None
 
+    def _look_ahead(self, module, args, path):
+        """The first bad op lies inside the module the replay stops before: run its forward
+        once, outside the replay (explain.py), so that the stop can name it."""
+        self.active = False  # dlrr's module hooks stand aside
+        try:
+            self._explainer.look_ahead(module, args, path)
+        finally:
+            self.active = True
+
     def _before_backward(self, tensors):
+        if self._explainer is not None and self._armed and not self._stopped:
+            self.guarded(self._explainer.hook_graph, tensors)
         super()._before_backward(tensors)
         if self._armed and not self._stopped and self.target.digest_kind == native.DIGEST_LOSS:
             self._armed = False
@@ -531,6 +593,11 @@ class Replayer(Session):
         if self._anomaly is not None:
             self._anomaly.__exit__(None, None, None)
             self._anomaly = None
+        if self._armed and not self._stopped and self.target.digest_kind == native.DIGEST_GRADIENT:
+            # Anomaly mode raises at a NaN only: an infinite gradient ends backward() normally.
+            self._armed = False
+            self.stop("target", "after backward() of step %d: the forward was finite, the gradient %s was not"
+                      % (self.steps.current, self.target_where), sys._getframe(1), scan_batch=True)
 
     def _digest_parameters(self, optimizer):
         if not self.fast_forwarding:
@@ -588,6 +655,9 @@ class Replayer(Session):
             step = self.steps.current
         self._fact("stop.step", "-" if step is None else str(step))
         self._fact("stop.where", detail)
+        if self._explainer is not None:
+            self._explainer.exit()  # what follows is dlrr's work
+            self.guarded(self._explain_facts, step)
         if scan_batch:
             for line in self._scan_batch():
                 self._fact("batch.samples", line)
@@ -606,11 +676,33 @@ class Replayer(Session):
         else:
             os._exit(0)
 
+    def _explain_facts(self, step):
+        found = self._explainer.found
+        for key, text in self._explainer.facts():
+            if key == "explain.cause" and found.kind == "non-finite input sample":
+                named = self._scan_batch()[:1]  # which sample: position and dataset index
+                text += "".join("; " + line for line in named)
+            self._fact(key, text)
+        if found is None:
+            self._fact("explain.cause", "no op of the replayed step %s made a non-finite value under the op-level "
+                       "check" % step)
+        lrs = []
+        for opt in self.registry.live(self.registry.optimizers):
+            lrs.extend("%.4g (%s)" % (g["lr"], type(opt).__name__) for g in opt.param_groups[:1]
+                       if isinstance(g.get("lr"), (int, float)))
+        text = history(self.recorded_digests, step, lrs) if step is not None else None
+        if text:
+            self._fact("explain.history", text)
+
     def _pdb(self, reason, detail, frame, tb):
         import pdb
         helpers = ReplayHelpers(self, reason, self.target_where if self.target.kind == native.TARGET_NAN else None)
         sys.stderr.write("dlrr: replay stopped (%s): %s\ndlrr: `dlrr` holds the replay helpers: %r\n"
                          % (reason, detail, helpers))
+        found = self._explainer.found if self._explainer is not None else None
+        if found is not None:
+            sys.stderr.write("dlrr: the first non-finite value: %s at %s\ndlrr:   %s: %s\n"
+                             % (found.op_text(), found.line_text(), found.kind, found.cause))
         debugger = pdb.Pdb()
         if tb is not None:
             debugger.reset()
