@@ -79,6 +79,9 @@ constexpr HookText kHookTexts[] = {
     {"explain.inputs", &ReplayReport::explainInputs},
     {"explain.cause", &ReplayReport::explainCause},
     {"explain.history", &ReplayReport::explainHistory},
+    {"whatif.change", &ReplayReport::whatIfChange},
+    {"whatif.verdict", &ReplayReport::whatIfVerdict},
+    {"whatif.losses", &ReplayReport::whatIfLosses},
 };
 struct HookList {
   const char* key;
@@ -248,6 +251,9 @@ std::string encodeReplayReport(const ReplayReport& r) {
   setText(r.explainInputs, [&](kj::StringPtr s) { h.setExplainInputs(s); });
   setText(r.explainCause, [&](kj::StringPtr s) { h.setExplainCause(s); });
   setText(r.explainHistory, [&](kj::StringPtr s) { h.setExplainHistory(s); });
+  setText(r.whatIfChange, [&](kj::StringPtr s) { h.setWhatIfChange(s); });
+  setText(r.whatIfVerdict, [&](kj::StringPtr s) { h.setWhatIfVerdict(s); });
+  setText(r.whatIfLosses, [&](kj::StringPtr s) { h.setWhatIfLosses(s); });
   setList([&](unsigned n) { return b.initWarnings(n); }, r.warnings);
   auto words = capnp::messageToFlatArray(msg);
   auto bytes = words.asBytes();
@@ -315,6 +321,9 @@ ReplayReport decodeReplayReport(std::string_view bytes) {
     o.explainInputs = text(h.hasExplainInputs(), h.getExplainInputs());
     o.explainCause = text(h.hasExplainCause(), h.getExplainCause());
     o.explainHistory = text(h.hasExplainHistory(), h.getExplainHistory());
+    o.whatIfChange = text(h.hasWhatIfChange(), h.getWhatIfChange());
+    o.whatIfVerdict = text(h.hasWhatIfVerdict(), h.getWhatIfVerdict());
+    o.whatIfLosses = text(h.hasWhatIfLosses(), h.getWhatIfLosses());
     o.warnings = list(m.getWarnings());
     o.attached = true;
     return o;

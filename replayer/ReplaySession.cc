@@ -108,6 +108,7 @@ ReplaySession::ReplaySession(const Config& cfg, const std::string& until) : cfg_
     captureLevel_ = mode == "minimal" ? 0 : mode == "full" ? 2 : 1;
   }
   if (const char* j = std::getenv("DLRR_JUMP_STEP"); j && *j) jumpStep_ = std::strtoll(j, nullptr, 10);
+  if (const char* w = std::getenv("DLRR_WHAT_IF_FROM"); w && *w) whatIfStep_ = std::strtoll(w, nullptr, 10);
   if (active_) load();
 }
 
@@ -418,7 +419,8 @@ int ReplaySession::checkDigest(int64_t step, int kind, const std::string& path, 
 int ReplaySession::checkDigestAlgorithm(int64_t step, int kind, const std::string& path, uint32_t callIndex,
                                         uint32_t output, int algorithm, const DigestResult& got) {
   std::lock_guard<std::mutex> lk(mu_);
-  if (step < jumpStep_) return 0;  // fast-forwarded: its compute was skipped, nothing to compare
+  if (step < jumpStep_) return 0;     // fast-forwarded: its compute was skipped, nothing to compare
+  if (step >= whatIfStep_) return 0;  // --what-if: changed on purpose, nothing to compare
   auto it = digests_.find(DigestKey{step, kind, path, callIndex, output});
   if (it == digests_.end()) return 2;
   if (step == inStepNumber_) ++seenPerStep_[step];
@@ -454,7 +456,7 @@ void ReplaySession::beginStep(int64_t step) {
 int ReplaySession::endStep(int64_t step, double loss) {
   if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->stepEnding(step);  // delivers its launches
   std::lock_guard<std::mutex> lk(mu_);
-  if (step < jumpStep_) {  // fast-forwarded (jump replay): neither checked nor counted as verified
+  if (step < jumpStep_ || step >= whatIfStep_) {  // fast-forwarded, or changed by --what-if: not checked
     lastStepEnded_ = step;
     inStepNumber_ = INT64_MIN;
     return 0;

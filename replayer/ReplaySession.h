@@ -77,6 +77,9 @@ class ReplaySession final : public ProcessSession {
   // Jump replay (DLRR_JUMP_STEP, set by dlreplay from its ReplayPlan): steps before it are
   // fast-forwarded and not verified; -1 when replaying from the start.
   int64_t jumpStep() const { return jumpStep_; }
+  // dlreplay --what-if (DLRR_WHAT_IF_FROM): from this step the job runs with a change, so its
+  // steps are neither verified nor counted (tools/dlreplay/WhatIf.h); INT64_MAX without one.
+  int64_t whatIfStep() const { return whatIfStep_; }
   // The recorded snapshot of `step`, encoded like a batch. Null when there is none.
   const std::vector<uint8_t>* snapshot(int64_t step);
   bool batchMeta(uint32_t loader, uint64_t index, int64_t& step, bool& training, const std::vector<int64_t>*& indices);
@@ -219,6 +222,7 @@ class ReplaySession final : public ProcessSession {
   std::map<BatchKey, BatchRecord> batches_;
   std::map<int64_t, BatchRecord> snapshots_;  // by step; a periodic one wins over the failure one
   int64_t jumpStep_ = -1;
+  int64_t whatIfStep_ = INT64_MAX;
   std::map<std::pair<uint32_t, uint32_t>, int64_t> iteratorLengths_;
   std::map<int64_t, std::vector<RngRecord>> stepRng_;
   std::vector<RngRecord> forkRng_;  // RngState.atFork

@@ -93,5 +93,9 @@ struct ReplayReport {
     explainInputs @15 :Text;     # one input a line: finite?, max |x|, dtype max
     explainCause @16 :Text;      # the kind of fault, in words with the numbers
     explainHistory @17 :Text;    # the recorded steps before it: loss curve, gradients, LR
+    # dlreplay --what-if (interpose/python/dlrr_hook/whatif.py, tools/dlreplay/WhatIf.h).
+    whatIfChange @18 :Text;      # the change and the step it started at
+    whatIfVerdict @19 :Text;     # "recurred at step N: ..." or "did not recur: ..."
+    whatIfLosses @20 :Text;      # one step a line: the recorded loss beside the replayed one
   }
 }

@@ -65,6 +65,9 @@ void applyReplaySettings(Environment& env, const ReplaySettings& s) {
   env["DLRR_LIBRARY"] = s.library;
   setOrErase("DLRR_DEBUG", !s.debug.empty(), s.debug);
   setOrErase("DLRR_PROGRESS", s.progress, "1");
+  setOrErase("DLRR_WHAT_IF", !s.whatIf.empty(), s.whatIf);
+  setOrErase("DLRR_WHAT_IF_FROM", !s.whatIf.empty(), std::to_string(s.whatIfFrom));
+  setOrErase("DLRR_WHAT_IF_STEPS", !s.whatIf.empty() && s.whatIfSteps > 0, std::to_string(s.whatIfSteps));
   env.erase("DLRR_STATUS_FD");  // a recording's status pipe: not ours
 }
 

@@ -4,6 +4,7 @@
 
 #include "replayer/ReplayTarget.h"
 #include "tools/dlreplay/ReplayPlan.h"
+#include "tools/dlreplay/WhatIf.h"
 
 namespace dlrr {
 
@@ -48,11 +49,19 @@ const char* const kReplayUsage =
     "  --yes            consent to run the recorded command of a trace from another host/user\n"
     "  --dry-run        show the command and environment changes, run nothing\n"
     "  --json           print the report as one JSON line on stdout, after the job's output\n"
+    "  --what-if CHANGE replay the recorded failure with one change, from the failing step (or\n"
+    "                   the --from step) on, unverified, and say whether it recurs: drop-sample=I\n"
+    "                   (dataset index I left out of its batches), skip-step (no update at the\n"
+    "                   first step), lr-scale=F (each update's learning rate times F),\n"
+    "                   clip-grad=F (gradient norm clipped to F before each update), fp32\n"
+    "                   (autocast off), anomaly (autograd anomaly detection on)\n"
+    "  --steps N        with --what-if: replay N steps with the change (default: to the end)\n"
     "  -q, --quiet      no progress line, no environment warnings\n"
     "  -h, --help       this help;  --version  the version\n"
     "\n"
     "exit status: 0 target reached, every step verified; 10 target not reached; 11 divergence;\n"
     "12 the replayed process never attached; 13 --check: the failure did not reproduce;\n"
+    "14 --what-if: the failure recurred with the change;\n"
     "9 consent needed; 2 usage; 3 I/O error; 4 not a trace; 5 newer trace format;\n"
     "6 corrupt trace; 7 no such step/stream/failure; 8 internal error;\n"
     "126/127 the command cannot be run / found.\n";
@@ -76,6 +85,8 @@ ReplayOptions parseReplayOptions(const std::vector<std::string>& argv) {
                           {"--check", T::Flag},
                           {"--dry-run", T::Flag},
                           {"--json", T::Flag},
+                          {"--what-if", T::Value},
+                          {"--steps", T::Value},
                           {"--quiet", T::Flag, "-q"}},
                          tools::Args::Layout::Command);
   ReplayOptions o;
@@ -128,6 +139,22 @@ ReplayOptions parseReplayOptions(const std::vector<std::string>& argv) {
   if (o.allRanks && !o.debug.empty())
     throw UsageError("--all-ranks runs without a debugger (replay one rank with --rank R --debug ...)");
   if (o.allRanks && o.check) throw UsageError("--check replays one process; use --rank R --check");
+  if (auto v = args.value("--what-if")) {
+    o.whatIf = parseWhatIf(*v).text();
+    if (o.check || !o.debug.empty() || o.allRanks || (!o.until.empty() && o.until != "nan"))
+      throw UsageError(
+          "--what-if replays the recorded non-finite failure alone: no --check, --debug, --all-ranks "
+          "or --until other than nan");
+    o.until = "nan";
+  }
+  if (args.has("--steps")) {
+    if (o.whatIf.empty()) throw UsageError("--steps goes with --what-if");
+    try {
+      o.whatIfSteps = args.intValue("--steps", 1, int64_t{1} << 40);
+    } catch (const UsageError&) {
+      throw UsageError("--steps must be a number of steps, 1 or more (got '" + *args.value("--steps") + "')");
+    }
+  }
   if (!o.until.empty()) {
     std::string err;
     if (!parseReplayTarget(o.until, err)) throw UsageError(err);

@@ -31,6 +31,8 @@ struct ReplayOptions {
   bool dryRun = false;
   bool json = false;
   bool quiet = false;
+  std::string whatIf;                  // --what-if INTERVENTION (WhatIf.h), checked; "" for none
+  std::optional<int64_t> whatIfSteps;  // --steps N: steps replayed with the change (default: to the end)
   std::vector<std::string> command;
 };
 

@@ -8,6 +8,7 @@
 #include <kj/exception.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +39,7 @@
 #include "tools/dlreplay/ReplayOutcome.h"
 #include "tools/dlreplay/ReplayPrint.h"
 #include "tools/dlreplay/ReplaySelection.h"
+#include "tools/dlreplay/WhatIf.h"
 #include "triage/Classifier.h"
 
 namespace dlrr {
@@ -255,6 +257,13 @@ int run(int argc, char** argv) {
   settings.library = paths.library;
   settings.debug = o.debug;
   settings.progress = o.debug.empty() && !o.json && !o.quiet && ::isatty(2);
+  if (!o.whatIf.empty()) {
+    // The change starts at the failing step, or where --from asked verification to start.
+    settings.whatIf = o.whatIf;
+    int64_t failing = s.summary.failure ? s.summary.failure->step : 0;
+    settings.whatIfFrom = o.from.empty() || o.from == "snapshot" ? failing : std::max<int64_t>(s.jump.jumpStep, 0);
+    settings.whatIfSteps = o.whatIfSteps.value_or(0);
+  }
   applyReplaySettings(env, settings);
   if (o.dryRun) {
     for (const char* k : {"LD_PRELOAD", "PYTHONPATH", "DLRR_MODE", "DLRR_TRACE", "DLRR_REPLAY_STREAM", "DLRR_UNTIL"})
@@ -313,6 +322,15 @@ int run(int argc, char** argv) {
   if (gdbStatus) status = jobStatusUnderGdb(gdbStatus->path(), status);
 
   // 4. The outcome (ReplayOutcome.h), --check's verdict (Check.h), and what is printed.
+  if (!o.whatIf.empty()) {  // its own verdict: the steps with the change are not a replay's to verify
+    ReplayReport wr = readReplayReportFile(report.path());
+    WhatIfOutcome wo = decideWhatIf(wr, status, o.whatIf);
+    if (o.json)
+      printWhatIfJson(wr, wo, o.whatIf, files);
+    else
+      printWhatIfText(wr, wo, files);
+    return wo.exitCode;
+  }
   ReplayResult r;
   r.report = readReplayReportFile(report.path());
   ReplayFacts rf;

@@ -38,6 +38,7 @@ import weakref
 from . import gpu, native, rng as rngmod, runtime
 from .batches import BatchDecoder
 from .explain import Explainer, history
+from .whatif import WhatIf
 from .modules import fetching
 from .session import Session
 from .snapshots import restore_tree
@@ -130,6 +131,7 @@ class Replayer(Session):
         self._anomaly = None
         self._anomaly_warnings = []
         self._explainer = None  # the failing step's op-level check (nan target)
+        self._whatif = None  # dlreplay --what-if: the change and what it brought (whatif.py)
         self._last_progress = 0.0
         self._start = time.monotonic()
         self._gpu_deferred = False  # device digests checked at once, to stop at the divergence
@@ -180,7 +182,14 @@ class Replayer(Session):
         self._pre_handle = module_module.register_module_forward_pre_hook(self._pre_forward)
         if self.fast_forwarding:
             self._install_fast_forward(torch)
-        if self.target.kind == native.TARGET_NAN and self.target.step == 0:
+        what_if = os.environ.get("DLRR_WHAT_IF", "")
+        if what_if:
+            self._whatif = WhatIf(what_if, int(os.environ.get("DLRR_WHAT_IF_FROM", "0")),
+                                  int(os.environ.get("DLRR_WHAT_IF_STEPS", "0") or 0), self.recorded_steps,
+                                  torch, self._patcher)
+            if self._whatif.start == 0:
+                self._whatif.begin()
+        elif self.target.kind == native.TARGET_NAN and self.target.step == 0:
             self.guarded(self._arm_explainer)  # the first step: checked from the start
         # A forked trainer attaching: the generator states it inherited come from a parent that
         # replay does not replay (its entropy is the OS's), so they are not the recording's.
@@ -357,6 +366,8 @@ class Replayer(Session):
         self._batch_meta = (loader.number, loader.batches, iterator._dlrr_index)
         self.current_batch = data
         self.loaders.after_next(iterator, data, None)
+        if self._whatif is not None and self._whatif.live:  # (after_next began the step: the change is on)
+            data = self.current_batch = self._whatif.filter_batch(data, iterator._dlrr_index)
         return data
 
     def _on_batch(self, info, data):
@@ -444,6 +455,12 @@ class Replayer(Session):
             self._restore_jump(step)
         if self._stopped:
             return
+        if self._whatif is not None:  # no stop at the target: the change runs from its step
+            if step >= self._whatif.start:
+                if not self._whatif.live:
+                    self._whatif.begin()
+                self.skip_update = self._whatif.skips_update(step)
+            return
         if t.kind == native.TARGET_STEP and step == t.step:
             self.stop("target", "start of step %d, its batch in hand, before the forward pass" % step,
                       sys._getframe(1))
@@ -468,6 +485,31 @@ class Replayer(Session):
         self._explainer = Explainer(torch, phase, self._running_module, samples)
         self._explainer.enter()
 
+    def _what_if_step_end(self, step, loss):
+        w = self._whatif
+        if not w.live:
+            if step == w.start - 1:
+                # From the end of the step before, as the explainer: an autocast region the job
+                # enters before its first module call (which announces a step) is changed too.
+                w.begin()
+            return
+        if step not in w.losses and loss is not None:
+            w.losses[step] = float(loss)
+        self.skip_update = False
+        if w.done(step):
+            self.stop("target", "what-if %s: %s" % (w.text, "recurred at step %d" % w.recurred[0] if w.recurred
+                                                    else "ran to step %d" % step), sys._getframe(1), step=step)
+
+    def _what_if_tensors(self, kind, named):
+        """Checks (name, tensor) pairs of a step with the change for NaN/Inf."""
+        w = self._whatif
+        step = self.steps.current
+        for name, t in named:
+            if t is not None:
+                if isinstance(name, bytes):
+                    name = name.decode("utf-8", "surrogatepass")
+                w.note(step, "%s %s" % (kind, name), t)
+
     def _pausing(self):
         """Context for dlrr's own tensor work while the failing step is checked."""
         return self._explainer.paused() if self._explainer is not None else contextlib.nullcontext()
@@ -487,6 +529,8 @@ class Replayer(Session):
         divergence = native.decode(self.lib.dlrr_replay_divergence())
         if divergence:
             self.stop("divergence", divergence, sys._getframe(1))
+        elif self._whatif is not None:
+            self._what_if_step_end(step, loss)
         elif self.target.kind == native.TARGET_NAN and step == self.target.step - 1:
             # From the end of the step before: the job's code between steps (a loop that scales
             # its batch before the first module call, which announces a step) is checked too.
@@ -517,6 +561,12 @@ class Replayer(Session):
         return self._check_digest(kind, path, call_index, output, tensor)
 
     def _check_digest(self, kind, path, call_index, output, tensor):
+        w = self._whatif
+        if w is not None and w.live:  # the change runs: nothing to compare, only NaN/Inf to see
+            name = native.DIGEST_KIND_NAMES[kind] if 0 <= kind < len(native.DIGEST_KIND_NAMES) else "tensor"
+            p = path.decode("utf-8", "surrogatepass") if isinstance(path, bytes) else str(path)
+            w.note(self.steps.current, "%s %s" % (name, p or "<root>"), tensor)
+            return tensor.detach()
         g = self.gpu
         if g is not None and g.applies(tensor) and self.capture_level < native.CAPTURE_FULL:
             rc = g.digest(kind, path, call_index, output, tensor, 0)  # like the recording: on the device
@@ -590,6 +640,8 @@ class Replayer(Session):
             self.steps.on_backward_end()
             return
         super()._after_backward()
+        if self._whatif is not None and self._whatif.live:
+            self._what_if_tensors("gradient", ((n, p.grad) for n, p in self._step_parameters()[0]))
         if self._anomaly is not None:
             self._anomaly.__exit__(None, None, None)
             self._anomaly = None
@@ -603,8 +655,16 @@ class Replayer(Session):
         if not self.fast_forwarding:
             super()._digest_parameters(optimizer)
 
+    def _before_optimizer_step(self, optimizer):
+        super()._before_optimizer_step(optimizer)
+        if self._whatif is not None and self._whatif.live:
+            self._whatif.before_update(optimizer)
+
     def _after_optimizer_step(self, optimizer):
         step = self.steps.current  # a step counted by optimizer.step() ends in super()'s call
+        if self._whatif is not None and self._whatif.live:
+            self._whatif.after_update(optimizer)
+            self._what_if_tensors("parameter", self._step_parameters()[0])
         super()._after_optimizer_step(optimizer)
         if self._armed and not self._stopped and self.target.digest_kind == native.DIGEST_PARAMETER:
             self._armed = False
@@ -630,7 +690,10 @@ class Replayer(Session):
             return
         t = self.target
         text = "%s: %s" % (exc_type.__name__, exc)
-        if t.kind == native.TARGET_NAN and t.digest_kind == native.DIGEST_GRADIENT and "returned nan" in str(exc):
+        if self._whatif is not None and self._whatif.live:
+            self._whatif.note_exception(self.steps.current, text)
+            self.stop("target", "what-if %s: the job raised %s" % (self._whatif.text, text), None, tb=tb)
+        elif t.kind == native.TARGET_NAN and t.digest_kind == native.DIGEST_GRADIENT and "returned nan" in str(exc):
             fn = str(exc).split("'")[1] if "'" in str(exc) else "?"
             self._fact("backward.function", fn)
             forward = [w for w in self._anomaly_warnings if "Traceback of forward call" in w]
@@ -658,6 +721,10 @@ class Replayer(Session):
         if self._explainer is not None:
             self._explainer.exit()  # what follows is dlrr's work
             self.guarded(self._explain_facts, step)
+        if self._whatif is not None and self._whatif.live:
+            self._whatif.end()
+            for key, text in self._whatif.facts(step, self.lib.dlrr_replay_recorded_loss):
+                self._fact(key, text)
         if scan_batch:
             for line in self._scan_batch():
                 self._fact("batch.samples", line)

@@ -216,7 +216,9 @@ class TrainingPatches:
             outermost = patches._step_enter(self)
             try:
                 # Jump replay's fast-forward: the update is skipped (the snapshot restores it).
-                result = None if outermost and rec.fast_forwarding else original(self, *args, **kwargs)
+                # --what-if skip-step: the same, for the step the change starts at.
+                skip = outermost and (rec.fast_forwarding or rec.skip_update)
+                result = None if skip else original(self, *args, **kwargs)
             except BaseException:
                 patches._step_exit(self, completed=False)
                 raise

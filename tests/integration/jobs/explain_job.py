@@ -15,6 +15,8 @@ explanation of `dlreplay --until nan` (tests/integration/test_explain.py).
             bfloat16, whose range is float32's); at step S the input is 1e5x: the cast overflows
   rnn       a tanh RNN with fixed recurrent weights of spectral radius 10; at step S the batch is all
             padding (zeros): the forward stays 0, the gradient through time explodes
+  amp       under CPU autocast (bfloat16) a one-pass variance of activations shifted by 100 at
+            step S cancels to 0: the normalisation divides by zero (float32 keeps it positive)
   optimizer at step S the loss is scaled by 1e4 and the learning rate becomes 3e38: SGD's
             update overflows the weights
 Seeded; batches come from a DataLoader (sample, lr) or are made in the loop. Prints
@@ -59,6 +61,21 @@ class Normed(nn.Module):
         return self.fc(self.norm(x))
 
 
+class AmpNet(nn.Module):
+    """A hand-written normalisation with the one-pass variance, E[h^2] - E[h]^2."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 1)
+
+    def forward(self, x, shift):
+        h = self.fc1(x) + shift
+        mu = h.mean(dim=1, keepdim=True)
+        var = (h * h).mean(dim=1, keepdim=True) - mu ** 2  # cancels to 0 in bfloat16 at |h| ~ 100
+        return self.fc2((h - mu) / var.sqrt())
+
+
 class Rnn(nn.Module):
     def __init__(self):
         super().__init__()
@@ -76,13 +93,14 @@ class Rnn(nn.Module):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("fault", choices=("lr", "sample", "scale", "log", "norm", "half", "rnn", "optimizer"))
+    ap.add_argument("fault", choices=("lr", "sample", "scale", "log", "norm", "half", "rnn", "amp", "optimizer"))
     ap.add_argument("--steps", type=int, default=7)
     ap.add_argument("--at", type=int, default=4)
     ap.add_argument("--ramp", action="store_true", help="lr: grow the learning rate 30x a step instead")
     args = ap.parse_args()
     torch.manual_seed(0)
-    model = Normed() if args.fault == "norm" else Rnn() if args.fault == "rnn" else Mlp(half=args.fault == "half")
+    model = Normed() if args.fault == "norm" else Rnn() if args.fault == "rnn" else AmpNet() if args.fault == "amp" \
+        else Mlp(half=args.fault == "half")
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     if args.fault in ("sample", "lr"):
         xs, ys = torch.randn(8 * args.steps, 8), torch.randn(8 * args.steps, 1)
@@ -102,7 +120,11 @@ def main():
             x = x * 1e5
         if args.fault == "rnn" and step == args.at:
             x = torch.zeros_like(x)  # an all-padding batch
-        out = model(x)
+        if args.fault == "amp":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = model(x, 100.0 if step == args.at else 0.0).float()
+        else:
+            out = model(x)
         if args.fault == "log":
             logits = torch.cat([out, -out], dim=1) * (1e4 if step == args.at else 1.0)
             probs = torch.softmax(logits, dim=1)
