@@ -90,6 +90,10 @@ class ExplainTest(TraceTestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("dlreplay: the first non-finite value, replayed op by op:", p.stderr)
         self.assertIn("dlreplay:   line: %s:" % JOB, p.stderr)
+        # Where no replay runs, triage says how to get the explanation and test a fix.
+        p = run([tool("dltrace"), "triage", self.trace_path()])
+        self.assertIn("`dlreplay TRACE --until nan` replays the failing step op by op", p.stdout)
+        self.assertIn("`dlreplay TRACE --what-if CHANGE` tests a fix", p.stdout)
         p = run([tool("dlreplay"), self.trace_path(), "--until", "nan", "--debug", "pdb"], input="q\n")
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertRegex(p.stderr, r"dlrr: the first non-finite value: aten::mul in forward at .*explain_job.py:\d+ "

@@ -68,8 +68,8 @@ WhatIfOutcome decideWhatIf(const ReplayReport& r, int waitStatus, const std::str
   if (r.divergence) {  // before the change: the replay itself did not hold, so no what-if ran
     o.exitCode = kDivergence;
     o.outcome = "divergence";
-    o.message = "diverged at step " + std::to_string(r.divergence->step) + " before the change: " +
-                r.divergence->kind + " " + r.divergence->path + ": " + r.divergence->detail;
+    o.message = "diverged at step " + std::to_string(r.divergence->step) + " before the change: " + r.divergence->kind +
+                " " + r.divergence->path + ": " + r.divergence->detail;
     return o;
   }
   if (!r.whatIfVerdict) {

@@ -28,7 +28,7 @@ struct WhatIf {
 WhatIf parseWhatIf(const std::string& text);
 
 struct WhatIfOutcome {
-  int exitCode = 0;  // 0: the failure did not recur; kWhatIfRecurred; else a replay problem
+  int exitCode = 0;     // 0: the failure did not recur; kWhatIfRecurred; else a replay problem
   std::string outcome;  // "prevented", "recurred", "divergence", "not-reached", "not-attached"
   std::string message;
 };
