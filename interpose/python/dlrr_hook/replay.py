@@ -565,7 +565,7 @@ class Replayer(Session):
         if w is not None and w.live:  # the change runs: nothing to compare, only NaN/Inf to see
             name = native.DIGEST_KIND_NAMES[kind] if 0 <= kind < len(native.DIGEST_KIND_NAMES) else "tensor"
             p = path.decode("utf-8", "surrogatepass") if isinstance(path, bytes) else str(path)
-            w.note(self.steps.current, "%s %s" % (name, p or "<root>"), tensor)
+            w.note(self.steps.current, name if p == "loss" else "%s %s" % (name, p or "<root>"), tensor)
             return tensor.detach()
         g = self.gpu
         if g is not None and g.applies(tensor) and self.capture_level < native.CAPTURE_FULL:
