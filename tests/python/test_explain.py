@@ -119,7 +119,7 @@ class HistoryTest(unittest.TestCase):
     def test_spike_and_gradients(self):
         text = history(self.rows([1.0, 1.1, 0.9, 1.0, 50.0, 3e4]), 6, ["0.1 (SGD)"])
         self.assertIn("it spiked at step 4 (2 step(s) before the failure): 50, 50x the median 1", text)
-        self.assertIn("largest |gradient| 1 (step 0) -> 6 (step 5)", text)
+        self.assertIn("largest |gradient| 1 (step 0) -> 6 (step 5, w)", text)
         self.assertIn("learning rate at the failing step: 0.1 (SGD)", text)
 
     def test_no_spike(self):

@@ -453,22 +453,23 @@ def history(rows_of_step, step, lrs, window=50):
     """The build-up before the failing step from the recorded digests: the loss curve (a spike,
     N steps earlier), the largest |gradient| per step, and the learning rate(s) now.  rows_of_step(s):
     the recorded digests of step s as (kind, path, call, output, hash, nan, inf, min, max) text."""
-    losses, grads = [], []
+    losses, grads, acts = [], [], []
     for s in range(max(0, step - window), step + 1):
-        loss, gmax, gbad = None, None, 0
-        for kind, _path, _call, output, _h, nan, inf, lo, hi in rows_of_step(s):
+        loss, gmax, amax = None, None, None
+        for kind, path, _call, output, _h, nan, inf, lo, hi in rows_of_step(s):
+            m = max(abs(_float(lo)), abs(_float(hi)))
             if kind == "loss" and output == "0" and loss is None:
                 loss = _float(lo) if int(nan) == 0 and int(inf) == 0 else math.nan
-            elif kind == "gradient":
-                if int(nan) or int(inf):
-                    gbad += 1
-                m = max(abs(_float(lo)), abs(_float(hi)))
-                if math.isfinite(m):
-                    gmax = m if gmax is None else max(gmax, m)
+            elif kind == "gradient" and math.isfinite(m) and (gmax is None or m > gmax[0]):
+                gmax = (m, path)
+            elif kind == "module output" and math.isfinite(m) and (amax is None or m > amax[0]):
+                amax = (m, path)
         if loss is not None:
             losses.append((s, loss))
         if gmax is not None:
-            grads.append((s, gmax, gbad))
+            grads.append((s,) + gmax)
+        if amax is not None:
+            acts.append((s,) + amax)
     sentences = []
     before = [(s, v) for s, v in losses if s < step and math.isfinite(v)]
     if before:
@@ -484,10 +485,11 @@ def history(rows_of_step, step, lrs, window=50):
         else:
             text += "; no spike (no step above 10x the median of those before it)"
         sentences.append(text)
-    gbefore = [g for g in grads if g[0] < step]
-    if gbefore:
-        sentences.append("largest |gradient| %.3g (step %d) -> %.3g (step %d)" % (
-            gbefore[0][1], gbefore[0][0], gbefore[-1][1], gbefore[-1][0]))
+    for name, series in (("gradient", grads), ("module output", acts)):
+        before = [g for g in series if g[0] < step]
+        if before:
+            (s0, m0, _), (s1, m1, p1) = before[0], before[-1]
+            sentences.append("largest |%s| %.3g (step %d) -> %.3g (step %d, %s)" % (name, m0, s0, m1, s1, p1))
     if lrs:
         sentences.append("learning rate at the failing step: %s" % ", ".join(lrs))
     if not sentences:
