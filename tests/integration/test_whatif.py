@@ -57,6 +57,21 @@ class WhatIfTest(unittest.TestCase):
         doc = self.recurred("sample", "drop-sample=%d" % (8 * AT + 4), "--steps", "2")  # its neighbour
         self.assertIn("module output fc1 not finite", doc["what_if"]["verdict"])
 
+    def test_from_the_failure_snapshot(self):
+        # A jump to the failing step's snapshot changes the same step the same way.
+        change = "drop-sample=%d" % (8 * AT + 5)
+        _, full = self.what_if("sample", change, "--steps", "2")
+        p = run([tool("dlreplay"), self.traces["sample"], "--json", "--what-if", change, "--steps", "2",
+                 "--from", "snapshot"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        jumped = json.loads(p.stdout.rstrip("\n").rsplit("\n", 1)[-1])
+        self.assertEqual((jumped["report"]["jump.step"], jumped["verified_steps"]), (str(AT), 0))
+        self.assertEqual(jumped["what_if"]["losses"], full["what_if"]["losses"])
+        # The explanation too, from the snapshot.
+        p = run([tool("dlreplay"), self.traces["sample"], "--json", "--from", "snapshot"])
+        rep = json.loads(p.stdout.rstrip("\n").rsplit("\n", 1)[-1])["report"]
+        self.assertTrue(rep["explain.op"].startswith("aten::addmm in forward (module fc1)"), rep)
+
     def test_skip_step(self):
         self.prevented("optimizer", "skip-step", "--steps", "1")
         doc = self.recurred("scale", "skip-step")  # the NaN comes in the forward, before any update
