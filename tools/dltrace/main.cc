@@ -19,7 +19,7 @@ namespace {
 
 std::vector<CommandDef> allCommands() {
   return {infoCommand(),   stepsCommand(),  eventsCommand(), dumpCommand(),
-          verifyCommand(), triageCommand(), envCommand(),    envDiffCommand()};
+          verifyCommand(), triageCommand(), envCommand(),    envDiffCommand(), reportCommand(), exportCommand()};
 }
 
 void printMainHelp(std::FILE* f) {
