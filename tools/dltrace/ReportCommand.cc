@@ -2,6 +2,8 @@
 // bug: the loss curve with the failure marked, learning rate, heat maps of the digests before
 // the failure, step times, the failing sample, the triage verdict with the replay command,
 // and every process on a timeline. Inline SVG only: no script, nothing fetched.
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 
@@ -150,13 +152,29 @@ std::string page(Trace& trace, const ReportData& d, const triage::TriageResult& 
       for (auto id : sm.tokens) t += (t.empty() ? "" : " ") + std::to_string(id);
       h += "<p>Token ids (no vocabulary is recorded):</p><p class=\"tokens\">" + htmlEscape(t) + "</p>";
     }
+    if (!sm.values.empty()) {
+      std::string t;
+      for (double v : sm.values) t += (t.empty() ? "" : " ") + pct(v);
+      h += "<p>Its first values:</p><p class=\"tokens sample-values\">" + htmlEscape(t) + "</p>";
+    }
     h += "<p class=\"note\">Extract the batch's field (the sample is row " + std::to_string(sm.index) + "): <code>" +
          htmlEscape("dltrace dump " + shellQuote(trace.path()) + " --step " + std::to_string(f ? f->step : 0) +
                     " --batch " + (sm.field == "(the whole batch)" ? "" : sm.field + " ") + "-o sample.npy") +
          "</code></p>";
   }
 
-  h += "<h2 id=\"processes\">Processes and collectives</h2>" + timelineSvg(d.timeline) +
+  // The whole job, then the training window alone when start-up and shutdown dwarf it.
+  int64_t t0 = INT64_MAX, t1 = INT64_MIN, s0 = INT64_MAX, s1 = INT64_MIN;
+  for (const auto& t : d.timeline) {
+    t0 = std::min(t0, t.startNs), t1 = std::max(t1, t.endNs);
+    for (const auto& st : t.steps) s0 = std::min(s0, st.ns), s1 = std::max(s1, std::max(st.ns, st.endNs));
+    for (const auto& c : t.collectives) s0 = std::min(s0, c.ns), s1 = std::max(s1, c.ns);
+  }
+  h += "<h2 id=\"processes\">Processes and collectives</h2>" + timelineSvg(d.timeline, t0, t1);
+  if (s1 > s0 && (s1 - s0) * 3 < t1 - t0)
+    h += "<p>The training steps alone (" + pct(static_cast<double>(s1 - s0) / 1e9) + " s):</p>" +
+         timelineSvg(d.timeline, s0 - (s1 - s0) / 50, s1 + (s1 - s0) / 50);
+  h +=
        "<p class=\"note\">Grey: start-up and shutdown; light blue: epochs; blue: steps; orange ticks: collectives "
        "(red: non-finite results); red diamonds: failures. Hover for details.</p><table><tr><th>stream</th><th>role</th>"
        "<th>pid</th><th>rank</th><th>steps</th><th>collectives</th><th>exit</th></tr>";

@@ -115,8 +115,10 @@ std::optional<Sample> readSample(StreamReader& s, const BatchCopy& b, std::vecto
     if (!pick && looksLikeImages(l)) pick = &l;
   for (const auto& l : b.leaves)
     if (!pick && looksLikeTokens(l)) pick = &l;
+  for (const auto& l : b.leaves)
+    if (!pick && !l.shape.empty() && elementSize(l.dtype)) pick = &l;
   if (!pick) {
-    out.note = "the batch holds no image or token tensor to show";
+    out.note = "the batch holds no tensor to show (" + b.description + ")";
     return out;
   }
   out.field = pick->path.empty() ? "(the whole batch)" : pick->path;
@@ -155,6 +157,10 @@ std::optional<Sample> readSample(StreamReader& s, const BatchCopy& b, std::vecto
   const uint8_t* base = &bytes[out.index * per * es];
   if (looksLikeTokens(*pick)) {
     for (uint64_t k = 0; k < per && k < 512; ++k) out.tokens.push_back(static_cast<int64_t>(elementAt(pick->dtype, base + k * es)));
+    return out;
+  }
+  if (!looksLikeImages(*pick)) {
+    for (uint64_t k = 0; k < per && k < 64; ++k) out.values.push_back(elementAt(pick->dtype, base + k * es));
     return out;
   }
   int c = pick->shape.size() == 4 ? static_cast<int>(pick->shape[1]) : 1;

@@ -76,6 +76,7 @@ struct Sample {
   std::vector<double> pixels;
   uint64_t nonFinitePixels = 0;
   std::vector<int64_t> tokens;  // integer sequences (no vocabulary is recorded: ids)
+  std::vector<double> values;   // any other tensor: the sample's first values
   std::string note;             // why nothing is shown
 };
 

@@ -139,7 +139,7 @@ std::string lineChart(const std::string& cssClass, const Series& s, const std::s
 
 std::string heatMapSvg(const std::string& cssClass, const HeatMap& m, int64_t markStep) {
   const double L = 190, T = 10, cw = m.steps.empty() ? 10 : std::clamp(680.0 / m.steps.size(), 6.0, 22.0), ch = 14;
-  const double W = L + cw * m.steps.size() + 150, H = T + ch * m.rows.size() + 40;
+  const double W = L + cw * m.steps.size() + 150, H = std::max(T + ch * m.rows.size() + 40, T + 130.0);
   double lo = INFINITY, hi = -INFINITY;
   for (const auto& [k, c] : m.cells)
     if (c.maxAbs > 0) lo = std::min(lo, std::log10(c.maxAbs)), hi = std::max(hi, std::log10(c.maxAbs));
@@ -189,20 +189,26 @@ std::string heatMapSvg(const std::string& cssClass, const HeatMap& m, int64_t ma
   return o + "</svg>";
 }
 
-std::string timelineSvg(const std::vector<StreamTimeline>& rows) {
+std::string timelineSvg(const std::vector<StreamTimeline>& rows, int64_t fromNs, int64_t toNs) {
   int64_t t0 = INT64_MAX, t1 = INT64_MIN;
   for (const auto& r : rows) t0 = std::min(t0, r.startNs), t1 = std::max(t1, r.endNs);
   if (rows.empty() || t1 <= t0) t1 = t0 + 1;
+  const int64_t origin = t0;  // tick labels: seconds since the first process started
+  t0 = std::max(t0, fromNs), t1 = std::min(t1, toNs);
+  if (t1 <= t0) t1 = t0 + 1;
   const double L = 150, W = 900, R = 20, rowH = 34, T = 10;
   const double H = T + rows.size() * rowH + 40;
-  auto px = [&](int64_t ns) { return L + static_cast<double>(ns - t0) / static_cast<double>(t1 - t0) * (W - L - R); };
+  auto px = [&](int64_t ns) {
+    return L + std::clamp(static_cast<double>(ns - t0) / static_cast<double>(t1 - t0), 0.0, 1.0) * (W - L - R);
+  };
   std::string o = "<svg class=\"timeline\" viewBox=\"0 0 900 " + num(H) + "\" width=\"900\" height=\"" + num(H) +
                   "\" role=\"img\">";
-  for (double v : ticks(0, (t1 - t0) / 1e9, 8))
-    o += "<line x1=\"" + num(px(t0 + static_cast<int64_t>(v * 1e9))) + "\" x2=\"" + num(px(t0 + static_cast<int64_t>(v * 1e9))) +
-         "\" y1=\"" + num(T) + "\" y2=\"" + num(H - 34) + "\" stroke=\"#eee\"/><text x=\"" +
-         num(px(t0 + static_cast<int64_t>(v * 1e9))) + "\" y=\"" + num(H - 20) +
-         "\" font-size=\"11\" text-anchor=\"middle\">" + label(v) + "</text>";
+  for (double v : ticks((t0 - origin) / 1e9, (t1 - origin) / 1e9, 8)) {
+    double x = px(origin + static_cast<int64_t>(v * 1e9));
+    o += "<line x1=\"" + num(x) + "\" x2=\"" + num(x) + "\" y1=\"" + num(T) + "\" y2=\"" + num(H - 34) +
+         "\" stroke=\"#eee\"/><text x=\"" + num(x) + "\" y=\"" + num(H - 20) + "\" font-size=\"11\" text-anchor=\"middle\">" +
+         label(v) + "</text>";
+  }
   o += "<text x=\"" + num(L + (W - L - R) / 2) + "\" y=\"" + num(H - 4) +
        "\" font-size=\"12\" text-anchor=\"middle\">seconds since the first process started</text>";
   for (size_t i = 0; i < rows.size(); ++i) {

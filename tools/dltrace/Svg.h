@@ -21,8 +21,9 @@ std::string lineChart(const std::string& cssClass, const Series& s, const std::s
                       const std::string& yLabel, double markX, const std::string& markLabel, bool logY = false);
 // Rows x steps, colour = log10 of the cell's magnitude; non-finite cells red, missing ones grey.
 std::string heatMapSvg(const std::string& cssClass, const HeatMap& m, int64_t markStep);
-// One row per stream on a shared clock: phases, steps, collectives, failures.
-std::string timelineSvg(const std::vector<StreamTimeline>& rows);
+// One row per stream on a shared clock: phases, steps, collectives, failures; the window
+// [fromNs, toNs] of it (marks outside are clipped).
+std::string timelineSvg(const std::vector<StreamTimeline>& rows, int64_t fromNs, int64_t toNs);
 // The sample as pixels (downsampled to at most 64 per side); non-finite pixels magenta.
 std::string imageSvg(const Sample& s);
 
