@@ -6,9 +6,21 @@
 #include "tools/dlreplay/ReplayPlan.h"
 
 namespace dlrr {
+namespace {
+
+// debugpy, debugpy:PORT or debugpy:HOST:PORT (the hook listens there; default 127.0.0.1:5678).
+bool validDebugpy(const std::string& d) {
+  if (d == "debugpy") return true;
+  if (d.rfind("debugpy:", 0) != 0) return false;
+  std::string port = d.substr(d.rfind(':') + 1);
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos) return false;
+  return std::stoi(port) <= 65535 && d.find_first_of(" \t\n") == std::string::npos;
+}
+
+}  // namespace
 
 const char* const kReplayUsage =
-    "usage: dlreplay [options] TRACE [--until TARGET] [--debug pdb|gdb|wait] [-- CMD ...]\n"
+    "usage: dlreplay [options] TRACE [--until TARGET] [--debug pdb|gdb|wait|debugpy] [-- CMD ...]\n"
     "\n"
     "Replays a dlrecord trace bit for bit: entropy, DataLoader batches and RNG states come from\n"
     "the trace (the dataset need not exist), every step is checked against the recording, and\n"
@@ -31,6 +43,9 @@ const char* const kReplayUsage =
     "                        prints the stack and ends)\n"
     "                   wait: pause at the stop, print the PID and attach commands; resumes\n"
     "                        when the debugger detaches or on SIGCONT/SIGUSR1\n"
+    "                   debugpy[:[HOST:]PORT]: at the stop, wait for a DAP client (VS Code's\n"
+    "                        Python: Remote Attach) on HOST:PORT (default 127.0.0.1:5678; port 0:\n"
+    "                        any free one), printing the address; needs python3-debugpy\n"
     "  --check          replay to the recorded failure and say whether it is deterministic:\n"
     "                   'deterministic: reproduced at step N' (exit 0) or 'not reproduced' (13)\n"
     "  --stream NAME    the recorded process to replay (default: the one that trained)\n"
@@ -85,8 +100,8 @@ ReplayOptions parseReplayOptions(const std::vector<std::string>& argv) {
     if (o.from.empty() || !validJumpFrom(o.from)) throw UsageError("--from takes snapshot, start or step=N");
   }
   o.debug = args.value("--debug").value_or("");
-  if (args.has("--debug") && o.debug != "pdb" && o.debug != "gdb" && o.debug != "wait")
-    throw UsageError("--debug must be pdb, gdb or wait (got '" + o.debug + "')");
+  if (args.has("--debug") && o.debug != "pdb" && o.debug != "gdb" && o.debug != "wait" && !validDebugpy(o.debug))
+    throw UsageError("--debug must be pdb, gdb, wait, debugpy or debugpy:[HOST:]PORT (got '" + o.debug + "')");
   o.stream = args.value("--stream").value_or("");
   try {
     if (auto r = args.intValue("--rank", 0, 1 << 24)) o.rank = static_cast<int>(*r);

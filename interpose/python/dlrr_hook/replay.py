@@ -601,6 +601,8 @@ class Replayer(Session):
             self._pdb(reason, detail, frame, tb)
         elif self.debug == "wait":
             self._wait_for_debugger(reason, detail)
+        elif self.debug.startswith("debugpy"):
+            self._debugpy(reason, detail, frame)
         elif self.debug == "gdb":
             pass  # gdb stopped in dlrr_replay_stopped; the job goes on when gdb continues
         else:
@@ -635,6 +637,50 @@ class Replayer(Session):
                 debugger.botframe = f
                 f = f.f_back
             sys.settrace(debugger.trace_dispatch)
+
+    def _debugpy(self, reason, detail, frame):
+        """Waits at the stop for a DAP client (VS Code's Remote Attach), then pauses there.
+
+        The adapter runs in this process (in_process_debug_adapter): a separate adapter process
+        would start with this replay's environment (the preload, the hook) and be a second job."""
+        try:
+            os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # a note per start otherwise
+            import debugpy
+        except ImportError:
+            self._debugpy_failed(reason, detail, "this Python has no debugpy (Debian: apt install python3-debugpy)")
+        where = self.debug.split(":", 1)[1] if ":" in self.debug else "5678"
+        host, _, port = where.rpartition(":")
+        host, port = host or "127.0.0.1", int(port)
+        try:
+            if port == 0:  # the in-process adapter does not say which port it got: pick a free one
+                import socket
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                    probe.bind((host, 0))
+                    port = probe.getsockname()[1]
+            debugpy.listen((host, port), in_process_debug_adapter=True)
+        except Exception as e:
+            self._debugpy_failed(reason, detail, "cannot listen on %s:%d: %s" % (host, port, e))
+        helpers = ReplayHelpers(self, reason, self.target_where if self.target.kind == native.TARGET_NAN else None)
+        user = _user_frame(frame or sys._getframe(1))
+        user.f_globals["dlrr"] = helpers
+        sys.stderr.write(
+            "dlrr: replay stopped (%s): %s\n"
+            "dlrr: debugpy listening on %s:%d: attach a DAP client (VS Code: \"Python: Remote Attach\", "
+            "host %s, port %d); the job waits\n" % (reason, detail, host, port, host, port))
+        sys.stderr.flush()
+        debugpy.wait_for_client()
+        sys.stderr.write("dlrr: debugger attached; paused at the stop (your code is a few frames up: "
+                         "`dlrr` there holds the replay helpers)\n")
+        sys.stderr.flush()
+        debugpy.breakpoint()
+
+    @staticmethod
+    def _debugpy_failed(reason, detail, why):
+        """The report is written; the job must not train on past the stop without its debugger."""
+        sys.stderr.write("dlrr: replay stopped (%s): %s\ndlrr: --debug debugpy: %s; the replay ends here\n"
+                         % (reason, detail, why))
+        sys.stderr.flush()
+        os._exit(0)
 
     @staticmethod
     def _end_if_quit(debugger):
