@@ -23,6 +23,7 @@ optimizer update that produced it.  The report also scans the step's batch for s
 holding non-finite or extreme values.
 """
 
+import atexit
 import ctypes
 import math
 import os
@@ -104,6 +105,36 @@ def _user_frame(start):
     return start
 
 
+class _ClearsProgress:
+    """sys.stdout / sys.stderr of a replay showing a progress line: every write first erases
+    the line (when shown); everything else is the stream's own."""
+
+    def __init__(self, stream, clear, redraw):
+        object.__setattr__(self, "_stream", stream)
+        object.__setattr__(self, "_clear", clear)
+        object.__setattr__(self, "_redraw", redraw)
+
+    def write(self, text):
+        if not text:
+            return self._stream.write(text)
+        self._clear()
+        n = self._stream.write(text)
+        if text.endswith("\n"):  # a whole line out (a terminal's streams flush there anyway): draw it again below
+            self._stream.flush()
+            self._redraw()
+        return n
+
+    def writelines(self, lines):
+        self._clear()
+        return self._stream.writelines(lines)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._stream, name, value)
+
+
 class Replayer(Session):
     """The hook in replay mode (dlrr_mode() == 2): the replay strategy (session.STRATEGY, EXTENSIONS)."""
 
@@ -126,7 +157,17 @@ class Replayer(Session):
         self._anomaly = None
         self._anomaly_warnings = []
         self._last_progress = 0.0
+        self._progress_shown = False
+        self._progress_text = ""
         self._start = time.monotonic()
+        if self.progress:
+            # The progress line shares the terminal with the job's output: erase it before the
+            # job writes, or the job's line would continue it.
+            atexit.register(self._clear_progress)  # dlreplay's report follows on the same terminal
+            if sys.stdout is not None:
+                sys.stdout = _ClearsProgress(sys.stdout, self._clear_progress, self._redraw_progress)
+            if sys.stderr is not None:
+                sys.stderr = _ClearsProgress(sys.stderr, self._clear_progress, self._redraw_progress)
         self._gpu_deferred = False  # device digests checked at once, to stop at the divergence
         self._gpu_checked = False
         self._cuda_rng_warned = False
@@ -453,11 +494,22 @@ class Replayer(Session):
 
     def _show_progress(self, step):
         now = time.monotonic()
-        if now - self._last_progress < 0.5:
-            return
-        self._last_progress = now
         rate = (step + 1) / max(now - self._start, 1e-9)
-        os.write(2, ("\rdlreplay: step %d of %d (%.1f steps/s)\x1b[K" % (step + 1, self.recorded_steps, rate)).encode())
+        self._progress_text = "dlreplay: step %d of %d (%.1f steps/s)" % (step + 1, self.recorded_steps, rate)
+        if now - self._last_progress < 0.5:
+            return  # redrawn after the job's next line, or later
+        self._last_progress = now
+        self._redraw_progress()
+
+    def _redraw_progress(self):
+        if self._progress_text and not self._stopped:
+            os.write(2, ("\r%s\x1b[K" % self._progress_text).encode())
+            self._progress_shown = True
+
+    def _clear_progress(self):
+        if self._progress_shown:
+            self._progress_shown = False
+            os.write(2, b"\r\x1b[K")
 
     # ------------------------------------------------------------------ checks
     def native_digest(self):
@@ -583,7 +635,8 @@ class Replayer(Session):
             return
         self._stopped = True
         if self.progress:
-            os.write(2, b"\r\x1b[K")
+            self._progress_shown = True
+            self._clear_progress()
         if step is None:
             step = self.steps.current
         self._fact("stop.step", "-" if step is None else str(step))
