@@ -1,4 +1,5 @@
 """The newcomer's rough edges (issue 32, item 4), each checked the way a user meets it."""
+import json
 import os
 import pty
 import re
@@ -42,3 +43,30 @@ class RoughEdgesTest(TraceTestCase):
         for line in (b"done steps 64\r\n", b"epoch 0 eval_acc"):
             self.assertIn(line, out)
         self.assertRegex(out, rb"\r\x1b\[Kdlreplay: (replayed to the end|diverged)")
+
+    def test_info_names_the_culprit_and_dump_takes_an_xy_batch(self):
+        trace = self.trace_path()
+        rec = run([tool("dlrecord"), "-o", trace, "--", PY, os.path.join(EXAMPLES, "train.py"), "--data", dataset(),
+                   "--seed", "8", "--epochs", "1"], timeout=300)
+        self.assertEqual(rec.returncode, 0, rec.stderr)
+        text = run([tool("dltrace"), "info", trace], check=True).stdout
+        # The README's "what happened" names the corrupt sample (examples/prepare_data.py: 1365).
+        self.assertRegex(text, r"\nculprit     sample \d+ of the batch of step 30 \(dataset index 1365\): "
+                               r"12 non-finite input values in field 0\n")
+        doc = json.loads(run([tool("dltrace"), "info", trace, "--json"], check=True).stdout)
+        self.assertEqual(len(doc["culprit_samples"]), 1)
+        self.assertIn("dataset index 1365", doc["culprit_samples"][0])
+        # The launcher's row shows the command it ran (its own stream has no argv).
+        launcher = next(l for l in text.splitlines() if l.startswith("  launcher "))
+        self.assertTrue(launcher.endswith(" ".join(doc["command"])), launcher)
+        # dump --batch on an (x, y) batch: x, with a note naming the fields.
+        out = os.path.join(self.tmp, "x.npy")
+        p = run([tool("dltrace"), "dump", trace, "--step", "30", "--batch", "-o", out])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("dumped field 0 (--batch 1 for the next)", p.stderr)
+        shape = run([PY, "-c", "import numpy, sys; print(numpy.load(sys.argv[1]).shape)", out], check=True).stdout
+        self.assertEqual(shape.strip(), "(32, 3, 16, 16)")
+        # A clean run names no culprit.
+        clean = self.trace_path("clean.trace")
+        run([tool("dlrecord"), "-o", clean, "--", PY, TINY, "--steps", "3"], check=True, timeout=300)
+        self.assertNotIn("culprit", run([tool("dltrace"), "info", clean], check=True).stdout)

@@ -216,6 +216,16 @@ int run(const Args& args, Output&) {
       std::string what =
           path ? "field '" + printable(*path) + "' of the batch of " + stepText : "the batch of " + stepText;
       if (!path) {
+        // An (inputs, targets) batch, the most common shape: its first field, the inputs, and
+        // a note naming the others. Anything else needs a PATH.
+        const bool seq = root.isTuple() || root.isList();
+        const auto items = root.isTuple() ? root.getTuple() : root.isList() ? root.getList() : root.getTuple();
+        if (seq && items.size() > 0 && items[0].isTensor()) {
+          warn("the batch of " + stepText + " is a " + kindOf(root) + " (" + pathList(root) +
+               "); dumped field 0 (--batch 1 for the next)");
+          target = targetFromValue(items[0], "field '0' of the batch of " + stepText);
+          return;
+        }
         if (!root.isTensor() && root.which() != schema::Value::INT && root.which() != schema::Value::FLOAT &&
             root.which() != schema::Value::BOOL && root.which() != schema::Value::BYTES)
           throw UsageError("the batch of " + stepText + " is a " + kindOf(root) +
