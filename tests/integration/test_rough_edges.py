@@ -3,6 +3,7 @@ import json
 import os
 import pty
 import re
+import shutil
 import subprocess
 
 from harness import EXAMPLES, PY, TraceTestCase, dataset, run, tool
@@ -70,3 +71,17 @@ class RoughEdgesTest(TraceTestCase):
         clean = self.trace_path("clean.trace")
         run([tool("dlrecord"), "-o", clean, "--", PY, TINY, "--steps", "3"], check=True, timeout=300)
         self.assertNotIn("culprit", run([tool("dltrace"), "info", clean], check=True).stdout)
+
+    def test_replay_warns_when_the_script_changed(self):
+        script = os.path.join(self.tmp, "job.py")
+        shutil.copy(TINY, script)
+        trace = self.trace_path()
+        run([tool("dlrecord"), "-o", trace, "--", PY, script, "--steps", "3"], check=True, timeout=300)
+        same = run([tool("dlreplay"), trace], timeout=300)
+        self.assertEqual(same.returncode, 0, same.stderr)
+        self.assertNotIn("changed since the recording", same.stderr)
+        with open(script, "a") as f:
+            f.write("# an edit after the recording\n")
+        changed = run([tool("dlreplay"), trace], timeout=300)
+        self.assertIn("dlreplay: warning: %s changed since the recording (" % script, changed.stderr)
+        self.assertIn("the replay runs the code as it is now", changed.stderr)

@@ -37,6 +37,7 @@
 #include "tools/dlreplay/ReplayOptions.h"
 #include "tools/dlreplay/ReplayOutcome.h"
 #include "tools/dlreplay/ReplayPrint.h"
+#include "tools/dlreplay/SourceCheck.h"
 #include "tools/dlreplay/ReplaySelection.h"
 #include "triage/Classifier.h"
 
@@ -122,6 +123,8 @@ int announce(const ReplaySelection& s, const ReplayOptions& o, Trace& trace, int
   // verdict, which is about this stream only.
   if (!s.concurrencyCaveat.empty() && !o.quiet)
     std::fprintf(stderr, "dlreplay: note: %s\n", s.concurrencyCaveat.c_str());
+  if (s.stream)
+    for (const auto& w : changedSources(*s.stream)) std::fprintf(stderr, "dlreplay: warning: %s\n", w.c_str());
   if (s.rank && s.ranks.origin && s.ranks.origin->rank != s.rank->rank && s.rank->failureReceived)
     std::fprintf(stderr, "dlreplay: note: rank %d received its non-finite values; they began on %s\n", s.rank->rank,
                  formatOrigin(*s.ranks.origin).c_str());
