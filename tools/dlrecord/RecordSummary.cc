@@ -20,8 +20,8 @@ std::string importWarning(const FailureInfo& f, StreamReader* stream) {
   for (const char* m : {"torch", "numpy", "torchvision"}) {
     const std::string q = std::string("'") + m;
     size_t at = f.message.find("No module named " + q);
-    if (at != std::string::npos && (f.message.compare(at + 16 + q.size(), 1, "'") == 0 ||
-                                    f.message.compare(at + 16 + q.size(), 1, ".") == 0)) {
+    if (at != std::string::npos &&
+        (f.message.compare(at + 16 + q.size(), 1, "'") == 0 || f.message.compare(at + 16 + q.size(), 1, ".") == 0)) {
       module = m;
       break;
     }

@@ -37,8 +37,8 @@
 #include "tools/dlreplay/ReplayOptions.h"
 #include "tools/dlreplay/ReplayOutcome.h"
 #include "tools/dlreplay/ReplayPrint.h"
-#include "tools/dlreplay/SourceCheck.h"
 #include "tools/dlreplay/ReplaySelection.h"
+#include "tools/dlreplay/SourceCheck.h"
 #include "triage/Classifier.h"
 
 namespace dlrr {

@@ -12,7 +12,8 @@
 namespace dlrr::tools {
 
 void writeOutputFile(const std::string& file, const std::string& content) {
-  UniqueFd fd(file == "-" ? ::dup(STDOUT_FILENO) : ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  UniqueFd fd(file == "-" ? ::dup(STDOUT_FILENO)
+                          : ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!fd.valid()) throw TraceError(ErrorKind::Io, "cannot create " + file + ": " + std::strerror(errno));
   const char* p = content.data();
   size_t n = content.size();

@@ -48,10 +48,11 @@ std::string replayCommand(const std::string& trace, const ReportData& d) {
 std::string page(Trace& trace, const ReportData& d, const triage::TriageResult& verdict) {
   const TraceSummary& s = d.summary;
   const FailureInfo* f = d.ranks.origin ? &d.ranks.origin->failure : s.failure ? &*s.failure : nullptr;
-  std::string h = "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-                  "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
-                  "<title>dlrr report: " +
-                  htmlEscape(trace.path()) + "</title><style>" + kStyle + "</style></head><body>";
+  std::string h =
+      "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+      "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
+      "<title>dlrr report: " +
+      htmlEscape(trace.path()) + "</title><style>" + kStyle + "</style></head><body>";
   h += "<header><h1>dlrr report: " + htmlEscape(trace.path()) + "</h1><div class=\"cmd\">" +
        htmlEscape(s.command.empty() ? std::string("(no launcher stream: command unknown)") : joinCommand(s.command)) +
        "</div><div>" + htmlEscape(s.host) + " &middot; " + htmlEscape(s.user) + " &middot; " +
@@ -133,7 +134,8 @@ std::string page(Trace& trace, const ReportData& d, const triage::TriageResult& 
 
   h += "<h2 id=\"sample\">The failing step's sample</h2>";
   if (!d.sample) {
-    h += std::string("<p class=\"note\">") + (f ? "The failing step's batch is not in the trace." : "No failure.") + "</p>";
+    h += std::string("<p class=\"note\">") + (f ? "The failing step's batch is not in the trace." : "No failure.") +
+         "</p>";
   } else if (!d.sample->note.empty()) {
     h += "<p class=\"note\">" + htmlEscape(d.sample->note) + "</p>";
   } else {
@@ -175,9 +177,9 @@ std::string page(Trace& trace, const ReportData& d, const triage::TriageResult& 
     h += "<p>The training steps alone (" + pct(static_cast<double>(s1 - s0) / 1e9) + " s):</p>" +
          timelineSvg(d.timeline, s0 - (s1 - s0) / 50, s1 + (s1 - s0) / 50);
   h +=
-       "<p class=\"note\">Grey: start-up and shutdown; light blue: epochs; blue: steps; orange ticks: collectives "
-       "(red: non-finite results); red diamonds: failures. Hover for details.</p><table><tr><th>stream</th><th>role</th>"
-       "<th>pid</th><th>rank</th><th>steps</th><th>collectives</th><th>exit</th></tr>";
+      "<p class=\"note\">Grey: start-up and shutdown; light blue: epochs; blue: steps; orange ticks: collectives "
+      "(red: non-finite results); red diamonds: failures. Hover for details.</p><table><tr><th>stream</th><th>role</th>"
+      "<th>pid</th><th>rank</th><th>steps</th><th>collectives</th><th>exit</th></tr>";
   for (const auto& p : s.processes) {
     int rank = -1;
     size_t coll = 0;

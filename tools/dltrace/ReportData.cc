@@ -36,7 +36,8 @@ void collectLeaves(schema::Value::Reader v, const std::string& prefix, std::vect
   switch (v.which()) {
     case schema::Value::TENSOR: {
       auto t = v.getTensor();
-      Leaf l{prefix, t.getDtype().cStr(), {}, {t.getData().getHashLo(), t.getData().getHashHi()}, t.getData().getSize()};
+      Leaf l{
+          prefix, t.getDtype().cStr(), {}, {t.getData().getHashLo(), t.getData().getHashHi()}, t.getData().getSize()};
       for (auto d : t.getShape()) l.shape.push_back(d);
       out.push_back(std::move(l));
       return;
@@ -99,7 +100,8 @@ bool isFloat(const std::string& dtype) { return dtype == "float32" || dtype == "
 // [N,C,H,W] with C in 1/3/4, or [N,H,W]: a batch of images.
 bool looksLikeImages(const Leaf& l) {
   if (!elementSize(l.dtype) || l.dtype == "bool") return false;
-  if (l.shape.size() == 4) return (l.shape[1] == 1 || l.shape[1] == 3 || l.shape[1] == 4) && l.shape[2] >= 4 && l.shape[3] >= 4;
+  if (l.shape.size() == 4)
+    return (l.shape[1] == 1 || l.shape[1] == 3 || l.shape[1] == 4) && l.shape[2] >= 4 && l.shape[3] >= 4;
   return l.shape.size() == 3 && l.shape[1] >= 8 && l.shape[2] >= 8;
 }
 
@@ -145,7 +147,8 @@ std::optional<Sample> readSample(StreamReader& s, const BatchCopy& b, std::vecto
   if (isFloat(pick->dtype)) {
     for (int64_t i = 0; i < pick->shape[0]; ++i) {
       bool bad = false;
-      for (uint64_t k = 0; k < per && !bad; ++k) bad = !std::isfinite(elementAt(pick->dtype, &bytes[(i * per + k) * es]));
+      for (uint64_t k = 0; k < per && !bad; ++k)
+        bad = !std::isfinite(elementAt(pick->dtype, &bytes[(i * per + k) * es]));
       if (bad) {
         out.index = i;
         out.why = "the batch's first sample with non-finite values";
@@ -156,7 +159,8 @@ std::optional<Sample> readSample(StreamReader& s, const BatchCopy& b, std::vecto
   if (out.index < static_cast<int64_t>(b.sampleIndices.size())) out.datasetIndex = b.sampleIndices[out.index];
   const uint8_t* base = &bytes[out.index * per * es];
   if (looksLikeTokens(*pick)) {
-    for (uint64_t k = 0; k < per && k < 512; ++k) out.tokens.push_back(static_cast<int64_t>(elementAt(pick->dtype, base + k * es)));
+    for (uint64_t k = 0; k < per && k < 512; ++k)
+      out.tokens.push_back(static_cast<int64_t>(elementAt(pick->dtype, base + k * es)));
     return out;
   }
   if (!looksLikeImages(*pick)) {
@@ -276,8 +280,7 @@ ReportData gatherReport(Trace& trace) {
     std::map<int64_t, size_t> stepIndex;
     int64_t epoch = -1, epochStart = -1, firstStepNs = -1, lastEndNs = -1;
     auto closeEpoch = [&](int64_t endNs) {
-      if (epoch >= 0 && epochStart >= 0)
-        tl.phases.push_back({epochStart, endNs, "epoch " + std::to_string(epoch), ""});
+      if (epoch >= 0 && epochStart >= 0) tl.phases.push_back({epochStart, endNs, "epoch " + std::to_string(epoch), ""});
     };
     try {
       s.forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {

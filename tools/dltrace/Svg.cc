@@ -110,20 +110,23 @@ std::string lineChart(const std::string& cssClass, const Series& s, const std::s
          "\" stroke=\"#e4e4e4\"/><text x=\"" + num(L - 6) + "\" y=\"" + num(y + 4) +
          "\" font-size=\"11\" text-anchor=\"end\">" + label(logY ? std::pow(10, v) : v) + "</text>";
   }
-  o += "<text x=\"" + num(L + (W - L - R) / 2) + "\" y=\"" + num(H - 4) + "\" font-size=\"12\" text-anchor=\"middle\">" +
-       htmlEscape(xLabel) + "</text><text x=\"14\" y=\"" + num(T + (H - T - B) / 2) +
-       "\" font-size=\"12\" text-anchor=\"middle\" transform=\"rotate(-90 14 " + num(T + (H - T - B) / 2) + ")\">" +
-       htmlEscape(yLabel) + "</text>";
+  o += "<text x=\"" + num(L + (W - L - R) / 2) + "\" y=\"" + num(H - 4) +
+       "\" font-size=\"12\" text-anchor=\"middle\">" + htmlEscape(xLabel) + "</text><text x=\"14\" y=\"" +
+       num(T + (H - T - B) / 2) + "\" font-size=\"12\" text-anchor=\"middle\" transform=\"rotate(-90 14 " +
+       num(T + (H - T - B) / 2) + ")\">" + htmlEscape(yLabel) + "</text>";
   std::string path;
   for (size_t i = 0; i < s.x.size(); ++i) {
     if (!std::isfinite(s.y[i]) || (logY && s.y[i] <= 0)) {
-      o += "<path class=\"nonfinite\" d=\"M" + num(px(s.x[i]) - 4) + " " + num(T + 2) + "l8 8m0 -8l-8 8\" stroke=\"#d62728\" "
-           "stroke-width=\"2\"><title>" + label(s.x[i]) + ": non-finite</title></path>";
+      o += "<path class=\"nonfinite\" d=\"M" + num(px(s.x[i]) - 4) + " " + num(T + 2) +
+           "l8 8m0 -8l-8 8\" stroke=\"#d62728\" "
+           "stroke-width=\"2\"><title>" +
+           label(s.x[i]) + ": non-finite</title></path>";
       continue;
     }
     path += (path.empty() ? "M" : "L") + num(px(s.x[i])) + " " + num(py(s.y[i]));
   }
-  if (!path.empty()) o += "<path class=\"series\" d=\"" + path + "\" fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.6\"/>";
+  if (!path.empty())
+    o += "<path class=\"series\" d=\"" + path + "\" fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.6\"/>";
   if (s.x.size() <= 400)
     for (size_t i = 0; i < s.x.size(); ++i)
       if (std::isfinite(s.y[i]) && (!logY || s.y[i] > 0))
@@ -184,8 +187,9 @@ std::string heatMapSvg(const std::string& cssClass, const HeatMap& m, int64_t ma
          viridis(i / 9.0) + "\"/>";
   o += "<text x=\"" + num(lx + 18) + "\" y=\"" + num(T + 9) + "\" font-size=\"10\">1e" + num(hi) + "</text>";
   o += "<text x=\"" + num(lx + 18) + "\" y=\"" + num(T + 100) + "\" font-size=\"10\">1e" + num(lo) + "</text>";
-  o += "<rect x=\"" + num(lx) + "\" y=\"" + num(T + 112) + "\" width=\"14\" height=\"10\" fill=\"#ff00ff\"/><text x=\"" +
-       num(lx + 18) + "\" y=\"" + num(T + 121) + "\" font-size=\"10\">non-finite</text>";
+  o += "<rect x=\"" + num(lx) + "\" y=\"" + num(T + 112) +
+       "\" width=\"14\" height=\"10\" fill=\"#ff00ff\"/><text x=\"" + num(lx + 18) + "\" y=\"" + num(T + 121) +
+       "\" font-size=\"10\">non-finite</text>";
   return o + "</svg>";
 }
 
@@ -206,8 +210,8 @@ std::string timelineSvg(const std::vector<StreamTimeline>& rows, int64_t fromNs,
   for (double v : ticks((t0 - origin) / 1e9, (t1 - origin) / 1e9, 8)) {
     double x = px(origin + static_cast<int64_t>(v * 1e9));
     o += "<line x1=\"" + num(x) + "\" x2=\"" + num(x) + "\" y1=\"" + num(T) + "\" y2=\"" + num(H - 34) +
-         "\" stroke=\"#eee\"/><text x=\"" + num(x) + "\" y=\"" + num(H - 20) + "\" font-size=\"11\" text-anchor=\"middle\">" +
-         label(v) + "</text>";
+         "\" stroke=\"#eee\"/><text x=\"" + num(x) + "\" y=\"" + num(H - 20) +
+         "\" font-size=\"11\" text-anchor=\"middle\">" + label(v) + "</text>";
   }
   o += "<text x=\"" + num(L + (W - L - R) / 2) + "\" y=\"" + num(H - 4) +
        "\" font-size=\"12\" text-anchor=\"middle\">seconds since the first process started</text>";
@@ -235,11 +239,12 @@ std::string timelineSvg(const std::vector<StreamTimeline>& rows, int64_t fromNs,
     }
     for (const auto& c : r.collectives)
       o += "<line class=\"collective\" x1=\"" + num(px(c.ns)) + "\" x2=\"" + num(px(c.ns)) + "\" y1=\"" + num(y + 4) +
-           "\" y2=\"" + num(y + 30) + "\" stroke=\"" + (c.detail.find("non-finite") != std::string::npos ? "#d62728" : "#ff7f0e") +
+           "\" y2=\"" + num(y + 30) + "\" stroke=\"" +
+           (c.detail.find("non-finite") != std::string::npos ? "#d62728" : "#ff7f0e") +
            "\" stroke-width=\"1\"><title>" + htmlEscape(c.name + ", " + c.detail) + "</title></line>";
     for (const auto& f : r.failures)
-      o += "<path class=\"failure\" d=\"M" + num(px(f.ns)) + " " + num(y + 9) + "l7 8l-7 8l-7 -8z\" fill=\"#d62728\"><title>" +
-           htmlEscape(f.detail) + "</title></path>";
+      o += "<path class=\"failure\" d=\"M" + num(px(f.ns)) + " " + num(y + 9) +
+           "l7 8l-7 8l-7 -8z\" fill=\"#d62728\"><title>" + htmlEscape(f.detail) + "</title></path>";
   }
   return o + "</svg>";
 }
