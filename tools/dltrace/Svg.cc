@@ -9,6 +9,8 @@
 namespace dlrr::tools {
 namespace {
 
+constexpr size_t kMaxMarks = 2000;  // steps, and collectives, drawn per timeline row
+
 std::string num(double v) {
   char b[32];
   std::snprintf(b, sizeof b, "%.1f", v);
@@ -230,18 +232,26 @@ std::string timelineSvg(const std::vector<StreamTimeline>& rows, int64_t fromNs,
            num(std::max(1.0, px(p.endNs) - px(p.ns))) + "\" height=\"18\" fill=\"" + fill + "\"><title>" +
            htmlEscape(p.name) + "</title></rect>";
     }
-    for (size_t k = 0; k < r.steps.size(); ++k) {
+    // A long job's steps and collectives are thinned to about kMaxMarks a row (the page stays
+    // small; export --chrome-trace keeps every one); non-finite collectives are always drawn.
+    const size_t stepStride = std::max<size_t>(1, r.steps.size() / kMaxMarks);
+    const size_t collStride = std::max<size_t>(1, r.collectives.size() / kMaxMarks);
+    for (size_t k = 0; k < r.steps.size(); k += stepStride) {
       const auto& s = r.steps[k];
       int64_t end = s.endNs >= 0 ? s.endNs : (k + 1 < r.steps.size() ? r.steps[k + 1].ns : r.endNs);
+      if (stepStride > 1) end = k + stepStride < r.steps.size() ? r.steps[k + stepStride].ns : r.endNs;
       o += "<rect class=\"step\" x=\"" + num(px(s.ns)) + "\" y=\"" + num(y + 12) + "\" width=\"" +
-           num(std::max(0.5, px(end) - px(s.ns))) + "\" height=\"10\" fill=\"" + (k % 2 ? "#1f77b4" : "#4a98d3") +
-           "\"><title>" + htmlEscape(s.name) + "</title></rect>";
+           num(std::max(0.5, px(end) - px(s.ns))) + "\" height=\"10\" fill=\"" +
+           ((k / stepStride) % 2 ? "#1f77b4" : "#4a98d3") + "\"><title>" + htmlEscape(s.name) + "</title></rect>";
     }
-    for (const auto& c : r.collectives)
+    for (size_t k = 0; k < r.collectives.size(); ++k) {
+      const auto& c = r.collectives[k];
+      if (k % collStride && c.detail.find("non-finite") == std::string::npos) continue;
       o += "<line class=\"collective\" x1=\"" + num(px(c.ns)) + "\" x2=\"" + num(px(c.ns)) + "\" y1=\"" + num(y + 4) +
            "\" y2=\"" + num(y + 30) + "\" stroke=\"" +
            (c.detail.find("non-finite") != std::string::npos ? "#d62728" : "#ff7f0e") +
            "\" stroke-width=\"1\"><title>" + htmlEscape(c.name + ", " + c.detail) + "</title></line>";
+    }
     for (const auto& f : r.failures)
       o += "<path class=\"failure\" d=\"M" + num(px(f.ns)) + " " + num(y + 9) +
            "l7 8l-7 8l-7 -8z\" fill=\"#d62728\"><title>" + htmlEscape(f.detail) + "</title></path>";
