@@ -48,7 +48,8 @@ std::vector<double> ticks(double lo, double hi, int n) {
   if (!(hi > lo)) return {lo};
   double raw = (hi - lo) / n, mag = std::pow(10, std::floor(std::log10(raw)));
   double step = mag * (raw / mag < 2 ? 2 : raw / mag < 5 ? 5 : 10);
-  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push_back(v);
+  const double first = std::ceil(lo / step) * step;
+  for (int i = 0; i <= 4 * n && first + i * step <= hi + step * 1e-9; ++i) out.push_back(first + i * step);
   return out;
 }
 
