@@ -21,6 +21,10 @@ arrive, from the launch of dlrecord / dlreplay.  Printed: medians over rounds (m
 and the replay/recorded ratio of each.  The recorded trace's own time stamps (StepBegin of
 step 0 and step N, since the process started) are shown for comparison.  Replay must reach
 the target with every step before it verified; a round where it does not is reported.
+With --isolation, each round replays the trace twice more, in alternating order: in the
+kernel sandbox (the default: namespaces over an overlay, tools/common/Sandbox.h) and with
+DLRR_NO_SANDBOX=1 (the libc layer alone, as before the sandbox); printed: the medians of
+launch-to-exit and launch-to-step-N-1 of each, and the sandbox/libc ratio.
 A benchmark, not a test.
 """
 import argparse
@@ -56,7 +60,8 @@ def step_times(dltrace, trace, steps):
 
 
 def run_timed(argv, env):
-    """Runs argv; (seconds from launch to each `step K ...` line, exit code, stdout lines)."""
+    """Runs argv; (seconds from launch to each `step K ...` line (and "exit": to its end), exit
+    code, stdout lines)."""
     t0 = time.perf_counter()
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
     times, lines = {}, []
@@ -67,6 +72,7 @@ def run_timed(argv, env):
         if m:
             times[int(m.group(1))] = now
     p.wait()
+    times["exit"] = time.perf_counter() - t0
     return times, p.returncode, lines
 
 
@@ -89,6 +95,7 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--jobs", default="example,slowload")
+    ap.add_argument("--isolation", action="store_true", help="compare the sandbox with the libc layer alone")
     args = ap.parse_args()
     dlrecord, dlreplay, dltrace = (os.path.join(args.build, "bin", t) for t in ("dlrecord", "dlreplay", "dltrace"))
     work = tempfile.mkdtemp(prefix="dlrr-replay-bench-")
@@ -106,6 +113,7 @@ def main():
         for name in args.jobs.split(","):
             job, n = jobs[name]
             rec0, recn, rep0, repn, trace0, tracen = [], [], [], [], [], []
+            iso = {"sandbox": {"exit": [], "n": []}, "libc": {"exit": [], "n": []}}
             problems = []
             for rnd in range(args.runs):
                 trace = os.path.join(work, "%s-%d" % (name, rnd))
@@ -125,6 +133,18 @@ def main():
                 if 0 in times and n - 1 in times:
                     rep0.append(times[0])
                     repn.append(times[n - 1])
+                if args.isolation:
+                    order = ("sandbox", "libc") if rnd % 2 == 0 else ("libc", "sandbox")
+                    for how in order:
+                        e = dict(env, DLRR_NO_SANDBOX="1") if how == "libc" else env
+                        times, rc, lines = run_timed([dlreplay, trace, "--until", "step=%d" % n, "--json", "-q"], e)
+                        report = report_of(lines)
+                        if rc != 0 or report.get("verified_steps") != n or n - 1 not in times:
+                            problems.append("round %d (%s): exit %d, %s steps verified" % (
+                                rnd, how, rc, report.get("verified_steps")))
+                            continue
+                        iso[how]["exit"].append(times["exit"])
+                        iso[how]["n"].append(times[n - 1])
                 shutil.rmtree(trace, ignore_errors=True)
                 print("  %s: round %d/%d done (load %.2f)" % (name, rnd + 1, args.runs, os.getloadavg()[0]),
                       file=sys.stderr)
@@ -140,6 +160,13 @@ def main():
                     print("%-12s %24s %24s %24s" % (label, med(a), med(b), med([y / x for x, y in zip(a, b)])))
                 print("%-12s %24s %24s" % ("ms per step", "%.1f" % (statistics.median(steps_rec) / (n - 1) * 1e3),
                                              "%.1f" % (statistics.median(steps_rep) / (n - 1) * 1e3)))
+            if args.isolation and iso["sandbox"]["exit"] and iso["libc"]["exit"]:
+                print("%-12s %24s %24s %24s" % ("isolation", "libc layer alone", "kernel sandbox",
+                                                "sandbox / libc"))
+                for label, key in (("to exit", "exit"), ("to step N-1", "n")):
+                    a, b = iso["libc"][key], iso["sandbox"][key]
+                    print("%-12s %24s %24s %24s" % (label, med(a), med(b),
+                                                    "%.3f" % (statistics.median(b) / statistics.median(a))))
             for p in problems:
                 print("  problem: " + p)
             sys.stdout.flush()

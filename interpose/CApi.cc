@@ -386,6 +386,11 @@ int64_t dlrr_replay_recorded_steps(void) {
   return r ? r->recordedSteps() : -1;
 }
 
+int64_t dlrr_replay_last_step_begun(void) {
+  ReplaySession* r = processReplayer();
+  return r ? r->lastStepBegun() : -1;
+}
+
 double dlrr_replay_recorded_loss(int64_t step) {
   ReplaySession* r = processReplayer();
   return r ? r->recordedLoss(step) : std::nan("");
@@ -433,6 +438,18 @@ const char* dlrr_replay_divergence(void) {
     tStatus.clear();
   }
   return tStatus.c_str();
+}
+
+void dlrr_replay_diverged(int64_t step, int kind, const char* path, const char* detail) {
+  withReplayer([&](ReplaySession& r) { r.diverge(step, kind, path ? path : "", detail ? detail : ""); });
+}
+
+const char* dlrr_replay_recorded_exception(int* while_loading) {
+  if (while_loading) *while_loading = 0;
+  ReplaySession* r = processReplayer();
+  if (!r) return "";
+  if (while_loading) *while_loading = r->crashWhileLoading() ? 1 : 0;
+  return r->crashException().c_str();
 }
 
 void dlrr_replay_fact(const char* key, const char* value) {

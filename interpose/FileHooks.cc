@@ -91,7 +91,7 @@ const struct stat* asStat(const struct stat64* st) noexcept { return reinterpret
 // mkdir in replay: on the overlay of the scratch directory (FileRedirect).
 template <typename Real>
 int replayMkdir(int dirfd, const char* path, mode_t mode, Real&& real) {
-  FileRedirect* fr = files::redirect();
+  FileRedirect* fr = files::writeRedirect();
   if (!fr || !path) return real();
   ReentryGuard g;
   if (!g) return real();

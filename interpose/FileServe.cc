@@ -58,7 +58,8 @@ __attribute__((constructor)) void startRedirect() {
   ReentryGuard g;  // the constructor's own file calls are not the job's
   try {
     if (auto s = FileRedirect::fromEnvironment()) {
-      auto* fr = ::new (static_cast<void*>(gRedirectStorage)) FileRedirect(s->scratch, s->traceDir, s->serve);
+      auto* fr = ::new (static_cast<void*>(gRedirectStorage))
+          FileRedirect(s->scratch, s->traceDir, s->serve, s->kernelIsolated);
       gRedirect.store(fr, std::memory_order_release);
     }
   } catch (...) {
@@ -68,7 +69,7 @@ __attribute__((constructor)) void startRedirect() {
 // A path operation replay performs on its overlay instead of the user's files.
 template <typename Op, typename Real>
 int overlay(int dirfd, const char* path, Op&& op, Real&& real) {
-  FileRedirect* fr = redirect();
+  FileRedirect* fr = writeRedirect();
   if (!fr || !maybeNull(path)) return real();
   ReentryGuard g;
   if (!g) return real();
@@ -85,7 +86,7 @@ int overlay(int dirfd, const char* path, Op&& op, Real&& real) {
 // chmod, utimensat, truncate: the change lands on the written copy (made first).
 template <typename Real>
 int onCopy(int dirfd, const char* path, Real&& real) {
-  FileRedirect* fr = redirect();
+  FileRedirect* fr = writeRedirect();
   if (!fr || !maybeNull(path) || !*path) return real(dirfd, path);
   ReentryGuard g;
   if (!g) return real(dirfd, path);
@@ -108,7 +109,7 @@ int onCopy(int dirfd, const char* path, Real&& real) {
 // bind/connect of a Unix socket with a path: the address rewritten as FileRedirect says.
 template <typename Real>
 int socketCall(const struct sockaddr* addr, socklen_t len, bool binding, Real&& real) {
-  FileRedirect* fr = redirect();
+  FileRedirect* fr = writeRedirect();
   if (!fr || !addr || addr->sa_family != AF_UNIX || len <= offsetof(sockaddr_un, sun_path)) return real(addr, len);
   const auto* un = reinterpret_cast<const sockaddr_un*>(addr);
   size_t n =
@@ -134,6 +135,10 @@ int socketCall(const struct sockaddr* addr, socklen_t len, bool binding, Real&& 
 
 FileLog* fileLog() noexcept { return gLog.load(std::memory_order_acquire); }
 FileRedirect* redirect() noexcept { return gRedirect.load(std::memory_order_acquire); }
+FileRedirect* writeRedirect() noexcept {
+  FileRedirect* fr = gRedirect.load(std::memory_order_acquire);
+  return fr && !fr->kernelIsolated() ? fr : nullptr;
+}
 
 int fopenFlags(const char* mode) noexcept {
   if (!mode) return O_RDONLY;
@@ -264,7 +269,7 @@ __attribute__((visibility("default"))) size_t fread(void* __restrict buf, size_t
 // ---- write-side hooks (replay only: otherwise straight to libc)
 __attribute__((visibility("default"))) int rename(const char* from, const char* to) noexcept {
   static auto real = realFn<int (*)(const char*, const char*)>("rename");
-  FileRedirect* fr = redirect();
+  FileRedirect* fr = writeRedirect();
   if (!fr || !maybeNull(from) || !maybeNull(to)) return real(from, to);
   ReentryGuard g;
   if (!g) return real(from, to);
@@ -275,7 +280,7 @@ __attribute__((visibility("default"))) int rename(const char* from, const char* 
 
 __attribute__((visibility("default"))) int renameat(int fromFd, const char* from, int toFd, const char* to) noexcept {
   static auto real = realFn<int (*)(int, const char*, int, const char*)>("renameat");
-  FileRedirect* fr = redirect();
+  FileRedirect* fr = writeRedirect();
   if (!fr || !maybeNull(from) || !maybeNull(to)) return real(fromFd, from, toFd, to);
   ReentryGuard g;
   if (!g) return real(fromFd, from, toFd, to);
@@ -287,7 +292,7 @@ __attribute__((visibility("default"))) int renameat(int fromFd, const char* from
 __attribute__((visibility("default"))) int renameat2(int fromFd, const char* from, int toFd, const char* to,
                                                      unsigned flags) noexcept {
   static auto real = realFn<int (*)(int, const char*, int, const char*, unsigned)>("renameat2");
-  FileRedirect* fr = redirect();
+  FileRedirect* fr = writeRedirect();
   if (!fr || !maybeNull(from) || !maybeNull(to))
     return real ? real(fromFd, from, toFd, to, flags) : (errno = ENOSYS, -1);
   if (flags != 0) {  // RENAME_NOREPLACE / EXCHANGE on the overlay: not supported
@@ -321,7 +326,7 @@ __attribute__((visibility("default"))) int unlinkat(int dirfd, const char* path,
 
 __attribute__((visibility("default"))) int link(const char* from, const char* to) noexcept {
   static auto real = realFn<int (*)(const char*, const char*)>("link");
-  FileRedirect* fr = redirect();
+  FileRedirect* fr = writeRedirect();
   if (!fr || !maybeNull(from) || !maybeNull(to)) return real(from, to);
   ReentryGuard g;
   if (!g) return real(from, to);
@@ -333,7 +338,7 @@ __attribute__((visibility("default"))) int link(const char* from, const char* to
 __attribute__((visibility("default"))) int linkat(int fromFd, const char* from, int toFd, const char* to,
                                                   int flags) noexcept {
   static auto real = realFn<int (*)(int, const char*, int, const char*, int)>("linkat");
-  FileRedirect* fr = redirect();
+  FileRedirect* fr = writeRedirect();
   if (!fr || !maybeNull(from) || !maybeNull(to) || (flags & AT_EMPTY_PATH)) return real(fromFd, from, toFd, to, flags);
   ReentryGuard g;
   if (!g) return real(fromFd, from, toFd, to, flags);

@@ -21,6 +21,10 @@ namespace dlrr::files {
 
 FileLog* fileLog() noexcept;        // recording files (else nullptr)
 FileRedirect* redirect() noexcept;  // replaying with a scratch directory (else nullptr)
+// The same for the write-side hooks: nullptr too when the kernel isolates the job (dlreplay's
+// and dlpreflight's sandbox, DLRR_ISOLATION=kernel): its writes then go where the job sends
+// them, on the overlay, with the kernel's own path resolution (symlinks, "..", /proc).
+FileRedirect* writeRedirect() noexcept;
 
 // An open may change the file: anything but a plain O_RDONLY.
 inline bool writes(int flags) noexcept {
@@ -72,8 +76,9 @@ R lookup(int dirfd, const char* path, Call&& call, Failed&& failed) {
 // An open with `flags`: writes go to the scratch copy; reads as lookup() above.
 template <typename R, typename Call, typename Failed>
 R openFile(int dirfd, const char* path, int flags, Call&& call, Failed&& failed, R failure) {
-  FileRedirect* fr = redirect();
-  if (!fr || !path || !writes(flags)) return lookup<R>(dirfd, path, call, failed);
+  if (!path || !writes(flags)) return lookup<R>(dirfd, path, call, failed);
+  FileRedirect* fr = writeRedirect();
+  if (!fr) return call(dirfd, path);
   if ((flags & O_TMPFILE) == O_TMPFILE) return call(dirfd, path);  // unnamed: nothing of the user's changes
   ReentryGuard g;
   if (!g) return call(dirfd, path);

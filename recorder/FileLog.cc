@@ -7,6 +7,7 @@
 
 #include <tuple>
 
+#include "format/Redact.h"
 #include "recorder/RecordSession.h"
 #include "session/FilePaths.h"
 
@@ -68,6 +69,7 @@ std::string FileLog::interesting(int dirfd, const char* path) {
 void FileLog::writeFact(const std::string& abs, const struct stat& st,
                         const std::vector<std::pair<std::string, int>>* entries, uint64_t offset, const void* data,
                         uint64_t n) {
+  if (isCredentialPath(abs)) data = nullptr, n = 0, entries = nullptr;  // secrets: the stat alone
   session_.appendEvent(session_.currentStep(), [&](schema::Event::Builder e, StreamWriter& w) {
     auto f = e.initFile();
     f.setPath(abs);

@@ -19,6 +19,7 @@
 
 #include "format/DistEnv.h"
 #include "format/HostInfo.h"
+#include "format/Redact.h"
 #include "format/StreamHeaderBuilder.h"
 #include "format/TraceDir.h"
 #include "format/TraceError.h"
@@ -193,7 +194,10 @@ StreamWriter* RecordSession::writer() {
     h.setProcessIdentity(identity_);
     auto argv = readCmdline();
     auto a = h.initArgv(static_cast<unsigned>(argv.size()));
-    for (size_t i = 0; i < argv.size(); ++i) a.set(static_cast<unsigned>(i), argv[i]);
+    for (size_t i = 0; i < argv.size(); ++i) {
+      bool changed = false;  // credentials in arguments never reach the trace (format/Redact.h)
+      a.set(static_cast<unsigned>(i), redactValue(argv[i], changed));
+    }
     h.setCwd(readLink("/proc/self/cwd"));
     h.setExe(readLink("/proc/self/exe"));
     h.setHost(hostName());

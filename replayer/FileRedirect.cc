@@ -104,13 +104,15 @@ int deniedHere(const std::string& abs, bool exists) {
 
 }  // namespace
 
-FileRedirect::FileRedirect(const std::string& scratch, const std::string& traceDir, ServeFiles serve)
+FileRedirect::FileRedirect(const std::string& scratch, const std::string& traceDir, ServeFiles serve,
+                           bool kernelIsolated)
     : scratch_(lexicallyNormal(scratch)),
       served_(scratch_ + "/served"),
       written_(scratch_ + "/written"),
       deleted_(scratch_ + "/deleted"),
       traceDir_(traceDir.empty() ? std::string() : lexicallyNormal(traceDir)),
-      serve_(serve) {
+      serve_(serve),
+      kernelIsolated_(kernelIsolated) {
   if (const char* r = std::getenv("DLRR_REPORT")) report_ = r;
   if (const char* g = std::getenv("DLRR_GDB_STATUS")) gdbStatus_ = g;
   // An exec'd process of the job starts after others may have written: it must see that.
@@ -128,6 +130,8 @@ std::optional<FileRedirect::Settings> FileRedirect::fromEnvironment() {
     return std::nullopt;
   Settings s;
   s.scratch = scratch;
+  const char* isolation = std::getenv("DLRR_ISOLATION");
+  s.kernelIsolated = isolation && strcmp(isolation, "kernel") == 0;
   if (recordingPreflight) {
     s.serve = ServeFiles::Never;
     if (const char* trace = std::getenv("DLRR_TRACE")) s.traceDir = trace;

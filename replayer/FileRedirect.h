@@ -26,12 +26,13 @@ enum class ServeFiles { Never, Missing, Always };
 
 class FileRedirect {
  public:
-  FileRedirect(const std::string& scratch, const std::string& traceDir, ServeFiles serve);
+  FileRedirect(const std::string& scratch, const std::string& traceDir, ServeFiles serve, bool kernelIsolated = false);
   // DLRR_SCRATCH / DLRR_SERVE_FILES / DLRR_TRACE of a replayed process; none when replay has
   // no scratch directory (or this is not replay).
   struct Settings {
     std::string scratch, traceDir;
     ServeFiles serve = ServeFiles::Missing;
+    bool kernelIsolated = false;
   };
   static std::optional<Settings> fromEnvironment();
 
@@ -61,6 +62,9 @@ class FileRedirect {
   std::string socketPath(const std::string& abs, bool binding);
 
   const std::string& scratch() const { return scratch_; }
+  // The job runs on the kernel's overlay (DLRR_ISOLATION=kernel, tools/common/Sandbox.h): the
+  // write-side hooks leave its writes alone; serving missing paths stays.
+  bool kernelIsolated() const { return kernelIsolated_; }
 
  private:
   std::string written(const std::string& abs) const { return written_ + abs; }
@@ -77,6 +81,7 @@ class FileRedirect {
   std::string scratch_, served_, written_, deleted_, traceDir_;
   std::string report_, gdbStatus_;  // dlreplay's own files (DLRR_REPORT[.rank<R>], DLRR_GDB_STATUS)
   ServeFiles serve_;
+  bool kernelIsolated_ = false;
   bool changed_ = false;  // this process (or one before it) wrote, removed or renamed something
   std::mutex mu_;
   std::set<std::string> logged_;

@@ -6,10 +6,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <set>
 #include <stdexcept>
 
+#include "format/Redact.h"
 #include "format/Trace.h"
 #include "format/UniqueFd.h"
 #include "session/FilePaths.h"
@@ -57,7 +60,44 @@ void placeholder(const std::string& p, bool dir) {
   if (fd >= 0) ::close(fd);
 }
 
+// Writes `bytes` at `offset`, leaving blocks of zeros as holes (the file was sized with
+// ftruncate first, so they read as zeros). Returns the bytes actually written.
+uint64_t writeSparse(int fd, const std::vector<uint8_t>& bytes, uint64_t offset, const std::string& target) {
+  constexpr size_t kBlock = 4096;
+  uint64_t written = 0;
+  for (size_t at = 0; at < bytes.size();) {
+    size_t n = std::min(kBlock - static_cast<size_t>((offset + at) % kBlock), bytes.size() - at);
+    bool zero = std::all_of(bytes.begin() + static_cast<std::ptrdiff_t>(at),
+                            bytes.begin() + static_cast<std::ptrdiff_t>(at + n), [](uint8_t b) { return b == 0; });
+    for (size_t off = 0; !zero && off < n;) {
+      ssize_t w = ::pwrite(fd, bytes.data() + at + off, n - off, static_cast<off_t>(offset + at + off));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) throw std::runtime_error("cannot write " + target + ": " + strerror(errno));
+      off += static_cast<size_t>(w);
+    }
+    if (!zero) written += n;
+    at += n;
+  }
+  return written;
+}
+
+bool endsWith(const std::string& s, const char* suffix) {
+  size_t n = strlen(suffix);
+  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
 }  // namespace
+
+bool isCodePath(const std::string& path, const std::vector<std::string>& codeDirs) {
+  for (const auto& d : codeDirs)
+    if (!d.empty() && d[0] == '/' && pathUnder(path, lexicallyNormal(d))) return true;
+  std::string name = path.substr(path.rfind('/') + 1);
+  for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* ext :
+       {".py", ".pyc", ".pyo", ".pyw", ".pyd", ".pth", ".so", ".zip", ".egg", ".whl", ".pyz", ".dylib", ".a", ".o"})
+    if (endsWith(name, ext)) return true;
+  return name.find(".so.") != std::string::npos;  // libfoo.so.1
+}
 
 void makeScratch(const std::string& scratch) {
   if (::mkdir(scratch.c_str(), 0700) != 0) {
@@ -74,7 +114,7 @@ void makeScratch(const std::string& scratch) {
       throw std::runtime_error("cannot create " + scratch + sub + ": " + strerror(errno));
 }
 
-ServedTree buildServedTree(Trace& trace, const std::string& scratch, ServeFiles serve) {
+ServedTree buildServedTree(Trace& trace, const std::string& scratch, ServeFiles serve, const ServePolicy& policy) {
   std::map<std::string, Known> known;
   std::set<std::string> missed;  // paths a recorded process looked up and did not find
   for (auto& s : trace.streams()) {
@@ -125,6 +165,16 @@ ServedTree buildServedTree(Trace& trace, const std::string& scratch, ServeFiles 
     // loaded by the dynamic loader, whose reads are not ours): a stand-in of zeros would make the
     // replayed job skip making it and then load zeros. The replayed job makes it again instead.
     if (k.kind == schema::FileFact::Kind::FILE && k.ranges.empty() && missed.count(path)) continue;
+    // A credential file: the recording kept its stat only; the job gets ENOENT, not zeros.
+    if (k.kind != schema::FileFact::Kind::DIRECTORY && isCredentialPath(path)) {
+      tree.secretSkipped.push_back(path);
+      continue;
+    }
+    // A trace is data: nothing it holds is put where Python or the loader would run it.
+    if (k.kind != schema::FileFact::Kind::DIRECTORY && !policy.serveCode && isCodePath(path, policy.codeDirs)) {
+      tree.codeSkipped.push_back(path);
+      continue;
+    }
     std::string target = root + path;
     mkdirs(target.substr(0, target.rfind('/')), root);
     if (k.kind == schema::FileFact::Kind::DIRECTORY) {
@@ -135,15 +185,14 @@ ServedTree buildServedTree(Trace& trace, const std::string& scratch, ServeFiles 
       if (::ftruncate(fd.get(), static_cast<off_t>(k.size)) != 0)  // a hole where nothing was recorded
         throw std::runtime_error("cannot size " + target + ": " + strerror(errno));
       for (auto& r : k.ranges) {
+        if (r.offset > k.size || r.size > k.size - r.offset) continue;  // the file shrank after
         std::vector<uint8_t> bytes = r.stream->readBlob(r.hash, r.size);
-        if (r.offset > k.size || bytes.size() > k.size - r.offset) continue;  // the file shrank after
-        for (size_t off = 0; off < bytes.size();) {
-          ssize_t w = ::pwrite(fd.get(), bytes.data() + off, bytes.size() - off, static_cast<off_t>(r.offset + off));
-          if (w < 0 && errno == EINTR) continue;
-          if (w <= 0) throw std::runtime_error("cannot write " + target + ": " + strerror(errno));
-          off += static_cast<size_t>(w);
-        }
-        tree.bytes += bytes.size();
+        if (bytes.size() > k.size - r.offset) continue;
+        uint64_t data = static_cast<uint64_t>(std::count_if(bytes.begin(), bytes.end(), [](uint8_t b) { return b; }));
+        if (tree.bytes + data > policy.budget)  // counted before writing: a bound, not a report
+          throw ServeBudgetExceeded("serving the trace's files would write more than " + std::to_string(policy.budget) +
+                                    " bytes (at " + path + ")");
+        tree.bytes += writeSparse(fd.get(), bytes, r.offset, target);
       }
       ::fchmod(fd.get(), (k.mode & 07777) | 0600);
       timespec times[2] = {{0, UTIME_OMIT}, {k.mtimeNs / 1000000000LL, k.mtimeNs % 1000000000LL}};
@@ -154,7 +203,9 @@ ServedTree buildServedTree(Trace& trace, const std::string& scratch, ServeFiles 
     ++tree.built;
     for (auto& [name, kind] : k.entries) {
       std::string child = path + "/" + name;
-      if (known.count(child) || exists(child) || missed.count(child)) continue;     // made by the job: as above
+      if (known.count(child) || exists(child) || missed.count(child)) continue;  // made by the job: as above
+      if (kind != schema::FileFact::Kind::DIRECTORY && !policy.serveCode && isCodePath(child, policy.codeDirs))
+        continue;  // not even an empty stand-in where an import would look
       placeholder(target + "/" + name, kind == schema::FileFact::Kind::DIRECTORY);  // listed, never read: empty
     }
   }

@@ -6,6 +6,7 @@
 // the replay served and wrote, from SCRATCH/files.log (see replayer/FileRedirect.h).
 #include <cstdint>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -20,14 +21,35 @@ struct ServedTree {
   uint64_t built = 0;  // of which rebuilt under SCRATCH/served (missing here, or --serve-files=always)
   uint64_t bytes = 0;  // recorded bytes written into them
   std::map<std::string, uint64_t> recordedBytes;  // path -> bytes of it the trace holds
+  std::vector<std::string> codeSkipped;           // code paths not served (ServePolicy::serveCode)
+  std::vector<std::string> secretSkipped;         // credential files: their stat only was recorded
+};
+
+// What serving may do with a trace, which is data (docs/reliability.md, "What a replay can
+// touch"): never put code where the job would load it, and write at most `budget` bytes.
+struct ServePolicy {
+  bool serveCode = false;             // --serve-code: serve importable/loadable files too
+  std::vector<std::string> codeDirs;  // directories whose files are code (PYTHONPATH, library paths)
+  uint64_t budget = 0;                // bytes of data serving may write (0: none); zeros become holes
+};
+
+// Whether `path` is something Python imports or the loader loads: .py/.pyc/.pth/.so/a zip
+// archive (sys.path entries) and the like, or a file under one of `codeDirs`.
+bool isCodePath(const std::string& path, const std::vector<std::string>& codeDirs);
+
+// The trace would make serving write more than the policy's budget.
+struct ServeBudgetExceeded : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 
 // Creates SCRATCH (mode 0700) and its subdirectories. SCRATCH must not exist, or be an empty
 // directory. Throws std::runtime_error with the reason.
 void makeScratch(const std::string& scratch);
 
-// Rebuilds the recorded paths under SCRATCH/served (none with ServeFiles::Never).
-ServedTree buildServedTree(Trace& trace, const std::string& scratch, ServeFiles serve);
+// Rebuilds the recorded paths under SCRATCH/served (none with ServeFiles::Never), as
+// `policy` allows: code paths are skipped (listed in codeSkipped), runs of zeros are left as
+// holes, and ServeBudgetExceeded is thrown before writing past the budget.
+ServedTree buildServedTree(Trace& trace, const std::string& scratch, ServeFiles serve, const ServePolicy& policy);
 
 struct FilesReport {
   std::vector<std::string> served;   // paths the job read from SCRATCH/served

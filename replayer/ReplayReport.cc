@@ -74,6 +74,14 @@ constexpr HookText kHookTexts[] = {
     {"exception.where", &ReplayReport::exceptionWhere},
     {"dist.group", &ReplayReport::distGroup},
     {"dist.comm_hook", &ReplayReport::distCommHook},
+    {"explain.op", &ReplayReport::explainOp},
+    {"explain.line", &ReplayReport::explainLine},
+    {"explain.inputs", &ReplayReport::explainInputs},
+    {"explain.cause", &ReplayReport::explainCause},
+    {"explain.history", &ReplayReport::explainHistory},
+    {"whatif.change", &ReplayReport::whatIfChange},
+    {"whatif.verdict", &ReplayReport::whatIfVerdict},
+    {"whatif.losses", &ReplayReport::whatIfLosses},
 };
 struct HookList {
   const char* key;
@@ -238,6 +246,14 @@ std::string encodeReplayReport(const ReplayReport& r) {
   setText(r.exceptionWhere, [&](kj::StringPtr s) { h.setExceptionWhere(s); });
   setText(r.distGroup, [&](kj::StringPtr s) { h.setDistGroup(s); });
   setText(r.distCommHook, [&](kj::StringPtr s) { h.setDistCommHook(s); });
+  setText(r.explainOp, [&](kj::StringPtr s) { h.setExplainOp(s); });
+  setText(r.explainLine, [&](kj::StringPtr s) { h.setExplainLine(s); });
+  setText(r.explainInputs, [&](kj::StringPtr s) { h.setExplainInputs(s); });
+  setText(r.explainCause, [&](kj::StringPtr s) { h.setExplainCause(s); });
+  setText(r.explainHistory, [&](kj::StringPtr s) { h.setExplainHistory(s); });
+  setText(r.whatIfChange, [&](kj::StringPtr s) { h.setWhatIfChange(s); });
+  setText(r.whatIfVerdict, [&](kj::StringPtr s) { h.setWhatIfVerdict(s); });
+  setText(r.whatIfLosses, [&](kj::StringPtr s) { h.setWhatIfLosses(s); });
   setList([&](unsigned n) { return b.initWarnings(n); }, r.warnings);
   auto words = capnp::messageToFlatArray(msg);
   auto bytes = words.asBytes();
@@ -300,6 +316,14 @@ ReplayReport decodeReplayReport(std::string_view bytes) {
     o.exceptionWhere = text(h.hasExceptionWhere(), h.getExceptionWhere());
     o.distGroup = text(h.hasDistGroup(), h.getDistGroup());
     o.distCommHook = text(h.hasDistCommHook(), h.getDistCommHook());
+    o.explainOp = text(h.hasExplainOp(), h.getExplainOp());
+    o.explainLine = text(h.hasExplainLine(), h.getExplainLine());
+    o.explainInputs = text(h.hasExplainInputs(), h.getExplainInputs());
+    o.explainCause = text(h.hasExplainCause(), h.getExplainCause());
+    o.explainHistory = text(h.hasExplainHistory(), h.getExplainHistory());
+    o.whatIfChange = text(h.hasWhatIfChange(), h.getWhatIfChange());
+    o.whatIfVerdict = text(h.hasWhatIfVerdict(), h.getWhatIfVerdict());
+    o.whatIfLosses = text(h.hasWhatIfLosses(), h.getWhatIfLosses());
     o.warnings = list(m.getWarnings());
     o.attached = true;
     return o;

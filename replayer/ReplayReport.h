@@ -61,7 +61,8 @@ struct ReplayReport {
   // one a line.
   std::optional<std::string> stopStep;  // "-": between steps
   std::optional<std::string> stopWhere, backwardFunction, backwardForwardLine, envThreads, gpuCaptureStatus,
-      jumpRestored, exception, exceptionWhere, distGroup, distCommHook;
+      jumpRestored, exception, exceptionWhere, distGroup, distCommHook, explainOp, explainLine, explainInputs,
+      explainCause, explainHistory, whatIfChange, whatIfVerdict, whatIfLosses;
   std::vector<std::string> batchSamples, unverified;
   std::vector<std::string> warnings;
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include "format/DistEnv.h"
 #include "format/TraceError.h"
@@ -108,6 +109,7 @@ ReplaySession::ReplaySession(const Config& cfg, const std::string& until) : cfg_
     captureLevel_ = mode == "minimal" ? 0 : mode == "full" ? 2 : 1;
   }
   if (const char* j = std::getenv("DLRR_JUMP_STEP"); j && *j) jumpStep_ = std::strtoll(j, nullptr, 10);
+  if (const char* w = std::getenv("DLRR_WHAT_IF_FROM"); w && *w) whatIfStep_ = std::strtoll(w, nullptr, 10);
   if (active_) load();
 }
 
@@ -195,6 +197,7 @@ void ReplaySession::load() {
           }
         }
         pendingRng.clear();  // a step's RNG states follow its StepBegin
+        lastStepBegun_ = std::max(lastStepBegun_, step);
         inStep = true;
         openStep = step;
         stepWithoutBatch = true;
@@ -261,6 +264,12 @@ void ReplaySession::load() {
           target_.step = f.getStep();
           target_.where = f.getWhere().cStr();
           if (f.getKind() == schema::Failure::Kind::SIGNAL) crashSignal_ = f.getSignal();
+          if (f.getKind() == schema::Failure::Kind::EXCEPTION) {
+            crashException_ = f.getExceptionType().cStr();
+            for (auto fr : f.getTraceback())
+              if (std::string_view(fr.getFile().cStr()).find("/torch/utils/data/") != std::string_view::npos)
+                crashWhileLoading_ = true;
+          }
         }
         break;
       }
@@ -418,7 +427,8 @@ int ReplaySession::checkDigest(int64_t step, int kind, const std::string& path, 
 int ReplaySession::checkDigestAlgorithm(int64_t step, int kind, const std::string& path, uint32_t callIndex,
                                         uint32_t output, int algorithm, const DigestResult& got) {
   std::lock_guard<std::mutex> lk(mu_);
-  if (step < jumpStep_) return 0;  // fast-forwarded: its compute was skipped, nothing to compare
+  if (step < jumpStep_) return 0;     // fast-forwarded: its compute was skipped, nothing to compare
+  if (step >= whatIfStep_) return 0;  // --what-if: changed on purpose, nothing to compare
   auto it = digests_.find(DigestKey{step, kind, path, callIndex, output});
   if (it == digests_.end()) return 2;
   if (step == inStepNumber_) ++seenPerStep_[step];
@@ -444,6 +454,17 @@ int ReplaySession::checkDigestAlgorithm(int64_t step, int kind, const std::strin
   return 1;
 }
 
+void ReplaySession::diverge(int64_t step, int kind, const std::string& path, const std::string& detail) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (divergence_) return;
+  Divergence d;
+  d.step = step;
+  d.kind = kind;
+  d.path = path;
+  d.detail = detail;
+  divergence_ = d;
+}
+
 void ReplaySession::beginStep(int64_t step) {
   if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->stepBegan(step);
   std::lock_guard<std::mutex> lk(mu_);
@@ -454,7 +475,7 @@ void ReplaySession::beginStep(int64_t step) {
 int ReplaySession::endStep(int64_t step, double loss) {
   if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->stepEnding(step);  // delivers its launches
   std::lock_guard<std::mutex> lk(mu_);
-  if (step < jumpStep_) {  // fast-forwarded (jump replay): neither checked nor counted as verified
+  if (step < jumpStep_ || step >= whatIfStep_) {  // fast-forwarded, or changed by --what-if: not checked
     lastStepEnded_ = step;
     inStepNumber_ = INT64_MIN;
     return 0;
@@ -464,6 +485,9 @@ int ReplaySession::endStep(int64_t step, double loss) {
   inStepNumber_ = INT64_MIN;
   bool ok = !divergence_;
   auto lit = losses_.find(step);
+  // A step whose end the trace does not hold (cut in it, or past its end) has nothing to be
+  // checked against: never counted verified.
+  if (lit == losses_.end()) return ok ? 0 : 1;
   if (ok && lit != losses_.end() && !sameBits(lit->second, loss)) {
     Divergence d;
     d.step = step;

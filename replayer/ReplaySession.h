@@ -68,6 +68,11 @@ class ReplaySession final : public ProcessSession {
   const ReplayTarget& target() const { return target_; }
   // The recorded fatal signal when the target is `crash` and the recorded failure is one, else 0.
   int crashSignal() const noexcept { return crashSignal_; }
+  // The recorded exception's type when the target is `crash` and the recorded failure is one
+  // ("" else), and whether its traceback passes through torch.utils.data (it was raised while a
+  // DataLoader loaded a batch: replay serves batches, so that batch is the crash point).
+  const std::string& crashException() const noexcept { return crashException_; }
+  bool crashWhileLoading() const noexcept { return crashWhileLoading_; }
 
   // Entropy: the next recorded bytes when the request matches the recording.
   bool serveEntropy(schema::Entropy::Source src, void* buf, size_t n, size_t& got);
@@ -77,6 +82,9 @@ class ReplaySession final : public ProcessSession {
   // Jump replay (DLRR_JUMP_STEP, set by dlreplay from its ReplayPlan): steps before it are
   // fast-forwarded and not verified; -1 when replaying from the start.
   int64_t jumpStep() const { return jumpStep_; }
+  // dlreplay --what-if (DLRR_WHAT_IF_FROM): from this step the job runs with a change, so its
+  // steps are neither verified nor counted (tools/dlreplay/WhatIf.h); INT64_MAX without one.
+  int64_t whatIfStep() const { return whatIfStep_; }
   // The recorded snapshot of `step`, encoded like a batch. Null when there is none.
   const std::vector<uint8_t>* snapshot(int64_t step);
   bool batchMeta(uint32_t loader, uint64_t index, int64_t& step, bool& training, const std::vector<int64_t>*& indices);
@@ -87,6 +95,8 @@ class ReplaySession final : public ProcessSession {
   const std::vector<uint8_t>* rngAtFork(int kind, int device);
   const char* runtimeInfo(const std::string& key) const;
   int64_t recordedSteps() const { return recordedSteps_; }
+  // The last step the recording began (-1: none): a replayed step after it is past the trace.
+  int64_t lastStepBegun() const { return lastStepBegun_; }
   double recordedLoss(int64_t step) const;
 
   // Verification. Returns 0 match, 1 differs (first divergence kept), 2 not in the recording.
@@ -110,6 +120,9 @@ class ReplaySession final : public ProcessSession {
   void failureException(const char* type, const char* message, const char* where, int n, const char* const* files,
                         const int32_t* lines, const char* const* functions, const char* const* code) override;
   const std::optional<Divergence>& divergence() const { return divergence_; }
+  // A divergence the hook found from values it computed (a recorded non-finite value computed
+  // finite here, a step past the end of the trace): kept when it is the first.
+  void diverge(int64_t step, int kind, const std::string& path, const std::string& detail);
 
   // The capture level of the recording (what digests exist to be checked).
   int captureLevel() const noexcept override { return captureLevel_; }
@@ -211,6 +224,8 @@ class ReplaySession final : public ProcessSession {
   Config cfg_;
   ReplayTarget target_;
   int crashSignal_ = 0;
+  std::string crashException_;
+  bool crashWhileLoading_ = false;
   std::unique_ptr<Trace> trace_;
   StreamReader* stream_ = nullptr;
   bool active_ = false;
@@ -223,6 +238,7 @@ class ReplaySession final : public ProcessSession {
   std::map<BatchKey, BatchRecord> batches_;
   std::map<int64_t, BatchRecord> snapshots_;  // by step; a periodic one wins over the failure one
   int64_t jumpStep_ = -1;
+  int64_t whatIfStep_ = INT64_MAX;
   std::map<std::pair<uint32_t, uint32_t>, int64_t> iteratorLengths_;
   std::map<int64_t, std::vector<RngRecord>> stepRng_;
   std::vector<RngRecord> forkRng_;  // RngState.atFork
@@ -232,6 +248,7 @@ class ReplaySession final : public ProcessSession {
   std::map<int64_t, double> losses_;
   std::map<std::string, std::string> runtime_;
   int64_t recordedSteps_ = 0;
+  int64_t lastStepBegun_ = -1;
 
   std::optional<Divergence> divergence_;
   int64_t verifiedSteps_ = 0;

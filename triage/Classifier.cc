@@ -58,8 +58,11 @@ const std::vector<CategoryInfo> kCategories = {
      "tensor shapes, dtypes or devices do not fit the model (layer sizes, input shapes), or checkpoint keys "
      "do not match (the `module.` prefix of DataParallel saves)"},
     {C::LossNaN, "loss_nan", "Loss NaN", D::DeepLearning, T::Deterministic, "replay reproduces it bit for bit",
-     "a value became NaN or Inf: check the learning rate, the input batch of that step, log/division of "
-     "zero; `dlreplay TRACE --until nan --debug pdb` stops right before it"},
+     "a value became NaN or Inf: `dlreplay TRACE --until nan` replays the failing step op by op and names "
+     "the first op that made it, the line of your code that called it and why (an overflow and its huge "
+     "input, 0/0, log of 0, a corrupt sample), with the loss and learning rate before it (--debug pdb "
+     "stops there); `dlreplay TRACE --what-if CHANGE` tests a fix (lr-scale=F, clip-grad=F, "
+     "drop-sample=I, skip-step, fp32)"},
     {C::FrameworkApiMisuse, "framework_api_misuse", "Framework API misuse", D::DeepLearning, T::Deterministic,
      "the same call fails again", "the framework was used in a way (or a version) it does not support"},
     {C::IllegalArgument, "illegal_argument", "Illegal argument", D::GeneralCode, T::Deterministic,

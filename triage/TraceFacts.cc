@@ -434,4 +434,6 @@ TriageInput gatherFacts(Trace& trace) {
   return in;
 }
 
+std::vector<std::string> nonFiniteSamples(StreamReader& s, int64_t step) { return scanStepBatch(s, step); }
+
 }  // namespace dlrr::triage

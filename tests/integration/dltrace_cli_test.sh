@@ -226,6 +226,16 @@ expect 2 info "$T" --bogus
 expect 2 info "$T" "$T"
 expect 2 events "$T" --step x
 expect 2 events "$T" --kind nonsense
+# Issue 27: a negative step is a usage error, not a silent success.
+expect 2 events "$T" --step -5
+expect 2 dump "$T" --step -5 --batch inputs.0 -o "$WORK/x.npy"
+# Issue 27: dump never writes into the trace it reads (it would replace a stream).
+cp -r "$T" "$WORK/victim"
+before=$(sha256sum "$WORK/victim"/launcher.dls)
+expect 2 dump "$WORK/victim" --step 3 --batch inputs.0 -o "$WORK/victim/launcher.dls"
+expect 2 dump "$WORK/victim" --step 3 --batch inputs.0 -o "$WORK/victim/new.npy"
+[ "$(sha256sum "$WORK/victim"/launcher.dls)" = "$before" ] || fail "dump -o overwrote the trace it reads"
+[ -e "$WORK/victim/new.npy" ] && fail "dump -o wrote into the trace it reads"
 expect 2 dump "$T" --batch -o "$WORK/x.npy"
 expect 2 dump "$T" --step 1 -o "$WORK/x.npy"
 expect 2 dump "$T" --step 1 --batch

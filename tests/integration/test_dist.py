@@ -106,7 +106,7 @@ class DistTest(TraceTestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("replaying rank 1 alone", p.stderr)
         self.assertIn("reached nan", p.stderr)
-        self.assertIn("before module module.fc1 (call 0) of step 3", p.stderr)
+        self.assertIn("at module module.fc1 (call 0) of step 3", p.stderr)
         self.assertIn("3 of 7 recorded steps verified bit-exact", p.stderr)
         recorded = rank_lines(rec.stdout)[1]
         replayed = [l for l in p.stdout.splitlines() if l.startswith("rank 1 step")]
@@ -217,7 +217,7 @@ class DistTest(TraceTestCase):
         self.assertIn("already holds the recording of this rank", again.stdout + again.stderr)
         p = run([tool("dlreplay"), trace, "--rank", "0"], timeout=240)
         self.assertEqual(p.returncode, 0, p.stderr)
-        self.assertIn("before module module.fc1 (call 0) of step 1", p.stderr)
+        self.assertIn("at module module.fc1 (call 0) of step 1", p.stderr)
         # --all-ranks needs the launcher command: dlreplay says which one.
         p = run([tool("dlreplay"), trace, "--all-ranks"], timeout=60)
         self.assertEqual(p.returncode, 2, p.stderr)
@@ -275,7 +275,7 @@ class HandStartedRanksTest(TraceTestCase):
         # Each rank alone, over the replay process group: rank 0 reaches the NaN it made.
         p = run([tool("dlreplay"), trace, "--rank", "0"], timeout=240)
         self.assertEqual(p.returncode, 0, p.stderr)
-        self.assertIn("before module module.fc1 (call 0) of step 1", p.stderr)
+        self.assertIn("at module module.fc1 (call 0) of step 1", p.stderr)
         p = run([tool("dlreplay"), trace, "--rank", "1", "--until", "end"], timeout=240)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertRegex(p.stderr, r"replayed to the end; (\d+) of \1 recorded steps verified bit-exact")

@@ -670,10 +670,11 @@ class SecurityTest(TraceTestCase):
         self.assertIn("recorded by %s" % pwd.getpwuid(NOBODY).pw_name, r.stderr)
         self.assertFalse(os.path.exists(marker), "dlreplay ran the command of a foreign trace without consent")
         scratch = os.path.join(self.tmp, "scratch")
-        r = run([tool("dlreplay"), t, "--yes", "--until", "end", "--scratch", scratch])
+        r = run([tool("dlreplay"), t, "--yes", "--until", "end", "--scratch", scratch, "--json"])
         self.assertEqual(r.returncode, 0, r.stderr)
-        # It ran; its write went to the scratch directory, as every replayed job's does.
-        self.assertTrue(os.path.exists(os.path.join(scratch, "written") + marker))
+        # It ran; its write went to the scratch directory's overlay, as every replayed job's does.
+        files = json.loads(r.stdout.rstrip("\n").rsplit("\n", 1)[-1])["files"]
+        self.assertIn(marker, files["written"])
         self.assertFalse(os.path.exists(marker))
 
     def test_env_diff_never_runs_the_recorded_command(self):

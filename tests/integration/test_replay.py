@@ -54,14 +54,14 @@ class ReplayExampleTest(TraceTestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.dir, ignore_errors=True)
 
-    def test_until_nan_stops_before_the_module_with_the_sample_named(self):
+    def test_until_nan_stops_at_the_module_with_the_sample_named(self):
         p, doc = replay(self.trace, "--until", "nan")
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(doc["outcome"], "reached")
         self.assertEqual(doc["verified_steps"], SEED_NAN_STEP)
         rep = doc["report"]
         self.assertEqual(rep["stop.step"], str(SEED_NAN_STEP))
-        self.assertIn("before module conv1 (call 0)", rep["stop.where"])
+        self.assertIn("at module conv1 (call 0)", rep["stop.where"])
         self.assertIn("dataset index %d" % CORRUPT_INDEX, rep["batch.samples"])
         # The job's own output up to the stop is the recording's.
         self.assertTrue(self.rec.stdout.startswith(p.stdout.rsplit("\n", 2)[0]))

@@ -39,6 +39,9 @@ class FakeLib:
         self.digest_values_result = 0
         self.gpu_capture_status = ""
         self.recorded_digests = {}  # step -> [native.RecordedDigestT] (replay)
+        self.crash_exception = b""  # dlrr_replay_recorded_exception (replay)
+        self.crash_while_loading = False
+        self.last_step_begun = 1 << 62  # dlrr_replay_last_step_begun: no end unless a test sets one
         self._digest_arrays = {}  # what dlrr_replay_recorded_digests handed out, kept alive
         self._callbacks = []
         for name, (restype, argtypes) in native.SIGNATURES.items():
@@ -268,6 +271,9 @@ class FakeLib:
     def _dlrr_replay_snapshot(self, step, data, n):
         return 0
 
+    def _dlrr_replay_last_step_begun(self):
+        return self.last_step_begun
+
     def _dlrr_replay_recorded_loss(self, step):
         return math.nan
 
@@ -286,6 +292,14 @@ class FakeLib:
 
     def _dlrr_replay_divergence(self):
         return b""
+
+    def _dlrr_replay_diverged(self, step, kind, path, detail):
+        self.calls.append(("dlrr_replay_diverged", step, kind, path, detail))
+
+    def _dlrr_replay_recorded_exception(self, while_loading):
+        if while_loading is not None:
+            while_loading._obj.value = int(self.crash_while_loading)
+        return self.crash_exception
 
     def _dlrr_replay_fact(self, key, value):
         self.calls.append(("dlrr_replay_fact", key, value))

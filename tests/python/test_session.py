@@ -37,9 +37,9 @@ class StrategyInterface(unittest.TestCase):
         self.assertFalse(issubclass(Replayer, Recorder))
 
     def test_a_core_method_overridden_by_mistake_is_refused(self):
-        with self.assertRaisesRegex(TypeError, "_on_output"):
+        with self.assertRaisesRegex(TypeError, "_digest_gradients"):
             class Wrong(Session):
-                def _on_output(self, path, output):
+                def _digest_gradients(self):
                     pass
 
         class Right(Recorder):

@@ -72,6 +72,23 @@ class StepTrackerTest(unittest.TestCase):
         # the eval loader's one spurious step had no backward(): no loss, not a training step
         self.assertEqual([e for e in self.sink.events if e[0] == "untrained"], [("untrained", 1)])
 
+    def test_a_training_loader_evaluated_trains_again_at_its_next_pass(self):
+        # ignite: trainer.run(train_loader), then evaluator.run(train_loader) at each epoch's end;
+        # the evaluator enters no_grad after the batch is delivered (grad enabled at delivery).
+        for epoch in range(3):
+            for k in range(2):
+                self.assertTrue(self.train_batch(0, 4 * epoch + k, 2 * epoch, 1.0 + k))
+            self.steps.on_loader_end(0)
+            self.steps.on_batch(0, 4 * epoch + 2, 2 * epoch + 1, True)  # evaluation pass: no training
+            self.assertFalse(self.steps.on_batch(0, 4 * epoch + 3, 2 * epoch + 1, True))
+            self.steps.on_loader_end(0)
+        self.steps.on_exit()
+        trained = [e[1] for e in self.sink.events if e[0] == "end" and e[2] != "nan"]
+        self.assertEqual(len(trained), 6)  # every training update is a step
+        # one spurious (untrained) step per evaluation pass, never a training step
+        self.assertEqual(len([e for e in self.sink.events if e[0] == "untrained"]), 3)
+        self.assertFalse(self.steps.is_eval_loader(0))
+
     def test_loader_end_of_other_loader_keeps_step(self):
         self.train_batch(0, 0, 0, 1.0)
         self.steps.on_loader_end(1)

@@ -14,15 +14,28 @@ class ImportedPackagesTest(unittest.TestCase):
     def test_top_level_third_party_modules_with_versions(self):
         import numpy
         import torch
+        from importlib import metadata
         packages = {name: (version, path) for name, version, path in triage.imported_packages()}
-        self.assertEqual(packages["numpy"][0], numpy.__version__)
-        self.assertEqual(packages["torch"][0], str(torch.__version__))
+        # Installed distributions: their metadata's version, as env-diff and replay read it.
+        self.assertEqual(packages[numpy.__name__][0], metadata.version("numpy"))
+        self.assertEqual(packages[torch.__name__][0], metadata.version("torch"))
         self.assertTrue(packages["torch"][1].endswith("torch"))  # the package directory
         for std in ("os", "sys", "json", "unittest", "collections"):
             self.assertNotIn(std, packages)
         self.assertFalse(any("." in name for name in packages))
         self.assertFalse(any(name.startswith("_") for name in packages))
         self.assertNotIn("dlrr_hook", packages)
+
+    def test_a_stale_version_attribute_is_not_what_is_recorded(self):
+        # cycler 0.11.0 says __version__ = "0.10.0": the recording said 0.10.0 and replay, reading
+        # the metadata, warned "package.cycler differs" on the recording machine itself.
+        from importlib import metadata
+        import numpy
+        stale = types.ModuleType("numpy")
+        stale.__version__ = "0.0.1"
+        stale.__file__ = numpy.__file__
+        packages = triage.imported_packages({"numpy": stale})
+        self.assertEqual(packages[0][1], metadata.version("numpy"))
 
     def test_versions_from_metadata_only_for_site_packages(self):
         fake = types.ModuleType("dlrr_local_module")

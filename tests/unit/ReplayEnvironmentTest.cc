@@ -111,5 +111,26 @@ TEST(ReplayEnvironment, StringsAreOrderedByName) {
   EXPECT_EQ(environmentStrings(env), (std::vector<std::string>{"A=1=x", "B=2"}));
 }
 
+// Issue 27: a foreign trace's environment does not choose the code the replay loads.
+TEST(ReplayEnvironment, AForeignTracesExecutionVariablesAreOurs) {
+  Recorded r({{"PYTHONPATH", "/attacker/lib"},
+              {"LD_LIBRARY_PATH", "/attacker/so"},
+              {"PATH", "/attacker/bin"},
+              {"OMP_NUM_THREADS", "4"}},
+             {});
+  std::map<std::string, std::string> ours = {{"PATH", "/usr/bin"}};
+  std::string note;
+  std::vector<std::string> withheld;
+  Environment env = recordedEnvironment(r.ti.asReader(), kPaths, lookupIn(ours), note, false, &withheld);
+  EXPECT_EQ(env["PATH"], "/usr/bin");
+  EXPECT_EQ(env["PYTHONPATH"], kPaths.pythonHook);  // the hook alone
+  EXPECT_EQ(env.count("LD_LIBRARY_PATH"), 0u);
+  EXPECT_EQ(env["OMP_NUM_THREADS"], "4");  // the rest is the recording's
+  EXPECT_EQ(withheld.size(), 3u);
+  // Trusted (the user's own trace, or --yes): the recording's.
+  env = recordedEnvironment(r.ti.asReader(), kPaths, lookupIn(ours), note);
+  EXPECT_EQ(env["PYTHONPATH"], kPaths.pythonHook + ":/attacker/lib");
+}
+
 }  // namespace
 }  // namespace dlrr

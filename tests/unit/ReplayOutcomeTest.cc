@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include "tools/dlreplay/ReplayOutcome.h"
+#include "tools/dlreplay/TraceEnd.h"
 
 namespace dlrr {
 namespace {
@@ -83,6 +84,65 @@ TEST(ReplayOutcome, TheRecordedCrashReproducedIsSuccess) {
   EXPECT_EQ(decideReplayOutcome(f).exitCode, kOk);
   f.waitStatus = W_EXITCODE(0, SIGABRT);  // another signal: not the recorded crash
   EXPECT_EQ(decideReplayOutcome(f).exitCode, kDivergence);
+}
+
+TEST(ReplayOutcome, TheRecordedExceptionIsReproducedOnlyByAnExceptionOfItsType) {
+  ReplayFacts f = atEnd(4, 4);
+  f.report.stop = ReplayReport::Stop::Running;
+  f.target = ReplayTarget::Kind::Crash;
+  f.targetText = "the recorded crash";
+  f.recordedFailureKind = "exception";
+  f.recordedExceptionType = "FileNotFoundError";
+  f.recordedExit = 1;
+  f.waitStatus = W_EXITCODE(1, 0);
+  f.report.exception = "FileNotFoundError: [Errno 2] No such file or directory: 'results/x.png'";
+  EXPECT_EQ(decideReplayOutcome(f).exitCode, kOk);
+  f.report.exception = "KeyError: 'k'";  // another failure: never "reproduced"
+  ReplayOutcome o = decideReplayOutcome(f);
+  EXPECT_EQ(o.exitCode, kDivergence);
+  EXPECT_NE(o.message.find("the recording raised FileNotFoundError"), std::string::npos) << o.message;
+  // The job got past where the recording failed and asked for a batch the trace lacks.
+  f.report.exception.reset();
+  f.report.stop = ReplayReport::Stop::EndOfRecording;
+  f.waitStatus = W_EXITCODE(0, 0);
+  EXPECT_EQ(decideReplayOutcome(f).exitCode, kNotReached);
+}
+
+TEST(ReplayOutcome, TheEndOfACutTraceHasItsOwnCodeAndSaysWhy) {
+  ReplayFacts f = atEnd(109, 109);
+  f.report.stop = ReplayReport::Stop::EndOfRecording;
+  f.report.stopWhere = "step 109 is not in the recording: the trace ends in step 108";
+  StreamSummary s;
+  s.pid = 42;
+  f.traceCut = traceCutReason(s, 128 + SIGKILL, {});
+  ReplayOutcome o = decideReplayOutcome(f);
+  EXPECT_EQ(o.exitCode, kTraceCut);
+  EXPECT_EQ(o.message,
+            "the trace was cut short (the recorded job was killed by signal 9 (Killed)); step 109 is not in the "
+            "recording: the trace ends in step 108; last verified step 108");
+  EXPECT_NE(traceCutReason(s, 128 + SIGTERM, {}).find("signal 15 (Terminated, e.g. a timeout)"), std::string::npos);
+  EXPECT_EQ(traceCutReason(s, 0, {"launcher: pid 42: recording stopped: No space left on device"}),
+            "recording stopped: No space left on device");
+  EXPECT_NE(traceCutReason(s, 0, {}).find("exited with status 0 but its stream was not closed"), std::string::npos);
+  s.cleanClose = true;  // a trace that ended with its job: running past it is no cut
+  EXPECT_EQ(traceCutReason(s, 0, {}), "");
+  f.traceCut.clear();
+  EXPECT_EQ(decideReplayOutcome(f).exitCode, kNotReached);
+}
+
+TEST(ReplayOutcome, AJumpWhoseSnapshotWasNotLoadedWholeNamesThatCause) {
+  ReplayFacts f = atEnd(0, 30);
+  f.jumpStep = 20;
+  f.report.divergence = ReplayReport::Divergence{20, "loss", "", "loss: recorded 0.5, replayed 0.7"};
+  ReplayOutcome o = decideReplayOutcome(f);
+  EXPECT_NE(o.message.find("state outside modules/optimizers/schedulers"), std::string::npos) << o.message;
+  f.report.warnings = {"jump: not restored: 0 modules here, 1 in the snapshot"};
+  o = decideReplayOutcome(f);
+  EXPECT_EQ(o.exitCode, kDivergence);
+  EXPECT_NE(o.message.find("the snapshot was not loaded whole (jump: not restored: 0 modules here, 1 in the snapshot)"),
+            std::string::npos)
+      << o.message;
+  EXPECT_EQ(o.message.find("state outside"), std::string::npos) << o.message;
 }
 
 TEST(ReplayOutcome, AReplayThatEndsAsTheRecordingDidBeforeTheTargetIsNotReached) {

@@ -52,6 +52,9 @@ TEST(ReplayPlan, UntilEndReplaysEverythingUnlessAskedToJump) {
   EXPECT_EQ(plan(ReplayTarget::Kind::End, -1, "").jumpStep, -1);
   EXPECT_EQ(plan(ReplayTarget::Kind::End, -1, "snapshot").jumpStep, 340);
   EXPECT_EQ(plan(ReplayTarget::Kind::End, -1, "step=100").jumpStep, 100);
+  // --until end --from step=N says what is fast-forwarded too (issue 28 item 10).
+  EXPECT_NE(plan(ReplayTarget::Kind::End, -1, "step=100").why.find("steps 0-99 are fast-forwarded (not verified)"),
+            std::string::npos);
 }
 
 TEST(ReplayPlan, FromStartNeverJumps) {

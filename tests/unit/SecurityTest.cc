@@ -114,5 +114,44 @@ TEST(Security, AFifoNamedLikeAStreamDoesNotHangTheReader) {
   removeTree(root);
 }
 
+// Issue 27: values are judged by their shape too, whatever the variable's name.
+TEST(Security, TokenShapedValuesAndUrlUserInfoAreRedacted) {
+  bool changed = false;
+  EXPECT_EQ(redactValue("postgres://user:pw-secret@db.example:5432/app", changed),
+            "postgres://<redacted>@db.example:5432/app");
+  EXPECT_TRUE(changed);
+  EXPECT_EQ(redactValue("ghp_abcdefghijklmnopqrstuvwxyz0123456789", changed), "<redacted>");
+  EXPECT_EQ(redactValue("--token=hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345", changed), "--token=<redacted>");
+  EXPECT_EQ(redactValue("Bearer sk-proj-AbCdEf0123456789xyz", changed), "Bearer <redacted>");
+  EXPECT_EQ(redactValue("AKIAIOSFODNN7EXAMPLE", changed), "<redacted>");
+  EXPECT_EQ(redactValue("xoxb-123456789012-abcdefghijkl", changed), "<redacted>");
+  EXPECT_EQ(redactValue("Zx8Kq2Lm9Pw4Rt7Yv1Bn6Hj3Gf5Dd0Ss", changed), "<redacted>");  // long and random
+  // What is not a credential stays: paths, hex digests, UUIDs, ordinary words and numbers.
+  for (const char* keep : {"/usr/lib/python3/dist-packages:/home/u/src", "https://github.com/org/repo.git",
+                           "0123456789abcdef0123456789abcdef01234567", "123e4567-e89b-12d3-a456-426614174000",
+                           "--lr=0.001", "train.py", "en_US.UTF-8", "skip-connections"}) {
+    EXPECT_EQ(redactValue(keep, changed), keep) << keep;
+    EXPECT_FALSE(changed) << keep;
+  }
+  // --redact adds to the defaults, with or without '+'.
+  for (const char* spec : {"FOO", "+FOO"}) {
+    auto p = parseRedactPatterns(spec);
+    EXPECT_TRUE(isSecretName("FOO_VAR", p)) << spec;
+    EXPECT_TRUE(isSecretName("MY_TOKEN", p)) << spec;
+  }
+  EXPECT_TRUE(isSecretName("SLACK_WEBHOOK_URL", defaultRedactPatterns()));
+}
+
+TEST(Security, CredentialFilesAreKnownByTheirPaths) {
+  for (const char* p : {"/home/u/.netrc", "/home/u/.aws/credentials", "/root/.ssh/id_ed25519",
+                        "/home/u/.config/gcloud/application_default_credentials.json", "/home/u/.docker/config.json",
+                        "/home/u/.git-credentials", "/home/u/.kaggle/kaggle.json", "/home/u/.cache/huggingface/token",
+                        "/work/proj/.env", "/work/proj/.env.local", "/etc/tls/server.pem", "/work/proj/server.key"})
+    EXPECT_TRUE(isCredentialPath(p)) << p;
+  for (const char* p : {"/data/train.csv", "/home/u/.cache/torch/hub/x.pt", "/work/proj/environment.yml",
+                        "/data/keys.npy", "/work/proj/monkey.txt"})
+    EXPECT_FALSE(isCredentialPath(p)) << p;
+}
+
 }  // namespace
 }  // namespace dlrr

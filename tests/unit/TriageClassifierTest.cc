@@ -596,6 +596,21 @@ TEST(TriageEnvironment, UnknownVersionHereIsNoDifference) {
   EXPECT_EQ(d[0].key, "package.scipy");
 }
 
+// A library that failed to load when recorded and is not found here either fails the same way:
+// no difference (env-diff exited 1 for it on the recording machine). One found here is.
+TEST(TriageEnvironment, ALibraryMissingInBothIsNoDifference) {
+  TriageInput facts;
+  LibraryErrorRecord l;
+  l.name = "libdlrr-no-such-library.so.7";
+  facts.libraryErrors.push_back(l);
+  RecordedEnvironment rec;
+  EXPECT_TRUE(checkPaths(rec, facts).empty());
+  facts.libraryErrors[0].name = "/bin/sh";  // exists here: it may load now
+  auto d = checkPaths(rec, facts);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].key, "library./bin/sh");
+}
+
 // A path the recorded job missed and then created itself (inductor's cache) exists here because
 // of the recording: no "missing then, exists now". One that existed before the recording is.
 TEST(TriageEnvironment, PathsBornDuringTheRecordingAreNotReportedAsMissingThen) {

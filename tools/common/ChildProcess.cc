@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <system_error>
 
+#include "tools/common/Sandbox.h"
+
 extern char** environ;
 
 namespace dlrr::tools {
@@ -74,8 +76,9 @@ namespace {
 [[noreturn]] void execChild(const LaunchSpec& spec, char** argp, char** envp, const IgnoredInterrupt& ignored,
                             const sigset_t& oldMask, int execPipe) {
   ignored.restore();  // the job gets the dispositions and mask it would get without us
-  ::pthread_sigmask(SIG_SETMASK, &oldMask, nullptr);
   for (int fd : spec.inheritFds) ::fcntl(fd, F_SETFD, 0);
+  if (spec.sandbox) spec.sandbox->run(argp, envp, spec.cwd.c_str(), oldMask, execPipe, -1);
+  ::pthread_sigmask(SIG_SETMASK, &oldMask, nullptr);
   int err = 0;
   if (!spec.cwd.empty() && ::chdir(spec.cwd.c_str()) != 0) err = errno;
   if (err == 0) {

@@ -14,6 +14,8 @@
 
 namespace dlrr::tools {
 
+class Sandbox;
+
 struct LaunchSpec {
   std::vector<std::string> argv;  // argv[0] is looked up on PATH
   std::vector<std::string> env;   // the child's whole environment, "NAME=VALUE"
@@ -24,6 +26,8 @@ struct LaunchSpec {
   // false (an interactive debugger in the child owns Ctrl-C): the parent ignores SIGINT while
   // it waits. Either way the child starts with this process's dispositions and signal mask.
   bool passSignalsOn = true;
+  // When set, the child runs inside it (Sandbox.h); the wait status is still the job's.
+  const Sandbox* sandbox = nullptr;
 };
 
 struct ChildResult {

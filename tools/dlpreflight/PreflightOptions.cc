@@ -28,7 +28,10 @@ const char* const kPreflightUsage =
     "\n"
     "  --write-through      let the job write its files where it writes them (default: its\n"
     "                       writes, renames and removals go to a scratch directory next to\n"
-    "                       the trace, and the user's files are left as they are)\n"
+    "                       the trace, and the user's files are left as they are: the job runs\n"
+    "                       on an overlay of this machine's files, in kernel namespaces)\n"
+    "  --net host|none      the job's network: none (default) is loopback only; host is\n"
+    "                       this machine's\n"
     "\n"
     "Exit status: 0 the job passed (every phase ran and it exited 0); 1 it failed (the report\n"
     "says where); 2 usage error; 127 CMD not found, 126 not executable.\n";
@@ -45,6 +48,7 @@ PreflightOptions parsePreflightOptions(const std::vector<std::string>& argv) {
                           {"--compare", T::Value},
                           {"--memory-at", T::Value},
                           {"--write-through", T::Flag},
+                          {"--net", T::Value},
                           {"--json", T::Flag}},
                          tools::Args::Layout::Command);
   PreflightOptions o;
@@ -59,6 +63,10 @@ PreflightOptions parsePreflightOptions(const std::vector<std::string>& argv) {
     throw UsageError("--memory-at must be a positive batch size (got '" + *args.value("--memory-at") + "')");
   }
   o.writeThrough = args.has("--write-through");
+  if (auto v = args.value("--net")) {
+    if (*v != "host" && *v != "none") throw UsageError("--net must be host or none (got '" + *v + "')");
+    o.hostNetwork = *v == "host";
+  }
   o.json = args.has("--json");
   // --help and --version end the parse where they stand: the options before them were checked.
   if (args.final() == "--help") o.action = PreflightOptions::Action::Help;

@@ -17,6 +17,7 @@ struct PreflightOptions {
   std::string output;  // the preflight trace; empty: a new directory under $TMPDIR
   bool json = false;
   bool writeThrough = false;  // the job writes in place (default: into a scratch directory)
+  bool hostNetwork = false;   // --net host: the job keeps this machine's network
   std::string compare;        // an earlier preflight trace of the same job at another batch size
   int64_t targetBatch = 0;    // estimate peak memory at this batch size (with `compare`)
   std::vector<std::string> command;

@@ -267,8 +267,18 @@ std::string renderText(const Facts& f, const Report& r, const triage::TriageInpu
                       printable(e.where) + ")");
   if (!touched.empty()) o << "  what it touched that may not exist on the cluster:\n";
   if (!r.scratch.empty() && !f.paths.empty())
-    o << "    (its writes went to " << printable(r.scratch) << "/written/PATH; the paths below are the job's)\n";
+    o << "    (its writes went to " << printable(r.scratch) << "; the paths below are the job's)\n";
   for (const auto& line : touched) o << "    " << line << "\n";
+  if (!r.isolation.empty()) o << "  isolation: " << printable(r.isolation) << "\n";
+  auto overlayLine = [&](const char* what, const std::vector<std::string>& paths) {
+    if (paths.empty()) return;
+    o << "  " << what << " (in the preflight only; your files were not modified): ";
+    for (size_t i = 0; i < paths.size() && i < kShownPaths; ++i) o << (i ? ", " : "") << printable(paths[i]);
+    if (paths.size() > kShownPaths) o << ", ... " << paths.size() - kShownPaths << " more";
+    o << "\n";
+  };
+  overlayLine("wrote", r.overlayWritten);
+  overlayLine("removed", r.overlayRemoved);
   o << "  peak memory: RSS " << mib(f.peakRssKib);
   if (in.processPeak)
     for (const auto& g : in.processPeak->gpus)
@@ -301,6 +311,13 @@ std::string renderJson(const Facts& f, const Report& r, const triage::TriageInpu
   j.field("verdict", r.verdict);
   j.field("trace", tracePath);
   j.field("scratch", r.scratch);
+  j.field("isolation", r.isolation);
+  j.key("overlay_written").beginArray();
+  for (const auto& p : r.overlayWritten) j.value(p);
+  j.endArray();
+  j.key("overlay_removed").beginArray();
+  for (const auto& p : r.overlayRemoved) j.value(p);
+  j.endArray();
   j.field("seconds", seconds);
   j.field("k", f.k);
   j.key("exit_code");

@@ -90,7 +90,9 @@ struct Report {
   int exitCode = 1;     // dlpreflight's: 0 passed, 1 failed
   std::string verdict;  // one line
   std::vector<std::string> warnings;
-  std::string scratch;  // where the job's writes went ("" with --write-through)
+  std::string scratch;    // where the job's writes went ("" with --write-through)
+  std::string isolation;  // "kernel: ..." or "libc hooks only (weak): WHY" ("" with --write-through)
+  std::vector<std::string> overlayWritten, overlayRemoved;  // from the overlay's upper directory
 };
 
 // jobExit: the job's exit code as a shell gives it (128+N for signal N). `triage` is the

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "format/TraceError.h"
 #include "format/Version.h"
 #include "tools/common/ChildProcess.h"
+#include "tools/common/Sandbox.h"
 #include "tools/common/Text.h"
 #include "tools/dlpreflight/PreflightOptions.h"
 #include "tools/dlpreflight/PreflightReport.h"
@@ -84,6 +86,34 @@ int run(int argc, char** argv) {
     return kExitFailed;
   }
 
+  // The job (and the dlrecord that records it) in a sandbox (tools/common/Sandbox.h): its
+  // writes land in the overlay whatever path they take; the trace's directory is written
+  // through.
+  std::unique_ptr<tools::Sandbox> sandbox;
+  std::string isolation;
+  if (!o.writeThrough) {
+    std::string why = std::getenv("DLRR_NO_SANDBOX") ? "DLRR_NO_SANDBOX is set" : "";
+    if (why.empty()) try {
+        tools::SandboxSpec spec;
+        spec.dir = work + "/overlay";
+        spec.writable = {work};
+        if (!o.output.empty()) {
+          if (::mkdir(trace.c_str(), 0700) != 0 && errno != EEXIST)
+            throw std::system_error(errno, std::generic_category(), "cannot create " + trace);
+          spec.writable.push_back(trace);
+        }
+        spec.hostNetwork = o.hostNetwork;
+        auto box = std::make_unique<tools::Sandbox>(spec);
+        why = box->probe();
+        if (why.empty()) sandbox = std::move(box);
+      } catch (const std::exception& e) {
+        why = e.what();
+      }
+    isolation = sandbox ? std::string("kernel: the job's own mount, PID") + (o.hostNetwork ? "" : " and network") +
+                              " namespaces over an overlay of this machine's files"
+                        : "libc hooks only (weak): " + why;
+  }
+
   std::vector<std::string> args = {dlrecord.string(), "-q", "-o", trace, "--"};
   args.insert(args.end(), o.command.begin(), o.command.end());
   double start = monotonicSeconds();
@@ -91,7 +121,12 @@ int run(int argc, char** argv) {
   try {
     std::vector<std::pair<std::string, std::string>> env = {{"DLRR_PREFLIGHT", std::to_string(o.batches)}};
     if (!scratch.empty()) env.emplace_back("DLRR_SCRATCH", scratch);  // the job's writes land there
-    child = tools::runChild(args, env);
+    if (sandbox) env.emplace_back("DLRR_ISOLATION", "kernel");        // ...on the overlay, by the kernel
+    tools::LaunchSpec spec;
+    spec.argv = args;
+    spec.env = tools::environmentWith(env);
+    spec.sandbox = sandbox.get();
+    child = tools::launch(spec);
   } catch (const std::system_error& e) {
     std::fprintf(stderr, "dlpreflight: cannot start dlrecord: %s\n", e.what());
     return kExitFailed;
@@ -114,6 +149,12 @@ int run(int argc, char** argv) {
     preflight::Facts facts = preflight::parseFacts(in.runtime);
     preflight::Report report = preflight::judge(facts, in, tr, jobExit);
     report.scratch = scratch;
+    report.isolation = isolation;
+    if (sandbox) {
+      tools::OverlayChanges c = tools::readOverlayChanges(sandbox->layers());
+      report.overlayWritten = c.written;
+      report.overlayRemoved = c.removed;
+    }
     std::vector<preflight::MemoryEstimate> estimates;
     if (!o.compare.empty()) {
       try {

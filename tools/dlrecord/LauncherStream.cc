@@ -30,7 +30,8 @@ int64_t realNs() {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
 }
 
-std::unique_ptr<StreamWriter> openLauncherStream(const RecordOptions& o, const std::string& trace) {
+std::unique_ptr<StreamWriter> openLauncherStream(const RecordOptions& o, const std::string& trace,
+                                                 std::vector<std::string>* leftOut) {
   UniqueFd dir;
   try {
     dir = createTraceDir(trace);
@@ -57,8 +58,15 @@ std::unique_ptr<StreamWriter> openLauncherStream(const RecordOptions& o, const s
   ti.setHost(hostName());
   if (passwd* pw = ::getpwuid(::getuid())) ti.setUser(pw->pw_name);
   ti.setUid(::getuid());
+  // Credentials never reach the trace: token-shaped arguments and URL user-info are redacted
+  // (a replay that needs them takes the user's own command after '--').
   auto cmd = ti.initCommand(static_cast<unsigned>(o.command.size()));
-  for (size_t i = 0; i < o.command.size(); ++i) cmd.set(static_cast<unsigned>(i), o.command[i]);
+  size_t argsRedacted = 0;
+  for (size_t i = 0; i < o.command.size(); ++i) {
+    bool changed = false;
+    cmd.set(static_cast<unsigned>(i), redactValue(o.command[i], changed));
+    argsRedacted += changed;
+  }
   std::error_code ec;
   ti.setCwd(std::filesystem::current_path(ec).string());
   std::vector<std::pair<std::string, std::string>> env;
@@ -68,12 +76,20 @@ std::unique_ptr<StreamWriter> openLauncherStream(const RecordOptions& o, const s
     auto eq = kv.find('=');
     if (eq == std::string::npos) continue;
     std::string k = kv.substr(0, eq);
-    if (isSecretName(k, o.redact)) {
-      env.emplace_back(k, kRedacted);
-      redacted.push_back(k);
-    } else {
-      env.emplace_back(k, kv.substr(eq + 1));
-    }
+    bool changed = false;
+    std::string value = isSecretName(k, o.redact) ? std::string(kRedacted) : redactValue(kv.substr(eq + 1), changed);
+    if (value == kRedacted || changed) redacted.push_back(k);
+    env.emplace_back(k, value);
+  }
+  if (leftOut) {
+    std::string names;
+    for (size_t i = 0; i < redacted.size() && i < 8; ++i) names += (i ? ", " : "") + redacted[i];
+    if (redacted.size() > 8) names += ", ...";
+    if (!redacted.empty())
+      leftOut->push_back("the values (or the credentials in the values) of " + std::to_string(redacted.size()) +
+                         " environment variable(s): " + names);
+    if (argsRedacted)
+      leftOut->push_back(std::to_string(argsRedacted) + " command-line argument(s) holding credentials");
   }
   auto le = ti.initEnv(static_cast<unsigned>(env.size()));
   for (size_t i = 0; i < env.size(); ++i) {
@@ -95,8 +111,15 @@ std::unique_ptr<StreamWriter> openLauncherStream(const RecordOptions& o, const s
   opts[1].setValue(o.collectives);
   opts[2].setKey("snapshot_every");
   opts[2].setValue(o.snapshotEvery);
+  // The launcher's own name claims the trace (O_EXCL): a second dlrecord -o SAME started at
+  // the same moment passed the check above too, but only one creates the name.
   std::string name;
-  return std::make_unique<StreamWriter>(createStreamFile(dir.get(), launcherName, name), hm);
+  UniqueFd fd = createStreamFile(dir.get(), launcherName, name);
+  if (name != launcherName) {
+    ::unlinkat(dir.get(), (name + kStreamExt).c_str(), 0);
+    throw TraceError(ErrorKind::Usage, trace + " is being recorded by another dlrecord; choose another -o");
+  }
+  return std::make_unique<StreamWriter>(std::move(fd), hm);
 }
 
 void appendJobResources(StreamWriter& w, const rusage& ru, int64_t oomKillsBefore, int64_t tNs) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "format/StreamWriter.h"
 #include "tools/dlrecord/RecordOptions.h"
@@ -16,7 +17,9 @@ namespace dlrr {
 
 // Creates the trace directory and the launcher stream. Throws TraceError; Usage when `-o` names
 // a path that cannot hold a trace (known before the job starts, so the job is not run).
-std::unique_ptr<StreamWriter> openLauncherStream(const RecordOptions& o, const std::string& trace);
+// `leftOut` gets one line per kind of secret kept out of it (for dlrecord's summary).
+std::unique_ptr<StreamWriter> openLauncherStream(const RecordOptions& o, const std::string& trace,
+                                                 std::vector<std::string>* leftOut = nullptr);
 
 // A RecorderStatus event: something was not recorded, and why (`dltrace info` shows it).
 void appendRecorderProblem(StreamWriter& w, const std::string& message);

@@ -12,6 +12,27 @@ namespace {
 // its last.
 constexpr size_t kSummaryFailureMax = 300;
 
+// The job died importing torch or what torch jobs need: most often it ran under a Python that
+// lacks them (a venv's or pyenv's python3 first on PATH). "" otherwise.
+std::string importWarning(const FailureInfo& f, StreamReader* stream) {
+  if (f.exceptionType != "ModuleNotFoundError" && f.exceptionType != "ImportError") return "";
+  std::string module;
+  for (const char* m : {"torch", "numpy", "torchvision"}) {
+    const std::string q = std::string("'") + m;
+    size_t at = f.message.find("No module named " + q);
+    if (at != std::string::npos &&
+        (f.message.compare(at + 16 + q.size(), 1, "'") == 0 || f.message.compare(at + 16 + q.size(), 1, ".") == 0)) {
+      module = m;
+      break;
+    }
+  }
+  if (module.empty()) return "";
+  std::string exe = stream ? stream->header().getExe().cStr() : "";
+  return "dlrecord: warning: the job died importing " + module + ": its Python" +
+         (exe.empty() ? std::string() : " (" + tools::printable(exe) + ")") + " does not have it. Run the job with " +
+         "a Python that has torch and numpy (on Debian: /usr/bin/python3 with python3-torch; see the README)";
+}
+
 }  // namespace
 
 std::vector<std::string> recordSummary(const std::string& trace, const std::vector<std::string>& shown) {
@@ -40,6 +61,8 @@ std::vector<std::string> recordSummary(const std::string& trace, const std::vect
       if (!said) out.push_back("dlrecord: note: " + tools::printable(n));
     }
     out.push_back(line);
+    if (s.failure && !ranks.origin)
+      if (std::string w = importWarning(*s.failure, t->find(s.failure->stream)); !w.empty()) out.push_back(w);
   } catch (const TraceError& e) {
     out.push_back("dlrecord: trace " + trace + " is not readable: " + e.what());
   }

@@ -71,12 +71,13 @@ int run(int argc, char** argv) {
   }
   std::string trace = absolutePath(o.output.empty() ? defaultTraceName() : o.output);
   std::vector<std::string> problems;
+  std::vector<std::string> leftOut;  // secrets kept out of the launcher stream, for the summary
 
   std::unique_ptr<StreamWriter> launcher;
   std::optional<InstallPaths> paths;
   try {
     paths = findInstallPaths();
-    launcher = openLauncherStream(o, trace);
+    launcher = openLauncherStream(o, trace, &leftOut);
   } catch (const TraceError& e) {
     // A bad -o (missing parent, a file, no permission, an existing trace) is the user's to fix
     // before the job runs; only a broken installation still runs the job unrecorded.
@@ -138,8 +139,11 @@ int run(int argc, char** argv) {
   }
 
   for (const auto& p : problems) std::fprintf(stderr, "dlrecord: %s\n", p.c_str());
-  if (recording && !o.quiet)
+  if (recording && !o.quiet) {
     for (const auto& line : recordSummary(trace, problems)) std::fprintf(stderr, "%s\n", line.c_str());
+    for (const auto& line : leftOut)
+      std::fprintf(stderr, "dlrecord: left out of the trace: %s\n", tools::printable(line).c_str());
+  }
   return exitCode;
 }
 

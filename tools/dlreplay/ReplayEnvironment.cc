@@ -9,14 +9,20 @@
 
 namespace dlrr {
 
+bool executionVariable(const std::string& name) {
+  return name.rfind("LD_", 0) == 0 || name.rfind("PYTHON", 0) == 0 || name == "PATH";
+}
+
 Environment recordedEnvironment(schema::TraceInfo::Reader recorded, const InstallPaths& paths, const EnvLookup& ours,
-                                std::string& note) {
+                                std::string& note, bool trusted, std::vector<std::string>* withheld) {
   Environment env;
   std::set<std::string> redacted;
   for (auto n : recorded.getRedactedNames()) redacted.insert(n.cStr());
   for (auto kv : recorded.getEnv()) {
     std::string k = kv.getKey().cStr();
-    if (redacted.count(k)) {
+    bool withhold = !trusted && executionVariable(k);
+    if (withhold && withheld) withheld->push_back(k);
+    if (redacted.count(k) || withhold) {
       if (const char* mine = ours(k.c_str())) env[k] = mine;
       continue;
     }
@@ -65,6 +71,9 @@ void applyReplaySettings(Environment& env, const ReplaySettings& s) {
   env["DLRR_LIBRARY"] = s.library;
   setOrErase("DLRR_DEBUG", !s.debug.empty(), s.debug);
   setOrErase("DLRR_PROGRESS", s.progress, "1");
+  setOrErase("DLRR_WHAT_IF", !s.whatIf.empty(), s.whatIf);
+  setOrErase("DLRR_WHAT_IF_FROM", !s.whatIf.empty(), std::to_string(s.whatIfFrom));
+  setOrErase("DLRR_WHAT_IF_STEPS", !s.whatIf.empty() && s.whatIfSteps > 0, std::to_string(s.whatIfSteps));
   env.erase("DLRR_STATUS_FD");  // a recording's status pipe: not ours
 }
 

@@ -20,9 +20,16 @@ using Environment = std::map<std::string, std::string>;
 using EnvLookup = std::function<const char*(const char*)>;
 
 // The recording's environment as the job will see it, before the replay settings. `note` is set
-// when GPU capture is off (another CUDA injection library is configured).
+// when GPU capture is off (another CUDA injection library is configured). `trusted` false (a
+// foreign trace without consent): the variables that choose what code runs
+// (executionVariable) are this machine's, not the trace's; `withheld` lists the names whose
+// recorded value was not used.
 Environment recordedEnvironment(schema::TraceInfo::Reader recorded, const InstallPaths& paths, const EnvLookup& ours,
-                                std::string& note);
+                                std::string& note, bool trusted = true, std::vector<std::string>* withheld = nullptr);
+
+// LD_*, PYTHON* and PATH: the variables that decide which code the interpreter, the loader and
+// the shell load.
+bool executionVariable(const std::string& name);
 
 // What the job's library replays, and how.
 struct ReplaySettings {
@@ -38,6 +45,10 @@ struct ReplaySettings {
   std::string library;     // libdlrr.so (for processes the job starts)
   std::string debug;       // "", pdb, gdb, wait
   bool progress = false;   // a progress line on the terminal
+  // --what-if (WhatIf.h): the change, the step it starts at, the steps replayed with it (0: all).
+  std::string whatIf;
+  int64_t whatIfFrom = -1;
+  int64_t whatIfSteps = 0;
 };
 
 void applyReplaySettings(Environment& env, const ReplaySettings& s);

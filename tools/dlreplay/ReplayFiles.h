@@ -4,10 +4,13 @@
 // DLRR_SERVE_FILES), and after the job says what was served and what the job wrote.
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "replayer/FileServer.h"
 #include "tools/common/Json.h"
+#include "tools/common/Sandbox.h"
 
 namespace dlrr {
 
@@ -22,9 +25,16 @@ class ReplayFiles {
   // Whatever way dlreplay ends (the command cannot run, an error), a scratch directory it
   // made is not left behind unless the job wrote into it.
   ~ReplayFiles();
-  // Returns 0, or the exit code after printing why (the scratch cannot be made, the trace's
-  // files cannot be rebuilt).
-  int prepare(Trace& trace, const ReplayOptions& o, std::map<std::string, std::string>& env);
+  // Returns 0, or the exit code after printing why (the scratch cannot be made or is not new
+  // or empty, the trace's files cannot be rebuilt). Also makes the job's sandbox (Sandbox.h),
+  // through which `writable` (dlreplay's own files: the report) stay the real ones, unless
+  // `weakWhy` says why not (then, or when the kernel refuses, the libc layer alone).
+  int prepare(Trace& trace, const ReplayOptions& o, std::map<std::string, std::string>& env,
+              const std::vector<std::string>& writable, const std::string& weakWhy);
+  // The job's sandbox, or null (isolation by the libc hooks alone: isolation() says why).
+  const tools::Sandbox* sandbox() const { return sandbox_.get(); }
+  // "kernel: ..." or "libc hooks only (weak): WHY", for every report.
+  const std::string& isolation() const { return isolation_; }
   // One or more "dlreplay: files: ..." lines (nothing before prepare()).
   void print(std::FILE* out) const;
   // "files": {...} in the --json report.
@@ -36,6 +46,8 @@ class ReplayFiles {
   std::string scratch_;
   bool ownScratch_ = false;  // made here (not --scratch): removed when the job wrote nothing
   ServedTree tree_;
+  std::unique_ptr<tools::Sandbox> sandbox_;
+  std::string isolation_;
   bool ready_ = false;
 };
 

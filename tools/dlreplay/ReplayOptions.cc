@@ -4,11 +4,24 @@
 
 #include "replayer/ReplayTarget.h"
 #include "tools/dlreplay/ReplayPlan.h"
+#include "tools/dlreplay/WhatIf.h"
 
 namespace dlrr {
+namespace {
+
+// debugpy, debugpy:PORT or debugpy:HOST:PORT (the hook listens there; default 127.0.0.1:5678).
+bool validDebugpy(const std::string& d) {
+  if (d == "debugpy") return true;
+  if (d.rfind("debugpy:", 0) != 0) return false;
+  std::string port = d.substr(d.rfind(':') + 1);
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos) return false;
+  return std::stoi(port) <= 65535 && d.find_first_of(" \t\n") == std::string::npos;
+}
+
+}  // namespace
 
 const char* const kReplayUsage =
-    "usage: dlreplay [options] TRACE [--until TARGET] [--debug pdb|gdb|wait] [-- CMD ...]\n"
+    "usage: dlreplay [options] TRACE [--until TARGET] [--debug pdb|gdb|wait|debugpy] [-- CMD ...]\n"
     "\n"
     "Replays a dlrecord trace bit for bit: entropy, DataLoader batches and RNG states come from\n"
     "the trace (the dataset need not exist), every step is checked against the recording, and\n"
@@ -31,6 +44,9 @@ const char* const kReplayUsage =
     "                        prints the stack and ends)\n"
     "                   wait: pause at the stop, print the PID and attach commands; resumes\n"
     "                        when the debugger detaches or on SIGCONT/SIGUSR1\n"
+    "                   debugpy[:[HOST:]PORT]: at the stop, wait for a DAP client (VS Code's\n"
+    "                        Python: Remote Attach) on HOST:PORT (default 127.0.0.1:5678; port 0:\n"
+    "                        any free one), printing the address; needs python3-debugpy\n"
     "  --check          replay to the recorded failure and say whether it is deterministic:\n"
     "                   'deterministic: reproduced at step N' (exit 0) or 'not reproduced' (13)\n"
     "  --stream NAME    the recorded process to replay (default: the one that trained)\n"
@@ -43,16 +59,31 @@ const char* const kReplayUsage =
     "  --serve-files WHEN  files the recording read (listings, stat, small files, the bytes\n"
     "                   used of large ones): missing (default) served where the path is\n"
     "                   missing here; always: instead of what is here; never\n"
-    "  --scratch DIR    where the replayed job's writes go (default: a new dlreplay-* directory\n"
-    "                   in $TMPDIR or /tmp); your files are never modified\n"
+    "  --serve-code     also serve code the trace holds (.py, .pyc, .pth, .so, zip archives, files\n"
+    "                   under PYTHONPATH or library paths); default: never, a trace is data\n"
+    "  --serve-budget BYTES  most bytes serving may write (default: 256 MiB + 16x the trace's\n"
+    "                   size; runs of zeros are holes and cost nothing)\n"
+    "  --scratch DIR    where the replayed job's writes go, new or empty (default: a new\n"
+    "                   dlreplay-* directory in $TMPDIR or /tmp); your files are never modified:\n"
+    "                   the job runs on an overlay of this machine's files (kernel namespaces)\n"
+    "  --net host|none  the job's network: none (default; host with --debug debugpy) is loopback\n"
+    "                   only; host is this machine's\n"
     "  --yes            consent to run the recorded command of a trace from another host/user\n"
     "  --dry-run        show the command and environment changes, run nothing\n"
     "  --json           print the report as one JSON line on stdout, after the job's output\n"
+    "  --what-if CHANGE replay the recorded failure with one change, from the failing step (or\n"
+    "                   the --from step) on, unverified, and say whether it recurs: drop-sample=I\n"
+    "                   (dataset index I left out of its batches), skip-step (no update at the\n"
+    "                   first step), lr-scale=F (each update's learning rate times F),\n"
+    "                   clip-grad=F (gradient norm clipped to F before each update), fp32\n"
+    "                   (autocast off), anomaly (autograd anomaly detection on)\n"
+    "  --steps N        with --what-if: replay N steps with the change (default: to the end)\n"
     "  -q, --quiet      no progress line, no environment warnings\n"
     "  -h, --help       this help;  --version  the version\n"
     "\n"
     "exit status: 0 target reached, every step verified; 10 target not reached; 11 divergence;\n"
     "12 the replayed process never attached; 13 --check: the failure did not reproduce;\n"
+    "14 the trace was cut short and the replay reached its end; 15 --what-if: the failure recurred;\n"
     "9 consent needed; 2 usage; 3 I/O error; 4 not a trace; 5 newer trace format;\n"
     "6 corrupt trace; 7 no such step/stream/failure; 8 internal error;\n"
     "126/127 the command cannot be run / found.\n";
@@ -71,11 +102,16 @@ ReplayOptions parseReplayOptions(const std::vector<std::string>& argv) {
                           {"--rank", T::Value},
                           {"--serve-files", T::Value},
                           {"--scratch", T::Value},
+                          {"--net", T::Value},
+                          {"--serve-code", T::Flag},
+                          {"--serve-budget", T::Value},
                           {"--all-ranks", T::Flag},
                           {"--yes", T::Flag},
                           {"--check", T::Flag},
                           {"--dry-run", T::Flag},
                           {"--json", T::Flag},
+                          {"--what-if", T::Value},
+                          {"--steps", T::Value},
                           {"--quiet", T::Flag, "-q"}},
                          tools::Args::Layout::Command);
   ReplayOptions o;
@@ -85,8 +121,8 @@ ReplayOptions parseReplayOptions(const std::vector<std::string>& argv) {
     if (o.from.empty() || !validJumpFrom(o.from)) throw UsageError("--from takes snapshot, start or step=N");
   }
   o.debug = args.value("--debug").value_or("");
-  if (args.has("--debug") && o.debug != "pdb" && o.debug != "gdb" && o.debug != "wait")
-    throw UsageError("--debug must be pdb, gdb or wait (got '" + o.debug + "')");
+  if (args.has("--debug") && o.debug != "pdb" && o.debug != "gdb" && o.debug != "wait" && !validDebugpy(o.debug))
+    throw UsageError("--debug must be pdb, gdb, wait, debugpy or debugpy:[HOST:]PORT (got '" + o.debug + "')");
   o.stream = args.value("--stream").value_or("");
   try {
     if (auto r = args.intValue("--rank", 0, 1 << 24)) o.rank = static_cast<int>(*r);
@@ -101,6 +137,18 @@ ReplayOptions parseReplayOptions(const std::vector<std::string>& argv) {
   if (auto v = args.value("--scratch")) {
     o.scratch = *v;
     if (o.scratch.empty()) throw UsageError("--scratch needs a directory");
+  }
+  if (auto v = args.value("--net")) {
+    if (*v != "host" && *v != "none") throw UsageError("--net must be host or none (got '" + *v + "')");
+    o.hostNetwork = *v == "host";
+  } else if (validDebugpy(o.debug)) {
+    o.hostNetwork = true;  // the DAP client attaches from this machine's network, not the sandbox's
+  }
+  o.serveCode = args.has("--serve-code");
+  try {
+    if (auto b = args.intValue("--serve-budget", 0, int64_t{1} << 50)) o.serveBudget = static_cast<uint64_t>(*b);
+  } catch (const UsageError&) {
+    throw UsageError("--serve-budget must be a number of bytes (got '" + *args.value("--serve-budget") + "')");
   }
   o.allRanks = args.has("--all-ranks");
   o.yes = args.has("--yes");
@@ -128,6 +176,22 @@ ReplayOptions parseReplayOptions(const std::vector<std::string>& argv) {
   if (o.allRanks && !o.debug.empty())
     throw UsageError("--all-ranks runs without a debugger (replay one rank with --rank R --debug ...)");
   if (o.allRanks && o.check) throw UsageError("--check replays one process; use --rank R --check");
+  if (auto v = args.value("--what-if")) {
+    o.whatIf = parseWhatIf(*v).text();
+    if (o.check || !o.debug.empty() || o.allRanks || (!o.until.empty() && o.until != "nan"))
+      throw UsageError(
+          "--what-if replays the recorded non-finite failure alone: no --check, --debug, --all-ranks "
+          "or --until other than nan");
+    o.until = "nan";
+  }
+  if (args.has("--steps")) {
+    if (o.whatIf.empty()) throw UsageError("--steps goes with --what-if");
+    try {
+      o.whatIfSteps = args.intValue("--steps", 1, int64_t{1} << 40);
+    } catch (const UsageError&) {
+      throw UsageError("--steps must be a number of steps, 1 or more (got '" + *args.value("--steps") + "')");
+    }
+  }
   if (!o.until.empty()) {
     std::string err;
     if (!parseReplayTarget(o.until, err)) throw UsageError(err);

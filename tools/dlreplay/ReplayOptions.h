@@ -3,6 +3,7 @@
 // Parsing is separate from running so that it can be fuzzed (tests/fuzz/fuzz_cli.cc): it
 // never prints or exits. What needs the trace (a step beyond it, a rank it lacks) is checked
 // later, by main.
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,13 +25,18 @@ struct ReplayOptions {
   std::string stream;
   std::optional<int> rank;  // 0..2^24
   bool allRanks = false;
-  std::string serveFiles = "missing";  // missing | always | never
-  std::string scratch;                 // "" = a fresh directory in $TMPDIR
+  std::string serveFiles = "missing";   // missing | always | never
+  std::string scratch;                  // "" = a fresh directory in $TMPDIR; else new or empty
+  bool hostNetwork = false;             // --net host: the job keeps this machine's network
+  bool serveCode = false;               // --serve-code: serve .py/.so/... the trace holds too
+  std::optional<uint64_t> serveBudget;  // --serve-budget BYTES
   bool yes = false;
   bool check = false;
   bool dryRun = false;
   bool json = false;
   bool quiet = false;
+  std::string whatIf;                  // --what-if INTERVENTION (WhatIf.h), checked; "" for none
+  std::optional<int64_t> whatIfSteps;  // --steps N: steps replayed with the change (default: to the end)
   std::vector<std::string> command;
 };
 

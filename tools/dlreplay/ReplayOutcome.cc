@@ -37,6 +37,10 @@ ReplayOutcome decideReplayOutcome(const ReplayFacts& f) {
   const int status = WIFEXITED(f.waitStatus) ? WEXITSTATUS(f.waitStatus) : died ? 128 + sig : -1;
   const bool raised = rep.exception.has_value();
   const bool recordedRaised = f.recordedFailureKind == "exception";
+  // The same failure is an exception of the recorded type (the report holds "Type: message").
+  const bool sameException =
+      raised && recordedRaised &&
+      (f.recordedExceptionType.empty() || rep.exception->rfind(f.recordedExceptionType + ":", 0) == 0);
   const bool recordedDied = f.recordedFailureKind == "signal";
   // What the replayed process did at its end, named: the signal, the exception and where, the status.
   std::string ended;
@@ -54,17 +58,23 @@ ReplayOutcome decideReplayOutcome(const ReplayFacts& f) {
     r.exitCode = kNoReplay;
     r.message = "the replayed process never attached to the trace (is it the recorded program? did it import torch?)";
   } else if (rep.divergence && f.jumpStep >= 0 && rep.divergence->step == f.jumpStep) {
-    // The first step after the jump is where state the snapshot could not restore shows.
+    // The first step after the jump is where state the snapshot could not restore shows. When
+    // the snapshot itself was not loaded whole, that is the cause to name, not Python-side state.
     r.exitCode = kDivergence;
+    auto unrestored = std::find_if(rep.warnings.begin(), rep.warnings.end(),
+                                   [](const std::string& w) { return w.rfind("jump: not restored", 0) == 0; });
     r.message = "jump replay diverged after the jump at step " + std::to_string(f.jumpStep) + ": " +
                 tools::printableSummary(rep.divergence->detail, kTextMax) +
-                "; state outside modules/optimizers/schedulers (Python-side values, code that depends on the "
-                "fast-forwarded steps' results) was not restored; run with --from start for a full replay";
+                (unrestored != rep.warnings.end()
+                     ? "; the snapshot was not loaded whole (" + tools::printableSummary(*unrestored, kTextMax) + ")"
+                     : "; state outside modules/optimizers/schedulers (Python-side values, code that depends on the "
+                       "fast-forwarded steps' results) was not restored") +
+                "; run with --from start for a full replay";
   } else if (rep.divergence) {
     r.exitCode = kDivergence;
     // An exception or a signal the recording did not have is the cause of what the step then
     // lacked (its loss, its outputs): name it first.
-    if ((raised && !recordedRaised) || (died && !(recordedDied && sig == f.recordedSignal)))
+    if ((raised && !sameException) || (died && !(recordedDied && sig == f.recordedSignal)))
       r.message = "diverged at step " + std::to_string(rep.divergence->step) + ": the replayed job " + ended +
                   " where the recording did not; " + lastVerified(r.verified, f.jumpStep);
     else
@@ -73,10 +83,19 @@ ReplayOutcome decideReplayOutcome(const ReplayFacts& f) {
   } else if (stop == ReplayReport::Stop::Target) {
     r.exitCode = kOk;
     r.message = "reached " + f.targetText;
+  } else if (stop == ReplayReport::Stop::EndOfRecording && !f.traceCut.empty()) {
+    // Nothing past a cut trace can be checked: its own exit code, never success, never "diverged".
+    r.exitCode = kTraceCut;
+    r.message =
+        (f.target == ReplayTarget::Kind::End ? std::string("the trace was cut short (")
+                                             : "the trace ends before " + f.targetText + ": it was cut short (") +
+        tools::printableSummary(f.traceCut, kTextMax) + ")" +
+        (rep.stopWhere ? "; " + tools::printableSummary(*rep.stopWhere, kTextMax) : "") + "; " +
+        lastVerified(r.verified, f.jumpStep);
   } else if (stop == ReplayReport::Stop::EndOfRecording) {
     r.message = "ran past the end of the recording before reaching " + f.targetText;
   } else if (f.target == ReplayTarget::Kind::Crash &&
-             ((recordedDied && died && sig == f.recordedSignal) || (recordedRaised && raised))) {
+             ((recordedDied && died && sig == f.recordedSignal) || sameException)) {
     r.exitCode = kOk;
     r.message = died ? "reproduced the crash: " + std::string(strsignal(sig))
                      : "reproduced the exception: " + tools::printableSummary(rep.exception.value_or(""), kTextMax);
@@ -84,13 +103,16 @@ ReplayOutcome decideReplayOutcome(const ReplayFacts& f) {
     // The process ended without a stop at the target. Where the recording ended the same way
     // (same exception kind, signal or status) this is the end; anything else is a divergence.
     const bool sameEnd = died     ? recordedDied && sig == f.recordedSignal
-                         : raised ? recordedRaised
+                         : raised ? sameException
                                   : !f.recordedExit || status == *f.recordedExit;
     const bool atEnd = f.target == ReplayTarget::Kind::End && stop == ReplayReport::Stop::Exit;
     if (!sameEnd) {
       r.exitCode = kDivergence;
-      std::string recorded = recordedDied     ? "was killed by " + signalText(f.recordedSignal)
-                             : recordedRaised ? "raised an exception"
+      std::string recorded = recordedDied ? "was killed by " + signalText(f.recordedSignal)
+                             : recordedRaised
+                                 ? "raised " + (f.recordedExceptionType.empty()
+                                                    ? std::string("an exception")
+                                                    : tools::printableSummary(f.recordedExceptionType, kTextMax))
                              : f.recordedExit ? "exited with status " + std::to_string(*f.recordedExit)
                                               : "did not";
       r.message = "diverged: the replayed job " + ended + "; the recording " + recorded + "; " +

@@ -30,6 +30,7 @@ enum : int {
   kDivergence = 11,     // the replay did what the recording did not (a step, an exit, an exception, a signal)
   kNoReplay = 12,       // the replayed process never attached to the trace (e.g. not the same program)
   kNotReproduced = 13,  // --check: the recorded failure did not happen again
+  kTraceCut = 14,       // the replay reached the end of a trace cut short (job killed, recording stopped)
 };
 
 struct ReplayFacts {
@@ -40,8 +41,10 @@ struct ReplayFacts {
   uint64_t recordedSteps = 0;
   std::string recordedFailureKind;  // "exception", "signal", "nonfinite", ... or empty
   int recordedSignal = 0;
-  std::optional<int> recordedExit;  // the recorded job's exit status (128+N: signal N)
-  int64_t jumpStep = -1;            // jump replay: the snapshot's step (steps before it not verified)
+  std::string recordedExceptionType;  // "exception": its type as recorded ("KeyError", "mod.Error")
+  std::optional<int> recordedExit;    // the recorded job's exit status (128+N: signal N)
+  int64_t jumpStep = -1;              // jump replay: the snapshot's step (steps before it not verified)
+  std::string traceCut;               // traceCutReason(): why the trace ends early, "" when it does not
 };
 
 struct ReplayOutcome {

@@ -21,6 +21,13 @@ std::string describe(const SnapshotInfo& s) {
   return "snapshot of step " + std::to_string(s.step) + (s.failure ? " (the failure snapshot)" : "");
 }
 
+// Said whichever way the snapshot was chosen (--from step=N included): what is not verified.
+std::string fastForwarded(int64_t step) {
+  if (step <= 0) return "";
+  return step == 1 ? ": step 0 is fast-forwarded (not verified)"
+                   : ": steps 0-" + std::to_string(step - 1) + " are fast-forwarded (not verified)";
+}
+
 }  // namespace
 
 bool validJumpFrom(const std::string& from) {
@@ -46,7 +53,7 @@ std::optional<JumpPlan> planJump(const std::vector<SnapshotInfo>& snapshots, Rep
           return std::nullopt;
         }
         plan.jumpStep = s.step;
-        plan.why = "jumping to the " + describe(s);
+        plan.why = "jumping to the " + describe(s) + fastForwarded(s.step);
         return plan;
       }
     error = "the trace holds no snapshot of step " + std::to_string(*want);
@@ -82,8 +89,7 @@ std::optional<JumpPlan> planJump(const std::vector<SnapshotInfo>& snapshots, Rep
     return plan;
   }
   plan.jumpStep = best->step;
-  plan.why = "jumping to the " + describe(*best) + ": steps 0-" + std::to_string(best->step - 1) +
-             " are fast-forwarded (not verified)";
+  plan.why = "jumping to the " + describe(*best) + fastForwarded(best->step);
   return plan;
 }
 

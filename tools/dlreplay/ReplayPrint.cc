@@ -51,6 +51,11 @@ void printReplayText(const ReplayResult& r, const ReplayFiles& files) {
     if (r.determinismUnshown)
       std::fprintf(stderr, "dlreplay: triage: %s [%s]; determinism not known: this replay did not reproduce it\n",
                    ci.name, triage::dimensionName(r.triage.dimension));
+    else if (!r.determinism.empty() && r.triage.determinism == triage::Determinism::Deterministic)
+      // Racing trainers or unrecorded processes: one stream reproducing it shows no determinism,
+      // so the category's "replay reproduces it bit for bit" is not said either.
+      std::fprintf(stderr, "dlreplay: triage: %s [%s]; determinism cannot be claimed for this job\n", ci.name,
+                   triage::dimensionName(r.triage.dimension));
     else
       std::fprintf(stderr, "dlreplay: triage: %s [%s]%s%s%s%s\n", ci.name, triage::dimensionName(r.triage.dimension),
                    kind, *ci.why ? " (" : "", ci.why, *ci.why ? ")" : "");
@@ -73,6 +78,13 @@ void printReplayText(const ReplayResult& r, const ReplayFiles& files) {
     }
     printLines(("dlreplay:   " + name + ": ").c_str(), v);
   }
+  // The failure explained (nan target): in reading order, not the report's key order.
+  const auto entries = reportEntries(r.report);
+  if (entries.count("explain.op") || entries.count("explain.cause"))
+    std::fprintf(stderr, "dlreplay: the first non-finite value, replayed op by op:\n");
+  for (const char* k : {"explain.op", "explain.line", "explain.inputs", "explain.cause", "explain.history"})
+    if (auto it = entries.find(k); it != entries.end())
+      printLines(("dlreplay:   " + std::string(k + 8) + ": ").c_str(), it->second);
   files.print(stderr);
   std::string warnings;  // one a line, as printLines splits them
   for (const auto& w : r.report.warnings) warnings += (warnings.empty() ? "" : "\n") + w;
@@ -86,6 +98,7 @@ void printReplayJson(const ReplayResult& r, const ReplayFiles& files) {
   j.field("outcome", r.exitCode == kOk           ? "reached"
                      : r.exitCode == kDivergence ? "divergence"
                      : r.exitCode == kNoReplay   ? "not-attached"
+                     : r.exitCode == kTraceCut   ? "trace-cut"
                                                  : "not-reached");
   j.field("exit_code", r.exitCode);
   j.field("target", r.target);

@@ -8,6 +8,7 @@
 #include <kj/exception.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +39,10 @@
 #include "tools/dlreplay/ReplayOutcome.h"
 #include "tools/dlreplay/ReplayPrint.h"
 #include "tools/dlreplay/ReplaySelection.h"
+#include "tools/dlreplay/SourceCheck.h"
+#include "tools/dlreplay/TraceEnd.h"
+#include "tools/dlreplay/TraceOrigin.h"
+#include "tools/dlreplay/WhatIf.h"
 #include "triage/Classifier.h"
 
 namespace dlrr {
@@ -90,46 +95,75 @@ class TempFile {
   std::string path_;
 };
 
+// A private temporary directory (mkdtemp) for dlreplay's own files (the report and its
+// siblings), removed with what is in it when dlreplay is done: the one place the replayed job
+// writes through its sandbox to.
+class TempDir {
+ public:
+  explicit TempDir(const char* pattern) : path_(pattern) {
+    if (!::mkdtemp(path_.data())) path_.clear();
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  bool ok() const { return !path_.empty(); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::string summarizeNames(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
 void say(const std::vector<std::string>& lines) {
   for (const auto& l : lines) std::fprintf(stderr, "dlreplay: %s\n", l.c_str());
 }
 
 // What dlreplay shows before running anything (the command, where, to what target), and the
 // consent a foreign trace needs. Returns 0 to go on, else the exit code.
-int announce(const ReplaySelection& s, const ReplayOptions& o, Trace& trace, int rankPort) {
-  auto ti = s.launcher->header().getTrace();
-  std::string host = ti.getHost().cStr();
-  bool foreign = host != hostName() || ti.getUid() != ::getuid();
+// Every recorded string printed goes through printable(): a trace cannot erase or fake the
+// line the user is asked to check with terminal escapes.
+int announce(const ReplaySelection& s, const ReplayOptions& o, Trace& trace, int rankPort, const TraceOrigin& origin) {
+  using tools::printable;
   for (const auto& l : s.rankLaunches)
     std::fprintf(stderr, "dlreplay: %s rank %d: %s\n", o.dryRun ? "would run" : "running", l.rank,
-                 tools::joinCommand(l.argv).c_str());
+                 printable(tools::joinCommand(l.argv)).c_str());
   if (s.rankLaunches.empty())
     std::fprintf(stderr, "dlreplay: %s %s\n", o.dryRun ? "would run" : "running",
-                 tools::joinCommand(s.command).c_str());
+                 printable(tools::joinCommand(s.command)).c_str());
   if (!s.rankLaunches.empty())
     std::fprintf(stderr,
                  "dlreplay:   in %s, every rank (%zu) started by dlreplay as it was started (by hand, no launcher "
                  "recorded), meeting at 127.0.0.1:%d, each replaying its own stream to %s\n",
-                 s.cwd.c_str(), s.rankLaunches.size(), rankPort, s.target.describe().c_str());
+                 printable(s.cwd).c_str(), s.rankLaunches.size(), rankPort, s.target.describe().c_str());
   else if (s.allRanks)
-    std::fprintf(stderr, "dlreplay:   in %s, every rank (%zu) replaying its own stream to %s\n", s.cwd.c_str(),
-                 s.ranks.ranks.size(), s.target.describe().c_str());
+    std::fprintf(stderr, "dlreplay:   in %s, every rank (%zu) replaying its own stream to %s\n",
+                 printable(s.cwd).c_str(), s.ranks.ranks.size(), s.target.describe().c_str());
   else
-    std::fprintf(stderr, "dlreplay:   in %s, replaying stream %s to %s\n", s.cwd.c_str(), s.stream->name().c_str(),
-                 s.target.describe().c_str());
+    std::fprintf(stderr, "dlreplay:   in %s, replaying stream %s to %s\n", printable(s.cwd).c_str(),
+                 printable(s.stream->name()).c_str(), s.target.describe().c_str());
   if (s.jump.jumpStep >= 0) std::fprintf(stderr, "dlreplay:   %s\n", s.jump.why.c_str());
   // Several trainers at once, or processes that were not recorded: said once, before the
   // verdict, which is about this stream only.
   if (!s.concurrencyCaveat.empty() && !o.quiet)
     std::fprintf(stderr, "dlreplay: note: %s\n", s.concurrencyCaveat.c_str());
+  if (s.stream)
+    for (const auto& w : changedSources(*s.stream)) std::fprintf(stderr, "dlreplay: warning: %s\n", w.c_str());
   if (s.rank && s.ranks.origin && s.ranks.origin->rank != s.rank->rank && s.rank->failureReceived)
     std::fprintf(stderr, "dlreplay: note: rank %d received its non-finite values; they began on %s\n", s.rank->rank,
                  formatOrigin(*s.ranks.origin).c_str());
-  if (foreign && !s.explicitCommand && !o.yes && !o.dryRun) {
+  if (origin.foreign && !s.explicitCommand && !o.yes && !o.dryRun) {
     std::fprintf(stderr,
-                 "dlreplay: this trace was recorded by %s on %s, not by you on this host; check the command above,\n"
+                 "dlreplay: this trace is not yours: %s; check the command above,\n"
                  "dlreplay: then rerun with --yes to run it, or give your own command after '--'\n",
-                 ti.getUser().cStr(), host.c_str());
+                 origin.why.c_str());
     return kConsent;
   }
   if (!o.quiet)
@@ -220,7 +254,8 @@ int run(int argc, char** argv) {
     std::perror("dlreplay: no free local port for the ranks' rendezvous");
     return kIo;
   }
-  if (int rc = announce(s, o, *trace, rankPort)) return rc;
+  const TraceOrigin origin = traceOrigin(o.trace, s.launcher->header().getTrace(), hostName());
+  if (int rc = announce(s, o, *trace, rankPort, origin)) return rc;
 
   // 2. The job's environment (ReplayEnvironment.h).
   InstallPaths paths;
@@ -231,10 +266,21 @@ int run(int argc, char** argv) {
     return kIo;
   }
   std::string gpuNote;
+  // A foreign trace's environment does not choose the code the replay loads, unless consented.
+  std::vector<std::string> withheld;
   Environment env = recordedEnvironment(
-      s.launcher->header().getTrace(), paths, [](const char* k) { return std::getenv(k); }, gpuNote);
-  if (!gpuNote.empty()) std::fprintf(stderr, "dlreplay: %s\n", gpuNote.c_str());
-  TempFile report("/tmp/dlreplay-report-XXXXXX");
+      s.launcher->header().getTrace(), paths, [](const char* k) { return std::getenv(k); }, gpuNote,
+      !origin.foreign || o.yes, &withheld);
+  if (!gpuNote.empty()) std::fprintf(stderr, "dlreplay: %s\n", tools::printable(gpuNote).c_str());
+  if (!withheld.empty())
+    std::fprintf(stderr, "dlreplay: note: %s are this machine's, not the trace's (%s; --yes uses the trace's)\n",
+                 tools::printable(summarizeNames(withheld)).c_str(), origin.why.c_str());
+  TempDir own("/tmp/dlreplay-own-XXXXXX");
+  if (!own.ok()) {
+    std::perror("dlreplay: mkdtemp");
+    return kIo;
+  }
+  TempFile report((own.path() + "/report-XXXXXX").c_str());
   if (!report.ok()) {
     std::perror("dlreplay: mkstemp");
     return kIo;
@@ -255,14 +301,26 @@ int run(int argc, char** argv) {
   settings.library = paths.library;
   settings.debug = o.debug;
   settings.progress = o.debug.empty() && !o.json && !o.quiet && ::isatty(2);
+  if (!o.whatIf.empty()) {
+    // The change starts at the failing step, or where --from asked verification to start.
+    settings.whatIf = o.whatIf;
+    int64_t failing = s.summary.failure ? s.summary.failure->step : 0;
+    settings.whatIfFrom = o.from.empty() || o.from == "snapshot" ? failing : std::max<int64_t>(s.jump.jumpStep, 0);
+    settings.whatIfSteps = o.whatIfSteps.value_or(0);
+  }
   applyReplaySettings(env, settings);
   if (o.dryRun) {
     for (const char* k : {"LD_PRELOAD", "PYTHONPATH", "DLRR_MODE", "DLRR_TRACE", "DLRR_REPLAY_STREAM", "DLRR_UNTIL"})
-      std::fprintf(stderr, "dlreplay:   %s=%s\n", k, env[k].c_str());
+      std::fprintf(stderr, "dlreplay:   %s=%s\n", k, tools::printable(env[k]).c_str());
     return kOk;
   }
   ReplayFiles files;  // served files and the scratch directory for the job's writes
-  if (int rc = files.prepare(*trace, o, env)) return rc;
+  // Every process of the job in a sandbox (tools/common/Sandbox.h), but where one cannot hold
+  // what the replay needs.
+  std::string weakWhy = !s.rankLaunches.empty() ? "the ranks dlreplay starts by hand do not share one sandbox yet"
+                        : o.debug == "wait"     ? "--debug wait: a debugger attaches to the job from outside"
+                                                : "";
+  if (int rc = files.prepare(*trace, o, env, {own.path()}, weakWhy)) return rc;
   RankReports rankReports;
   if (s.allRanks) rankReports = makeRankReports(s.ranks, report.path());
 
@@ -270,7 +328,7 @@ int run(int argc, char** argv) {
   std::vector<std::string> full = s.command;
   std::optional<TempFile> gdbStatus;
   if (o.debug == "gdb") {
-    gdbStatus.emplace("/tmp/dlreplay-gdb-XXXXXX");
+    gdbStatus.emplace((own.path() + "/gdb-XXXXXX").c_str());
     if (!gdbStatus->ok()) {
       std::perror("dlreplay: mkstemp");
       return kIo;
@@ -286,6 +344,7 @@ int run(int argc, char** argv) {
   spec.env = environmentStrings(env);
   spec.cwd = s.cwd;
   spec.passSignalsOn = o.debug != "pdb" && o.debug != "gdb";  // an interactive debugger owns Ctrl-C
+  spec.sandbox = files.sandbox();
   tools::ChildResult child;
   try {
     child = tools::launch(spec);
@@ -313,6 +372,15 @@ int run(int argc, char** argv) {
   if (gdbStatus) status = jobStatusUnderGdb(gdbStatus->path(), status);
 
   // 4. The outcome (ReplayOutcome.h), --check's verdict (Check.h), and what is printed.
+  if (!o.whatIf.empty()) {  // its own verdict: the steps with the change are not a replay's to verify
+    ReplayReport wr = readReplayReportFile(report.path());
+    WhatIfOutcome wo = decideWhatIf(wr, status, o.whatIf);
+    if (o.json)
+      printWhatIfJson(wr, wo, o.whatIf, files);
+    else
+      printWhatIfText(wr, wo, files);
+    return wo.exitCode;
+  }
   ReplayResult r;
   r.report = readReplayReportFile(report.path());
   ReplayFacts rf;
@@ -324,9 +392,12 @@ int run(int argc, char** argv) {
   if (s.summary.failure) {
     rf.recordedFailureKind = s.summary.failure->kind;
     rf.recordedSignal = s.summary.failure->signal;
+    rf.recordedExceptionType = s.summary.failure->exceptionType;
   }
   rf.recordedExit = s.facts.exitCode;
   rf.jumpStep = s.jump.jumpStep;
+  for (const auto& p : s.summary.processes)
+    if (s.stream && p.name == s.stream->name()) rf.traceCut = traceCutReason(p, s.summary.exitCode, s.summary.notes);
   r.outcome = decideReplayOutcome(rf);
   r.exitCode = r.outcome.exitCode;
   r.target = s.target.describe();

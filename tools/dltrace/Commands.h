@@ -27,6 +27,8 @@ CommandDef verifyCommand();
 CommandDef triageCommand();   // TriageCommand.cc
 CommandDef envCommand();      // EnvCommand.cc
 CommandDef envDiffCommand();  // EnvCommand.cc
+CommandDef reportCommand();   // ReportCommand.cc
+CommandDef exportCommand();   // ExportCommand.cc
 
 // Opens a trace for the commands: streams that cannot be opened are skipped with a warning
 // (verify and info report them instead, with warnBroken = false).

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "format/Trace.h"
 #include "format/UniqueFd.h"
@@ -199,8 +200,22 @@ void forEachEventOfStep(StreamReader& s, int64_t step, const std::function<void(
       from);
 }
 
+// The output never goes into the trace it is read from (it would replace or add a stream).
+void refuseOutputInsideTrace(const std::string& out, const std::string& trace) {
+  if (out == "-") return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path dir = fs::weakly_canonical(fs::absolute(trace, ec), ec);
+  fs::path file = fs::weakly_canonical(fs::absolute(out, ec), ec);
+  std::string d = dir.string(), f = file.string();
+  if (!d.empty() && (f == d || (f.size() > d.size() && f.compare(0, d.size(), d) == 0 && f[d.size()] == '/')))
+    throw UsageError("-o " + printable(out) + " is inside the trace " + printable(trace) +
+                     " it reads; write it elsewhere");
+}
+
 int run(const Args& args, Output&) {
   const DumpOptions opts = checkDumpOptions(args);
+  refuseOutputInsideTrace(opts.outFile, args.trace());
   auto trace = openTraceForTool(args.trace());
   StreamReader& s = selectStream(*trace, args.value("--stream"));
   warnIfDamaged(s);
@@ -216,6 +231,16 @@ int run(const Args& args, Output&) {
       std::string what =
           path ? "field '" + printable(*path) + "' of the batch of " + stepText : "the batch of " + stepText;
       if (!path) {
+        // An (inputs, targets) batch, the most common shape: its first field, the inputs, and
+        // a note naming the others. Anything else needs a PATH.
+        const bool seq = root.isTuple() || root.isList();
+        const auto items = root.isTuple() ? root.getTuple() : root.isList() ? root.getList() : root.getTuple();
+        if (seq && items.size() > 0 && items[0].isTensor()) {
+          warn("the batch of " + stepText + " is a " + kindOf(root) + " (" + pathList(root) +
+               "); dumped field 0 (--batch 1 for the next)");
+          target = targetFromValue(items[0], "field '0' of the batch of " + stepText);
+          return;
+        }
         if (!root.isTensor() && root.which() != schema::Value::INT && root.which() != schema::Value::FLOAT &&
             root.which() != schema::Value::BOOL && root.which() != schema::Value::BYTES)
           throw UsageError("the batch of " + stepText + " is a " + kindOf(root) +
@@ -262,6 +287,7 @@ int run(const Args& args, Output&) {
     target = matches.front();
   } else {
     std::string path = *args.value("--tensor");
+    if (path == "<root>") path.clear();  // a root module's output, as dltrace events names it
     std::optional<schema::TensorDigest::Kind> tkind;
     if (auto k = args.value("--tensor-kind")) tkind = parseTensorKind(*k);
     auto call = args.intValue("--call");
@@ -271,8 +297,9 @@ int run(const Args& args, Output&) {
     forEachEventOfStep(s, opts.step, [&](schema::Event::Reader e) {
       if (!e.isTensor()) return;
       auto t = e.getTensor();
-      std::string label = enumName(t.getKind()) + " '" + printable(t.getPath().cStr()) + "' call " +
-                          std::to_string(t.getCallIndex()) + " output " + std::to_string(t.getOutput());
+      std::string label = enumName(t.getKind()) + " " +
+                          (t.getPath().size() ? "'" + printable(t.getPath().cStr()) + "'" : std::string("<root>")) +
+                          " call " + std::to_string(t.getCallIndex()) + " output " + std::to_string(t.getOutput());
       seen.push_back(label);
       if (std::string_view(t.getPath().begin(), t.getPath().size()) != path) return;
       if ((tkind && t.getKind() != *tkind) || (call && t.getCallIndex() != *call) ||

@@ -331,7 +331,8 @@ std::string describeEvent(schema::Event::Reader e, const InternTable& names) {
     }
     case E::DIGEST: {
       auto d = e.getDigest();
-      std::string out = enumName(d.getKind()) + " '" + text(d.getPath()) + "'";
+      // A root module's path is empty: named <root>, as dlreplay names it, not ''.
+      std::string out = enumName(d.getKind()) + " " + (d.getPath().size() ? "'" + text(d.getPath()) + "'" : "<root>");
       if (d.getCallIndex()) out += " call " + std::to_string(d.getCallIndex());
       if (d.getOutput()) out += " output " + std::to_string(d.getOutput());
       return out + " " + text(d.getDtype()) + shape(d.getShape()) + " hash " + hex64(d.getHash()) + " nan " +

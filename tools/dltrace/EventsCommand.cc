@@ -102,6 +102,8 @@ uint64_t printStream(StreamReader& s, const Filter& f, Output& out, bool require
 int run(const Args& args, Output& out) {
   Filter f;
   f.step = args.intValue("--step");
+  if (f.step && *f.step < 0)  // '-' (before the first step) is not a step one can ask for
+    throw UsageError("--step must be a step number, 0 or more (got " + std::to_string(*f.step) + ")");
   if (auto k = args.value("--kind")) f.kinds = parseEventKinds(*k);
   f.json = args.has("--json");
   auto trace = openTraceForTool(args.trace());

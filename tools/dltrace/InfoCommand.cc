@@ -10,6 +10,7 @@
 #include "tools/common/Json.h"
 #include "tools/common/Text.h"
 #include "tools/dltrace/Commands.h"
+#include "triage/TraceFacts.h"
 
 namespace dlrr::tools {
 namespace {
@@ -74,7 +75,8 @@ std::string missingRingTensors(const TraceSummary& s) {
 }
 
 void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankReport& ranks, const Concurrency& conc,
-               const std::string& dlrrVersion, const std::vector<SnapshotRow>& snaps) {
+               const std::string& dlrrVersion, const std::vector<SnapshotRow>& snaps,
+               const std::vector<std::string>& culprits) {
   std::string buf;
   JsonWriter j(buf, 2);
   j.beginObject();
@@ -124,6 +126,9 @@ void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
   } else {
     j.null();
   }
+  j.key("culprit_samples").beginArray();
+  for (const auto& c : culprits) j.value(c);
+  j.endArray();
   j.key("processes").beginArray();
   for (const auto& p : s.processes) {
     j.beginObject();
@@ -241,7 +246,8 @@ void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
 }
 
 void writeText(Output& out, Trace& trace, const TraceSummary& s, const RankReport& ranks, const Concurrency& conc,
-               const std::string& dlrrVersion, const std::vector<SnapshotRow>& snaps) {
+               const std::string& dlrrVersion, const std::vector<SnapshotRow>& snaps,
+               const std::vector<std::string>& culprits) {
   out.line("trace       " + printable(trace.path()));
   out.line("format      " + s.formatVersion +
            (dlrrVersion.empty() ? "" : " (written by dlrr " + printable(dlrrVersion) + ")"));
@@ -260,6 +266,7 @@ void writeText(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
   else
     out.line("failure     " +
              (s.failure ? printable(formatFailure(*s.failure)) + " [" + s.failure->stream + "]" : std::string("none")));
+  for (const auto& c : culprits) out.line("culprit     " + printable(c));
   if (std::string m = missingRingTensors(s); !m.empty()) out.line("tensors     " + m);
   if (std::string c = conc.caveat(); !c.empty()) out.line("determinism " + printable(c));
   out.line("size        " + humanBytes(s.fileBytes) + " on disk; " + humanBytes(s.rawBytes) + " raw in " +
@@ -286,7 +293,8 @@ void writeText(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
     std::string state = p.torn ? "torn" : !p.damage.empty() ? "damaged" : p.cleanClose ? "clean" : "unclosed";
     out.line("  " + pad(p.name, 12) + pad(p.role, 9) + pad(std::to_string(p.pid), 8) +
              pad(std::to_string(p.events), 9) + pad(std::to_string(p.steps), 7) +
-             pad(p.exitCode ? std::to_string(*p.exitCode) : "-", 6) + pad(state, 9) + joinArgv(p.argv));
+             pad(p.exitCode ? std::to_string(*p.exitCode) : "-", 6) + pad(state, 9) +
+             joinArgv(p.argv.empty() && p.role == "launcher" ? s.command : p.argv));  // dlrecord runs the command
     if (!p.damage.empty()) out.line(std::string(p.torn ? "      torn tail: " : "      damage: ") + printable(p.damage));
   }
   for (const auto& b : s.broken) out.line("  " + pad(b.name, 12) + "unreadable: " + printable(b.message));
@@ -317,10 +325,20 @@ int run(const Args& args, Output& out) {
   RankReport ranks = analyzeRanks(*trace);
   Concurrency conc = analyzeConcurrency(*trace);
   std::vector<SnapshotRow> snaps = snapshotsOf(*trace, s);
+  // The samples of the first non-finite value's batch that held non-finite values: the culprit.
+  std::vector<std::string> culprits;
+  const FailureInfo* f = ranks.origin ? &ranks.origin->failure : s.failure ? &*s.failure : nullptr;
+  if (f && f->kind == "nonfinite" && f->step >= 0)
+    if (StreamReader* r = trace->find(f->stream)) {
+      try {
+        culprits = triage::nonFiniteSamples(*r, f->step);
+      } catch (const TraceError&) {  // damaged: info still reports the rest
+      }
+    }
   if (args.has("--json"))
-    writeJson(out, *trace, s, ranks, conc, dlrrVersion, snaps);
+    writeJson(out, *trace, s, ranks, conc, dlrrVersion, snaps, culprits);
   else
-    writeText(out, *trace, s, ranks, conc, dlrrVersion, snaps);
+    writeText(out, *trace, s, ranks, conc, dlrrVersion, snaps, culprits);
   return kExitOk;
 }
 

@@ -48,6 +48,7 @@ std::set<schema::Event::Which> parseEventKinds(const std::string& spec) {
 DumpOptions checkDumpOptions(const Args& args) {
   auto step = args.intValue("--step");
   if (!step) throw UsageError("missing --step N");
+  if (*step < 0) throw UsageError("--step must be a step number, 0 or more (got " + std::to_string(*step) + ")");
   int modes = args.has("--batch") + args.has("--rng") + args.has("--tensor");
   if (modes != 1) throw UsageError("give exactly one of --batch [PATH], --rng KIND, --tensor PATH");
   auto outFile = args.value("-o");

@@ -18,8 +18,8 @@ namespace dlrr::tools {
 namespace {
 
 std::vector<CommandDef> allCommands() {
-  return {infoCommand(),   stepsCommand(),  eventsCommand(), dumpCommand(),
-          verifyCommand(), triageCommand(), envCommand(),    envDiffCommand()};
+  return {infoCommand(),   stepsCommand(), eventsCommand(),  dumpCommand(),   verifyCommand(),
+          triageCommand(), envCommand(),   envDiffCommand(), reportCommand(), exportCommand()};
 }
 
 void printMainHelp(std::FILE* f) {

@@ -225,6 +225,8 @@ DLRR_API int dlrr_replay_rng_at_fork(int kind, int device, const uint8_t** data,
 /* A runtime fact of the recording ("torch.num_threads", ...), or NULL. */
 DLRR_API const char* dlrr_replay_runtime_info(const char* key);
 DLRR_API int64_t dlrr_replay_recorded_steps(void);
+/* The last step the recording began (-1: none); a replayed step after it is past the trace. */
+DLRR_API int64_t dlrr_replay_last_step_begun(void);
 /* Jump replay: the step whose snapshot the replay restores (-1: replay from the start), and
  * that snapshot's value in the batch encoding (1 ok, 0 none). Steps before it are
  * fast-forwarded: not verified. */
@@ -248,6 +250,12 @@ typedef struct dlrr_recorded_digest {
 DLRR_API int dlrr_replay_recorded_digests(int64_t step, const dlrr_recorded_digest_t** items, uint64_t* n);
 /* The first divergence, "" when none so far. */
 DLRR_API const char* dlrr_replay_divergence(void);
+/* A divergence the hook found from values the replay computed (kind: dlrr_digest_kind_t, or
+ * -1 for none): kept when it is the first. */
+DLRR_API void dlrr_replay_diverged(int64_t step, int kind, const char* path, const char* detail);
+/* crash target: the recorded exception's type ("" when the recorded failure is not an
+ * exception); *while_loading = 1 when it was raised while a DataLoader loaded a batch. */
+DLRR_API const char* dlrr_replay_recorded_exception(int* while_loading);
 /* Adds a line to the replay report (key "warning" collects warnings). */
 DLRR_API void dlrr_replay_fact(const char* key, const char* value);
 /* Called at the stop: writes the report, then calls dlrr_replay_stopped. */

@@ -60,6 +60,14 @@ class FileCapture:
         lib.dlrr_files_enable()
         for d in _installation_dirs():
             lib.dlrr_files_exclude(d.encode("utf-8", "surrogateescape"))
+        # The job's script, read by the interpreter before recording began: its size and
+        # mtime in the trace let dlreplay say when it changed since (tools/dlreplay/SourceCheck.cc).
+        script = sys.argv[0] if sys.argv and sys.argv[0] not in ("", "-c", "-m") else ""
+        if script.endswith(".py"):
+            try:
+                os.stat(os.path.abspath(script))
+            except (OSError, ValueError):
+                pass
         pause = lib.dlrr_files_pause
         paused = self._paused
         get_ident = threading.get_ident

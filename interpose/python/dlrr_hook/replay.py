@@ -16,13 +16,17 @@ the core.  What replay changes:
                         runs past the recording; then the debugger (--debug) or exit
 
 Targets for `nan`: the recording names what went non-finite first.  A module output: stop
-in a forward pre-hook right before that module's call.  The loss: stop before backward().
-A gradient: the step's backward runs with autograd anomaly detection, which names the
+once that module computed its output, if it is non-finite here too (finite: a divergence).
+The loss: stop before backward(), if it is non-finite here too.  A gradient: the step's backward runs with autograd anomaly detection, which names the
 backward function and the forward line that created it.  A parameter: stop after the
 optimizer update that produced it.  The report also scans the step's batch for samples
-holding non-finite or extreme values.
+holding non-finite or extreme values, and explains the failure (explain.py): the first op whose
+output was non-finite in the failing step, the job's line that called it, its inputs and the
+cause, with the build-up over the recorded steps before it.
 """
 
+import atexit
+import contextlib
 import ctypes
 import math
 import os
@@ -32,10 +36,12 @@ import time
 import warnings
 import weakref
 
-from . import gpu, native, rng as rngmod, runtime
+from . import failures, gpu, native, rng as rngmod, runtime
 from .batches import BatchDecoder
+from .explain import Explainer, history
+from .whatif import WhatIf
 from .modules import fetching
-from .session import Session
+from .session import Session, _flat_tensors
 from .snapshots import restore_tree
 
 _HOOK_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -71,8 +77,14 @@ class ReplayHelpers:
 
     @property
     def module(self):
-        """Path of the module the replay stopped before (nan target), else None."""
+        """Path of the module whose computed output stopped the replay (nan target), else None."""
         return self.where if self._rep.target.kind == native.TARGET_NAN else None
+
+    @property
+    def inputs(self):
+        """nan target: the positional inputs of the failing module's call (re-run it with
+        `module(*dlrr.inputs)` to step into it), else None."""
+        return self._rep._target_inputs
 
     def batch(self):
         """The batch of this step, as served to the job."""
@@ -104,6 +116,36 @@ def _user_frame(start):
     return start
 
 
+class _ClearsProgress:
+    """sys.stdout / sys.stderr of a replay showing a progress line: every write first erases
+    the line (when shown); everything else is the stream's own."""
+
+    def __init__(self, stream, clear, redraw):
+        object.__setattr__(self, "_stream", stream)
+        object.__setattr__(self, "_clear", clear)
+        object.__setattr__(self, "_redraw", redraw)
+
+    def write(self, text):
+        if not text:
+            return self._stream.write(text)
+        self._clear()
+        n = self._stream.write(text)
+        if text.endswith("\n"):  # a whole line out (a terminal's streams flush there anyway): draw it again below
+            self._stream.flush()
+            self._redraw()
+        return n
+
+    def writelines(self, lines):
+        self._clear()
+        return self._stream.writelines(lines)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._stream, name, value)
+
+
 class Replayer(Session):
     """The hook in replay mode (dlrr_mode() == 2): the replay strategy (session.STRATEGY, EXTENSIONS)."""
 
@@ -116,17 +158,31 @@ class Replayer(Session):
         self.debug = os.environ.get("DLRR_DEBUG", "")
         self.progress = os.environ.get("DLRR_PROGRESS") == "1"
         self.recorded_steps = lib.dlrr_replay_recorded_steps()
+        self.last_step_begun = lib.dlrr_replay_last_step_begun()
         self.decoder = None
         self.current_batch = None
         self._batch_meta = None
         self._stopped = False
         self._armed = False
         self._nan_calls = {}
+        self._target_inputs = None  # the failing module's inputs at the nan target (dlrr.inputs)
         self._rng_warned = False
         self._anomaly = None
         self._anomaly_warnings = []
+        self._explainer = None  # the failing step's op-level check (nan target)
+        self._whatif = None  # dlreplay --what-if: the change and what it brought (whatif.py)
         self._last_progress = 0.0
+        self._progress_shown = False
+        self._progress_text = ""
         self._start = time.monotonic()
+        if self.progress:
+            # The progress line shares the terminal with the job's output: erase it before the
+            # job writes, or the job's line would continue it.
+            atexit.register(self._clear_progress)  # dlreplay's report follows on the same terminal
+            if sys.stdout is not None:
+                sys.stdout = _ClearsProgress(sys.stdout, self._clear_progress, self._redraw_progress)
+            if sys.stderr is not None:
+                sys.stderr = _ClearsProgress(sys.stderr, self._clear_progress, self._redraw_progress)
         self._gpu_deferred = False  # device digests checked at once, to stop at the divergence
         self._gpu_checked = False
         self._cuda_rng_warned = False
@@ -138,6 +194,7 @@ class Replayer(Session):
     # ------------------------------------------------------------------ set-up
     def install(self):
         super().install()
+        self._track_stderr()
         previous = sys.excepthook
 
         def excepthook(exc_type, exc, tb):
@@ -149,7 +206,32 @@ class Replayer(Session):
         self._our_excepthook = excepthook
         sys.excepthook = excepthook
 
+    def _track_stderr(self):
+        """Keeps the last character the job wrote to sys.stderr: a stop ends the job where a
+        progress bar (tqdm's "\\r ... 50%|###") has no newline yet, and dlreplay's verdict line
+        would follow it on the same line."""
+        self._stderr_tail = ["\n"]
+        stream = sys.stderr
+        write = getattr(stream, "write", None)
+        if write is None:
+            return
+        tail = self._stderr_tail
+
+        def tracked(text, _write=write):
+            written = _write(text)
+            if text:
+                tail[0] = text[-1:]
+            return written
+        try:
+            stream.write = tracked
+            self._stderr_tracked = (stream, tracked)
+        except Exception:  # a stream that takes no attributes: no tracking, as before
+            pass
+
     def uninstall(self):
+        stream, tracked = getattr(self, "_stderr_tracked", (None, None))
+        if stream is not None and getattr(stream, "__dict__", {}).get("write") is tracked:
+            del stream.write
         if sys.excepthook is getattr(self, "_our_excepthook", None):
             sys.excepthook = self._prev_excepthook
         super().uninstall()
@@ -175,6 +257,15 @@ class Replayer(Session):
         self._pre_handle = module_module.register_module_forward_pre_hook(self._pre_forward)
         if self.fast_forwarding:
             self._install_fast_forward(torch)
+        what_if = os.environ.get("DLRR_WHAT_IF", "")
+        if what_if:
+            self._whatif = WhatIf(what_if, int(os.environ.get("DLRR_WHAT_IF_FROM", "0")),
+                                  int(os.environ.get("DLRR_WHAT_IF_STEPS", "0") or 0), self.recorded_steps,
+                                  torch, self._patcher)
+            if self._whatif.start == 0:
+                self._whatif.begin()
+        elif self.target.kind == native.TARGET_NAN and self.target.step == 0:
+            self.guarded(self._arm_explainer)  # the first step: checked from the start
         # A forked trainer attaching: the generator states it inherited come from a parent that
         # replay does not replay (its entropy is the OS's), so they are not the recording's.
         # The recording took them as the fork began (RngState.atFork): from here on they are,
@@ -194,7 +285,7 @@ class Replayer(Session):
         def wrap(original):
             def __call__(module, *args, **kwargs):
                 if not replayer.fast_forwarding or not replayer.active or fetching() or \
-                        replayer.modules._local.__dict__.get("stack"):
+                        replayer.modules._local.__dict__.get("stack") or replayer._last_fast_forwarded():
                     return original(module, *args, **kwargs)
                 key = (id(module), module.training, torch.is_grad_enabled(), _shapes(args, kwargs, torch.Tensor))
                 template = templates.get(key)
@@ -209,6 +300,16 @@ class Replayer(Session):
             return __call__
         self._patcher.wrap(torch.nn.Module, "__call__", wrap)
 
+    def _last_fast_forwarded(self):
+        """The step just before the jump runs its modules for real (unverified; the snapshot
+        then restores what trains): their random draws (dropout) move the generators as they
+        did when recorded, so what the loop draws after them in that step (nanoGPT prefetches
+        the next batch with torch.randint between forward and backward) is the recording's.
+        Earlier steps need no such care: each step's generator states are restored at its start."""
+        steps = self.steps
+        step = steps.current if steps.current is not None else steps.steps_begun
+        return step == self.jump_step - 1
+
     def _restore_jump(self, step):
         """At the jump step's start: load the recorded snapshot into the live objects."""
         self.fast_forwarding = False
@@ -216,8 +317,9 @@ class Replayer(Session):
         if not self.lib.dlrr_replay_snapshot(step, ctypes.byref(ptr), ctypes.byref(n)):
             self._fact("warning", "jump: the trace holds no snapshot of step %d" % step)
             return
-        tree = self.decoder.decode(ctypes.string_at(ptr.value, n.value))
-        problems = restore_tree(self.registry, tree, self.torch)
+        with self._pausing():
+            tree = self.decoder.decode(ctypes.string_at(ptr.value, n.value))
+            problems = restore_tree(self.registry, tree, self.torch)
         self._fact("jump.restored", "step %d: %d module(s), %d optimizer(s), %d scheduler(s), %d grad scaler(s)" % (
             step, len(tree.get("modules", [])), len(tree.get("optimizers", [])), len(tree.get("schedulers", [])),
             len(tree.get("scalers", []))))
@@ -327,7 +429,7 @@ class Replayer(Session):
         ptr, n = ctypes.c_void_p(), ctypes.c_uint64()
         if not self.lib.dlrr_replay_batch(loader.number, loader.batches, ctypes.byref(ptr), ctypes.byref(n)):
             where = "batch %d of loader %d" % (loader.batches, loader.number)
-            if self.target.kind == native.TARGET_CRASH:
+            if self.target.kind == native.TARGET_CRASH and self._crash_while_loading():
                 # The recorded job failed while loading this batch: replay serves recorded
                 # batches and does not re-run the loading code, so this is the crash point.
                 self.stop("target", "the recorded exception was raised while loading %s (replay serves "
@@ -337,7 +439,10 @@ class Replayer(Session):
                 self.stop("end-of-recording", "%s is not in the recording: the recorded job ended here"
                           % where, sys._getframe(1))
             raise StopIteration
-        data = self.decoder.decode(ctypes.string_at(ptr.value, n.value) if n.value else b"")
+        with self._pausing():
+            data = self.decoder.decode(ctypes.string_at(ptr.value, n.value) if n.value else b"")
+        if self._explainer is not None:  # an input sample is a tensor of the batch served
+            self._explainer.samples = {t.data_ptr() for _, t in _tensors_with_paths(data, self.torch.Tensor)}
         step, training = ctypes.c_int64(-1), ctypes.c_int(0)
         idx, nidx = ctypes.POINTER(ctypes.c_int64)(), ctypes.c_uint64()
         self.lib.dlrr_replay_batch_meta(loader.number, loader.batches, ctypes.byref(step), ctypes.byref(training),
@@ -346,7 +451,18 @@ class Replayer(Session):
         self._batch_meta = (loader.number, loader.batches, iterator._dlrr_index)
         self.current_batch = data
         self.loaders.after_next(iterator, data, None)
+        if self._whatif is not None and self._whatif.live:  # (after_next began the step: the change is on)
+            data = self.current_batch = self._whatif.filter_batch(data, iterator._dlrr_index)
         return data
+
+    def _crash_while_loading(self):
+        """The recorded exception was raised while a DataLoader loaded a batch (its traceback
+        passes through torch.utils.data): the batch the trace lacks is then the crash point.
+        Otherwise a job asking for it got past where the recording failed (the failure did not
+        happen again): the end of the recording, never the crash reproduced."""
+        loading = ctypes.c_int(0)
+        self.lib.dlrr_replay_recorded_exception(ctypes.byref(loading))
+        return bool(loading.value)
 
     def _on_batch(self, info, data):
         self.modules.reset_stack()
@@ -420,6 +536,12 @@ class Replayer(Session):
         return ()  # "taken": the tracker must not ask again when the step is announced
 
     def begin_step(self, step, loader, batch_index, epoch, by_optimizer, rng):
+        if step > self.last_step_begun and not self._stopped:
+            # A loop without a DataLoader (or one past its last batch) goes on where the recorded
+            # job was killed or its trace cut: nothing there to check, and nothing verified.
+            self.stop("end-of-recording", "step %d is not in the recording: the trace ends %s" % (
+                step, "in step %d" % self.last_step_begun if self.last_step_begun >= 0 else "before the first step"),
+                sys._getframe(1), step=step)
         super().begin_step(step, loader, batch_index, epoch, by_optimizer, None)
         if not self._gpu_checked:
             self._compare_gpu(step)
@@ -433,13 +555,72 @@ class Replayer(Session):
             self._restore_jump(step)
         if self._stopped:
             return
+        if self._whatif is not None:  # no stop at the target: the change runs from its step
+            if step >= self._whatif.start:
+                if not self._whatif.live:
+                    self._whatif.begin()
+                self.skip_update = self._whatif.skips_update(step)
+            return
         if t.kind == native.TARGET_STEP and step == t.step:
             self.stop("target", "start of step %d, its batch in hand, before the forward pass" % step,
                       sys._getframe(1))
         elif t.kind == native.TARGET_NAN and step == t.step:
             self._armed = True
+            self.guarded(self._arm_explainer)
             if t.digest_kind == native.DIGEST_GRADIENT:
                 self._arm_anomaly()
+
+    def _arm_explainer(self):
+        """The failing step runs under the op-level check (explain.py); replay only."""
+        if self._explainer is not None or self._stopped:
+            return
+        torch = self.torch
+        samples = {t.data_ptr() for _, t in _tensors_with_paths(self.current_batch, torch.Tensor)}
+        training = self.training
+
+        def phase():
+            if training._backward_depth > 0:
+                return "backward"
+            return "optimizer" if training._local.__dict__.get("step", 0) > 0 else "forward"
+        self._explainer = Explainer(torch, phase, self._running_module, samples)
+        self._explainer.enter()
+
+    def _what_if_step_end(self, step, loss):
+        w = self._whatif
+        if not w.live:
+            if step == w.start - 1:
+                # From the end of the step before, as the explainer: an autocast region the job
+                # enters before its first module call (which announces a step) is changed too.
+                w.begin()
+            return
+        if step not in w.losses and loss is not None:
+            w.losses[step] = float(loss)
+        self.skip_update = False
+        if w.done(step):
+            self.stop("target", "what-if %s: %s" % (w.text, "recurred at step %d" % w.recurred[0] if w.recurred
+                                                    else "ran to step %d" % step), sys._getframe(1), step=step)
+
+    def _what_if_tensors(self, kind, named):
+        """Checks (name, tensor) pairs of a step with the change for NaN/Inf."""
+        w = self._whatif
+        step = self.steps.current
+        for name, t in named:
+            if t is not None:
+                if isinstance(name, bytes):
+                    name = name.decode("utf-8", "surrogatepass")
+                w.note(step, "%s %s" % (kind, name), t)
+
+    def _pausing(self):
+        """Context for dlrr's own tensor work while the failing step is checked."""
+        return self._explainer.paused() if self._explainer is not None else contextlib.nullcontext()
+
+    def _running_module(self):
+        """Path of the innermost module running now (the replay's module stack), or None."""
+        stack = self.modules._local.__dict__.get("stack")
+        if not stack:
+            return None
+        parent = stack[-2] if len(stack) > 1 else None
+        return self.modules.paths.path_of(stack[-1], parent, stack[0]).decode("utf-8", "surrogatepass") or "<root>"
 
     def end_step(self, step, loss):
         super().end_step(step, loss)
@@ -448,16 +629,33 @@ class Replayer(Session):
         divergence = native.decode(self.lib.dlrr_replay_divergence())
         if divergence:
             self.stop("divergence", divergence, sys._getframe(1))
+        elif self._whatif is not None:
+            self._what_if_step_end(step, loss)
+        elif self.target.kind == native.TARGET_NAN and step == self.target.step - 1:
+            # From the end of the step before: the job's code between steps (a loop that scales
+            # its batch before the first module call, which announces a step) is checked too.
+            self.guarded(self._arm_explainer)
         if self.progress:
             self._show_progress(step)
 
     def _show_progress(self, step):
         now = time.monotonic()
-        if now - self._last_progress < 0.5:
-            return
-        self._last_progress = now
         rate = (step + 1) / max(now - self._start, 1e-9)
-        os.write(2, ("\rdlreplay: step %d of %d (%.1f steps/s)\x1b[K" % (step + 1, self.recorded_steps, rate)).encode())
+        self._progress_text = "dlreplay: step %d of %d (%.1f steps/s)" % (step + 1, self.recorded_steps, rate)
+        if now - self._last_progress < 0.5:
+            return  # redrawn after the job's next line, or later
+        self._last_progress = now
+        self._redraw_progress()
+
+    def _redraw_progress(self):
+        if self._progress_text and not self._stopped:
+            os.write(2, ("\r%s\x1b[K" % self._progress_text).encode())
+            self._progress_shown = True
+
+    def _clear_progress(self):
+        if self._progress_shown:
+            self._progress_shown = False
+            os.write(2, b"\r\x1b[K")
 
     # ------------------------------------------------------------------ checks
     def native_digest(self):
@@ -468,6 +666,18 @@ class Replayer(Session):
     def _digest(self, kind, path, call_index, output, tensor, keep):
         if self.fast_forwarding:
             return None  # nothing to compare: the step's compute was skipped
+        if self._explainer is not None:
+            with self._explainer.paused():  # dlrr's own tensor work is not the job's
+                return self._check_digest(kind, path, call_index, output, tensor)
+        return self._check_digest(kind, path, call_index, output, tensor)
+
+    def _check_digest(self, kind, path, call_index, output, tensor):
+        w = self._whatif
+        if w is not None and w.live:  # the change runs: nothing to compare, only NaN/Inf to see
+            name = native.DIGEST_KIND_NAMES[kind] if 0 <= kind < len(native.DIGEST_KIND_NAMES) else "tensor"
+            p = path.decode("utf-8", "surrogatepass") if isinstance(path, bytes) else str(path)
+            w.note(self.steps.current, name if p == "loss" else "%s %s" % (name, p or "<root>"), tensor)
+            return tensor.detach()
         g = self.gpu
         if g is not None and g.applies(tensor) and self.capture_level < native.CAPTURE_FULL:
             rc = g.digest(kind, path, call_index, output, tensor, 0)  # like the recording: on the device
@@ -484,6 +694,9 @@ class Replayer(Session):
         return host
 
     def _pre_forward(self, module, args):
+        """Counts the calls of the recorded failing module in the target step; at the recorded
+        call, keeps its inputs (`dlrr.inputs` at the stop). The stop itself waits for the
+        module's output (_on_output): reproduction is decided by values the replay computed."""
         if not self._armed or self._stopped or self.target.digest_kind != native.DIGEST_MODULE_OUTPUT:
             return None
         try:
@@ -494,15 +707,50 @@ class Replayer(Session):
             n = self._nan_calls.get(shown, 0)
             self._nan_calls[shown] = n + 1
             if shown == self.target_where and n == self.target.call_index:
-                self._armed = False
-                self.stop("target", "before module %s (call %d) of step %d: the recording's first non-finite "
-                          "value is this module's output" % (shown, n, self.steps.current), sys._getframe(1),
-                          scan_batch=True)
+                self._target_inputs = args
+                if self._explainer is not None and self._explainer.found is None:
+                    self._look_ahead(module, args, shown)  # before the call; _on_output then stops
         except Exception as exc:
             self.internal_error(exc)
         return None
 
+    def _on_output(self, path, output):
+        call_index = self._module_calls.get(path, 0)
+        super()._on_output(path, output)  # digested and compared: a differing output stops there
+        if not self._armed or self._stopped or self.target.digest_kind != native.DIGEST_MODULE_OUTPUT:
+            return
+        shown = path.decode("utf-8", "surrogatepass") or "<root>"
+        if shown != self.target_where or call_index != self.target.call_index:
+            return
+        self._armed = False
+        step = self.steps.current
+        counts = _non_finite(output, self.torch)
+        if counts is None:
+            self._diverge(step, native.DIGEST_MODULE_OUTPUT, shown, "module %s (call %d) of step %s: the recording's "
+                          "first non-finite value was this output; this replay computed it finite"
+                          % (shown, call_index, step))
+            return
+        self.stop("target", "at module %s (call %d) of step %s: its output, computed by this replay, is non-finite "
+                  "(%d NaN, %d Inf), the recording's first non-finite value; `dlrr.inputs` holds its inputs"
+                  % (shown, call_index, step, counts[0], counts[1]), sys._getframe(1), scan_batch=True)
+
+    def _diverge(self, step, kind, where, detail):
+        """A divergence found from values this replay computed: reported as one, exit 11."""
+        self.lib.dlrr_replay_diverged(-1 if step is None else step, kind, native.text(where), native.text(detail))
+        self.stop("divergence", detail, sys._getframe(2))
+
+    def _look_ahead(self, module, args, path):
+        """The first bad op lies inside the module the replay stops before: run its forward
+        once, outside the replay (explain.py), so that the stop can name it."""
+        self.active = False  # dlrr's module hooks stand aside
+        try:
+            self._explainer.look_ahead(module, args, path)
+        finally:
+            self.active = True
+
     def _before_backward(self, tensors):
+        if self._explainer is not None and self._armed and not self._stopped:
+            self.guarded(self._explainer.hook_graph, tensors)
         super()._before_backward(tensors)
         if self._anomaly is not None and not self._stopped:
             # Anomaly mode's checks launch kernels the recording cannot have, on autograd's
@@ -511,6 +759,10 @@ class Replayer(Session):
                                                  b"begin")
         if self._armed and not self._stopped and self.target.digest_kind == native.DIGEST_LOSS:
             self._armed = False
+            if tensors and _non_finite(tensors[0], self.torch) is None:
+                self._diverge(self.steps.current, native.DIGEST_LOSS, "loss", "loss of step %s: recorded non-finite; "
+                              "this replay computed it finite" % self.steps.current)
+                return
             if self.capture_level <= native.CAPTURE_MINIMAL:
                 # Minimal capture digests no module outputs: whether one was non-finite is unknown.
                 what = ("the loss was not finite (module outputs were not recorded under --capture "
@@ -533,22 +785,51 @@ class Replayer(Session):
             self.steps.on_backward_end()
             return
         super()._after_backward()
+        if self._whatif is not None and self._whatif.live:
+            self._what_if_tensors("gradient", ((n, p.grad) for n, p in self._step_parameters()[0]))
         if self._anomaly is not None:
             self._anomaly.__exit__(None, None, None)
             self._anomaly = None
+        if self._armed and not self._stopped and self.target.digest_kind == native.DIGEST_GRADIENT:
+            # Anomaly mode raises at a NaN only: an infinite gradient ends backward() normally.
+            self._armed = False
+            self.stop("target", "after backward() of step %d: the forward was finite, the gradient %s was not"
+                      % (self.steps.current, self.target_where), sys._getframe(1), scan_batch=True)
 
     def _digest_parameters(self, optimizer):
         if not self.fast_forwarding:
             super()._digest_parameters(optimizer)
 
+    def _before_optimizer_step(self, optimizer):
+        super()._before_optimizer_step(optimizer)
+        if self._whatif is not None and self._whatif.live:
+            self._whatif.before_update(optimizer)
+
     def _after_optimizer_step(self, optimizer):
         step = self.steps.current  # a step counted by optimizer.step() ends in super()'s call
+        if self._whatif is not None and self._whatif.live:
+            self._whatif.after_update(optimizer)
+            self._what_if_tensors("parameter", self._step_parameters()[0])
         super()._after_optimizer_step(optimizer)
         if self._armed and not self._stopped and self.target.digest_kind == native.DIGEST_PARAMETER:
             self._armed = False
+            if not self._parameter_non_finite(optimizer):
+                self._diverge(step, native.DIGEST_PARAMETER, self.target_where, "%s after %s.step() of step %s: "
+                              "recorded non-finite; this replay computed it finite"
+                              % (self.target_where, type(optimizer).__name__, step))
+                return
             self.stop("target", "after %s.step() of step %d: gradients were finite, the update made %s "
                       "non-finite" % (type(optimizer).__name__, step, self.target_where),
                       sys._getframe(1), scan_batch=True, step=step)
+
+    def _parameter_non_finite(self, optimizer):
+        """Whether the recorded failing parameter (else any of the optimizer's) is non-finite now."""
+        name = self.target_where[len("param:"):] if self.target_where.startswith("param:") else self.target_where
+        for pname, param in self._step_parameters()[0]:
+            if pname.decode("utf-8", "surrogatepass") == name:
+                return _non_finite(param, self.torch) is not None
+        return any(_non_finite(p, self.torch) is not None
+                   for group in optimizer.param_groups for p in group["params"])
 
     def _arm_anomaly(self):
         torch = self.torch
@@ -568,7 +849,10 @@ class Replayer(Session):
             return
         t = self.target
         text = "%s: %s" % (exc_type.__name__, exc)
-        if t.kind == native.TARGET_NAN and t.digest_kind == native.DIGEST_GRADIENT and "returned nan" in str(exc):
+        if self._whatif is not None and self._whatif.live:
+            self._whatif.note_exception(self.steps.current, text)
+            self.stop("target", "what-if %s: the job raised %s" % (self._whatif.text, text), None, tb=tb)
+        elif t.kind == native.TARGET_NAN and t.digest_kind == native.DIGEST_GRADIENT and "returned nan" in str(exc):
             fn = str(exc).split("'")[1] if "'" in str(exc) else "?"
             self._fact("backward.function", fn)
             forward = [w for w in self._anomaly_warnings if "Traceback of forward call" in w]
@@ -580,7 +864,11 @@ class Replayer(Session):
             self.stop("target", "backward of step %d: %s" % (self.steps.current, text), None, tb=tb,
                       scan_batch=True)
         elif t.kind == native.TARGET_CRASH:
-            self.stop("target", "the recorded exception: %s" % text, None, tb=tb)
+            # The same failure: an exception of the recorded type (another one is a divergence,
+            # which dlreplay names from the report's exception).
+            recorded = native.decode(self.lib.dlrr_replay_recorded_exception(None))
+            if not recorded or recorded == failures.exception_type_name(exc_type):
+                self.stop("target", "the recorded exception: %s" % text, None, tb=tb)
 
     # ------------------------------------------------------------------ stopping
     def stop(self, reason, detail, frame, tb=None, scan_batch=False, step=None):
@@ -588,34 +876,69 @@ class Replayer(Session):
             return
         self._stopped = True
         if self.progress:
-            os.write(2, b"\r\x1b[K")
+            self._progress_shown = True
+            self._clear_progress()
         if step is None:
             step = self.steps.current
         self._fact("stop.step", "-" if step is None else str(step))
         self._fact("stop.where", detail)
+        if self._explainer is not None:
+            self._explainer.exit()  # what follows is dlrr's work
+            self.guarded(self._explain_facts, step)
+        if self._whatif is not None and self._whatif.live:
+            self._whatif.end()
+            for key, text in self._whatif.facts(step, self.lib.dlrr_replay_recorded_loss):
+                self._fact(key, text)
         if scan_batch:
             for line in self._scan_batch():
                 self._fact("batch.samples", line)
-        self.lib.dlrr_replay_stop(native.text(reason))  # writes the report; then gdb breaks
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
             except Exception:
                 pass
+        if getattr(self, "_stderr_tail", ["\n"])[0] not in ("\n", ""):
+            os.write(2, b"\n")  # the verdict starts a line of its own (after tqdm's "\r...")
+            self._stderr_tail[0] = "\n"
+        self.lib.dlrr_replay_stop(native.text(reason))  # writes the report; then gdb breaks
         if self.debug == "pdb":
             self._pdb(reason, detail, frame, tb)
         elif self.debug == "wait":
             self._wait_for_debugger(reason, detail)
+        elif self.debug.startswith("debugpy"):
+            self._debugpy(reason, detail, frame)
         elif self.debug == "gdb":
             pass  # gdb stopped in dlrr_replay_stopped; the job goes on when gdb continues
         else:
             os._exit(0)
+
+    def _explain_facts(self, step):
+        found = self._explainer.found
+        for key, text in self._explainer.facts():
+            if key == "explain.cause" and found.kind == "non-finite input sample":
+                named = self._scan_batch()[:1]  # which sample: position and dataset index
+                text += "".join("; " + line for line in named)
+            self._fact(key, text)
+        if found is None:
+            self._fact("explain.cause", "no op of the replayed step %s made a non-finite value under the op-level "
+                       "check" % step)
+        lrs = []
+        for opt in self.registry.live(self.registry.optimizers):
+            lrs.extend("%.4g (%s)" % (g["lr"], type(opt).__name__) for g in opt.param_groups[:1]
+                       if isinstance(g.get("lr"), (int, float)))
+        text = history(self.recorded_digests, step, lrs) if step is not None else None
+        if text:
+            self._fact("explain.history", text)
 
     def _pdb(self, reason, detail, frame, tb):
         import pdb
         helpers = ReplayHelpers(self, reason, self.target_where if self.target.kind == native.TARGET_NAN else None)
         sys.stderr.write("dlrr: replay stopped (%s): %s\ndlrr: `dlrr` holds the replay helpers: %r\n"
                          % (reason, detail, helpers))
+        found = self._explainer.found if self._explainer is not None else None
+        if found is not None:
+            sys.stderr.write("dlrr: the first non-finite value: %s at %s\ndlrr:   %s: %s\n"
+                             % (found.op_text(), found.line_text(), found.kind, found.cause))
         debugger = pdb.Pdb()
         if tb is not None:
             debugger.reset()
@@ -640,6 +963,50 @@ class Replayer(Session):
                 debugger.botframe = f
                 f = f.f_back
             sys.settrace(debugger.trace_dispatch)
+
+    def _debugpy(self, reason, detail, frame):
+        """Waits at the stop for a DAP client (VS Code's Remote Attach), then pauses there.
+
+        The adapter runs in this process (in_process_debug_adapter): a separate adapter process
+        would start with this replay's environment (the preload, the hook) and be a second job."""
+        try:
+            os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # a note per start otherwise
+            import debugpy
+        except ImportError:
+            self._debugpy_failed(reason, detail, "this Python has no debugpy (Debian: apt install python3-debugpy)")
+        where = self.debug.split(":", 1)[1] if ":" in self.debug else "5678"
+        host, _, port = where.rpartition(":")
+        host, port = host or "127.0.0.1", int(port)
+        try:
+            if port == 0:  # the in-process adapter does not say which port it got: pick a free one
+                import socket
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                    probe.bind((host, 0))
+                    port = probe.getsockname()[1]
+            debugpy.listen((host, port), in_process_debug_adapter=True)
+        except Exception as e:
+            self._debugpy_failed(reason, detail, "cannot listen on %s:%d: %s" % (host, port, e))
+        helpers = ReplayHelpers(self, reason, self.target_where if self.target.kind == native.TARGET_NAN else None)
+        user = _user_frame(frame or sys._getframe(1))
+        user.f_globals["dlrr"] = helpers
+        sys.stderr.write(
+            "dlrr: replay stopped (%s): %s\n"
+            "dlrr: debugpy listening on %s:%d: attach a DAP client (VS Code: \"Python: Remote Attach\", "
+            "host %s, port %d); the job waits\n" % (reason, detail, host, port, host, port))
+        sys.stderr.flush()
+        debugpy.wait_for_client()
+        sys.stderr.write("dlrr: debugger attached; paused at the stop (your code is a few frames up: "
+                         "`dlrr` there holds the replay helpers)\n")
+        sys.stderr.flush()
+        debugpy.breakpoint()
+
+    @staticmethod
+    def _debugpy_failed(reason, detail, why):
+        """The report is written; the job must not train on past the stop without its debugger."""
+        sys.stderr.write("dlrr: replay stopped (%s): %s\ndlrr: --debug debugpy: %s; the replay ends here\n"
+                         % (reason, detail, why))
+        sys.stderr.flush()
+        os._exit(0)
 
     @staticmethod
     def _end_if_quit(debugger):
@@ -722,6 +1089,19 @@ class Replayer(Session):
         if not self.lib.dlrr_replay_recorded_digests(step, ctypes.byref(items), ctypes.byref(n)):
             return []
         return [_digest_row(items[i]) for i in range(n.value)]
+
+
+def _non_finite(value, torch):
+    """(NaN count, Inf count) over the floating tensors in `value` when any is non-finite, else
+    None: what this replay computed, not what the recording says."""
+    nan = inf = 0
+    for t in _flat_tensors(value, torch.Tensor):
+        if not (t.is_floating_point() or t.is_complex()):
+            continue
+        t = t.detach()
+        nan += int(torch.isnan(t).sum())
+        inf += int(torch.isinf(t).sum())
+    return (nan, inf) if nan or inf else None
 
 
 def _digest_row(d):

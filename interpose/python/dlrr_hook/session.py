@@ -96,9 +96,12 @@ EXTENSIONS = {
                  "iterators; then the target's pre-forward hook and fast-forward",
     "begin_step": "compares the GPU up front, stops at or arms the target",
     "end_step": "stops at the first divergence, shows progress",
+    "_on_output": "at a module-output target: stops once the output is computed, or names it a "
+                  "divergence when this replay computed it finite",
     "_before_backward": "may stop before backward() (a loss target)",
     "_after_backward": "skips gradient digests while fast-forwarding, then ends anomaly detection",
     "_digest_parameters": "none while fast-forwarding",
+    "_before_optimizer_step": "--what-if: skips or changes the update (whatif.py)",
     "_after_optimizer_step": "may stop after the update (a parameter target)",
 }
 
@@ -189,6 +192,7 @@ class Session:
         self.registry = Registry()  # what trains: snapshots (record) and their restore (replay)
         self.snapshots = None
         self.fast_forwarding = False  # replay: before the jump step, compute is skipped
+        self.skip_update = False  # replay --what-if skip-step: this optimizer.step() is skipped
         self.gpu = None  # GpuDigests: CUDA tensors digested on their device (gpu.py)
         self._gpu_deferred = True  # record: one transfer per step; replay checks at once
         self.error = None  # the internal error that disabled capture, if any

@@ -34,11 +34,17 @@ class StepTracker:
 
     DataLoader-driven steps:
       - A batch delivery (a DataLoader iterator's __next__ returning a batch) begins a step
-        when torch.is_grad_enabled() and its loader has not been classified as an eval loader.
-      - A loader becomes an eval loader once one of its batches was followed by the next
-        delivery (of any loader) with no backward() and no optimizer.step() in between.
+        when torch.is_grad_enabled() and neither its iteration (one pass over the loader) nor
+        its loader has been classified as evaluation.
+      - An iteration becomes an evaluation pass once one of its batches was followed by the
+        next delivery (of any loader) with no backward() and no optimizer.step() in between.
+        Its loader becomes an eval loader too, unless it ever trained (one of its batches was
+        followed by backward() or optimizer.step()): a loader used for training and for
+        evaluation (ignite's `evaluator.run(train_loader)`, whose evaluator enters no_grad
+        only after the batch is delivered) drives steps again at its next training pass.
         Consequences: an eval loader iterated with grad enabled costs one spurious step, for
-        its first batch only; of two loaders zipped for training, the first is classified eval
+        its first batch only; a training loader evaluated with grad enabled costs one per
+        evaluation pass; of two loaders zipped for training, the first is classified eval
         and the second drives the steps (one step per loop iteration, as wanted).
       - The step ends at the next batch delivery, at the StopIteration of the loader that
         began it, or at process exit (atexit), whichever comes first.  The end is the commit
@@ -90,7 +96,10 @@ class StepTracker:
         self._loader_driven = False
         self._loader_exists = False
         self._eval_loaders = set()
+        self._eval_iterations = set()  # (loader, epoch): passes that were evaluations
+        self._trained_loaders = set()  # loaders one of whose batches was followed by training
         self._last_loader = None
+        self._last_iteration = None
         self._activity = False
         self._pending_rng = _NONE
         self._optimizer_steps = 0
@@ -134,10 +143,16 @@ class StepTracker:
         """A batch of `loader` reached the loop.  Returns True when it begins a step."""
         previous = self._last_loader
         if previous is not None and not self._activity:
-            self._eval_loaders.add(previous)
+            self._eval_iterations.add(self._last_iteration)
+            if previous not in self._trained_loaders:
+                self._eval_loaders.add(previous)
+        elif previous is not None:
+            self._trained_loaders.add(previous)
+            self._eval_loaders.discard(previous)
         self._last_loader = loader
+        self._last_iteration = (loader, epoch)
         self._activity = False
-        training = grad_enabled and loader not in self._eval_loaders
+        training = grad_enabled and loader not in self._eval_loaders and (loader, epoch) not in self._eval_iterations
         if self._open is not None and (training or not self._open.by_optimizer):
             self._end()
         if training:

@@ -215,8 +215,18 @@ class TrainingPatches:
                 return result
             outermost = patches._step_enter(self)
             try:
-                # Jump replay's fast-forward: the update is skipped (the snapshot restores it).
-                result = None if outermost and rec.fast_forwarding else original(self, *args, **kwargs)
+                # Jump replay's fast-forward: the update is skipped (the snapshot restores it);
+                # --what-if skip-step: the same, for the step the change starts at. A closure
+                # (LBFGS, skorch's step_fn) still runs once, as the job's code after the step
+                # expects (its loss returned, skorch's step accumulator filled).
+                if outermost and (rec.fast_forwarding or rec.skip_update):
+                    closure = kwargs.get("closure", args[0] if args else None)
+                    result = None
+                    if callable(closure):
+                        with rec.torch.enable_grad():
+                            result = closure()
+                else:
+                    result = original(self, *args, **kwargs)
             except BaseException:
                 patches._step_exit(self, completed=False)
                 raise

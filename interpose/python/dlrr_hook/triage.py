@@ -2,9 +2,11 @@
 
 - Packages: the top-level modules the job imported, with their versions and where they came
   from, sent once, at the first failure or at exit (dlrr_packages).  Standard-library and
-  built-in modules are left out; a version comes from __version__, else from the installed
-  distribution's metadata (looked up only for modules that live in a site-packages
-  directory, so the job's own modules cost nothing).
+  built-in modules are left out; for a module that lives in a site-packages directory the
+  version is its installed distribution's metadata, as env-diff and replay read it
+  (triage/env_probe.py, HostProbe.cc: a stale __version__, cycler's 0.10.0 in 0.11.0, made a
+  spurious "package differs" on the recording machine), else __version__; the job's own
+  modules cost nothing.
 - GPU memory peaks (torch.cuda.max_memory_allocated/reserved and the device's total), when
   the job itself initialised CUDA (dlrr_gpu_memory), at a failure and at exit.
 - Usage errors: argparse reports a bad launch argument by printing usage and exiting with
@@ -55,7 +57,7 @@ def _metadata_version(name):
     except ImportError:  # pragma: no cover - python < 3.8
         return ""
     # `name` is an import name (PIL); its distribution may be named otherwise (Pillow), as
-    # env-diff's probe (triage/Environment.cc) also resolves it.
+    # env-diff's probe (triage/env_probe.py) also resolves it.
     dists = [name]
     try:
         dists += metadata.packages_distributions().get(name, [])
@@ -69,7 +71,39 @@ def _metadata_version(name):
     return ""
 
 
-def _version(name, module, path):
+def _norm(name):
+    return name.lower().replace("-", "_").replace(".", "_")
+
+
+def _dist_info_version(site_dir, name, listings):
+    """The version in the name of `name`'s NAME-VERSION.dist-info / .egg-info directory in
+    site_dir, as env-diff reads it from files (triage/EnvironmentDetail.h distVersion); one
+    listing per directory (cached in `listings`), no metadata scan of every path entry."""
+    entries = listings.get(site_dir)
+    if entries is None:
+        try:
+            entries = listings[site_dir] = os.listdir(site_dir)
+        except OSError:
+            entries = listings[site_dir] = []
+    want = _norm(name)
+    for entry in entries:
+        for suffix in (".dist-info", ".egg-info"):
+            if entry.endswith(suffix):
+                stem = entry[:-len(suffix)]
+                dash = stem.find("-")
+                if dash > 0 and _norm(stem[:dash]) == want:
+                    return stem[dash + 1:].split("-py", 1)[0]
+    return ""
+
+
+def _version(name, module, path, listings=None):
+    site = "-packages" + os.sep in path or path.endswith("-packages")
+    if site:
+        # The installed distribution's version, as replay and env-diff read it: a stale
+        # __version__ (cycler 0.11.0 says 0.10.0) must not make a spurious "differs".
+        version = _dist_info_version(os.path.dirname(path.rstrip(os.sep)), name, {} if listings is None else listings)
+        if version:
+            return version
     version = getattr(module, "__version__", None)
     if version is not None and not callable(version):
         try:
@@ -78,7 +112,7 @@ def _version(name, module, path):
                 return text
         except Exception:
             pass
-    if "-packages" + os.sep in path or path.endswith("-packages"):
+    if site:
         return _metadata_version(name)
     return ""
 
@@ -87,6 +121,7 @@ def imported_packages(modules=None):
     """[(name, version, path)] of the top-level non-standard-library modules imported."""
     modules = sys.modules if modules is None else modules
     skip = _stdlib_names()
+    listings = {}
     out = []
     for name, module in sorted(list(modules.items()), key=lambda item: item[0]):
         if module is None or "." in name or name in skip or name.startswith("_"):
@@ -94,7 +129,7 @@ def imported_packages(modules=None):
         path = _module_path(module)
         if path.startswith(_HOOK_DIR):
             continue
-        out.append((name, _version(name, module, path), path))
+        out.append((name, _version(name, module, path, listings), path))
         if len(out) >= _MAX_PACKAGES:
             break
     return out

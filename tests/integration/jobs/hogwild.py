@@ -1,7 +1,8 @@
 """PyTorch's examples/mnist_hogwild pattern: model.share_memory(), N torch.multiprocessing
 processes each training it with their own DataLoader and optimizer, no torch.distributed.
 --separate gives each process its own model (no race). --start os-fork starts the trainers
-with plain os.fork() (no multiprocessing), as hand-written Hogwild loops do."""
+with plain os.fork() (no multiprocessing), as hand-written Hogwild loops do. --nan-at K makes
+the input of process 0's K-th step NaN."""
 import argparse
 import os
 
@@ -21,6 +22,8 @@ def train(rank, model, args):
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     for epoch in range(args.epochs):
         for step, (xb, yb) in enumerate(loader):
+            if rank == 0 and epoch * len(loader) + step == args.nan_at:
+                xb = xb * float("nan")
             opt.zero_grad()
             loss = nn.functional.cross_entropy(model(xb), yb)
             loss.backward()
@@ -35,6 +38,7 @@ def main():
     ap.add_argument("--start", default="fork")
     ap.add_argument("--separate", action="store_true")
     ap.add_argument("--workers", type=int, default=0)
+    ap.add_argument("--nan-at", type=int, default=-1)
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
