@@ -407,7 +407,7 @@ class Explainer:
     def look_ahead(self, module, args, module_path):
         """Runs a module's forward once more, outside the replay (dlrr's hooks off, grad off, on
         copies of its inputs, its buffers and the RNG states put back), to find the first op
-        inside it whose output is non-finite, before the replay stops in front of it."""
+        inside it whose output is non-finite, before its real call (the replay stops after that call)."""
         torch = self.torch
         if self.found is not None:
             return
