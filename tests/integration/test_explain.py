@@ -51,7 +51,7 @@ class ExplainTest(TraceTestCase):
         self.check(rep, "aten::mul", "forward", "x = x * scale", "non-finite scalar")
         self.assertNotIn("module", rep["explain.op"])  # between modules: the job's own code
         self.assertIn("other = inf", rep["explain.cause"])
-        self.assertIn("before module fc1", rep["stop.where"])  # where the recording saw it first
+        self.assertIn("at module fc1", rep["stop.where"])  # where the recording saw it first
 
     def test_log_of_zero_in_a_hand_written_loss(self):
         rep, _ = self.explain("log")
