@@ -757,10 +757,12 @@ class SecurityTest(TraceTestCase):
                        n.func.value.id in ("numpy", "np")}
         self.assertEqual(numpy_calls, {"dtype", "frombuffer"})
         # The C++ side never hands anything to a shell, nor trace data to a loader. The only
-        # loads are fixed libraries: libunwind (privately), libcupti from the CUDA toolkit, and
-        # the job's own dlopen calls forwarded by the interposer that records their failures.
+        # loads are fixed libraries: libunwind (privately), libcupti from the CUDA toolkit, the
+        # libcuda the job already loaded (RTLD_NOLOAD, for the digest kernel built into libdlrr),
+        # and the job's own dlopen calls forwarded by the interposer that records their failures.
         loaders_allowed = {os.path.join("interpose", "SignalHandlers.cc"), os.path.join("interpose", "FileHooks.cc"),
-                           os.path.join("interpose", "cupti", "CuptiApiReal.cc")}
+                           os.path.join("interpose", "cupti", "CuptiApiReal.cc"),
+                           os.path.join("interpose", "cuda", "DeviceDigestKernel.cc")}
         for d in ("format", "recorder", "replayer", "interpose", "tools", "triage"):
             for base, _, files in os.walk(os.path.join(ROOT, d)):
                 for name in files:
