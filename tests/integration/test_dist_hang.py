@@ -17,9 +17,9 @@ class DistHangTest(TraceTestCase):
         if NO_TORCHRUN:
             self.skipTest(NO_TORCHRUN)
 
-    def record(self, fault, timeout="5"):
+    def record(self, fault, timeout="5", hang_after="1.5"):
         trace = self.trace_path("t.trace")
-        argv = [tool("dlrecord"), "--hang-after", "1.5", "-o", trace, "--"] + \
+        argv = [tool("dlrecord"), "--hang-after", hang_after, "-o", trace, "--"] + \
             torchrun(2, os.path.join(self.tmp, "logs")) + [JOB, "--fault", fault, "--timeout", timeout]
         p = run(argv, timeout=240)
         self.assertNotEqual(p.returncode, 0, p.stdout + p.stderr)  # the job failed, as without dlrecord
@@ -44,6 +44,14 @@ class DistHangTest(TraceTestCase):
         self.assertIn("hang after", events)
         self.assertIn("in #1 all_reduce group world", events)
         self.assertIn("dist.all_reduce(x)", events)
+
+    def test_launchers_sigterm_takes_the_stuck_ranks_stack(self):
+        # --hang-after longer than the job: only torchrun's SIGTERM (after rank 0 timed out) says
+        # where rank 1 was; it still dies of SIGTERM as without dlrecord.
+        _, hang, _ = self.record("sleep", timeout="3", hang_after="100")
+        self.assertEqual(hang["suspects"], [1])
+        self.assertIn("dist_hang.py:22 in load_batch: time.sleep(args.sleep)", hang["why"][0])
+        self.assertIn("then stopped by SIGTERM", hang["why"][0])
 
     def test_desync_names_the_rank_that_called_another_collective(self):
         _, hang, triage = self.record("desync")

@@ -455,12 +455,12 @@ std::string describeEvent(schema::Event::Reader e, const InternTable& names) {
 std::vector<std::string> eventDetailLines(schema::Event::Reader e) {
   std::vector<std::string> out;
   if (e.isCollectiveWait()) {
-    std::string stacks = text(e.getCollectiveWait().getStacks());
+    std::string stacks = e.getCollectiveWait().getStacks().cStr();
     size_t start = 0;
     while (start < stacks.size()) {
       size_t end = stacks.find('\n', start);
       if (end == std::string::npos) end = stacks.size();
-      out.push_back("    " + stacks.substr(start, end - start));
+      out.push_back("    " + printable(stacks.substr(start, end - start)));
       start = end + 1;
     }
     return out;
