@@ -35,9 +35,9 @@ std::string waitLine(const RankPosition& r) {
   else
     out += "nothing in flight";
   if (r.lastCompleted >= 0)
-    out += "; last completed " +
-           collectiveText(static_cast<uint64_t>(r.lastCompleted), opAt(r, static_cast<uint64_t>(r.lastCompleted)),
-                          stepAt(r, static_cast<uint64_t>(r.lastCompleted)));
+    out += "; last completed " + collectiveText(static_cast<uint64_t>(r.lastCompleted),
+                                                opAt(r, static_cast<uint64_t>(r.lastCompleted)),
+                                                stepAt(r, static_cast<uint64_t>(r.lastCompleted)));
   else
     out += "; none completed";
   if (r.exitCode)
@@ -155,18 +155,19 @@ std::optional<HangFinding> findHang(const std::vector<RankPosition>& ranks) {
     if (r.exitCode) {
       std::string fewer =
           r.steps < maxSteps ? ", " + std::to_string(maxSteps - r.steps) + " step(s) fewer than the others" : "";
-      h.why.push_back(who + " ended" + (*r.exitCode >= 0 ? " (exit " + std::to_string(*r.exitCode) + ")" : "") + after + " at step " +
-                      std::to_string(r.steps) + fewer + ": it never issued " + at);
+      h.why.push_back(who + " ended" + (*r.exitCode >= 0 ? " (exit " + std::to_string(*r.exitCode) + ")" : "") + after +
+                      " at step " + std::to_string(r.steps) + fewer + ": it never issued " + at);
     } else if (!r.terminated && r.waitReason.empty()) {
       h.why.push_back(who + " died" + after +
                       ": its stream ends without an exit (killed by SIGKILL, e.g. kill -9 or the OOM killer, or "
-                      "its machine was lost); it never issued " + at);
+                      "its machine was lost); it never issued " +
+                      at);
     } else {
-      h.why.push_back(who + " never reached " + at + ": stuck" + after +
-                      (r.stackLine.empty() ? "" : " at " + r.stackLine) +
-                      (r.waitedSeconds > 0 ? " (no collective for " + std::to_string(static_cast<int>(r.waitedSeconds)) + " s"
-                                                 + (r.terminated ? ", then stopped by SIGTERM)" : ")")
-                                           : ""));
+      h.why.push_back(
+          who + " never reached " + at + ": stuck" + after + (r.stackLine.empty() ? "" : " at " + r.stackLine) +
+          (r.waitedSeconds > 0 ? " (no collective for " + std::to_string(static_cast<int>(r.waitedSeconds)) + " s" +
+                                     (r.terminated ? ", then stopped by SIGTERM)" : ")")
+                               : ""));
     }
   }
   if (h.suspects.empty()) {

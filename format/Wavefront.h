@@ -22,19 +22,19 @@ struct RankPosition {
   bool terminated = false;              // its watch saw the launcher's SIGTERM
   std::string waitReason;               // the last CollectiveWait's reason ("" none)
   double waitedSeconds = 0;
-  std::string stackLine;                // innermost frame of the job's own code then ("f.py:12 in g: code")
-  std::string stacks;                   // every Python thread's stack then
+  std::string stackLine;  // innermost frame of the job's own code then ("f.py:12 in g: code")
+  std::string stacks;     // every Python thread's stack then
 };
 
 struct HangFinding {
   bool desync = false;
-  uint64_t seq = 0;       // the collective where the ranks part
-  std::string op;         // what the ranks waiting there (the majority) issued
+  uint64_t seq = 0;  // the collective where the ranks part
+  std::string op;    // what the ranks waiting there (the majority) issued
   int64_t step = -1;
-  std::vector<int> waiting;   // ranks that issued it
-  std::vector<int> suspects;  // ranks that never reached it, or issued something else
-  std::string location;       // the first suspect's innermost frame of its own code, when known
-  std::string summary;        // one line
+  std::vector<int> waiting;            // ranks that issued it
+  std::vector<int> suspects;           // ranks that never reached it, or issued something else
+  std::string location;                // the first suspect's innermost frame of its own code, when known
+  std::string summary;                 // one line
   std::vector<std::string> why;        // one line per suspect
   std::vector<std::string> wavefront;  // one line per rank
 };

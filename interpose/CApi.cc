@@ -459,9 +459,9 @@ void dlrr_collective_end(uint64_t seq, const char* status) {
   withRecorder([&](RecordSession& s) { s.collectiveEnd(seq, status); });
 }
 
-void dlrr_collective_wait(int reason, int waiting, uint64_t seq, const char* op, const char* group,
-                          int64_t issued_step, int64_t completed_seq, const char* completed_op, int64_t completed_step,
-                          uint64_t waited_ms, const char* stacks) {
+void dlrr_collective_wait(int reason, int waiting, uint64_t seq, const char* op, const char* group, int64_t issued_step,
+                          int64_t completed_seq, const char* completed_op, int64_t completed_step, uint64_t waited_ms,
+                          const char* stacks) {
   RecordSession::CollectiveWaitRec w;
   w.reason = reason;
   w.waiting = waiting != 0;

@@ -1104,8 +1104,7 @@ TriageResult classify(const TriageInput& in) {
   head.insert(head.end(), ev.begin(), ev.end());
   if (hangFirst) {
     std::vector<std::string> h = in.hang->why;
-    h.push_back("the first failure recorded (what torchrun's \"Root Cause\" names) was " + in.stream + "'s: " +
-                victim);
+    h.push_back("the first failure recorded (what torchrun's \"Root Cause\" names) was " + in.stream + "'s: " + victim);
     for (const auto& w : in.hang->wavefront) h.push_back("wavefront: " + w);
     head.insert(head.begin(), h.begin(), h.end());
   }

@@ -1,7 +1,7 @@
 // format/Wavefront: where the ranks of a distributed job part, and the suspect rank(s).
-#include "format/Wavefront.h"
-
 #include <gtest/gtest.h>
+
+#include "format/Wavefront.h"
 
 namespace dlrr {
 namespace {
@@ -109,8 +109,7 @@ TEST(Wavefront, EveryRankInTheSameCollectiveHasNoSuspect) {
 
 TEST(Wavefront, InnermostUserFrameSkipsLibrariesAndBadText) {
   EXPECT_EQ(innermostUserFrame(""), "");
-  EXPECT_EQ(innermostUserFrame("Thread x:\n  File \"/usr/lib/python3/dist-packages/torch/a.py\", line 3, in f\n"),
-            "");
+  EXPECT_EQ(innermostUserFrame("Thread x:\n  File \"/usr/lib/python3/dist-packages/torch/a.py\", line 3, in f\n"), "");
   EXPECT_EQ(innermostUserFrame("  File \"broken"), "");
   EXPECT_EQ(innermostUserFrame("Thread T:\n  File \"/a/b.py\", line 7, in g\n"), "b.py:7 in g");
 }
