@@ -68,6 +68,7 @@ RankReport analyzeRanks(Trace& t) {
             auto& p = r.position;
             p.ops[c.getSeq()] = c.getOp().cStr();
             p.stepOf[c.getSeq()] = e.getStep();
+            if (c.getGroup() != "world") p.subgroups = true;
             if (c.getStatus().size() == 0) {
               completed.insert(c.getSeq());
               p.lastCompleted = std::max(p.lastCompleted, static_cast<int64_t>(c.getSeq()));

@@ -89,6 +89,8 @@ std::string innermostUserFrame(const std::string& stacks) {
 
 std::optional<HangFinding> findHang(const std::vector<RankPosition>& ranks) {
   if (ranks.size() < 2) return std::nullopt;
+  for (const auto& r : ranks)
+    if (r.subgroups) return std::nullopt;
   HangFinding h;
   for (const auto& r : ranks) h.wavefront.push_back(waitLine(r));
   // A desync: the first collective number where the ranks that reached it issued different ops.

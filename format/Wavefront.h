@@ -22,8 +22,9 @@ struct RankPosition {
   bool terminated = false;              // its watch saw the launcher's SIGTERM
   std::string waitReason;               // the last CollectiveWait's reason ("" none)
   double waitedSeconds = 0;
-  std::string stackLine;  // innermost frame of the job's own code then ("f.py:12 in g: code")
-  std::string stacks;     // every Python thread's stack then
+  std::string stackLine;   // innermost frame of the job's own code then ("f.py:12 in g: code")
+  std::string stacks;      // every Python thread's stack then
+  bool subgroups = false;  // it issued a collective on a group other than the world
 };
 
 struct HangFinding {
@@ -42,7 +43,9 @@ struct HangFinding {
 // The stack's innermost frame of the job's own code, in its first thread ("train.py:12 in
 // load: time.sleep(9)"): not the standard library nor an installed package.
 std::string innermostUserFrame(const std::string& stacks);
-// Nothing when the ranks never parted (all issued the same collectives and none was left waiting).
+// Nothing when the ranks never parted (all issued the same collectives and none was left waiting),
+// and nothing for a job with process subgroups: collectives are numbered per process, and ranks
+// of different subgroups legitimately issue different numbers of them (not analysed yet).
 std::optional<HangFinding> findHang(const std::vector<RankPosition>& ranks);
 
 }  // namespace dlrr

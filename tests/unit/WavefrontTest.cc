@@ -107,6 +107,13 @@ TEST(Wavefront, EveryRankInTheSameCollectiveHasNoSuspect) {
   EXPECT_NE(h->summary.find("every rank issued collective #1"), std::string::npos);
 }
 
+TEST(Wavefront, SubgroupsAreNotAnalysed) {
+  // Ranks of different subgroups issue different numbers of collectives: no false desync.
+  RankPosition r0 = ranAllReduces(0, 2), r1 = ranAllReduces(1, 1);
+  r0.subgroups = true;
+  EXPECT_FALSE(findHang({r0, r1}));
+}
+
 TEST(Wavefront, InnermostUserFrameSkipsLibrariesAndBadText) {
   EXPECT_EQ(innermostUserFrame(""), "");
   EXPECT_EQ(innermostUserFrame("Thread x:\n  File \"/usr/lib/python3/dist-packages/torch/a.py\", line 3, in f\n"), "");
