@@ -173,6 +173,34 @@ std::optional<HangFinding> findHang(const std::vector<RankPosition>& ranks) {
     }
   }
   if (h.suspects.empty()) {
+    // Every rank issued the same collectives, but some died there while the others were stopped
+    // (by the launcher) or failed before issuing the next one: the dead are the suspects.
+    std::vector<int> dead;
+    bool othersStopped = false;
+    for (const auto& r : ranks) {
+      if (!r.exitCode && !r.terminated && r.waitReason.empty())
+        dead.push_back(r.rank);
+      else
+        othersStopped = othersStopped || r.terminated || (r.exitCode && *r.exitCode != 0);
+    }
+    if (!dead.empty() && dead.size() < ranks.size() && othersStopped) {
+      h.waiting.clear();
+      for (const auto& r : ranks) {
+        if (std::find(dead.begin(), dead.end(), r.rank) == dead.end()) {
+          h.waiting.push_back(r.rank);
+          continue;
+        }
+        h.suspects.push_back(r.rank);
+        h.why.push_back("rank " + std::to_string(r.rank) + " died" +
+                        (r.lastCompleted >= 0 ? " after completing collective #" + std::to_string(r.lastCompleted)
+                                              : " before its first collective") +
+                        ": its stream ends without an exit (killed by SIGKILL, e.g. kill -9 or the OOM killer, or "
+                        "its machine was lost); " +
+                        ranksText(h.waiting) + " stopped before the next collective");
+      }
+      h.summary = "distributed hang: " + h.why.front();
+      return h;
+    }
     if (!anyWaiting) return std::nullopt;  // they met everywhere
     h.summary = "every rank issued " + at + " and it did not complete (a deadlock in the collective or the network)";
     return h;

@@ -267,6 +267,7 @@ std::atomic<int> gTermNotifyFd{-1};
 std::atomic<int> gTermAckFd{-1};
 std::atomic<int> gTermWaitMs{0};
 std::atomic<bool> gTermSeen{false};
+std::atomic<pid_t> gTermOwner{0};  // a forked child (a DataLoader worker) inherits the handler, not the watch
 
 // Wakes the hook's watch thread (which blocks SIGTERM, so this never runs on it) and gives it
 // up to gTermWaitMs to write where the rank waits, then the signal goes on as before.
@@ -274,7 +275,7 @@ void onTerm(int sig, siginfo_t* info, void* uctx) {
   int savedErrno = errno;
   int notify = gTermNotifyFd.load();
   int ack = gTermAckFd.load();
-  if (notify >= 0 && ack >= 0 && !gTermSeen.exchange(true)) {
+  if (notify >= 0 && ack >= 0 && getpid() == gTermOwner.load() && !gTermSeen.exchange(true)) {
     char b = 't';
     if (write(notify, &b, 1) == 1) {
       struct timespec start {};
@@ -289,7 +290,7 @@ void onTerm(int sig, siginfo_t* info, void* uctx) {
         p.fd = ack;
         p.events = POLLIN;
         int rc = poll(&p, 1, static_cast<int>(left));
-        if (rc > 0 || (rc < 0 && errno != EINTR)) break;
+        if (rc > 0 || (rc < 0 && errno != EINTR)) break;  // answered, or its end closed at exit
       }
     }
   }
@@ -308,6 +309,7 @@ int installTermNotice(int notifyFd, int ackFd, int waitMs) noexcept {
   if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == onTerm) return 1;
   if (cur.sa_flags & SA_SIGINFO) return 0;
   gTermWaitMs = waitMs;
+  gTermOwner = getpid();
   gTermAckFd = ackFd;
   gTermNotifyFd = notifyFd;
   gPrevious[SIGTERM] = cur;

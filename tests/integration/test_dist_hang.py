@@ -70,9 +70,10 @@ class DistHangTest(TraceTestCase):
         self.assertIn("category    Distributed hang", triage)
 
     def test_rank_killed_with_sigkill(self):
+        # Rank 0 is either waiting in collective #1 or stopped by torchrun before it: either way
+        # rank 1, whose stream just ends, is the suspect.
         _, hang, triage = self.record("kill")
         self.assertEqual(hang["suspects"], [1])
-        self.assertEqual((hang["seq"], hang["op"]), (1, "all_reduce"))
         self.assertIn("rank 1 died after completing collective #0: its stream ends without an exit", hang["why"][0])
         self.assertIn("category    Distributed hang", triage)
 

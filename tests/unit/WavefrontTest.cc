@@ -97,6 +97,22 @@ TEST(Wavefront, RankThatEndedEarlyOrDied) {
             std::string::npos);
 }
 
+TEST(Wavefront, RankThatDiedWhileTheOthersWereStoppedBeforeTheNextCollective) {
+  RankPosition r0 = ranAllReduces(0, 1), r1 = ranAllReduces(1, 1);
+  r0.terminated = true;
+  r0.waitReason = "terminated";
+  auto h = findHang({r0, r1});
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->suspects, std::vector<int>{1});
+  EXPECT_EQ(h->waiting, std::vector<int>{0});
+  EXPECT_NE(h->why[0].find("rank 1 died after completing collective #0: its stream ends without an exit"),
+            std::string::npos);
+  r0.terminated = false;
+  r0.waitReason.clear();
+  r0.exitCode = 0;  // it ended well: nothing says the dead rank stopped anyone
+  EXPECT_FALSE(findHang({r0, r1}));
+}
+
 TEST(Wavefront, EveryRankInTheSameCollectiveHasNoSuspect) {
   RankPosition r0 = ranAllReduces(0, 1), r1 = ranAllReduces(1, 1);
   waitsIn(r0, 1, "all_reduce");

@@ -110,6 +110,17 @@ class HangWatch:
         thread.start()
         # Installed last: the thread that answers it exists (it blocks SIGTERM itself).
         self._lib.dlrr_term_notice(notify_w, ack_r, TERM_WAIT_MS)
+        # At exit the thread may be gone: closing the answer's end makes a later SIGTERM go on at once.
+        import atexit
+        atexit.register(self._close_answer)
+
+    def _close_answer(self):
+        ack_w, self._ack_w = self._ack_w, -1
+        if ack_w >= 0:
+            try:
+                os.close(ack_w)
+            except OSError:
+                pass
 
     def _run(self):
         try:
@@ -128,7 +139,8 @@ class HangWatch:
                     pass
                 self._check(TERMINATED)
                 try:
-                    os.write(self._ack_w, b"k")
+                    if self._ack_w >= 0:
+                        os.write(self._ack_w, b"k")
                 except OSError:
                     pass
             else:
