@@ -80,6 +80,7 @@ std::string innermostUserFrame(const std::string& stacks) {
     size_t slash = file.rfind('/');
     best = (slash == std::string::npos ? file : file.substr(slash + 1)) + ":" + rest.substr(l + 5, in - l - 5) +
            " in " + rest.substr(in + 5);
+    if (pos >= stacks.size()) break;  // no code line after the last frame
     size_t codeEnd = stacks.find('\n', pos);
     std::string next = stacks.substr(pos, codeEnd == std::string::npos ? std::string::npos : codeEnd - pos);
     if (next.rfind("    ", 0) == 0) best += ": " + next.substr(4);

@@ -135,6 +135,8 @@ TEST(Wavefront, InnermostUserFrameSkipsLibrariesAndBadText) {
   EXPECT_EQ(innermostUserFrame("Thread x:\n  File \"/usr/lib/python3/dist-packages/torch/a.py\", line 3, in f\n"), "");
   EXPECT_EQ(innermostUserFrame("  File \"broken"), "");
   EXPECT_EQ(innermostUserFrame("Thread T:\n  File \"/a/b.py\", line 7, in g\n"), "b.py:7 in g");
+  EXPECT_EQ(innermostUserFrame("  File \"/a/b.py\", line 7, in g"), "b.py:7 in g");            // no final newline
+  EXPECT_EQ(innermostUserFrame("  File \"/a/b.py\", in g, line 7\n"), "b.py:7 in g, line 7");  // misordered: no crash
 }
 
 }  // namespace
