@@ -341,7 +341,7 @@ class DistHooks:
         sent_finite = rec.guarded(self._finite, inputs_of(p)) if self.replay_mode is not None else None
         watch = self.watch
         if watch is not None and not async_op:
-            watch.issue(seq, op, self._group_text(p.get("group")))
+            watch.issue(seq, op, p.get("group"))  # named by the watch only when it writes
         try:
             result = original(*args, **kwargs)
         except BaseException as exc:
@@ -477,7 +477,7 @@ class DistHooks:
         def step_of():
             current = getattr(steps, "current", None)
             return -1 if current is None else current
-        self.watch = HangWatch(self._lib, seconds, step_of)
+        self.watch = HangWatch(self._lib, seconds, step_of, self._group_text)
         self.watch.start()
 
     def _original_get_backend(self):

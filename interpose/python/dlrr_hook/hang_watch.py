@@ -79,12 +79,13 @@ def _source_line(filename, lineno):
 
 
 class HangWatch:
-    def __init__(self, lib, hang_after, step_of):
+    def __init__(self, lib, hang_after, step_of, group_text=None):
         self._lib = lib
+        self._group_text = group_text  # (group object) -> its name as bytes ("world", "0,2")
         self._hang_after = hang_after
         self._step_of = step_of  # () -> the step in progress (-1 none)
         self._period = min(max(hang_after / 4.0, 0.05), 15.0)
-        # (seq, op, group, step, monotonic) of the collective in flight on the job's thread.
+        # (seq, op, group object, step, monotonic) of the collective in flight on the job's thread.
         self.inflight = None
         # (seq, op, step, monotonic) of the last collective completed.
         self.completed = None
@@ -181,6 +182,8 @@ class HangWatch:
             seq, op, group, step = inflight[0], inflight[1], inflight[2], inflight[3]
         else:
             seq, op, group, step = 0, "", "", -1
+        if self._group_text is not None and inflight is not None:
+            group = self._group_text(group)
         self._lib.dlrr_collective_wait(reason, 1 if inflight is not None else 0, seq, native.text(op),
                                        group if isinstance(group, bytes) else native.text(group), step, c_seq,
                                        native.text(c_op), c_step, int(waited * 1000), native.text(stacks))
