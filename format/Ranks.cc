@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 namespace dlrr {
 namespace {
@@ -33,6 +34,8 @@ RankReport analyzeRanks(Trace& t) {
     r.host = h.getHost().cStr();
     r.pid = h.getPid();
     r.cleanClose = s->status().cleanClose;
+    r.position.rank = r.rank;
+    std::set<uint64_t> completed;
     rep.worldSize = std::max(rep.worldSize, static_cast<int>(h.getWorldSize()));
     try {
       s->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
@@ -40,12 +43,39 @@ RankReport analyzeRanks(Trace& t) {
           case schema::Event::STEP_END:
             ++r.steps;
             break;
+          case schema::Event::COLLECTIVE_WAIT: {
+            auto w = e.getCollectiveWait();
+            auto& p = r.position;
+            using R = schema::CollectiveWait::Reason;
+            p.waitReason = w.getReason() == R::HANG ? "hang" : w.getReason() == R::STALLED ? "stalled" : "terminated";
+            p.terminated = p.terminated || w.getReason() == R::TERMINATED;
+            p.waitedSeconds = static_cast<double>(w.getWaitedMs()) / 1000.0;
+            p.stacks = w.getStacks().cStr();
+            p.stackLine = innermostUserFrame(p.stacks);
+            if (w.getWaiting() && !completed.count(w.getSeq())) {
+              p.ops[w.getSeq()] = w.getOp().cStr();
+              p.stepOf[w.getSeq()] = w.getIssuedStep();
+              p.inFlight = w.getSeq();
+            }
+            break;
+          }
           case schema::Event::PROCESS_EXIT:
             r.exitCode = e.getProcessExit().getExitCode();
             break;
           case schema::Event::COLLECTIVE: {
             auto c = e.getCollective();
             ++r.collectives;
+            auto& p = r.position;
+            p.ops[c.getSeq()] = c.getOp().cStr();
+            p.stepOf[c.getSeq()] = e.getStep();
+            if (c.getGroup() != "world") p.subgroups = true;
+            if (c.getStatus().size() == 0) {
+              completed.insert(c.getSeq());
+              p.lastCompleted = std::max(p.lastCompleted, static_cast<int64_t>(c.getSeq()));
+              if (p.inFlight == c.getSeq()) p.inFlight.reset();
+            } else {
+              p.inFlight = c.getSeq();  // failed: issued, never completed
+            }
             for (auto res : c.getResults()) {
               ++r.results;
               if (res.hasData() && res.getData().getSize()) ++r.keptResults;
@@ -73,6 +103,8 @@ RankReport analyzeRanks(Trace& t) {
       });
     } catch (const TraceError&) {  // damaged: what precedes the damage counts
     }
+    r.position.steps = static_cast<int64_t>(r.steps);
+    r.position.exitCode = r.exitCode;
     rep.ranks.push_back(std::move(r));
   }
   std::sort(rep.ranks.begin(), rep.ranks.end(), [](const RankStatus& a, const RankStatus& b) {
@@ -94,6 +126,12 @@ RankReport analyzeRanks(Trace& t) {
     if (!r.failure || r.failure->kind != "nonfinite" || r.failureReceived) continue;
     if (!origin || r.failure->step < origin->failure->step) origin = &r;
   }
+  // Hangs: each rank's last incarnation (an elastic restart starts its collectives afresh).
+  std::map<int, const RankPosition*> last;
+  for (const auto& r : rep.ranks) last[r.rank] = &r.position;
+  std::vector<RankPosition> positions;
+  for (const auto& [rank, p] : last) positions.push_back(*p);
+  rep.hang = findHang(positions);
   if (origin) {
     NonFiniteOrigin o;
     o.rank = origin->rank;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "format/Trace.h"
+#include "format/Wavefront.h"
 
 namespace dlrr {
 
@@ -31,6 +32,7 @@ struct RankStatus {
   int64_t receivedStep = -1;
   bool receivedBlind = false;    // that collective records no inputs (DDP's built-in all-reduce)
   bool failureReceived = false;  // its first non-finite value arrived through that collective
+  RankPosition position;         // its collectives and last wait (hangs, desyncs)
 };
 
 struct NonFiniteOrigin {
@@ -45,6 +47,7 @@ struct RankReport {
   std::vector<RankStatus> ranks;  // by rank, then restart
   int worldSize = 0;
   std::optional<NonFiniteOrigin> origin;
+  std::optional<HangFinding> hang;  // where the ranks stopped meeting (one restart: the last)
   bool distributed() const { return !ranks.empty(); }
 };
 

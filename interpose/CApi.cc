@@ -476,6 +476,29 @@ void dlrr_collective_end(uint64_t seq, const char* status) {
   withRecorder([&](RecordSession& s) { s.collectiveEnd(seq, status); });
 }
 
+void dlrr_collective_wait(int reason, int waiting, uint64_t seq, const char* op, const char* group, int64_t issued_step,
+                          int64_t completed_seq, const char* completed_op, int64_t completed_step, uint64_t waited_ms,
+                          const char* stacks) {
+  RecordSession::CollectiveWaitRec w;
+  w.reason = reason;
+  w.waiting = waiting != 0;
+  w.seq = seq;
+  w.op = op;
+  w.group = group;
+  w.issuedStep = issued_step;
+  w.completedSeq = completed_seq;
+  w.completedOp = completed_op;
+  w.completedStep = completed_step;
+  w.waitedMs = waited_ms;
+  w.stacks = stacks;
+  withRecorder([&](RecordSession& s) { s.collectiveWait(w); });
+}
+
+int dlrr_term_notice(int notify_fd, int ack_fd, int wait_ms) {
+  if (!processRecorder()) return 0;
+  return installTermNotice(notify_fd, ack_fd, wait_ms);
+}
+
 uint64_t dlrr_collective_begin1(const char* op, const char* group, const char* reduce_op, int peer, int bucket,
                                 int async_op, const char* dtype, int ndim, const int64_t* shape, const void* data,
                                 uint64_t nbytes) {

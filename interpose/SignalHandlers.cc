@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <execinfo.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -260,7 +261,64 @@ void onReplayFatal(int sig, siginfo_t* info, void* uctx) {
   errno = savedErrno;
 }
 
+// --- record: the launcher's SIGTERM, answered by the hook's hang watch ----------------------
+
+std::atomic<int> gTermNotifyFd{-1};
+std::atomic<int> gTermAckFd{-1};
+std::atomic<int> gTermWaitMs{0};
+std::atomic<bool> gTermSeen{false};
+std::atomic<pid_t> gTermOwner{0};  // a forked child (a DataLoader worker) inherits the handler, not the watch
+
+// Wakes the hook's watch thread (which blocks SIGTERM, so this never runs on it) and gives it
+// up to gTermWaitMs to write where the rank waits, then the signal goes on as before.
+void onTerm(int sig, siginfo_t* info, void* uctx) {
+  int savedErrno = errno;
+  int notify = gTermNotifyFd.load();
+  int ack = gTermAckFd.load();
+  if (notify >= 0 && ack >= 0 && getpid() == gTermOwner.load() && !gTermSeen.exchange(true)) {
+    char b = 't';
+    if (write(notify, &b, 1) == 1) {
+      struct timespec start {};
+      clock_gettime(CLOCK_MONOTONIC, &start);
+      long waitMs = gTermWaitMs.load();
+      for (;;) {
+        struct timespec now {};
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long left = waitMs - ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000);
+        if (left <= 0) break;
+        struct pollfd p {};
+        p.fd = ack;
+        p.events = POLLIN;
+        int rc = poll(&p, 1, static_cast<int>(left));
+        if (rc > 0 || (rc < 0 && errno != EINTR)) break;  // answered, or its end closed at exit
+      }
+    }
+  }
+  chain(sig, info, uctx);
+  errno = savedErrno;
+}
+
 }  // namespace
+
+int installTermNotice(int notifyFd, int ackFd, int waitMs) noexcept {
+  if (notifyFd < 0 || ackFd < 0 || waitMs < 0) return -1;
+  struct sigaction cur {};
+  if (sigaction(SIGTERM, nullptr, &cur) != 0) return -1;
+  // The job's own SIGTERM handling (ignored, or a handler of its own) is left alone.
+  if (!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler != SIG_DFL) return 0;
+  if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == onTerm) return 1;
+  if (cur.sa_flags & SA_SIGINFO) return 0;
+  gTermWaitMs = waitMs;
+  gTermOwner = getpid();
+  gTermAckFd = ackFd;
+  gTermNotifyFd = notifyFd;
+  gPrevious[SIGTERM] = cur;
+  struct sigaction sa {};
+  sa.sa_sigaction = onTerm;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  return sigaction(SIGTERM, &sa, nullptr) == 0 ? 1 : -1;
+}
 
 void installReplayCrashPause(int sig) noexcept {
   if (sig <= 0 || sig >= NSIG || sig == SIGKILL || sig == SIGSTOP || sig == SIGUSR1 || sig == SIGCONT) return;

@@ -13,6 +13,11 @@ void installFatalSignalHandlers() noexcept;
 // loaded (the hook: at torch's import). first=false: put the oldest (faulthandler) back on top
 // (before it is disabled, so that it restores ours). Returns the number of signals changed.
 int takeFatalSignalsFirst(bool first) noexcept;
+// Record, distributed ranks (the hook's hang watch): on SIGTERM, writes a byte to notifyFd and
+// waits up to waitMs for one on ackFd (the watch writing where the rank waits), then the signal
+// goes on to the previous disposition. Only over the default disposition: a job's own SIGTERM
+// handling is left alone. Returns 1 installed, 0 left alone, -1 error.
+int installTermNotice(int notifyFd, int ackFd, int waitMs) noexcept;
 // Replay with --until crash --debug wait: on `sig` (the recorded fatal signal) the process
 // says its PID and the `gdb -p` line on stderr and waits, in the handler, until a debugger
 // attaches and detaches again, or SIGUSR1/SIGCONT; then the signal goes on to the previous

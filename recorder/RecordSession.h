@@ -119,6 +119,22 @@ class RecordSession final : public ProcessSession {
   int collectiveTensor(uint64_t seq, bool result, const char* dtype, int ndim, const int64_t* shape, const void* data,
                        uint64_t nbytes) override;
   void collectiveEnd(uint64_t seq, const char* status);
+  // Where this rank waits (docs/distributed.md, hangs): one CollectiveWait event, committed
+  // before returning so that it survives the rank being killed right after.
+  struct CollectiveWaitRec {
+    int reason = 0;  // schema::CollectiveWait::Reason
+    bool waiting = false;
+    uint64_t seq = 0;
+    const char* op = "";
+    const char* group = "";
+    int64_t issuedStep = -1;
+    int64_t completedSeq = -1;
+    const char* completedOp = "";
+    int64_t completedStep = -1;
+    uint64_t waitedMs = 0;
+    const char* stacks = "";
+  };
+  void collectiveWait(const CollectiveWaitRec& w);
 
   // Async-signal-safe: records a fatal signal with native and Python stacks. ips[faultFrame]
   // is where the fault happened (the failure's `where`): the frame after the last signal

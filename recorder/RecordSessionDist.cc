@@ -117,4 +117,25 @@ void RecordSession::collectiveEnd(uint64_t seq, const char* status) {
   });
 }
 
+void RecordSession::collectiveWait(const CollectiveWaitRec& w) {
+  if (!active()) return;
+  auto text = [](const char* t) { return t ? t : ""; };
+  appendEvent(step_.load(), [&](schema::Event::Builder e, StreamWriter&) {
+    auto c = e.initCollectiveWait();
+    using R = schema::CollectiveWait::Reason;
+    c.setReason(w.reason == 1 ? R::STALLED : w.reason == 2 ? R::TERMINATED : R::HANG);
+    c.setWaiting(w.waiting);
+    c.setSeq(w.seq);
+    c.setOp(text(w.op));
+    c.setGroup(text(w.group));
+    c.setIssuedStep(w.issuedStep);
+    c.setCompletedSeq(w.completedSeq);
+    c.setCompletedOp(text(w.completedOp));
+    c.setCompletedStep(w.completedStep);
+    c.setWaitedMs(w.waitedMs);
+    c.setStacks(text(w.stacks));
+  });
+  commitNow();  // the launcher may kill this rank at any moment now
+}
+
 }  // namespace dlrr

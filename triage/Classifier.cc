@@ -40,6 +40,11 @@ const std::vector<CategoryInfo> kCategories = {
      T::NonDeterministic, "depends on the other ranks and the network: a straggler or a dead peer",
      "a collective timed out or a peer went away (NCCL/Gloo): look at the other ranks' traces for the one "
      "that failed first; raise the timeout only if a rank is legitimately slow"},
+    {C::DistributedHang, "distributed_hang", "Distributed hang", D::Environment, T::Unknown,
+     "depends on why the suspect rank stopped: its own code (deterministic) or its machine (not)",
+     "the ranks stopped meeting in a collective: the suspect rank never reached it (stuck, ended early or "
+     "died); its stack says where. torchrun's \"Root Cause\" names the first rank to fail, usually one that "
+     "timed out waiting for the suspect, not the suspect itself"},
     {C::ExternalSignal, "external_signal", "Killed from outside", D::Environment, T::NonDeterministic,
      "the signal came from outside the job: scheduler preemption, a time limit, a user, the OOM killer",
      "the process did not fail by itself: check the scheduler's log (preemption, time limit) and, for "
@@ -53,6 +58,11 @@ const std::vector<CategoryInfo> kCategories = {
      "depends on the memory other processes use on the machine",
      "the job needed more host memory than it had: reduce the batch size, the DataLoader workers or "
      "prefetching, or data held in memory; raise the limit"},
+    {C::CollectiveDesync, "collective_desync", "Collective desync", D::DeepLearning, T::Deterministic,
+     "the ranks' code took different paths to the same collective number",
+     "a rank issued a different collective than its peers at the same point (a rank-dependent branch, a "
+     "skipped or reordered collective): make every rank issue the same collectives in the same order. "
+     "torchrun's \"Root Cause\" names the first rank to fail, not necessarily the one that diverged"},
     {C::TensorMismatch, "tensor_mismatch", "Tensor mismatch", D::DeepLearning, T::Deterministic,
      "the same shapes meet again on a retry",
      "tensor shapes, dtypes or devices do not fit the model (layer sizes, input shapes), or checkpoint keys "
@@ -949,6 +959,14 @@ TriageResult classify(const TriageInput& in) {
     r.summary = "the job's end was not recorded (still running, or dlrecord was killed)";
   }
 
+  // Ranks that stopped meeting: the rank that failed first (torchrun's "Root Cause") is usually
+  // one that timed out waiting; the suspect the collectives point at is the failure.
+  const bool hangFirst = in.hang && !in.hang->suspects.empty();
+  const std::string victim = r.summary;
+  if (hangFirst) {
+    r.category = in.hang->desync ? C::CollectiveDesync : C::DistributedHang;
+    r.summary = in.hang->summary;
+  }
   const CategoryInfo& info = categoryInfo(r.category);
   r.dimension = info.dimension;
   r.advice = info.advice;
@@ -1087,6 +1105,12 @@ TriageResult classify(const TriageInput& in) {
     head.push_back("first non-finite value: " + in.nonfinite->message + " at step " +
                    std::to_string(in.nonfinite->step));
   head.insert(head.end(), ev.begin(), ev.end());
+  if (hangFirst) {
+    std::vector<std::string> h = in.hang->why;
+    h.push_back("the first failure recorded (what torchrun's \"Root Cause\" names) was " + in.stream + "'s: " + victim);
+    for (const auto& w : in.hang->wavefront) h.push_back("wavefront: " + w);
+    head.insert(head.begin(), h.begin(), h.end());
+  }
   // De-duplicate, keep order.
   std::set<std::string> seen;
   for (auto& e : head)
@@ -1121,6 +1145,8 @@ TriageResult classify(const TriageInput& in) {
     }
   }
   r.lost = lostText(r);
+  if (hangFirst && !in.hang->location.empty())
+    r.location = in.hang->location + " (rank " + std::to_string(in.hang->suspects.front()) + ")";
 
   // ---- retry advice
   switch (r.determinism) {

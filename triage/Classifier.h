@@ -23,6 +23,7 @@ enum class Category {
   DiskFull,
   DeviceUnavailable,
   CommunicationFailure,
+  DistributedHang,
   ExternalSignal,
   // deep-learning specific
   GpuOutOfMemory,
@@ -30,6 +31,7 @@ enum class Category {
   TensorMismatch,
   LossNaN,
   FrameworkApiMisuse,
+  CollectiveDesync,
   // general code error
   IllegalArgument,
   TypeMismatch,

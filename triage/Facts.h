@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "format/Wavefront.h"
+
 namespace dlrr::triage {
 
 struct Frame {
@@ -131,6 +133,8 @@ struct TriageInput {
   // For a non-finite failure: samples of that step's batch that hold NaN/Inf values
   // ("sample 5 (dataset index 1365): 3072 non-finite values in field 0").
   std::vector<std::string> batchFindings;
+  // A distributed job whose ranks stopped meeting (format/Wavefront.h): the suspect rank(s).
+  std::optional<HangFinding> hang;
 };
 
 }  // namespace dlrr::triage

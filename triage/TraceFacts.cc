@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "format/Concurrency.h"
+#include "format/Ranks.h"
 
 namespace dlrr::triage {
 namespace {
@@ -431,6 +432,7 @@ TriageInput gatherFacts(Trace& trace) {
   std::sort(in.missingPaths.begin(), in.missingPaths.end(),
             [](const MissingPathRecord& a, const MissingPathRecord& b) { return a.firstNs < b.firstNs; });
   for (auto& [k, v] : libs) in.libraryErrors.push_back(v);
+  in.hang = analyzeRanks(trace).hang;
   return in;
 }
 

@@ -103,6 +103,8 @@ struct Event {
     file @27 :FileFact;
     # Jump replay (docs/replay.md): training state at the start of a step.
     snapshot @28 :Snapshot;
+    # Hangs (docs/distributed.md): where a rank waited, taken by the hook's watchdog.
+    collectiveWait @29 :CollectiveWait;
   }
 }
 
@@ -461,6 +463,29 @@ struct Collective {
   results @7 :List(CollectiveTensor);  # what the call left in this rank's tensors
   asyncOp @8 :Bool;          # async_op=True: results recorded when the work completed
   status @9 :Text;           # "" ok; else why results are missing (error text)
+}
+
+# A rank's position in its collectives when it stopped meeting its peers, and every Python
+# thread's stack then: written (and committed) by the hook's watchdog when a collective has been
+# in flight longer than --hang-after, when no collective began for that long after the last
+# one completed, or when the launcher's SIGTERM arrived.
+struct CollectiveWait {
+  reason @0 :Reason;
+  waiting @1 :Bool;          # a collective was issued and not completed (seq/op/group/issuedStep)
+  seq @2 :UInt64;
+  op @3 :Text;
+  group @4 :Text;
+  issuedStep @5 :Int64;
+  completedSeq @6 :Int64 = -1;   # the last collective completed (-1: none yet)
+  completedOp @7 :Text;
+  completedStep @8 :Int64 = -1;
+  waitedMs @9 :UInt64;       # since the issue (waiting) or the last completion
+  stacks @10 :Text;          # every Python thread's stack, the waiting thread first
+  enum Reason {
+    hang @0;                 # in a collective longer than --hang-after
+    stalled @1;              # no collective for longer than --hang-after since the last one
+    terminated @2;           # SIGTERM (torchrun stopping the job after another rank failed)
+  }
 }
 
 struct CollectiveTensor {

@@ -359,6 +359,13 @@ class FakeLib:
     def _dlrr_collective_end(self, seq, status):
         self.calls.append(("collective_end", seq, status.decode()))
 
+    def _dlrr_collective_wait(self, reason, waiting, seq, op, group, issued_step, completed_seq, completed_op,
+                              completed_step, waited_ms, stacks):
+        self.calls.append(("collective_wait", reason, waiting, seq, op.decode(), completed_seq, stacks.decode()))
+
+    def _dlrr_term_notice(self, notify_fd, ack_fd, wait_ms):
+        return 0  # the real library installs a SIGTERM handler; never in these tests
+
     # The two-crossing forms record what the four calls they stand for would (the library's
     # dlrr_collective_begin1/end1 are those calls), so tests see one sequence either way.
     def _dlrr_collective_begin1(self, op, group, reduce_op, peer, bucket, async_op, dtype, ndim, shape, data, nbytes):

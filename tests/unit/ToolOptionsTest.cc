@@ -25,6 +25,14 @@ std::string usageMessage(auto&& f) {
   return "(accepted)";
 }
 
+TEST(RecordOptions, HangAfterIsSecondsOrOff) {
+  EXPECT_EQ(parseRecordOptions({"--", "x"}).hangAfter, "60");
+  EXPECT_EQ(parseRecordOptions({"--hang-after", "2.5", "--", "x"}).hangAfter, "2.5");
+  EXPECT_EQ(parseRecordOptions({"--hang-after=0", "--", "x"}).hangAfter, "0");
+  for (const char* bad : {"soon", "-1", "", "1e9", "nan", "5s"})
+    EXPECT_THROW(parseRecordOptions({"--hang-after", bad, "--", "x"}), tools::UsageError) << bad;
+}
+
 TEST(RecordOptions, ParsesAFullLine) {
   auto o = parseRecordOptions({"-o", "run.trace", "--capture=full", "--collectives", "full", "--ring-steps", "4",
                                "--redact", "+WANDB", "-q", "--", "python3", "train.py", "--", "-q"});

@@ -25,9 +25,9 @@ std::string prepended(const std::vector<std::string>& ours, const std::string& v
 std::vector<std::string> childEnvironment(const std::vector<std::string>& ours, const RecordOptions& o,
                                           const std::string& trace, const InstallPaths& paths,
                                           const std::string& statusFd, std::string& gpuOff) {
-  static const char* const kOwn[] = {
-      "LD_PRELOAD=",       "PYTHONPATH=",      "DLRR_MODE=",      "DLRR_TRACE=",   "DLRR_CAPTURE=",
-      "DLRR_COLLECTIVES=", "DLRR_RING_STEPS=", "DLRR_STATUS_FD=", "DLRR_LIBRARY=", "DLRR_SNAPSHOT_EVERY="};
+  static const char* const kOwn[] = {"LD_PRELOAD=",   "PYTHONPATH=",          "DLRR_MODE=",       "DLRR_TRACE=",
+                                     "DLRR_CAPTURE=", "DLRR_COLLECTIVES=",    "DLRR_RING_STEPS=", "DLRR_STATUS_FD=",
+                                     "DLRR_LIBRARY=", "DLRR_SNAPSHOT_EVERY=", "DLRR_HANG_AFTER="};
   auto own = [](const std::string& kv) {
     for (const char* k : kOwn)
       if (kv.rfind(k, 0) == 0) return true;
@@ -57,6 +57,7 @@ std::vector<std::string> childEnvironment(const std::vector<std::string>& ours, 
   env.push_back("DLRR_COLLECTIVES=" + o.collectives);
   env.push_back("DLRR_LIBRARY=" + paths.library);
   env.push_back("DLRR_SNAPSHOT_EVERY=" + o.snapshotEvery);
+  env.push_back("DLRR_HANG_AFTER=" + o.hangAfter);
   if (!statusFd.empty()) env.push_back("DLRR_STATUS_FD=" + statusFd);
   return env;
 }

@@ -41,6 +41,9 @@ const char* const kRecordUsage =
     "                       (e.g. 1000steps) or off (a failure snapshot is still taken)\n"
     "  --ring-steps K       module outputs and losses of the last K steps are kept in full in\n"
     "                       memory and written only when a failure happens (default 2, 0 = off)\n"
+    "  --hang-after SECONDS torch.distributed jobs: a rank in one collective (or with none\n"
+    "                       since its last) for longer writes where it waits and its Python\n"
+    "                       stacks, for dltrace triage (default 60, 0 = off)\n"
     "  --redact LIST        comma-separated name fragments of environment variables whose\n"
     "                       values are never stored, added to the defaults (TOKEN,SECRET,\n"
     "                       PASSWORD,PASSWD,KEY,CREDENTIAL,AUTH,COOKIE,SESSION,WEBHOOK); values\n"
@@ -67,6 +70,7 @@ RecordOptions parseRecordOptions(const std::vector<std::string>& argv) {
                           {"--collectives", T::Value},
                           {"--ring-steps", T::Value},
                           {"--redact", T::Value},
+                          {"--hang-after", T::Value},
                           {"--snapshot-every", T::Value},
                           {"--quiet", T::Flag, "-q"}},
                          tools::Args::Layout::Command);
@@ -79,6 +83,13 @@ RecordOptions parseRecordOptions(const std::vector<std::string>& argv) {
   if (o.collectives != "digest" && o.collectives != "full")
     throw UsageError("--collectives must be digest or full (got '" + o.collectives + "')");
   o.ringSteps = static_cast<int>(args.intValue("--ring-steps", 0, 64).value_or(o.ringSteps));
+  if (auto h = args.value("--hang-after")) {
+    char* end = nullptr;
+    double v = std::strtod(h->c_str(), &end);
+    if (h->empty() || *end || !(v >= 0) || v > 1e7)
+      throw UsageError("--hang-after must be a number of seconds >= 0 (got '" + *h + "')");
+    o.hangAfter = *h;
+  }
   if (auto r = args.value("--redact")) o.redact = parseRedactPatterns(*r);
   o.snapshotEvery = args.value("--snapshot-every").value_or(o.snapshotEvery);
   if (!validSnapshotEvery(o.snapshotEvery))

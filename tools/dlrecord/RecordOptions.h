@@ -18,6 +18,7 @@ struct RecordOptions {
   std::string output;
   std::string capture = "default";     // minimal | default | full
   int ringSteps = 2;                   // 0..64
+  std::string hangAfter = "60";        // seconds (hang_watch.py), 0 = off
   std::string collectives = "digest";  // digest | full
   std::string snapshotEvery = "auto";  // auto | off | SECONDS | Nsteps (snapshots.py)
   std::vector<std::string> redact = defaultRedactPatterns();

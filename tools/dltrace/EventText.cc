@@ -437,12 +437,35 @@ std::string describeEvent(schema::Event::Reader e, const InternTable& names) {
       return "step " + std::to_string(sn.getStep()) + " " + enumName(sn.getReason()) + ", tensors " +
              humanBytes(sn.getTensorBytes()) + " (" + humanBytes(sn.getNewBytes()) + " new)";
     }
+    case E::COLLECTIVE_WAIT: {
+      auto w = e.getCollectiveWait();
+      std::string out = enumName(w.getReason()) + " after " + std::to_string(w.getWaitedMs()) + " ms: ";
+      if (w.getWaiting())
+        out += "in #" + std::to_string(w.getSeq()) + " " + text(w.getOp()) + " group " + text(w.getGroup()) +
+               " (step " + std::to_string(w.getIssuedStep()) + ")";
+      else
+        out += "no collective in flight";
+      if (w.getCompletedSeq() >= 0)
+        out += "; last completed #" + std::to_string(w.getCompletedSeq()) + " " + text(w.getCompletedOp());
+      return out;
+    }
   }
   return "(written by a newer dlrr; use --json to see its fields)";
 }
 
 std::vector<std::string> eventDetailLines(schema::Event::Reader e) {
   std::vector<std::string> out;
+  if (e.isCollectiveWait()) {
+    std::string stacks = e.getCollectiveWait().getStacks().cStr();
+    size_t start = 0;
+    while (start < stacks.size()) {
+      size_t end = stacks.find('\n', start);
+      if (end == std::string::npos) end = stacks.size();
+      out.push_back("    " + printable(stacks.substr(start, end - start)));
+      start = end + 1;
+    }
+    return out;
+  }
   if (!e.isFailure()) return out;
   auto f = e.getFailure();
   for (auto fr : f.getTraceback()) {

@@ -238,6 +238,31 @@ void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
     } else {
       j.null();
     }
+    j.key("hang");
+    if (ranks.hang) {
+      const HangFinding& h = *ranks.hang;
+      j.beginObject();
+      j.field("kind", std::string(h.desync ? "desync" : "hang"));
+      j.field("seq", static_cast<int64_t>(h.seq));
+      j.field("op", h.op);
+      j.field("step", h.step);
+      j.key("waiting").beginArray();
+      for (int r : h.waiting) j.value(r);
+      j.endArray();
+      j.key("suspects").beginArray();
+      for (int r : h.suspects) j.value(r);
+      j.endArray();
+      j.field("summary", h.summary);
+      j.key("why").beginArray();
+      for (const auto& w : h.why) j.value(w);
+      j.endArray();
+      j.key("wavefront").beginArray();
+      for (const auto& w : h.wavefront) j.value(w);
+      j.endArray();
+      j.endObject();
+    } else {
+      j.null();
+    }
     j.endObject();
   }
   j.endObject();
@@ -267,6 +292,11 @@ void writeText(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
     out.line("failure     " +
              (s.failure ? printable(formatFailure(*s.failure)) + " [" + s.failure->stream + "]" : std::string("none")));
   for (const auto& c : culprits) out.line("culprit     " + printable(c));
+  if (ranks.hang) {
+    out.line("hang        " + printable(ranks.hang->summary));
+    for (size_t i = 1; i < ranks.hang->why.size(); ++i) out.line("            " + printable(ranks.hang->why[i]));
+    for (const auto& w : ranks.hang->wavefront) out.line("wavefront   " + printable(w));
+  }
   if (std::string m = missingRingTensors(s); !m.empty()) out.line("tensors     " + m);
   if (std::string c = conc.caveat(); !c.empty()) out.line("determinism " + printable(c));
   out.line("size        " + humanBytes(s.fileBytes) + " on disk; " + humanBytes(s.rawBytes) + " raw in " +

@@ -313,6 +313,16 @@ DLRR_API uint64_t dlrr_collective_begin(const char* op, const char* group, const
 DLRR_API int dlrr_collective_tensor(uint64_t seq, int is_result, const char* dtype, int ndim, const int64_t* shape,
                                     const void* data, uint64_t nbytes);
 DLRR_API void dlrr_collective_end(uint64_t seq, const char* status);
+/* Record only: where this rank waits (reason 0 hang: in collective `seq` longer than the
+ * threshold; 1 stalled: no collective since `completed_seq` for that long; 2 terminated: the
+ * launcher's SIGTERM), with every Python thread's stack. Committed before it returns. */
+DLRR_API void dlrr_collective_wait(int reason, int waiting, uint64_t seq, const char* op, const char* group,
+                                   int64_t issued_step, int64_t completed_seq, const char* completed_op,
+                                   int64_t completed_step, uint64_t waited_ms, const char* stacks);
+/* Record only: on SIGTERM, write a byte to notify_fd and wait up to wait_ms for one on ack_fd
+ * (the hook's watch writing dlrr_collective_wait), then the signal goes on as before. Only when
+ * SIGTERM has its default disposition. 1 installed, 0 left alone, -1 error. */
+DLRR_API int dlrr_term_notice(int notify_fd, int ack_fd, int wait_ms);
 /* The common one-tensor collective in two crossings instead of four, with the same effect:
  * dlrr_collective_begin then dlrr_collective_tensor(seq, 0, ...) of its input; and
  * dlrr_collective_tensor(seq, 1, ...) of its result then dlrr_collective_end. A null dtype

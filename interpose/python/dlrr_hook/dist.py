@@ -117,6 +117,7 @@ class DistHooks:
         self._async = {}  # seq -> (work, result tensors) of async collectives not yet recorded
         self._c10d = None
         self.replay_group_class = None
+        self.watch = None  # HangWatch, recording a distributed job (hang_watch.py)
 
     # ------------------------------------------------------------------ install
     def install(self, patcher):
@@ -255,6 +256,8 @@ class DistHooks:
             return True
         self._results(seq, tensors)
         self._lib.dlrr_collective_end(seq, b"")
+        if self.watch is not None:
+            self.watch.complete(seq, what)
         return False
 
     def _unservable(self, exc):
@@ -336,11 +339,16 @@ class DistHooks:
         if seq is None:
             return original(*args, **kwargs)
         sent_finite = rec.guarded(self._finite, inputs_of(p)) if self.replay_mode is not None else None
+        watch = self.watch
+        if watch is not None and not async_op:
+            watch.issue(seq, op, p.get("group"))  # named by the watch only when it writes
         try:
             result = original(*args, **kwargs)
         except BaseException as exc:
             rec.guarded(self._lib.dlrr_collective_end, seq, native.text("failed: %s: %s" % (type(exc).__name__, exc)))
             raise
+        if watch is not None:
+            watch.complete(seq, op)
         if async_op and result is not None:
             return rec.guarded(self._complete_later, seq, result, results_of(p)) or result
         else:
@@ -445,6 +453,8 @@ class DistHooks:
             else:
                 result = original(*args, **kwargs)
                 hooks._rec.guarded(hooks._note_init)
+                if hooks.replay_mode is None:
+                    hooks._rec.guarded(hooks._start_watch)
             hooks._rec.guarded(hooks._rec.note_compiled_collectives)
             return result
         return init_process_group
@@ -455,6 +465,20 @@ class DistHooks:
         info(b"dist.backend", native.text(self._original_get_backend()()))
         info(b"dist.rank", native.text(c10d.get_rank()))
         info(b"dist.world_size", native.text(c10d.get_world_size()))
+
+    def _start_watch(self):
+        """Recording: the hang watch (hang_watch.py), once per process, unless DLRR_HANG_AFTER=0."""
+        from .hang_watch import HangWatch, hang_after_seconds
+        seconds = hang_after_seconds()
+        if self.watch is not None or not seconds:
+            return
+        steps = getattr(self._rec, "steps", None)
+
+        def step_of():
+            current = getattr(steps, "current", None)
+            return -1 if current is None else current
+        self.watch = HangWatch(self._lib, seconds, step_of, self._group_text)
+        self.watch.start()
 
     def _original_get_backend(self):
         from .patching import original_of
@@ -587,6 +611,8 @@ class DistHooks:
         tensors = value if isinstance(value, (list, tuple)) else [value]
         self._results(seq, tensors)
         self._lib.dlrr_collective_end(seq, b"")
+        if self.watch is not None:
+            self.watch.complete(seq, "ddp_bucket")
         if sent is not None:
             self._received_nonfinite(seq, "ddp_bucket", sent, tensors)
 

@@ -183,6 +183,9 @@ SIGNATURES = {
     "dlrr_collective_begin1": (c_uint64, [c_char_p, c_char_p, c_char_p, c_int, c_int, c_int, c_char_p, c_int,
                                           POINTER(c_int64), c_void_p, c_uint64]),
     "dlrr_collective_end1": (None, [c_uint64, c_char_p, c_int, POINTER(c_int64), c_void_p, c_uint64, c_char_p]),
+    "dlrr_collective_wait": (None, [c_int, c_int, c_uint64, c_char_p, c_char_p, c_int64, c_int64, c_char_p, c_int64,
+                                    c_uint64, c_char_p]),
+    "dlrr_term_notice": (c_int, [c_int, c_int, c_int]),
     "dlrr_replay_collective_result": (c_int, [c_uint64, c_uint32, POINTER(c_void_p), POINTER(c_uint64)]),
     "dlrr_replay_rank": (c_int, []),
     # files (data-less replay)
