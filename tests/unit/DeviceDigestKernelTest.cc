@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <string>
-#include <vector>
 
 #include "interpose/cuda/DeviceDigestKernel.h"
 
@@ -19,7 +18,11 @@ struct FakeDriver {
   const void* image = nullptr;
   unsigned grid = 0, block = 0;
   void* stream = nullptr;
-  std::vector<void*> args;
+  // The launch's arguments, copied at the call (params points into the launcher's frame).
+  const void* data = nullptr;
+  uint64_t nbytes = 0, numel = 0;
+  int element = -1;
+  void* out = nullptr;
 };
 FakeDriver gFake;
 int gModule, gFunction;
@@ -55,7 +58,11 @@ DeviceDigestKernel::Driver fakeDriver() {
     gFake.grid = gx;
     gFake.block = bx;
     gFake.stream = stream;
-    gFake.args.assign(params, params + 5);
+    gFake.data = *static_cast<const void**>(params[0]);
+    gFake.nbytes = *static_cast<uint64_t*>(params[1]);
+    gFake.numel = *static_cast<uint64_t*>(params[2]);
+    gFake.element = *static_cast<int*>(params[3]);
+    gFake.out = *static_cast<void**>(params[4]);
     return gFake.launchResult;
   };
   return d;
@@ -79,12 +86,11 @@ TEST(DeviceDigestKernel, LoadsOnceAContextAndPassesTheArguments) {
   EXPECT_EQ(gFake.block, DeviceDigestKernel::kThreads);
   EXPECT_EQ(gFake.grid, 1u);
   EXPECT_EQ(gFake.stream, nullptr);
-  ASSERT_EQ(gFake.args.size(), 5u);
-  EXPECT_EQ(*static_cast<const void**>(gFake.args[0]), &data);
-  EXPECT_EQ(*static_cast<uint64_t*>(gFake.args[1]), 6u);
-  EXPECT_EQ(*static_cast<uint64_t*>(gFake.args[2]), 3u);
-  EXPECT_EQ(*static_cast<int*>(gFake.args[3]), 3);
-  EXPECT_EQ(*static_cast<void**>(gFake.args[4]), &out);
+  EXPECT_EQ(gFake.data, &data);
+  EXPECT_EQ(gFake.nbytes, 6u);
+  EXPECT_EQ(gFake.numel, 3u);
+  EXPECT_EQ(gFake.element, 3);
+  EXPECT_EQ(gFake.out, &out);
 }
 
 TEST(DeviceDigestKernel, ErrorsAreReturnedNotThrown) {

@@ -1,12 +1,11 @@
 // dlreplay --what-if: the change's parse and the verdict (issue 30 item 3).
-#include "tools/dlreplay/WhatIf.h"
-
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include "tools/common/UsageError.h"
 #include "tools/dlreplay/ReplayOptions.h"
 #include "tools/dlreplay/ReplayOutcome.h"
+#include "tools/dlreplay/WhatIf.h"
 
 namespace dlrr {
 namespace {
@@ -21,9 +20,9 @@ TEST(WhatIf, ParsesEachChange) {
 }
 
 TEST(WhatIf, RefusesBadChanges) {
-  for (const char* bad : {"", "teleport", "skip-step=3", "fp32=1", "lr-scale", "lr-scale=", "lr-scale=-1",
-                          "lr-scale=0", "lr-scale=x", "clip-grad=nan", "drop-sample=-3", "drop-sample=1.5",
-                          "drop-sample=", "drop-sample=1234567890123456789012"})
+  for (const char* bad :
+       {"", "teleport", "skip-step=3", "fp32=1", "lr-scale", "lr-scale=", "lr-scale=-1", "lr-scale=0", "lr-scale=x",
+        "clip-grad=nan", "drop-sample=-3", "drop-sample=1.5", "drop-sample=", "drop-sample=1234567890123456789012"})
     EXPECT_THROW(parseWhatIf(bad), tools::UsageError) << bad;
 }
 
