@@ -166,16 +166,21 @@ void Sandbox::plan(const SandboxSpec& spec) {
   // a write there fails rather than reaching it.
   mounts_.push_back({root_, root_, "bind-self", "", 0, ""});
   size_t n = 0;
+  std::vector<std::string> placeholders;
   std::function<void(const std::string&)> split = [&](const std::string& host) {
     for (const auto& e : fs::directory_iterator(host, ec)) {
       std::string path = e.path().string();
       if (special(path)) {
-        if (host == "/" && (path == "/proc" || path == "/sys" || path == "/dev")) ::mkdir((root_ + path).c_str(), 0755);
+        if (host == "/" && (path == "/proc" || path == "/sys" || path == "/dev")) {
+          ::mkdir((root_ + path).c_str(), 0755);
+          placeholders.push_back(path);
+        }
         continue;
       }
       std::string target = root_ + path;
       struct stat st {};
       if (::lstat(path.c_str(), &st) != 0) continue;
+      placeholders.push_back(path);
       if (S_ISLNK(st.st_mode)) {
         std::error_code lec;
         fs::path to = fs::read_symlink(path, lec);
@@ -205,12 +210,13 @@ void Sandbox::plan(const SandboxSpec& spec) {
         std::string data = "lowerdir=" + path + ",upperdir=" + upper + ",workdir=" + work;
         if (userNs_) data += ",userxattr";
         mounts_.push_back({"overlay", target, "overlay", data, 0, path});
-        layers_.push_back({path, upper});
+        layers_.push_back({path, upper, false, {}});
       }
     }
   };
   split("/");
-  layers_.push_back({"/", root_, true});
+  std::sort(placeholders.begin(), placeholders.end());
+  layers_.push_back({"/", root_, true, std::move(placeholders)});
   // /dev: a tmpfs holding the devices a job uses (as bubblewrap's --dev), not the disks.
   mounts_.push_back({"tmpfs", root_ + "/dev", "tmpfs", "mode=0755", MS_NOSUID, ""});
   for (const char* d : {"null", "zero", "full", "random", "urandom", "tty"})
@@ -434,6 +440,7 @@ OverlayChanges readOverlayChanges(const std::vector<OverlayLayer>& layers) {
       struct stat st {};
       if (::lstat(it->path().c_str(), &st) != 0) continue;
       if (layer.skeleton) {  // what the job made where the skeleton stood in for a directory
+        if (std::binary_search(layer.placeholders.begin(), layer.placeholders.end(), abs)) continue;
         struct stat here {};
         if (::lstat(abs.c_str(), &here) == 0) continue;
         (S_ISDIR(st.st_mode) ? out.dirs : out.written).push_back(abs);

@@ -38,6 +38,10 @@ struct SandboxSpec {
 struct OverlayLayer {
   std::string mountPoint, upper;
   bool skeleton = false;
+  // The skeleton's own entries (host paths, sorted): made at set-up for what this machine had
+  // then. Never the job's, even once the machine's entry is gone (another process removed it
+  // while the job ran).
+  std::vector<std::string> placeholders;
 };
 
 // Everything the forked side needs, built before fork (after it, no allocation).
