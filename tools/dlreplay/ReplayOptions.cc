@@ -4,7 +4,7 @@
 
 #include "replayer/ReplayTarget.h"
 #include "tools/dlreplay/ReplayPlan.h"
-#include "tools/dlreplay/WhatIf.h"
+#include "tools/dlreplay/WhatIfChange.h"
 
 namespace dlrr {
 namespace {

@@ -11,21 +11,12 @@
 
 #include "replayer/ReplayReport.h"
 #include "tools/dlreplay/ReplayFiles.h"
+#include "tools/dlreplay/WhatIfChange.h"
 
 namespace dlrr {
 
 // Exit status of a what-if whose change did not prevent the failure (docs/cli.md).
 inline constexpr int kWhatIfRecurred = 15;  // after ReplayOutcome.h's kTraceCut (14)
-
-// One change: drop-sample=I, skip-step, lr-scale=F, clip-grad=F, fp32, anomaly.
-struct WhatIf {
-  std::string kind;
-  std::string value;  // "" for the kinds without one
-  std::string text() const { return value.empty() ? kind : kind + "=" + value; }
-};
-
-// Throws tools::UsageError naming the kinds.
-WhatIf parseWhatIf(const std::string& text);
 
 struct WhatIfOutcome {
   int exitCode = 0;     // 0: the failure did not recur; kWhatIfRecurred; else a replay problem
