@@ -15,7 +15,8 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${DLRR_TRIXIE_DIR:-/var/cache/dlrr/trixie}
 PKGS=(g++ cmake ninja-build pkg-config ccache capnproto libcapnp-dev libzstd-dev libxxhash-dev
       libunwind-dev libgtest-dev gdb procps util-linux libopenblas0
-      python3 python3-torch python3-numpy python3-torchvision python3-setuptools libtorch-dev)  # inductor: setuptools, Python.h, ATen headers
+      python3 python3-torch python3-numpy python3-torchvision python3-setuptools libtorch-dev  # inductor: setuptools, Python.h, ATen headers
+      python3-debugpy)  # dlreplay --debug debugpy (test_debugpy)
 BASE_MARK=$DIR/.dlrr-base-done    # debootstrap finished
 PKGS_MARK=$DIR/.dlrr-packages     # holds the package list last installed completely
 [ "$(id -u)" = 0 ] || { echo "torch2: needs root (debootstrap, chroot, mount)" >&2; exit 2; }
@@ -56,7 +57,13 @@ mount_all() {
   bind /dev/shm /dev/shm  # DataLoader workers share tensors through it
   cp /etc/resolv.conf "$DIR/etc/resolv.conf" 2>/dev/null || true
 }
-in_chroot() { chroot "$DIR" env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 "$@"; }
+# DLRR_TEST_CHROOT: the tests know they run here. The chroot's / is no mount point, so dlreplay's
+# kernel sandbox cannot be made inside (it falls back to the libc layer and says so:
+# test_isolation skips, test_preflight checks the libc layer's redirect), and it has no chromium
+# (test_report renders its pages on the main platform only).
+in_chroot() {
+  chroot "$DIR" env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 DLRR_TEST_CHROOT=trixie "$@"
+}
 
 case "$DIR" in /?*/?*) ;; *) echo "torch2: DLRR_TRIXIE_DIR must be an absolute path below a directory: $DIR" >&2; exit 2 ;; esac
 mkdir -p "$(dirname "$DIR")"

@@ -76,9 +76,18 @@ def static_helper(where):
     return None
 
 
+# Set by scripts/torch2.sh: its chroot's / is not a mount point, so no mount namespace can be
+# made there and dlreplay says "isolation: libc hooks only (weak)"; the sandbox is tested on
+# the main platform, where these tests must pass.
+NO_SANDBOX_HERE = ("scripts/torch2.sh's chroot, whose / is not a mount point"
+                   if os.environ.get("DLRR_TEST_CHROOT") else "")
+
+
 class IsolationTest(TraceTestCase):
 
     def setUp(self):
+        if NO_SANDBOX_HERE:
+            self.skipTest("no kernel sandbox on this platform: " + NO_SANDBOX_HERE)
         super().setUp()
         self.user = os.path.join(self.tmp, "user")
         fd, self.shm = tempfile.mkstemp(prefix="dlrr-it-", dir="/dev/shm")
