@@ -16,7 +16,7 @@ DIR=${DLRR_TRIXIE_DIR:-/var/cache/dlrr/trixie}
 PKGS=(g++ cmake ninja-build pkg-config ccache capnproto libcapnp-dev libzstd-dev libxxhash-dev
       libunwind-dev libgtest-dev gdb procps util-linux libopenblas0
       python3 python3-torch python3-numpy python3-torchvision python3-setuptools libtorch-dev  # inductor: setuptools, Python.h, ATen headers
-      python3-debugpy)  # dlreplay --debug debugpy (test_debugpy)
+      python3-debugpy zstd)  # test_debugpy; test_secrets decompresses the trace with zstd(1)
 BASE_MARK=$DIR/.dlrr-base-done    # debootstrap finished
 PKGS_MARK=$DIR/.dlrr-packages     # holds the package list last installed completely
 [ "$(id -u)" = 0 ] || { echo "torch2: needs root (debootstrap, chroot, mount)" >&2; exit 2; }
