@@ -223,6 +223,11 @@ class ReplayPathsTest(TraceTestCase):
     """Issue 27, item 6: a symlink to a directory the job made and removes, and ../cfg.txt from
     a directory it made, behave in replay as they did when recorded."""
 
+    def setUp(self):
+        if NO_SANDBOX_HERE:  # the kernel's path resolution inside the sandbox makes them right
+            self.skipTest("no kernel sandbox on this platform: " + NO_SANDBOX_HERE)
+        super().setUp()
+
     def fresh(self):
         user = os.path.join(self.tmp, "user")
         shutil.rmtree(user, ignore_errors=True)
