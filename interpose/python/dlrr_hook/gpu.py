@@ -107,19 +107,21 @@ class DeviceDigester:
             z = self._zeros[(device, n)] = self.torch.zeros(n, dtype=self.torch.int64, device=device)
         return z
 
+    def _dense(self, tensor):
+        """(contiguous tensor, dtype name, numel, nbytes, device): what either digest reads."""
+        t = tensor.detach()
+        if not t.is_contiguous():
+            t = t.contiguous()
+        numel = t.numel()
+        return t, self.dtype_name(t.dtype), numel, numel * t.element_size(), t.device
+
     def launch(self, tensor):
         """Enqueues the digest kernels; returns (int64[6] tensor on the device, numel, nbytes, dtype name).
 
         No synchronisation.  Raises for tensors without one dense buffer (the caller skips them).
         """
         torch = self.torch
-        t = tensor.detach()
-        if not t.is_contiguous():
-            t = t.contiguous()
-        name = self.dtype_name(t.dtype)
-        numel = t.numel()
-        nbytes = numel * t.element_size()
-        device = t.device
+        t, name, numel, nbytes, device = self._dense(tensor)
         if not numel:
             return self._zero(6, device), 0, 0, name
         if t.dim() and (t.shape[-1] * t.element_size()) % 4 == 0:
@@ -259,13 +261,7 @@ class FusedDigester(DeviceDigester):
 
     def launch(self, tensor):
         torch = self.torch
-        t = tensor.detach()
-        if not t.is_contiguous():
-            t = t.contiguous()
-        name = self.dtype_name(t.dtype)
-        numel = t.numel()
-        nbytes = numel * t.element_size()
-        device = t.device
+        t, name, numel, nbytes, device = self._dense(tensor)
         s = self._slab(device)
         row = s[2]
         if row == self._capacity:  # every row was fetched (a flush comes at MAX_PENDING): preset anew
