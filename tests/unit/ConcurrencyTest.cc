@@ -12,6 +12,7 @@
 #include "format/Trace.h"
 #include "recorder/RecordSession.h"
 #include "support/SampleTrace.h"
+#include "support/UnderTsan.h"
 
 namespace dlrr {
 namespace {
@@ -65,14 +66,6 @@ std::vector<schema::Fork::Kind> forkKinds(Trace& t, std::string& childStream, st
     });
   return kinds;
 }
-
-#if defined(__SANITIZE_THREAD__)
-#define DLRR_UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define DLRR_UNDER_TSAN 1
-#endif
-#endif
 
 TEST(Concurrency, AForkedTrainerIsItsOwnStreamAndTheParentSaysSo) {
 #ifdef DLRR_UNDER_TSAN

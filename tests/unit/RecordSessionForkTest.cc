@@ -12,14 +12,7 @@
 
 #include "recorder/RecordSession.h"
 #include "support/SampleTrace.h"
-
-#if defined(__SANITIZE_THREAD__)
-#define DLRR_UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define DLRR_UNDER_TSAN 1
-#endif
-#endif
+#include "support/UnderTsan.h"
 
 namespace dlrr {
 namespace {
