@@ -112,15 +112,24 @@ void batchPath(const std::string& s) {
 }
 
 void redact(const std::string& s) {
+  // The user's list adds to the defaults (with or without a leading '+'): the defaults come
+  // first and whole, and what follows is made of the spec's own characters.
   auto patterns = dlrr::parseRedactPatterns(s);
-  size_t chars = 0;
-  for (const auto& p : patterns) {
+  const auto defaults = dlrr::defaultRedactPatterns();
+  check(patterns.size() >= defaults.size());
+  size_t added = 0;
+  for (size_t i = 0; i < patterns.size(); ++i) {
+    const auto& p = patterns[i];
     check(!p.empty());
     for (char c : p) check(!std::isspace(static_cast<unsigned char>(c)));
     check(dlrr::isSecretName(p, patterns));
-    chars += p.size();
+    if (i < defaults.size()) {
+      check(p == defaults[i]);
+    } else {
+      added += p.size();
+    }
   }
-  if (s.empty() || s[0] != '+') check(chars <= s.size());
+  check(added <= s.size());
 }
 
 // --until: step=N is non-negative and round-trips through describe(); the words are themselves.
