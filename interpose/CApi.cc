@@ -98,9 +98,9 @@ int dlrr_capture_level(void) {
   return s ? s->captureLevel() : 0;
 }
 
-const char* dlrr_pystack_path(void) {
+int dlrr_pystack_fd(void) {
   RecordSession* s = processRecorder();
-  return s && s->active() ? s->pystackPath().c_str() : "";
+  return s && s->active() ? s->pystackFd() : -1;
 }
 
 int dlrr_fatal_signals_first(int first) { return takeFatalSignalsFirst(first != 0); }

@@ -16,6 +16,8 @@
 #include <cstdint>
 
 #include "interpose/ActiveSession.h"
+#include "recorder/HighFds.h"
+#include "recorder/OwnFds.h"
 
 namespace dlrr {
 namespace {
@@ -38,6 +40,11 @@ std::atomic<int> gAboveCount[NSIG];
 // take over C++ exception unwinding for the whole job. Debian ships no PIC archive of it.
 using BacktraceFn = int (*)(void**, int);
 BacktraceFn gBacktrace = nullptr;
+
+// Set while the unwinder is warmed up at start-up (one thread): libunwind then opens the pipe
+// it validates addresses with and keeps it for the life of the process; pipe2() below moves
+// that pipe above the job's descriptor limit (recorder/HighFds.h).
+std::atomic<bool> gWarmingUnwinder{false};
 
 int captureStack(void** out, int max) noexcept {
   if (gBacktrace) return gBacktrace(out, max);
@@ -346,7 +353,9 @@ void installFatalSignalHandlers() noexcept {
   }
   // Warm the unwinder up outside signal context (it initialises caches on first use).
   void* warm[4];
+  gWarmingUnwinder.store(true);
   captureStack(warm, 4);
+  gWarmingUnwinder.store(false);
   stack_t ss{};
   ss.ss_sp = gAltStack;
   ss.ss_size = sizeof gAltStack;
@@ -391,3 +400,22 @@ int takeFatalSignalsFirst(bool first) noexcept {
 }
 
 }  // namespace dlrr
+
+// Only the unwinder's pipe, made during the warm-up, is moved (and kept open whatever the job
+// closes: libunwind would otherwise make a new one, in the job's numbers, at the first crash).
+// Every other caller gets libc's pipe2 unchanged.
+extern "C" __attribute__((visibility("default"))) int pipe2(int fds[2], int flags) {
+  static auto real = reinterpret_cast<int (*)(int*, int)>(dlsym(RTLD_NEXT, "pipe2"));
+  if (!real) {
+    errno = ENOSYS;
+    return -1;
+  }
+  int r = real(fds, flags);
+  if (r == 0 && dlrr::gWarmingUnwinder.load(std::memory_order_relaxed)) {
+    for (int i = 0; i < 2; ++i) {
+      fds[i] = dlrr::moveAboveFdLimit(fds[i]);
+      dlrr::protectFd(fds[i]);
+    }
+  }
+  return r;
+}

@@ -24,6 +24,7 @@
 #include "format/TraceDir.h"
 #include "format/TraceError.h"
 #include "recorder/FullTensorEvent.h"
+#include "recorder/HighFds.h"
 #include "recorder/NonFiniteFailure.h"
 #include "recorder/OwnFds.h"
 
@@ -116,6 +117,7 @@ RecordSession::~RecordSession() { onExit(true, 0); }
 int RecordSession::traceDirFd() {
   if (!dirFd_.valid()) {
     dirFd_ = createTraceDir(cfg_.traceDir);
+    dirFd_.reset(moveAboveFdLimit(dirFd_.release()));  // recorder/HighFds.h: not one of the job's
     protectFd(dirFd_.get());
   }
   return dirFd_.get();
@@ -136,6 +138,7 @@ const std::string& RecordSession::pystackPath() {
         int fd = ::openat(dir, name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd >= 0) {
           ::fchmod(fd, 0600);  // umask may have narrowed it; never wider
+          fd = moveAboveFdLimit(fd);
           protectFd(fd);
           pystackFd_ = fd;
           pystackName_ = name;
@@ -149,6 +152,12 @@ const std::string& RecordSession::pystackPath() {
     if (pystackFd_ < 0) pystackPath_.clear();  // no file we control: faulthandler stays off
   }
   return pystackPath_;
+}
+
+int RecordSession::pystackFd() {
+  pystackPath();
+  std::lock_guard<std::mutex> lk(mu_);
+  return pystackFd_;
 }
 
 std::string RecordSession::status() const {
@@ -187,6 +196,7 @@ StreamWriter* RecordSession::writer() {
     std::string base = rankStreamBase(dist);
     if (base.empty()) base = "p" + std::to_string(::getpid());
     UniqueFd fd = createStreamFile(dir, base, name);
+    fd.reset(moveAboveFdLimit(fd.release()));
     capnp::MallocMessageBuilder hm;
     auto h = initStreamHeader(hm, name, schema::StreamHeader::Role::PROCESS);
     std::string parent = "p" + std::to_string(::getppid());

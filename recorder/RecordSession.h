@@ -42,6 +42,7 @@ class RecordSession final : public ProcessSession {
   // Path for faulthandler's dump; created private (0600) on first use, exclusively and
   // relative to the trace directory's fd (never through a planted link); "" when it cannot be.
   const std::string& pystackPath();
+  int pystackFd();  // the pystack file's descriptor (made on first use), -1 when there is none
 
   void entropy(schema::Entropy::Source src, unsigned flags, const void* data, size_t n, size_t requested);
   void runtimeInfo(const char* key, const char* value);

@@ -333,6 +333,54 @@ class JobClosesOurFdsTest(TraceTestCase):
                 self.assertEqual(run([tool("dltrace"), "verify", trace]).returncode, 0)
 
 
+class FdLimitTest(TraceTestCase):
+    """A job at its descriptor limit opens as many files recorded as plain: dlrr's own
+    descriptors (stream, trace directory, pystack file, status pipe, the unwinder's pipe) sit
+    above the job's soft RLIMIT_NOFILE (recorder/HighFds.h), and still work there: a crash at
+    the limit is recorded with its Python stack."""
+
+    JOB = ("import errno, faulthandler, os, random, sys\n"
+           "fds = []\n"
+           "try:\n"
+           "    while True:\n"
+           "        fds.append(os.open('/dev/null', os.O_RDONLY))\n"
+           "except OSError as e:\n"
+           "    print('opened', len(fds), errno.errorcode[e.errno], flush=True)\n"
+           "random.seed(os.urandom(8))\n"
+           "def crash_at_the_limit():\n"
+           "    faulthandler._sigsegv()\n"
+           "if sys.argv[1] == 'crash':\n"
+           "    crash_at_the_limit()\n"
+           "for fd in fds:\n"
+           "    os.close(fd)\n"
+           "print('done')\n")
+
+    def limited(self, argv):
+        # A soft limit below the hard one (a login shell's usual 1024 of a larger hard limit),
+        # small enough to reach quickly.
+        return ["bash", "-c", 'ulimit -Sn 200 && exec "$@"', "bash"] + argv
+
+    def test_same_number_of_files_at_the_limit(self):
+        argv = [PY, "-c", self.JOB, "exit"]
+        plain = run(self.limited(argv))
+        self.assertEqual(plain.returncode, 0, plain.stderr)
+        self.assertRegex(plain.stdout, r"^opened \d+ EMFILE\ndone\n$")
+        trace = self.trace_path()
+        rec = run(self.limited([tool("dlrecord"), "-q", "-o", trace, "--"] + argv))
+        self.assertEqual((rec.returncode, rec.stdout, rec.stderr), (plain.returncode, plain.stdout, plain.stderr))
+        self.assertEqual(run([tool("dltrace"), "verify", trace]).returncode, 0)
+        self.assertEqual(info(trace)["exit_code"], 0)
+
+    def test_crash_at_the_limit_keeps_its_python_stack(self):
+        trace = self.trace_path()
+        rec = run(self.limited([tool("dlrecord"), "-q", "-o", trace, "--", PY, "-c", self.JOB, "crash"]))
+        self.assertEqual(rec.returncode, 128 + signal.SIGSEGV, rec.stderr)
+        fails = [e["event"]["failure"] for e in events(trace, kind="failure")]
+        self.assertEqual(len(fails), 1)
+        self.assertIn("crash_at_the_limit", fails[0]["pythonStack"])
+        self.assertGreater(len(fails[0]["nativeStack"]), 3)
+
+
 class RecorderKilledTest(TraceTestCase):
     def test_dlrecord_killed_the_job_runs_on(self):
         marker = os.path.join(self.tmp, "finished")

@@ -35,6 +35,7 @@ class FakeLib:
         self.mode = mode
         self.capture_level = capture_level
         self.pystack_path = pystack_path
+        self.pystack_fd = None
         self.step = -1
         self.digest_values_result = 0
         self.gpu_capture_status = ""
@@ -85,14 +86,23 @@ class FakeLib:
     def _dlrr_capture_level(self):
         return self.capture_level
 
-    def _dlrr_pystack_path(self):
-        # As the library: the file exists (created exclusively, 0600) once its path is handed out.
-        if self.pystack_path:
+    def _dlrr_pystack_fd(self):
+        # As the library: the file is created exclusively (0600) and its descriptor kept open
+        # and owned by the library (closed by close_pystack()).
+        if not self.pystack_path:
+            return -1
+        if self.pystack_fd is None:
             try:
-                os.close(os.open(self.pystack_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+                self.pystack_fd = os.open(self.pystack_path,
+                                          os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             except OSError:
-                pass
-        return self.pystack_path.encode()
+                return -1
+        return self.pystack_fd
+
+    def close_pystack(self):
+        if self.pystack_fd is not None:
+            os.close(self.pystack_fd)
+            self.pystack_fd = None
 
     def _dlrr_fatal_signals_first(self, first):
         self.calls.append(("fatal_signals_first", first))

@@ -127,11 +127,14 @@ class FaulthandlerTest(RecorderTestCase):
         self.assertFalse(faulthandler.is_enabled())
         if self.was_enabled:
             faulthandler.enable()
+        self.lib.close_pystack()
         self.dir.cleanup()
 
     def test_enabled_to_pystack_path(self):
         self.assertTrue(faulthandler.is_enabled())
-        self.assertEqual(self.rec.failures._pystack_file.name, self.path)
+        fd = self.rec.failures._pystack_fd
+        self.assertEqual(os.readlink("/proc/self/fd/%d" % fd), self.path)
+        self.assertEqual(fd, self.lib.pystack_fd)  # the library's own descriptor, no second one
 
     def test_library_handler_in_front_until_disabled_or_exit(self):
         # In front once faulthandler is on; faulthandler back in front before it is disabled
@@ -149,18 +152,19 @@ class FaulthandlerTest(RecorderTestCase):
         self.assertFalse(faulthandler.is_enabled())
 
     def test_fatal_signal_writes_python_stack(self):
+        child_path = self.path + ".child"  # the library makes its file exclusively: a new name
         script = (
             "import sys, faulthandler; sys.path.insert(0, %r)\n"
             "import fake_native, dlrr_hook\n"
             "dlrr_hook.install(lib=fake_native.FakeLib(pystack_path=%r))\n"
             "def crash_here():\n"
             "    faulthandler._sigsegv()\n"
-            "crash_here()\n" % (os.path.dirname(os.path.abspath(__file__)), self.path))
+            "crash_here()\n" % (os.path.dirname(os.path.abspath(__file__)), child_path))
         result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                                 timeout=120)
         self.assertLess(result.returncode, 0)
         self.assertEqual(result.stderr, "")  # the stack went to the pystack file, not stderr
-        with open(self.path) as f:
+        with open(child_path) as f:
             text = f.read()
         self.assertIn("Segmentation fault", text)
         self.assertIn("crash_here", text)
@@ -173,7 +177,7 @@ class FaulthandlerAlreadyEnabledTest(unittest.TestCase):
             try:
                 lib = fake_native.FakeLib(pystack_path="/nonexistent/should-not-open")
                 rec = dlrr_hook.install(lib=lib)
-                self.assertIsNone(rec.failures._pystack_file)
+                self.assertIsNone(rec.failures._pystack_fd)
                 self.assertTrue(rec.active)
                 dlrr_hook.uninstall()
                 self.assertTrue(faulthandler.is_enabled())

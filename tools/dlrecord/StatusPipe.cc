@@ -4,13 +4,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "recorder/HighFds.h"
+
 namespace dlrr {
 
 StatusPipe::StatusPipe() {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) return;
   read_.reset(fds[0]);
-  write_.reset(fds[1]);
+  // The job inherits the write end: above its descriptor limit, it takes none of the job's
+  // numbers (recorder/HighFds.h; dlrecord's limit is the one the job starts with).
+  write_.reset(moveAboveFdLimit(fds[1]));
 }
 
 std::string StatusPipe::environmentValue() const {

@@ -54,9 +54,10 @@ DLRR_API const char* dlrr_trace_dir(void);
 /* Capture level: 0 minimal (batches, RNG, loss, failures), 1 default (+ digests), 2 full
  * (+ every module output tensor every step). */
 DLRR_API int dlrr_capture_level(void);
-/* Path where the hook should point faulthandler, so a fatal signal's Python stack is
- * embedded in the trace by the native handler. "" when off. */
-DLRR_API const char* dlrr_pystack_path(void);
+/* The descriptor the hook points faulthandler at, so that a fatal signal's Python stack is
+ * embedded in the trace by the native handler: the library's own (one descriptor for both,
+ * above the job's descriptor limit where the limits allow), owned by the library; -1 when off. */
+DLRR_API int dlrr_pystack_fd(void);
 /* 1: after enabling faulthandler, put the library's fatal-signal handlers back in front of it
  * (they record the kernel's fault code and address, then run faulthandler); 0: put faulthandler
  * back in front, before disabling it. Returns the number of signals changed. */

@@ -14,7 +14,8 @@ from its traceback (and from the tracebacks of its __cause__/__context__ chain):
 prints exactly the traceback it prints without dlrr.
 
 Fatal signals are caught natively; faulthandler writes the Python stacks of all threads into
-the file dlrr_pystack_path() names, which the native handler embeds in the trace.  The native
+the library's pystack file (dlrr_pystack_fd(): the library's own descriptor, so the job keeps
+every number it would have without dlrr), which the native handler embeds in the trace.  The native
 handler runs first (faulthandler re-raises, which would hide the fault's code and address) and
 calls faulthandler itself.  If the job already enabled faulthandler (PYTHONFAULTHANDLER,
 -X faulthandler) it is left alone, and in front.
@@ -98,10 +99,6 @@ def _safe_str(exc):
         return "<unprintable %s>" % type(exc).__name__
 
 
-def _open_existing_no_follow(path, flags):
-    return os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-
-
 class FailureHooks:
     """Exception hooks and faulthandler for one recorder."""
 
@@ -113,7 +110,7 @@ class FailureHooks:
         self._prev_threading_hook = None
         self._our_excepthook = None
         self._our_threading_hook = None
-        self._pystack_file = None
+        self._pystack_fd = None  # the library's descriptor while our faulthandler writes to it
         self._library_first = False
 
     # -- reporting
@@ -184,13 +181,13 @@ class FailureHooks:
     def enable_faulthandler(self):
         if faulthandler.is_enabled():
             return  # the job's own choice
-        path = native.decode(self._lib.dlrr_pystack_path())
-        if not path:
+        # The library created the file (exclusively, private) and keeps it open: faulthandler
+        # writes through that same descriptor; nothing is opened by path here.
+        fd = self._lib.dlrr_pystack_fd()
+        if fd is None or fd < 0:
             return
-        # The library created the file (exclusively, private); open that file, never a link
-        # planted in its place, and never create one.
-        self._pystack_file = open(path, "w", encoding="utf-8", opener=_open_existing_no_follow)
-        faulthandler.enable(file=self._pystack_file, all_threads=True)
+        faulthandler.enable(file=fd, all_threads=True)
+        self._pystack_fd = fd
         self.faulthandler_first(False)
 
     def faulthandler_first(self, first):
@@ -198,26 +195,22 @@ class FailureHooks:
         (first=False) sees the kernel's siginfo (fault code and address) and then runs
         faulthandler itself; faulthandler goes back in front before it is disabled (it then
         restores the library's) and at exit, once the interpreter is being torn down."""
-        if self._pystack_file is not None and self._library_first != (not first):
+        if self._pystack_fd is not None and self._library_first != (not first):
             self._library_first = not first
             self._lib.dlrr_fatal_signals_first(0 if first else 1)
 
     def retake_first(self):
         """While the library's handler runs first: take the top slot back from handlers installed
         over it since (UCX at torch's import); the library then calls them itself."""
-        if self._pystack_file is not None and self._library_first:
+        if self._pystack_fd is not None and self._library_first:
             self._lib.dlrr_fatal_signals_first(1)
 
     def disable_faulthandler(self):
         """Turn our faulthandler off (forked children, uninstall); theirs stays."""
-        if self._pystack_file is not None:
+        if self._pystack_fd is not None:
             self.faulthandler_first(True)
             faulthandler.disable()
-            try:
-                self._pystack_file.close()
-            except OSError:
-                pass
-            self._pystack_file = None
+            self._pystack_fd = None  # the library's: it closes it
 
     def uninstall(self):
         if sys.excepthook is self._our_excepthook:

@@ -98,7 +98,7 @@ SIGNATURES = {
     "dlrr_status": (c_char_p, []),
     "dlrr_trace_dir": (c_char_p, []),
     "dlrr_capture_level": (c_int, []),
-    "dlrr_pystack_path": (c_char_p, []),
+    "dlrr_pystack_fd": (c_int, []),
     "dlrr_fatal_signals_first": (c_int, [c_int]),
     "dlrr_runtime_info": (None, [c_char_p, c_char_p]),
     "dlrr_note": (None, [c_char_p]),
