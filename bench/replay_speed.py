@@ -24,7 +24,8 @@ the target with every step before it verified; a round where it does not is repo
 With --isolation, each round replays the trace twice more, in alternating order: in the
 kernel sandbox (the default: namespaces over an overlay, tools/common/Sandbox.h) and with
 DLRR_NO_SANDBOX=1 (the libc layer alone, as before the sandbox); printed: the medians of
-launch-to-exit and launch-to-step-N-1 of each, and the sandbox/libc ratio.
+launch-to-exit and launch-to-step-N-1 of each, the CPU time (user + system) of each replay's
+whole process tree, and the sandbox/libc ratio of each.
 A benchmark, not a test.
 """
 import argparse
@@ -37,6 +38,7 @@ import sys
 import tempfile
 import time
 import re
+import resource
 
 PY = "/usr/bin/python3"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -62,6 +64,7 @@ def step_times(dltrace, trace, steps):
 def run_timed(argv, env):
     """Runs argv; (seconds from launch to each `step K ...` line (and "exit": to its end), exit
     code, stdout lines)."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
     times, lines = {}, []
@@ -73,6 +76,11 @@ def run_timed(argv, env):
             times[int(m.group(1))] = now
     p.wait()
     times["exit"] = time.perf_counter() - t0
+    # CPU seconds (user + system) of the whole process tree: every process below dlreplay is
+    # waited for by its parent, so its time rolls up. Less disturbed by a busy machine than
+    # wall time (it still pays for shared caches).
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    times["cpu"] = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     return times, p.returncode, lines
 
 
@@ -113,7 +121,7 @@ def main():
         for name in args.jobs.split(","):
             job, n = jobs[name]
             rec0, recn, rep0, repn, trace0, tracen = [], [], [], [], [], []
-            iso = {"sandbox": {"exit": [], "n": []}, "libc": {"exit": [], "n": []}}
+            iso = {"sandbox": {"exit": [], "n": [], "cpu": []}, "libc": {"exit": [], "n": [], "cpu": []}}
             problems = []
             for rnd in range(args.runs):
                 trace = os.path.join(work, "%s-%d" % (name, rnd))
@@ -145,6 +153,7 @@ def main():
                             continue
                         iso[how]["exit"].append(times["exit"])
                         iso[how]["n"].append(times[n - 1])
+                        iso[how]["cpu"].append(times["cpu"])
                 shutil.rmtree(trace, ignore_errors=True)
                 print("  %s: round %d/%d done (load %.2f)" % (name, rnd + 1, args.runs, os.getloadavg()[0]),
                       file=sys.stderr)
@@ -163,7 +172,7 @@ def main():
             if args.isolation and iso["sandbox"]["exit"] and iso["libc"]["exit"]:
                 print("%-12s %24s %24s %24s" % ("isolation", "libc layer alone", "kernel sandbox",
                                                 "sandbox / libc"))
-                for label, key in (("to exit", "exit"), ("to step N-1", "n")):
+                for label, key in (("to exit", "exit"), ("to step N-1", "n"), ("CPU s", "cpu")):
                     a, b = iso["libc"][key], iso["sandbox"][key]
                     print("%-12s %24s %24s %24s" % (label, med(a), med(b),
                                                     "%.3f" % (statistics.median(b) / statistics.median(a))))
