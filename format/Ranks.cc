@@ -1,6 +1,8 @@
 #include "format/Ranks.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -13,12 +15,25 @@ bool anyNonFinite(capnp::List<schema::CollectiveTensor>::Reader ts) {
   return false;
 }
 
+int parseLocalWorldSize(const char* text) {
+  char* end = nullptr;
+  errno = 0;
+  long v = std::strtol(text, &end, 10);
+  return (errno == 0 && end != text && *end == '\0' && v > 0 && v <= (1 << 24)) ? static_cast<int>(v) : 0;
+}
+
 }  // namespace
 
 std::string collectiveDisplayName(const std::string& op) {
   if (op == "ddp_bucket" || op == "ddp_allreduce") return "DDP all-reduce";
   if (op == "ddp_init_sync") return "DDP start-up broadcast";
   return op;
+}
+
+int RankReport::ranksHere() const {
+  std::set<int> distinct;
+  for (const auto& r : ranks) distinct.insert(r.rank);
+  return static_cast<int>(distinct.size());
 }
 
 RankReport analyzeRanks(Trace& t) {
@@ -37,6 +52,9 @@ RankReport analyzeRanks(Trace& t) {
     r.position.rank = r.rank;
     std::set<uint64_t> completed;
     rep.worldSize = std::max(rep.worldSize, static_cast<int>(h.getWorldSize()));
+    for (auto kv : h.getDistEnv())
+      if (kv.getKey() == "LOCAL_WORLD_SIZE")
+        rep.localWorldSize = std::max(rep.localWorldSize, parseLocalWorldSize(kv.getValue().cStr()));
     try {
       s->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
         switch (e.which()) {

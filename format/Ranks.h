@@ -46,6 +46,12 @@ struct NonFiniteOrigin {
 struct RankReport {
   std::vector<RankStatus> ranks;  // by rank, then restart
   int worldSize = 0;
+  // LOCAL_WORLD_SIZE as the launcher set it (0: unknown, e.g. ranks started by hand): fewer
+  // than worldSize means the job ran on several machines, each recorded by its own dlrecord
+  // into its own trace, which then holds that machine's ranks only.
+  int localWorldSize = 0;
+  int ranksHere() const;  // distinct ranks in this trace
+  bool spansMachines() const { return localWorldSize > 0 && worldSize > localWorldSize; }
   std::optional<NonFiniteOrigin> origin;
   std::optional<HangFinding> hang;  // where the ranks stopped meeting (one restart: the last)
   bool distributed() const { return !ranks.empty(); }

@@ -109,9 +109,10 @@ int run(int argc, char** argv) {
       } catch (const std::exception& e) {
         why = e.what();
       }
-    isolation = sandbox ? std::string("kernel: the job's own mount, PID") + (o.hostNetwork ? "" : " and network") +
-                              " namespaces over an overlay of this machine's files"
-                        : "libc hooks only (weak): " + why;
+    isolation = sandbox
+                    ? std::string("kernel: the job's own mount") + (o.hostNetwork ? " and PID" : ", PID and network") +
+                          " namespaces over an overlay of this machine's files"
+                    : "libc hooks only (weak): " + why;
   }
 
   std::vector<std::string> args = {dlrecord.string(), "-q", "-o", trace, "--"};

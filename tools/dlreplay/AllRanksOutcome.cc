@@ -60,8 +60,12 @@ int allRanksOutcome(const RankReport& ranks, const RankReports& files, const Pro
                                                           : kNotReached;
   const int shellCode = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
   const bool otherEnd = end.recordedExit && shellCode != *end.recordedExit;
-  std::string verdict = code == kOk && otherEnd ? "every rank verified every step, but the job ended otherwise"
-                        : code == kOk           ? "every rank replayed to the end, every step verified"
+  // One machine's share of a job of several: the verdict is about the ranks replayed here.
+  const std::string every = ranks.spansMachines() ? "every rank of this machine (" + std::to_string(ranks.ranksHere()) +
+                                                        " of world size " + std::to_string(ranks.worldSize) + ")"
+                                                  : std::string("every rank");
+  std::string verdict = code == kOk && otherEnd ? every + " verified every step, but the job ended otherwise"
+                        : code == kOk           ? every + " replayed to the end, every step verified"
                         : code == kDivergence   ? std::to_string(diverged) + " rank(s) diverged from the recording"
                         : code == kNoReplay     ? "no rank attached to the trace (is it the recorded launcher command?)"
                                                 : "not every rank replayed all its recorded steps";
@@ -72,6 +76,8 @@ int allRanksOutcome(const RankReport& ranks, const RankReports& files, const Pro
                                     : "exited with " + std::to_string(shellCode)) +
                (otherEnd ? "; recorded: exit status " + std::to_string(*end.recordedExit) : std::string()) + ")";
   j.field("exit_code", code);
+  j.field("ranks_here", ranks.ranksHere());
+  j.field("world_size", ranks.worldSize);
   j.field("message", verdict);
   j.endObject();
   if (json)

@@ -134,9 +134,10 @@ int ReplayFiles::prepare(Trace& trace, const ReplayOptions& o, std::map<std::str
       why = e.what();
     }
   }
-  isolation_ = sandbox_ ? std::string("kernel: the job's own mount, PID") + (o.hostNetwork ? "" : " and network") +
-                              " namespaces over an overlay of this machine's files"
-                        : "libc hooks only (weak): " + why;
+  isolation_ = sandbox_
+                   ? std::string("kernel: the job's own mount") + (o.hostNetwork ? " and PID" : ", PID and network") +
+                         " namespaces over an overlay of this machine's files"
+                   : "libc hooks only (weak): " + why;
   return 0;
 }
 

@@ -94,8 +94,9 @@ bool chooseRank(Trace& trace, ReplayOptions& o, SelectionResult& r, ReplaySelect
                         "; --all-ranks for every rank)");
     } else {
       o.allRanks = true;
-      r.notes.push_back("distributed trace (" + std::to_string(ranks.ranks.size()) +
-                        " ranks) recorded without collective results: relaunching every rank (--all-ranks)");
+      r.notes.push_back("distributed trace (ranks here: " + std::to_string(ranks.ranksHere()) + " of " +
+                        std::to_string(ranks.worldSize) +
+                        ") recorded without collective results: relaunching every rank (--all-ranks)");
     }
   }
   if ((o.rank || o.allRanks) && !ranks.distributed()) {
@@ -135,6 +136,19 @@ bool chooseRank(Trace& trace, ReplayOptions& o, SelectionResult& r, ReplaySelect
       return false;
     }
     o.until = "end";
+    // A job of several machines, one dlrecord (and one trace) each: this machine's ranks meet
+    // the others over the network, which the sandbox's own network namespace keeps out. The
+    // user says so (--net host) rather than dlreplay opening the network by itself.
+    if (ranks.spansMachines() && !o.hostNetwork) {
+      r.refusal = {kUsage,
+                   {"this trace holds " + std::to_string(ranks.ranksHere()) + " of the job's " +
+                        std::to_string(ranks.worldSize) + " ranks (" + std::to_string(ranks.localWorldSize) +
+                        " a machine): the others ran on other machines, each recorded into its own trace, and "
+                        "replaying its ranks means meeting theirs over the network, which a replay keeps out",
+                    "run dlreplay on every machine at the same time, each on its own trace, with --net host:",
+                    "  dlreplay " + tools::shellQuote(o.trace) + " --all-ranks --net host"}};
+      return false;
+    }
   }
   s.allRanks = o.allRanks;
   return true;
@@ -197,6 +211,12 @@ bool chooseCommand(Trace& trace, const ReplayOptions& o, SelectionResult& r, Rep
   } else if (!s.explicitCommand && s.allRanks && s.launcher->name() != Trace::kLauncherName &&
              startedByHand(trace, s)) {
     // No launcher started them: dlreplay starts each rank as it was started (main.cc).
+    if (s.ranks.spansMachines()) {
+      r.refusal = {kUsage,
+                   {"these ranks were started by hand on several machines: dlreplay cannot start the other "
+                    "machines' ranks; replay one rank alone with --rank R (needs dlrecord --collectives full)"}};
+      return false;
+    }
     for (const auto& rk : s.ranks.ranks) {
       StreamReader* rs = trace.find(rk.stream);
       if (!rs) continue;

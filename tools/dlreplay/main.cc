@@ -143,6 +143,12 @@ int announce(const ReplaySelection& s, const ReplayOptions& o, Trace& trace, int
                  "dlreplay:   in %s, every rank (%zu) started by dlreplay as it was started (by hand, no launcher "
                  "recorded), meeting at 127.0.0.1:%d, each replaying its own stream to %s\n",
                  printable(s.cwd).c_str(), s.rankLaunches.size(), rankPort, s.target.describe().c_str());
+  else if (s.allRanks && s.ranks.spansMachines())
+    std::fprintf(stderr,
+                 "dlreplay:   in %s, every rank recorded on this machine (%d of world size %d) replaying its own "
+                 "stream to %s; the other machines' ranks replay from their own traces (their dlreplay, started "
+                 "at the same time)\n",
+                 printable(s.cwd).c_str(), s.ranks.ranksHere(), s.ranks.worldSize, s.target.describe().c_str());
   else if (s.allRanks)
     std::fprintf(stderr, "dlreplay:   in %s, every rank (%zu) replaying its own stream to %s\n",
                  printable(s.cwd).c_str(), s.ranks.ranks.size(), s.target.describe().c_str());

@@ -196,6 +196,7 @@ void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
   if (ranks.distributed()) {
     j.key("distributed").beginObject();
     j.field("world_size", ranks.worldSize);
+    j.field("local_world_size", ranks.localWorldSize);  // 0: unknown (ranks started by hand)
     j.key("ranks").beginArray();
     for (const auto& r : ranks.ranks) {
       j.beginObject();
@@ -329,7 +330,11 @@ void writeText(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
   }
   for (const auto& b : s.broken) out.line("  " + pad(b.name, 12) + "unreadable: " + printable(b.message));
   if (ranks.distributed()) {
-    out.line("ranks (world size " + std::to_string(ranks.worldSize) + ")");
+    out.line("ranks (world size " + std::to_string(ranks.worldSize) + ")" +
+             (ranks.spansMachines() ? "; this trace holds this machine's " + std::to_string(ranks.ranksHere()) +
+                                          ", the others were recorded on other machines (replay: every machine's "
+                                          "dlreplay at once, --net host)"
+                                    : std::string()));
     out.line("  " + pad("RANK", 6) + pad("STREAM", 16) + pad("HOST", 12) + pad("STEPS", 7) + pad("COLL", 6) +
              pad("KEPT", 6) + pad("EXIT", 6) + "FAILURE");
     for (const auto& r : ranks.ranks) {
