@@ -11,10 +11,11 @@ import socket
 import subprocess
 import unittest
 
-from harness import EXAMPLES, PY, TraceTestCase, info, run, tool
+from harness import EXAMPLES, PY, TraceTestCase, events, info, run, tool
 
 DDP = os.path.join(EXAMPLES, "ddp_train.py")
 COLLECTIVES = os.path.join(EXAMPLES, "collectives_train.py")
+FSDP_JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "fsdp_train.py")
 
 
 def torchrun(nproc, log_dir):
@@ -307,6 +308,33 @@ class HandStartedRanksTest(TraceTestCase):
         self.assertIn("every rank replayed to the end, every step verified", p.stderr)
         p = run([tool("dlreplay"), trace, "--all-ranks", "--until", "nan"], timeout=60)
         self.assertEqual(p.returncode, 2, p.stderr)  # every rank replays to the end
+
+    def test_fsdp_collectives_recorded_and_replayed_rank_alone_and_all_ranks(self):
+        # FSDP (torch 2.x; torch 1.13's cannot be imported on Python 3.11) shards the model and
+        # issues its own all-gathers (parameters) and reduce-scatters (gradients) through
+        # torch.distributed's functions: each is recorded, a rank alone gets its results served,
+        # and both ranks together verify both sides.
+        major = run([PY, "-c", "import torch; print(torch.__version__)"], check=True).stdout.split(".")[0]
+        if int(major) < 2:
+            self.skipTest("torch 1.13's FSDP does not import on Python 3.11 (a dataclass with a mutable default)")
+        job = [PY, FSDP_JOB, "--steps", "3"]
+        trace = self.trace_path()
+        recorded = self.start_ranks(job, trace)
+        kinds = [e["event"]["collective"]["op"] for e in events(trace, kind="collective") if e["stream"] == "rank1"]
+        # On gloo FSDP gathers parameters with all_gather (gloo has no all_gather_into_tensor).
+        self.assertTrue({"all_gather_into_tensor", "all_gather"} & set(kinds), kinds)
+        self.assertIn("reduce_scatter_tensor", kinds)
+        p = run([tool("dlreplay"), trace, "--rank", "1"], timeout=240)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertRegex(p.stderr, r"replayed to the end; (\d+) of \1 recorded steps verified bit-exact")
+        self.assertRegex(p.stderr, r"collectives: (\d+) of \1 recorded issued; \d+ tensors verified; [1-9]\d* results served")
+        self.assertEqual([l for l in p.stdout.splitlines() if l.startswith("rank 1 ")], recorded[1][0].splitlines())
+        p = run([tool("dlreplay"), trace, "--all-ranks"], timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        for r in range(2):
+            self.assertRegex(p.stderr, r"rank %d: (\d+) of \1 recorded steps verified bit-exact; collectives: (\d+) of \2"
+                             % r)
+        self.assertIn("every rank replayed to the end, every step verified", p.stderr)
 
     def test_all_ranks_a_rank_that_ends_otherwise_than_recorded_is_a_divergence(self):
         # Every step verifies, but rank 1 then exits 3 (the script changed after the recording):
