@@ -33,9 +33,12 @@ _MAX_PATHS = 256
 _MAX_ENV = 128
 _MAX_SAVES = 128
 # Backward jumps that close a loop: 3.11 ends a `while COND:` loop with a conditional one
-# (the condition is repeated at the bottom), 3.12+ with JUMP_BACKWARD.
-_LOOP_OPS = ("JUMP_BACKWARD", "JUMP_ABSOLUTE", "JUMP_BACKWARD_NO_INTERRUPT", "POP_JUMP_BACKWARD_IF_TRUE",
-             "POP_JUMP_BACKWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE")
+# (the condition is repeated at the bottom), 3.12+ with JUMP_BACKWARD.  Not
+# JUMP_BACKWARD_NO_INTERRUPT: no loop of the job's ends with it (3.11 uses it in `yield from`
+# and `await`; 3.12+ also at the end of an `except` block, laid out after the function's body,
+# jumping back into it: taken for a loop, it hid the loop around the `try`).
+_LOOP_OPS = ("JUMP_BACKWARD", "JUMP_ABSOLUTE", "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE",
+             "POP_JUMP_BACKWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE")
 # os.getenv and Mapping.get between os.environ and its reader (frozen modules from 3.11 on)
 _ENVIRON_FILES = ("os.py", "_collections_abc.py", "<frozen os>", "<frozen _collections_abc>")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
