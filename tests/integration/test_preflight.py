@@ -211,7 +211,10 @@ class PreflightPatternTest(TraceTestCase):
         self.assertNotIn("not callable", p.stderr)
         self.assertIn("the job's own error", doc["failure"]["summary"])  # the job's real error
         self.assertEqual(doc["cut_caveat"], "")  # no cut evaluation pass came before it
-        self.assertTrue(any("preflight_patterns.py:72" in l for l in doc["loops"]), doc["loops"])
+        # The inner loop cannot be left (its next line is the with's); the epoch loop is, after one epoch.
+        self.assertTrue(doc["loops"][0].startswith("not cut: preflight_patterns.py:72"), doc["loops"])
+        self.assertTrue(doc["loops"][1].startswith("cut: preflight_patterns.py:71"), doc["loops"])
+        self.assertIn("after 200 updates", doc["failure"]["summary"])
 
     def test_a_while_step_below_max_steps_loop_is_cut(self):
         self.need_loop_jumps()

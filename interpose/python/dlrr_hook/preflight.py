@@ -573,11 +573,32 @@ class Preflight:
             self._loop_updates = 0
             return
         code = frame.f_code
-        start, exit_offset, break_line = loop
-        if (code, start) in self._uncuttable:
+        lines = _lines_of(code)
+        # The innermost loop that can be left; when it cannot (no line to jump to), the loop
+        # around it in the same function: the inner one then runs its course once, and the
+        # job still gets out after one pass of the outer body instead of all of them.
+        while loop is not None:
+            start = loop[0]
+            if (code, start) not in self._uncuttable:
+                target, header_line, where, why = self._loop_target(code, lines, loop)
+                if target is not None:
+                    break
+                self._uncuttable.add((code, start))
+                self._fact("preflight.loop.%d" % self._loops_cut, "not cut: %s (%s); it ran to its end" % (where, why))
+                self._loops_cut += 1
+            loop = find_loop(code, start - 1) if start > 0 else None
+        if loop is None:
             self._loop_updates = 0
             return
-        lines = _lines_of(code)
+        previous = sys.gettrace()
+        self._tracing = (frame, start, header_line, target, where, previous)
+        frame.f_trace_lines = True
+        frame.f_trace = self._local_trace
+        sys.settrace(_global_trace if previous is None else previous)
+
+    def _loop_target(self, code, lines, loop):
+        """(line to jump to or None, header line, where, why not) for leaving `loop`."""
+        start, exit_offset, break_line = loop
         first = {}  # line -> the offset a jump to that line lands on (its first instruction)
         for o in sorted(lines):
             if lines[o] is not None:
@@ -592,28 +613,17 @@ class Preflight:
         exit_line = lines.get(exit_offset) if exit_offset is not None else None
         where = "%s:%s" % (os.path.basename(code.co_filename), header_line)
         runs = _line_runs(lines)
-        target = None
         # f_lineno lands on a line's first instruction: the exit's line must start at the exit
         # (3.13 numbers an inner loop's exit with the enclosing loop's header, whose first
         # instruction sets that loop up again), and hold no other stretch of code (_line_runs).
         if (exit_line is not None and body and not (min(body) <= exit_line <= max(body))
                 and exit_line != header_line and first.get(exit_line) == exit_offset and runs.get(exit_line) == 1):
-            target = exit_line
-        elif break_line is not None:  # a `break` line's stretches are jumps: no stack of their own
-            target = break_line
-        if target is None:
-            self._uncuttable.add((code, start))
-            why = ("the line after it also holds other code" if exit_line is not None and runs.get(exit_line, 0) > 1
-                   else "no line after the loop and no break to jump to")
-            self._fact("preflight.loop.%d" % self._loops_cut, "not cut: %s (%s); it ran to its end" % (where, why))
-            self._loops_cut += 1
-            self._loop_updates = 0
-            return
-        previous = sys.gettrace()
-        self._tracing = (frame, start, header_line, target, where, previous)
-        frame.f_trace_lines = True
-        frame.f_trace = self._local_trace
-        sys.settrace(_global_trace if previous is None else previous)
+            return exit_line, header_line, where, None
+        if break_line is not None:  # a `break` line's stretches are jumps: no stack of their own
+            return break_line, header_line, where, None
+        why = ("the line after it also holds other code" if exit_line is not None and runs.get(exit_line, 0) > 1
+               else "no line after the loop and no break to jump to")
+        return None, header_line, where, why
 
     @staticmethod
     def _is_while(code, offset, exit_offset):
