@@ -27,11 +27,13 @@ import linecache
 import os
 import sys
 import warnings
+import weakref
 
 _HOOK_DIR = os.path.dirname(os.path.abspath(__file__))
 _MAX_PATHS = 256
 _MAX_ENV = 128
 _MAX_SAVES = 128
+_MAX_LOADERS = 128
 # Backward jumps that close a loop: 3.11 ends a `while COND:` loop with a conditional one
 # (the condition is repeated at the bottom), 3.12+ with JUMP_BACKWARD.  Not
 # JUMP_BACKWARD_NO_INTERRUPT: no loop of the job's ends with it (3.11 uses it in `yield from`
@@ -384,9 +386,8 @@ class Preflight:
     def _note_loader_made(self, loader):
         """Every DataLoader made, with the job's line that made it: one never iterated is a
         phase the miniature did not reach (validation every N steps, with N > K)."""
-        if len(self._made) >= _MAX_SAVES:
+        if len(self._made) >= _MAX_LOADERS:
             return
-        import weakref
         sampler = getattr(loader, "_index_sampler", None)
         frame = _frame_above(2)
         while frame is not None and (_library_file(frame.f_code.co_filename, self._roots)
