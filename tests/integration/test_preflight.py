@@ -177,6 +177,83 @@ class PreflightTest(TraceTestCase):
         self.assertTrue(os.path.isfile(os.path.join(out, "ckpt", "epoch0.pt")))
 
 
+PATTERNS = os.path.join(JOBS, "preflight_patterns.py")
+LOOPS_HERE = [PY, "-c", "import sys; sys.exit(0 if sys.version_info[:2] in ((3, 11), (3, 13)) else 1)"]
+
+
+class PreflightPatternTest(TraceTestCase):
+    """Loop shapes preflight got wrong (issue 28 item 8): jobs/preflight_patterns.py."""
+
+    preflight = PreflightTest.preflight
+
+    def pattern(self, name, fail=False):
+        out = os.path.join(self.tmp, "out")
+        os.makedirs(out, exist_ok=True)
+        return self.preflight([PY, PATTERNS, "--pattern", name, "--out", out] + (["--fail"] if fail else []))
+
+    def need_loop_jumps(self):
+        if run(LOOPS_HERE).returncode:
+            self.skipTest("leaving a loop without a DataLoader is enabled on Python 3.11 and 3.13 only")
+
+    def test_validation_every_n_steps_never_reached_is_named_and_not_passed(self):
+        p, doc = self.pattern("eval-every-n")
+        self.assertEqual(p.returncode, 3, p.stderr)
+        self.assertFalse(doc["passed"])
+        self.assertEqual(doc["unused_loaders"], [{"dataset": "Ranged", "where": "preflight_patterns.py:52"}])
+        self.assertIn("INCOMPLETE", doc["verdict"])
+        self.assertIn("made at preflight_patterns.py:52 was never iterated", p.stderr)
+        self.assertNotIn("PASSED", p.stderr)
+
+    def test_a_nested_loop_before_a_with_block_never_fails_falsely(self):
+        self.need_loop_jumps()
+        p, doc = self.pattern("nested-nograd", fail=True)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertNotIn("not callable", p.stderr)
+        self.assertIn("the job's own error", doc["failure"]["summary"])  # the job's real error
+        self.assertEqual(doc["cut_caveat"], "")  # no cut evaluation pass came before it
+        # The inner loop cannot be left (its next line is the with's); the epoch loop is, after one epoch.
+        self.assertTrue(doc["loops"][0].startswith("not cut: preflight_patterns.py:72"), doc["loops"])
+        self.assertTrue(doc["loops"][1].startswith("cut: preflight_patterns.py:71"), doc["loops"])
+        self.assertIn("after 200 updates", doc["failure"]["summary"])
+
+    def test_a_while_step_below_max_steps_loop_is_cut(self):
+        self.need_loop_jumps()
+        p, doc = self.pattern("while-steps")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(doc["loops"], ["cut: preflight_patterns.py:86 after 2 updates"])
+        self.assertIn("trained 2 steps", p.stdout)
+
+    def test_a_while_loop_over_recreated_iterators_is_cut(self):
+        self.need_loop_jumps()
+        p, doc = self.pattern("while-reiter")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("trained 3 steps", p.stdout)  # K, and the first batch of the new iterator
+        self.assertEqual(len(doc["passes"]), 2, doc["passes"])
+        self.assertTrue(doc["loops"][0].startswith("cut: preflight_patterns.py:98"), doc["loops"])
+
+    def test_a_failure_after_a_cut_evaluation_says_the_cut_may_cause_it(self):
+        p, doc = self.pattern("sorted-eval")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("ZeroDivisionError", doc["failure"]["summary"])
+        caveat = "may be caused by the cut: the evaluation saw 2 of 16 batches (loader 1, Ranged)"
+        self.assertEqual(doc["cut_caveat"], caveat)
+        self.assertIn("note: " + caveat, p.stderr)
+
+    def test_dlrrs_own_package_scan_lists_no_missing_metadata(self):
+        # A site module without __version__ nor its own dist-info: the hook's version lookup
+        # scans every installed distribution's metadata (egg-info/METADATA misses on Debian).
+        site = os.path.join(self.tmp, "lib", "site-packages")
+        os.makedirs(os.path.join(site, "noversion"))
+        open(os.path.join(site, "noversion", "__init__.py"), "w").close()
+        job = os.path.join(self.tmp, "job.py")
+        with open(job, "w") as f:
+            f.write("import sys\nsys.path.insert(0, %r)\nimport noversion, torch\n" % site)
+        p, doc = self.preflight([PY, job])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual([m for m in doc["missing_paths"] if "-packages/" in m or "/lib/python3" in m], [])
+        self.assertNotIn("METADATA", p.stderr)
+
+
 class PreflightUsageTest(TraceTestCase):
     def test_usage_errors_and_missing_commands(self):
         for argv, code in ((["--batches", "0", "--", "true"], 2), (["--bogus", "--", "true"], 2), ([], 2),

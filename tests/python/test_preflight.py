@@ -112,6 +112,47 @@ class LoopTest(unittest.TestCase):
         self.assertTrue(all(v.startswith("cut: test_preflight.py:") for v in loops), loops)
 
     @unittest.skipIf(LOOPS_UNSUPPORTED, LOOPS_WHY)
+    def test_a_while_loop_on_its_condition_is_left(self):
+        # 3.11 repeats `step < max_steps` at the loop's bottom with a conditional backward jump.
+        pf, facts = make(2)
+        step, max_steps = 0, 100
+        while step < max_steps:
+            pf.on_update("step")
+            step += 1
+        self.assertEqual(step, 2)
+        self.assertEqual(len(facts.values("loop")), 1)
+        self.assertTrue(facts.values("loop")[0].startswith("cut: test_preflight.py:"), facts.values("loop"))
+
+    @unittest.skipIf(LOOPS_UNSUPPORTED, LOOPS_WHY)
+    def test_a_loop_followed_by_a_with_block_is_not_jumped_into_the_withs_exit(self):
+        # The with's line also numbers its exit code, where __exit__ would be the loop's
+        # iterator: jumping there raised "'range_iterator' object is not callable".
+        pf, facts = make(2)
+        ran, entered = [], []
+
+        class Block:
+            def __enter__(self):
+                entered.append(True)
+
+            def __exit__(self, *exc):
+                return False
+
+        for epoch in range(2):
+            for it in range(20):
+                pf.on_update("step")
+                ran.append(it)
+            with Block():
+                pass
+        # Never into a false error: the inner loop runs its course, the with block runs, and the
+        # epoch loop around them is left at its header.
+        self.assertEqual(len(ran), 20)
+        self.assertEqual(len(entered), 1)
+        loops = facts.values("loop")
+        self.assertEqual(len(loops), 2, loops)
+        self.assertIn("the line after it also holds other code", loops[0])
+        self.assertTrue(loops[1].startswith("cut: test_preflight.py:"), loops)
+
+    @unittest.skipIf(LOOPS_UNSUPPORTED, LOOPS_WHY)
     def test_a_loop_with_no_line_after_it_is_reported_and_runs_to_its_end(self):
         pf, facts = make(2)
         count = []

@@ -142,6 +142,53 @@ TEST(PreflightReport, AVerdictFollowsTheExitAndTheRecordedFailure) {
   EXPECT_EQ(preflight::judge(f, triage::TriageInput{}, t, 0).warnings.size(), 1u);
 }
 
+TEST(PreflightReport, ALoaderNeverIteratedIsNamedAndNotPassed) {
+  auto rt = sampleRuntime();
+  rt["preflight.unused.0"] = "dataset=ValSet where=train.py:52";
+  auto f = preflight::parseFacts(rt);
+  ASSERT_EQ(f.unused.size(), 1u);
+  triage::TriageInput in;
+  triage::TriageResult t;
+  auto r = preflight::judge(f, in, t, 0);
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.exitCode, 3);
+  EXPECT_EQ(r.verdict.rfind("INCOMPLETE: ", 0), 0u) << r.verdict;
+  EXPECT_NE(r.verdict.find("a DataLoader of ValSet made at train.py:52 was never iterated"), std::string::npos);
+  std::string text = preflight::renderText(f, r, in, t, "tr", 1);
+  EXPECT_EQ(text.find("PASSED"), std::string::npos) << text;
+  EXPECT_NE(preflight::renderJson(f, r, in, t, "tr", 1).find("\"unused_loaders\":[{\"dataset\":\"ValSet\""),
+            std::string::npos);
+}
+
+TEST(PreflightReport, AFailureAfterACutEvaluationMayBeTheCuts) {
+  auto f = preflight::parseFacts(sampleRuntime());  // the last pass began: evaluation, cut, 2 of 63
+  triage::TriageInput in;
+  in.failure = triage::FailureRecord{};
+  triage::TriageResult t;
+  t.summary = "ZeroDivisionError";
+  EXPECT_EQ(preflight::judge(f, in, t, 0).cutCaveat,
+            "may be caused by the cut: the evaluation saw 2 of 63 batches (loader 1, FakeData)");
+  f.passes.pop_back();  // the last pass began is a training pass: no such note
+  EXPECT_EQ(preflight::judge(f, in, t, 0).cutCaveat, "");
+}
+
+TEST(PreflightReport, LookupsInsideThePythonInstallationAreNotListedAsMissing) {
+  auto f = preflight::parseFacts(sampleRuntime());
+  triage::TriageInput in;
+  for (const char* path : {"/usr/lib/python3/dist-packages/oauthlib-3.2.2.egg-info/METADATA", "/data/val/index.json"}) {
+    triage::MissingPathRecord m;
+    m.path = path;
+    m.error = 2;  // ENOENT
+    in.missingPaths.push_back(m);
+  }
+  triage::TriageResult t;
+  auto r = preflight::judge(f, in, t, 0);
+  std::string text = preflight::renderText(f, r, in, t, "tr", 1);
+  EXPECT_NE(text.find("missing /data/val/index.json"), std::string::npos) << text;
+  EXPECT_EQ(text.find("METADATA"), std::string::npos) << text;
+  EXPECT_EQ(preflight::renderJson(f, r, in, t, "tr", 1).find("METADATA"), std::string::npos);
+}
+
 TEST(PreflightReport, TextAndJsonNameWhatRan) {
   auto f = preflight::parseFacts(sampleRuntime());
   triage::TriageInput in;

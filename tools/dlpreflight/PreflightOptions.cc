@@ -34,7 +34,8 @@ const char* const kPreflightUsage =
     "                       this machine's\n"
     "\n"
     "Exit status: 0 the job passed (every phase ran and it exited 0); 1 it failed (the report\n"
-    "says where); 2 usage error; 127 CMD not found, 126 not executable.\n";
+    "says where); 2 usage error; 3 incomplete: the job exited 0 but a DataLoader it made was\n"
+    "never iterated (a phase the miniature did not reach); 127 CMD not found, 126 not executable.\n";
 
 PreflightOptions parsePreflightOptions(const std::vector<std::string>& argv) {
   using tools::OptSpec;

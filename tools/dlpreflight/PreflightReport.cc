@@ -41,6 +41,23 @@ std::string mib(uint64_t kib) { return tools::humanBytes(kib * 1024); }
 
 bool failed(const triage::TriageInput& in) { return in.failure.has_value() || in.nonfinite.has_value(); }
 
+// Failed lookups worth listing: not start-up probes, not inside the Python installation (the
+// import system's and package metadata scans, dlrr's own included, look up many files there
+// that never exist; the touched paths leave the installation out too).
+std::set<std::string> shownMissing(const triage::TriageInput& in) {
+  std::set<std::string> out;
+  for (const auto& m : in.missingPaths) {
+    if (triage::isStartupProbe(m.path, m.op)) continue;
+    if (m.path.find("-packages/") != std::string::npos || m.path.find("/lib/python3") != std::string::npos) continue;
+    out.insert(m.path);
+  }
+  return out;
+}
+
+std::string unusedLine(const UnusedLoader& u) {
+  return "a DataLoader of " + u.dataset + " made at " + u.where + " was never iterated";
+}
+
 }  // namespace
 
 Facts parseFacts(const std::map<std::string, std::string>& runtime) {
@@ -94,6 +111,10 @@ Facts parseFacts(const std::map<std::string, std::string>& runtime) {
     p.gpuPeak = intField(m, "gpu_peak", -1);
     p.gpuNewPeak = intField(m, "gpu_new_peak", 0) != 0;
     f.passes.push_back(std::move(p));
+  }
+  for (const auto& [n, v] : numbered["unused"]) {
+    auto m = fields(v);
+    f.unused.push_back({m["dataset"], m["where"]});
   }
   for (const auto& [n, v] : numbered["loop"]) f.loops.push_back(v);
   for (const auto& [n, v] : numbered["save"]) f.saves.push_back(v);
@@ -194,6 +215,16 @@ Report judge(const Facts& f, const triage::TriageInput& in, const triage::Triage
   for (const auto& l : f.loops)
     if (l.rfind("not cut", 0) == 0) r.warnings.push_back("a loop without a DataLoader was " + l);
   if (jobExit == 0 && !failed(in)) {
+    if (!f.unused.empty()) {
+      // A phase the full job reaches later (validation every N steps, N above what K passes
+      // give) never ran: the miniature says nothing about it, so it did not pass.
+      r.passed = false;
+      r.exitCode = 3;
+      r.verdict = "INCOMPLETE: the job exited 0, but " + unusedLine(f.unused.front()) +
+                  (f.unused.size() > 1 ? " (and " + std::to_string(f.unused.size() - 1) + " more)" : "") +
+                  ": the phase that uses it did not run in the miniature";
+      return r;
+    }
     r.passed = true;
     r.exitCode = 0;
     r.verdict = "PASSED: every phase ran to the end and the job exited 0";
@@ -201,6 +232,15 @@ Report judge(const Facts& f, const triage::TriageInput& in, const triage::Triage
   }
   r.passed = false;
   r.exitCode = 1;
+  // The failure came after a cut evaluation pass, with no pass begun since: code that needs the
+  // whole pass (a per-class metric over a sorted test set) may fail only because of the cut.
+  auto last = std::max_element(f.passes.begin(), f.passes.end(),
+                               [](const Pass& a, const Pass& b) { return a.index < b.index; });
+  if (last != f.passes.end() && last->cut && last->phase == "evaluation") {
+    r.cutCaveat = "may be caused by the cut: the evaluation saw " + std::to_string(last->batches) + " of " +
+                  (last->of >= 0 ? std::to_string(last->of) : std::string("?")) + " batches (loader " +
+                  std::to_string(last->loader) + ", " + last->dataset + ")";
+  }
   if (failed(in)) {
     r.verdict = "FAILED: " + t.summary;
     if (!t.where.empty()) r.verdict += " (" + t.where + ")";
@@ -237,6 +277,8 @@ std::string renderText(const Facts& f, const Report& r, const triage::TriageInpu
       o << ", GPU at most " << tools::humanBytes(static_cast<uint64_t>(l.gpuCeiling)) << " (no new allocator peak)";
     o << "\n";
   }
+  for (const auto& u : f.unused)
+    o << "    never iterated: a DataLoader of " << printable(u.dataset) << " made at " << printable(u.where) << "\n";
   for (const auto& l : f.loops) o << "    loop without a DataLoader: " << printable(l) << "\n";
   if (!f.saves.empty()) o << "  checkpoints and exports:\n";
   for (const auto& s : f.saves) o << "    " << printable(s) << "\n";
@@ -248,10 +290,9 @@ std::string renderText(const Facts& f, const Report& r, const triage::TriageInpu
     for (size_t i = 0; i < t.evidence.size() && i < 3; ++i) o << "    - " << printable(t.evidence[i]) << "\n";
     if (!t.advice.empty()) o << "    advice: " << printable(t.advice) << "\n";
   }
-  std::set<std::string> missing;
+  if (!r.cutCaveat.empty()) o << "    note: " << printable(r.cutCaveat) << "\n";
+  std::set<std::string> missing = shownMissing(in);
   std::vector<std::string> touched;
-  for (const auto& m : in.missingPaths)
-    if (!triage::isStartupProbe(m.path, m.op)) missing.insert(m.path);
   size_t listed = 0, paths = 0;
   for (const auto& p : f.paths) {
     if (missing.count(p.path)) continue;  // listed below as missing
@@ -357,9 +398,17 @@ std::string renderJson(const Facts& f, const Report& r, const triage::TriageInpu
   }
   j.endArray();
   j.key("missing_paths").beginArray();
-  for (const auto& m : in.missingPaths)
-    if (!triage::isStartupProbe(m.path, m.op)) j.value(m.path);
+  for (const auto& m : shownMissing(in)) j.value(m);
   j.endArray();
+  j.key("unused_loaders").beginArray();
+  for (const auto& u : f.unused) {
+    j.beginObject();
+    j.field("dataset", u.dataset);
+    j.field("where", u.where);
+    j.endObject();
+  }
+  j.endArray();
+  j.field("cut_caveat", r.cutCaveat);
   j.key("env").beginArray();
   for (const auto& e : f.env) {
     j.beginObject();

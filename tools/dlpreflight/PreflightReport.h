@@ -13,7 +13,7 @@
 namespace dlrr::preflight {
 
 struct Pass {
-  int64_t index = 0;  // in the order passes ended
+  int64_t index = 0;  // in the order passes began
   int loader = 0;     // in the order loaders were first iterated
   std::string dataset;
   std::string phase;  // training | evaluation
@@ -38,11 +38,17 @@ struct PathUse {
   std::string path;
 };
 
+struct UnusedLoader {
+  std::string dataset;
+  std::string where;  // file:line of the job's code that made it
+};
+
 struct Facts {
   int k = 0;  // 0: the hook never ran in preflight mode
   std::vector<Pass> passes;
-  std::vector<std::string> loops;  // "cut: train.py:40 after 2 updates", "not cut: ..."
-  std::vector<std::string> saves;  // "torch.save /ckpt/ep0.pt ok (training)"
+  std::vector<std::string> loops;    // "cut: train.py:40 after 2 updates", "not cut: ..."
+  std::vector<std::string> saves;    // "torch.save /ckpt/ep0.pt ok (training)"
+  std::vector<UnusedLoader> unused;  // DataLoaders made and never iterated
   std::vector<PathUse> paths;
   std::vector<EnvRead> env;
   uint64_t peakRssKib = 0;
@@ -87,8 +93,9 @@ std::vector<MemoryEstimate> estimateMemory(const Facts& earlier, const Facts& no
 
 struct Report {
   bool passed = false;
-  int exitCode = 1;     // dlpreflight's: 0 passed, 1 failed
-  std::string verdict;  // one line
+  int exitCode = 1;       // dlpreflight's: 0 passed, 1 failed, 3 incomplete (a loader never iterated)
+  std::string verdict;    // one line
+  std::string cutCaveat;  // a failure right after a cut evaluation pass: it may be the cut's doing
   std::vector<std::string> warnings;
   std::string scratch;    // where the job's writes went ("" with --write-through)
   std::string isolation;  // "kernel: ..." or "libc hooks only (weak): WHY" ("" with --write-through)

@@ -27,12 +27,20 @@ import linecache
 import os
 import sys
 import warnings
+import weakref
 
 _HOOK_DIR = os.path.dirname(os.path.abspath(__file__))
 _MAX_PATHS = 256
 _MAX_ENV = 128
 _MAX_SAVES = 128
-_LOOP_OPS = ("JUMP_BACKWARD", "JUMP_ABSOLUTE", "JUMP_BACKWARD_NO_INTERRUPT")
+_MAX_LOADERS = 128
+# Backward jumps that close a loop: 3.11 ends a `while COND:` loop with a conditional one
+# (the condition is repeated at the bottom), 3.12+ with JUMP_BACKWARD.  Not
+# JUMP_BACKWARD_NO_INTERRUPT: no loop of the job's ends with it (3.11 uses it in `yield from`
+# and `await`; 3.12+ also at the end of an `except` block, laid out after the function's body,
+# jumping back into it: taken for a loop, it hid the loop around the `try`).
+_LOOP_OPS = ("JUMP_BACKWARD", "JUMP_ABSOLUTE", "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE",
+             "POP_JUMP_BACKWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE")
 # os.getenv and Mapping.get between os.environ and its reader (frozen modules from 3.11 on)
 _ENVIRON_FILES = ("os.py", "_collections_abc.py", "<frozen os>", "<frozen _collections_abc>")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -136,6 +144,20 @@ def _lines_of(code):
     return lines
 
 
+def _line_runs(lines):
+    """{line: how many separate stretches of instructions carry it}.  Setting f_lineno to a
+    line held by two stretches lands on the one whose stack fits deepest, not necessarily the
+    first: the line of a `with` after a loop is also the line of the with's exit code, whose
+    stack slot for __exit__ takes the loop's iterator (a false `TypeError: 'range_iterator'
+    object is not callable`)."""
+    runs, previous = {}, None
+    for o in sorted(lines):
+        if lines[o] is not None and lines[o] != previous:
+            runs[lines[o]] = runs.get(lines[o], 0) + 1
+        previous = lines[o]
+    return runs
+
+
 def _library_file(name, roots):
     """A frame of the standard library, site-packages, dlrr's hook or the import machinery."""
     return name.startswith("<") or _under(os.path.abspath(name), roots)
@@ -217,6 +239,9 @@ class Preflight:
         self._no_loop_reported = False
         self._uncuttable = set()  # (code, loop start) reported as not cut once
         self._tracing = None  # (frame, code, start, exit_line, break_line, previous trace)
+        self._made = []  # [weakref to the loader's batch sampler, dataset name, where made, iterated]
+        self._next_cut = None  # loader whose pass was cut in a next() of the job's own loop
+        self._last_loader = None  # loader of the last batch fetched
         self._clear_refs_ok = True
         self.cuda_rewrites = 0  # device arguments moved from CUDA to the CPU
         self._cpu_mode = None
@@ -285,6 +310,9 @@ class Preflight:
             cls = getattr(dataloader, cls_name, None)
             if cls is not None and "_next_data" in vars(cls):
                 patcher.wrap(cls, "_next_data", self._make_next_data)
+        loader_cls = getattr(dataloader, "DataLoader", None)
+        if loader_cls is not None:
+            patcher.wrap(loader_cls, "__init__", self._make_loader_init)
         patcher.wrap(torch, "save", lambda original: self._make_saver(original, "torch.save"))
         jit = getattr(torch, "jit", None)
         if jit is not None and hasattr(jit, "save"):
@@ -347,6 +375,53 @@ class Preflight:
         self._fact("preflight.cpu", "no GPU here: CUDA devices the job asks for are given the CPU")
         return True
 
+    def _make_loader_init(self, original):
+        pf = self
+
+        def __init__(loader, *args, **kwargs):
+            original(loader, *args, **kwargs)
+            pf._guard(pf._note_loader_made, loader)
+        return __init__
+
+    def _note_loader_made(self, loader):
+        """Every DataLoader made, with the job's line that made it: one never iterated is a
+        phase the miniature did not reach (validation every N steps, with N > K)."""
+        if len(self._made) >= _MAX_LOADERS:
+            return
+        sampler = getattr(loader, "_index_sampler", None)
+        frame = _frame_above(2)
+        while frame is not None and (_library_file(frame.f_code.co_filename, self._roots)
+                                     or frame.f_code.co_filename.startswith(_HOOK_DIR)):
+            frame = frame.f_back
+        where = "%s:%d" % (os.path.basename(frame.f_code.co_filename), frame.f_lineno) if frame else "?"
+        try:
+            ref = weakref.ref(sampler)
+        except TypeError:
+            return
+        self._made.append([ref, type(getattr(loader, "dataset", None)).__name__, where, False])
+
+    def _note_loader_iterated(self, it):
+        sampler = getattr(it, "_index_sampler", None)
+        for made in self._made:
+            if made[0]() is sampler:
+                made[3] = True
+
+    def _cut_in_next_call(self):
+        """The batch was asked for by an explicit next() in the job's own code (not by a `for`
+        over the iterator, nor by a library): the job catches the StopIteration and makes a
+        new iterator, so cutting the pass does not end its loop."""
+        frame = _frame_above(2)
+        data_dir = os.sep + os.path.join("torch", "utils", "data") + os.sep
+        while frame is not None and (data_dir in frame.f_code.co_filename
+                                     or frame.f_code.co_filename.startswith(_HOOK_DIR)):
+            frame = frame.f_back
+        if frame is None or _library_file(frame.f_code.co_filename, self._roots):
+            return False
+        for x in dis.get_instructions(frame.f_code):
+            if x.offset == frame.f_lasti:
+                return x.opname != "FOR_ITER"
+        return False
+
     def _make_next_data(self, original):
         pf = self
 
@@ -360,6 +435,8 @@ class Preflight:
                 p = pf._guard(pf._begin_pass, it)
             if p is not None and p.batches >= pf.k and not 0 <= p.length <= p.batches:
                 pf._guard(pf._end_pass, it, p, True)
+                if pf._guard(pf._cut_in_next_call):
+                    pf._next_cut = p.loader
                 if not getattr(it, "_persistent_workers", False) and hasattr(it, "_shutdown_workers"):
                     it._shutdown_workers()
                 raise StopIteration
@@ -372,6 +449,7 @@ class Preflight:
             if p is not None:
                 p.batches += 1
                 pf._fetched += 1
+                pf._last_loader = p.loader
             return data
         return _next_data
 
@@ -380,6 +458,9 @@ class Preflight:
         # The batch sampler is made once per DataLoader (two loaders may share a dataset).
         key = id(getattr(it, "_index_sampler", None) or dataset)
         loader = self._loaders.setdefault(key, len(self._loaders))
+        self._note_loader_iterated(it)
+        if self._next_cut is not None and self._next_cut != loader:
+            self._next_cut = None
         try:
             length = len(it)
         except Exception:
@@ -445,6 +526,13 @@ class Preflight:
         if self._fetched:  # this update used a batch of a pass: the pass is what is cut
             self._fetched = 0
             self._loop_updates = 0
+            if self._next_cut is None or self._next_cut != self._last_loader or self._tracing is not None:
+                return
+            # ...unless the job's loop draws with next() and makes a new iterator when one
+            # ends (`while step < max_steps:`): it is left as a loop without a DataLoader.
+            self._next_cut = None
+            self._loop_updates = self.k
+            self._guard(self._leave_loop, sys._getframe(1))
             return
         if self._tracing is not None:
             return
@@ -486,33 +574,21 @@ class Preflight:
             self._loop_updates = 0
             return
         code = frame.f_code
-        start, exit_offset, break_line = loop
-        if (code, start) in self._uncuttable:
-            self._loop_updates = 0
-            return
         lines = _lines_of(code)
-        first = {}  # line -> the offset a jump to that line lands on (its first instruction)
-        for o in sorted(lines):
-            if lines[o] is not None:
-                first.setdefault(lines[o], o)
-        header_line = lines.get(start)
-        body = [lines[o] for o in lines if start <= o < (exit_offset or start) and lines[o] is not None]
-        exit_line = lines.get(exit_offset) if exit_offset is not None else None
-        where = "%s:%s" % (os.path.basename(code.co_filename), header_line)
-        target = None
-        # f_lineno lands on a line's first instruction: the exit's line must start at the exit
-        # (3.13 numbers an inner loop's exit with the enclosing loop's header, whose first
-        # instruction sets that loop up again).
-        if (exit_line is not None and body and not (min(body) <= exit_line <= max(body))
-                and exit_line != header_line and first.get(exit_line) == exit_offset):
-            target = exit_line
-        elif break_line is not None:
-            target = break_line
-        if target is None:
-            self._uncuttable.add((code, start))
-            self._fact("preflight.loop.%d" % self._loops_cut,
-                       "not cut: %s (no line after the loop and no break to jump to); it ran to its end" % where)
-            self._loops_cut += 1
+        # The innermost loop that can be left; when it cannot (no line to jump to), the loop
+        # around it in the same function: the inner one then runs its course once, and the
+        # job still gets out after one pass of the outer body instead of all of them.
+        while loop is not None:
+            start = loop[0]
+            if (code, start) not in self._uncuttable:
+                target, header_line, where, why = self._loop_target(code, lines, loop)
+                if target is not None:
+                    break
+                self._uncuttable.add((code, start))
+                self._fact("preflight.loop.%d" % self._loops_cut, "not cut: %s (%s); it ran to its end" % (where, why))
+                self._loops_cut += 1
+            loop = find_loop(code, start - 1) if start > 0 else None
+        if loop is None:
             self._loop_updates = 0
             return
         previous = sys.gettrace()
@@ -520,6 +596,43 @@ class Preflight:
         frame.f_trace_lines = True
         frame.f_trace = self._local_trace
         sys.settrace(_global_trace if previous is None else previous)
+
+    def _loop_target(self, code, lines, loop):
+        """(line to jump to or None, header line, where, why not) for leaving `loop`."""
+        start, exit_offset, break_line = loop
+        first = {}  # line -> the offset a jump to that line lands on (its first instruction)
+        for o in sorted(lines):
+            if lines[o] is not None:
+                first.setdefault(lines[o], o)
+        header_line = lines.get(start)
+        # A `while` loop's first body instruction is the jump target; its header is the
+        # condition's line before it (3.11: `while COND:` tests COND at the top and the bottom).
+        before = max((o for o in lines if o < start), default=None)
+        if before is not None and lines.get(before) is not None and lines[before] < (header_line or 0):
+            header_line = lines[before] if self._is_while(code, before, exit_offset) else header_line
+        body = [lines[o] for o in lines if start <= o < (exit_offset or start) and lines[o] is not None]
+        exit_line = lines.get(exit_offset) if exit_offset is not None else None
+        where = "%s:%s" % (os.path.basename(code.co_filename), header_line)
+        runs = _line_runs(lines)
+        # f_lineno lands on a line's first instruction: the exit's line must start at the exit
+        # (3.13 numbers an inner loop's exit with the enclosing loop's header, whose first
+        # instruction sets that loop up again), and hold no other stretch of code (_line_runs).
+        if (exit_line is not None and body and not (min(body) <= exit_line <= max(body))
+                and exit_line != header_line and first.get(exit_line) == exit_offset and runs.get(exit_line) == 1):
+            return exit_line, header_line, where, None
+        if break_line is not None:  # a `break` line's stretches are jumps: no stack of their own
+            return break_line, header_line, where, None
+        why = ("the line after it also holds other code" if exit_line is not None and runs.get(exit_line, 0) > 1
+               else "no line after the loop and no break to jump to")
+        return None, header_line, where, why
+
+    @staticmethod
+    def _is_while(code, offset, exit_offset):
+        """The instruction at offset is a `while` condition's jump out of the loop."""
+        for x in dis.get_instructions(code):
+            if x.offset == offset:
+                return "JUMP" in x.opname and x.argval == exit_offset
+        return False
 
     def _local_trace(self, frame, event, arg):
         t = self._tracing
@@ -660,6 +773,8 @@ class Preflight:
             self._send_pass(p)
         self._stack.clear()
         self._passes.clear()
+        for n, made in enumerate(m for m in self._made if not m[3]):
+            self._fact("preflight.unused.%d" % n, "dataset=%s where=%s" % (made[1], made[2]))
         self._fact("preflight.peak_rss_kib", str(self._hwm_kib()))
         if self._cpu_mode is not None:
             self._fact("preflight.cuda_rewrites", str(self.cuda_rewrites))
