@@ -18,6 +18,7 @@ Clocks: *cpu* is user+system CPU of the command and every process it reaped
 (`os.wait4`'s rusage: the job, its threads, dlrecord, the recorder's writer thread), the figure
 to trust on a shared machine; *sys* its system part alone; *wall* the elapsed time, which other
 people's load on the 2 shared cores moves by tens of percent (noisy: read it as an indication).
+At load 15 a round of both shapes took ~5-6 minutes (progress goes to stderr).
 This is a benchmark, not a test: it asserts nothing.
 """
 import argparse
@@ -84,7 +85,9 @@ def main():
         for shape in args.shapes.split(","):
             n = steps[shape]
             results = {v: [] for v in variants}  # per round: {steps: (wall, cpu, sys)}
-            for _ in range(args.pairs):
+            for round_ in range(args.pairs):
+                print("%s: round %d/%d, load average %.1f" % (shape, round_ + 1, args.pairs, os.getloadavg()[0]),
+                      file=sys.stderr, flush=True)
                 order = [(v, k) for v in variants for k in (n, 1)]
                 rnd.shuffle(order)
                 got = {}
