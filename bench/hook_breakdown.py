@@ -93,7 +93,7 @@ class Timers:
 DIGEST_KINDS = {0: "module output", 1: "gradient", 2: "parameter", 3: "loss", 4: "batch"}
 
 
-def wrap_parts(t, rec, lib, torch, rng_module, module_module):
+def wrap_parts(t, rec, lib, torch, rng_module, module_module, files_module):
     """Timers around each part of the hook (they cost a few us each)."""
     for fn in ("dlrr_step_end", "dlrr_step_end_deferred", "dlrr_step_begin", "dlrr_batch_begin", "dlrr_batch_end",
                "dlrr_rng_state", "dlrr_rng_states"):
@@ -123,6 +123,12 @@ def wrap_parts(t, rec, lib, torch, rng_module, module_module):
     rec._digest_fn = t.wrap("dlrr_digest", rec._digest_fn)
     if getattr(rec, "_batch", None) is not None:  # gradients and parameters: one crossing each
         rec._batch._many = t.wrap("dlrr_digest_many", rec._batch._many)
+    files_module.FileCapture._used = t.wrap("memmap ranges", files_module.FileCapture._used)
+    if hasattr(lib, "dlrr_file_range"):
+        lib.dlrr_file_range = t.wrap("dlrr_file_range", lib.dlrr_file_range)
+    for name in ("begin_step", "end_step"):  # optimizer-counted steps (no DataLoader) end here
+        if hasattr(rec, name):
+            setattr(rec, name, t.wrap(name.replace("_", " "), getattr(rec, name)))
     for hooks in (module_module._global_forward_pre_hooks, module_module._global_forward_hooks):
         for key, hook in list(hooks.items()):
             hooks[key] = t.wrap("module hooks", hook)
@@ -135,6 +141,7 @@ def inner(argv):
     import dlrr_hook
     import torch  # triggers the hook's torch patches, so its parts exist below
     from dlrr_hook import rng as rng_module
+    from dlrr_hook import files as files_module
     import torch.nn.modules.module as module_module
 
     rec = dlrr_hook.current()
@@ -180,10 +187,12 @@ def inner(argv):
         tr._after_backward = sampled("after backward", tr._after_backward)
         tr._after_step = sampled("after optimizer step", tr._after_step)
     else:
-        wrap_parts(t, rec, lib, torch, rng_module, module_module)
+        wrap_parts(t, rec, lib, torch, rng_module, module_module, files_module)
 
     out_path = os.environ["BENCH_BREAKDOWN_OUT"]
     t_start = [None]
+    if os.environ.get("BENCH_NO_LOADER"):  # no delivery to start the loop's clock: start it now
+        t_start[0] = (time.perf_counter(), time.thread_time(), time.process_time())
     original_deliver = rec.loaders._deliver
 
     def deliver(info, data):
@@ -212,7 +221,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--capture", default="default", choices=("minimal", "default", "full"))
-    ap.add_argument("--job", default="cnn", choices=("cnn", "example"))
+    ap.add_argument("--job", default="cnn", choices=("cnn", "example", "shape-lm", "shape-cnn"),
+                    help="shape-lm, shape-cnn: bench/shape_job.py's shapes (issue 33), 300 steps")
+    ap.add_argument("--steps", type=int, default=300, help="steps of the shape-* jobs")
     ap.add_argument("--data", help="dataset of prepare_data.py (default: a clean one, made here)")
     ap.add_argument("--parts", choices=("all", "deliver", "fixed", "digests"), default="all",
                     help="deliver: one timer around the DataLoader's batch delivery only (the step "
@@ -223,8 +234,8 @@ def main():
                          "optimizer step (their Python loop or the native TensorListDigest alike)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="dlrr-breakdown-") as tmp:
-        data = args.data
-        if data is None:
+        data = args.data or os.path.join(tmp, "data")
+        if data is None and not args.job.startswith("shape-"):
             data = os.path.join(tmp, "data")
             subprocess.run([PY, os.path.join(ROOT, "examples", "prepare_data.py"), "--out", data,
                             "--corrupt-index", "-1"], check=True, stdout=subprocess.DEVNULL)
@@ -234,6 +245,13 @@ def main():
             job += ["--epochs", "3", "--workers", "0"]
         out = os.path.join(tmp, "breakdown.json")
         env = dict(os.environ, BENCH_BREAKDOWN_OUT=out, BENCH_PARTS=args.parts)
+        if args.job.startswith("shape-"):
+            shape_job = os.path.join(ROOT, "bench", "shape_job.py")
+            subprocess.run([PY, shape_job, "--prepare", "--data", data], check=True)
+            job = [shape_job, "--shape", args.job[6:], "--steps", str(args.steps), "--data", data]
+            env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")  # as bench/step_shapes.py
+            if args.job == "shape-lm":
+                env.update(BENCH_NO_LOADER="1")
         subprocess.run([os.path.join(args.build, "bin", "dlrecord"), "-q", "--capture", args.capture,
                         "-o", os.path.join(tmp, "trace"), "--", PY, os.path.abspath(__file__),
                         "--inner"] + job, env=env, check=True, stdout=subprocess.DEVNULL)

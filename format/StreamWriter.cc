@@ -55,7 +55,13 @@ int writeAllUnmasked(int fd, iovec* iov, int n) noexcept {
 // EFBIG and also sends SIGXFSZ to the writing thread, which at a commit is the job's own: at
 // its default action (any non-Python job) it killed the job. The signal our write raised is
 // consumed; one the thread already blocked is left alone (then it is not ours to take).
+// The writer thread blocks SIGXFSZ for its whole life (see the constructor): there the mask
+// calls below would be two system calls per write that change nothing (a signal that was
+// already blocked is left pending, not consumed), a blob and a frame at every step (issue 33).
+thread_local bool tXfszBlockedForLife = false;
+
 int writeAll(int fd, iovec* iov, int n) noexcept {
+  if (tXfszBlockedForLife) return writeAllUnmasked(fd, iov, n);
   sigset_t xfsz, old;
   sigemptyset(&xfsz);
   sigaddset(&xfsz, SIGXFSZ);
@@ -296,6 +302,8 @@ void StreamWriter::waitCommitted(uint64_t ticket) {
 }
 
 void StreamWriter::run() {
+  sigset_t mask;  // every signal but faults, set before this thread started: checked, once
+  tXfszBlockedForLife = pthread_sigmask(SIG_BLOCK, nullptr, &mask) == 0 && sigismember(&mask, SIGXFSZ) == 1;
   // SCHED_BATCH (no privilege needed): the job's thread wakes this one at every batch and set
   // of RNG states; as a batch thread it does not preempt the waker, it runs at the next
   // scheduling point. Best effort: the default policy stays where the call fails.

@@ -48,6 +48,25 @@ class FileCaptureTest(RecorderTestCase):
         self.assertEqual(int(data[3]), 8)
         self.assertEqual(self.ranges(), [(self.path, 16, np.uint16(8).tobytes())])
 
+    def test_two_maps_in_turn_and_a_strided_view_report_their_own_bytes(self):
+        # The facts of the last mapping are kept (issue 33): alternating maps of two files, one
+        # at an offset, must each report their own path and offsets, and a strided slice (not
+        # one contiguous run) the span of its bytes.
+        other = os.path.join(self.tmp, "other.bin")
+        np.arange(4000, dtype=np.uint16).tofile(other)
+        a = np.memmap(self.path, dtype=np.uint16, mode="r")
+        b = np.memmap(other, dtype=np.uint16, mode="r", offset=4096 + 6, shape=(100,))
+        a[4:6], b[0:2], a[8:10], b[1:2]
+        self.assertEqual(self.ranges(), [
+            (self.path, 8, np.arange(4, 6, dtype=np.uint16).tobytes()),
+            (other, 4102, np.arange(2051, 2053, dtype=np.uint16).tobytes()),
+            (self.path, 16, np.arange(8, 10, dtype=np.uint16).tobytes()),
+            (other, 4104, np.uint16(2052).tobytes())])
+        del self.lib.calls[:]
+        strided = a[10:16:2]
+        self.assertEqual(strided.tolist(), [10, 12, 14])
+        self.assertEqual(self.ranges(), [(self.path, 20, np.arange(10, 15, dtype=np.uint16).tobytes())])
+
     def test_a_memmap_made_per_batch_is_not_kept_alive(self):
         import weakref
         refs = []

@@ -10,7 +10,6 @@ read by fancy indexing or through another view (torch.from_numpy of the whole ma
 and replay then reads zeros there (docs/replay.md "Files").
 """
 
-import ctypes
 import mmap
 import os
 import site
@@ -49,7 +48,7 @@ class FileCapture:
     def __init__(self, recorder, lib):
         self._rec = recorder
         self._lib = lib
-        self._last = (None, 0)  # the last mapping seen and its address (one: never keep maps alive)
+        self._last = (None, None)  # the last mapping seen and its facts (one: never keep maps alive)
         # Threads inside a DataLoader fetch, by thread id: the library's own pause count
         # (dlrr_files_pause), mirrored so that a memmap read in a fetch (a dataset's
         # labels[index], per sample) skips _used's ~3 us of work the library would drop.
@@ -113,22 +112,40 @@ class FileCapture:
 
         patcher.wrap(numpy.memmap, "__getitem__", wrap_getitem)
 
-    def _base_of(self, mm, numpy):
-        if self._last[0] is not mm:
-            self._last = (mm, numpy.frombuffer(mm, numpy.uint8).ctypes.data)
-        return self._last[1]
+    def _facts_of(self, mmap_array, mm, numpy):
+        """(path bytes, file offset where the mapping begins, its address, its size) of the
+        mapping under `mmap_array`, or None for an anonymous one.  Kept for the last mapping
+        seen (one: never keep maps alive): every view of one np.memmap shares its mmap object,
+        file name and offset (memmap.__array_finalize__ copies them), so a job slicing one
+        token file pays the lookups, the path's encoding and the mapping's address once, not
+        per window (issue 33)."""
+        last = self._last
+        if last[0] is mm:
+            return last[1]
+        filename = getattr(mmap_array, "filename", None)
+        facts = None
+        if filename:
+            offset = getattr(mmap_array, "offset", 0) or 0
+            facts = (os.fsencode(filename), offset - offset % mmap.ALLOCATIONGRANULARITY,
+                     numpy.frombuffer(mm, numpy.uint8).ctypes.data, len(mm))
+        self._last = (mm, facts)
+        return facts
 
     def _used(self, mmap_array, index, result, numpy):
         mm = getattr(mmap_array, "_mmap", None)
-        filename = getattr(mmap_array, "filename", None)
-        if mm is None or not filename:
+        if mm is None:
+            return  # a memmap-typed copy (astype, arithmetic): no mapping behind it
+        facts = self._facts_of(mmap_array, mm, numpy)
+        if facts is None:
             return
-        base = self._base_of(mm, numpy)
-        size = len(mm)
-        offset = getattr(mmap_array, "offset", 0) or 0
-        file_start = offset - offset % mmap.ALLOCATIONGRANULARITY  # where the mapping begins
+        path, file_start, base, size = facts
         if isinstance(result, numpy.ndarray):
-            lo, hi = _byte_bounds(numpy)(result)
+            interface = result.__array_interface__
+            if interface["strides"] is None:  # C-contiguous (a window): its bytes in a row
+                lo = interface["data"][0]
+                hi = lo + result.nbytes
+            else:
+                lo, hi = _byte_bounds(numpy)(result)
         elif isinstance(index, (int, numpy.integer)) and mmap_array.ndim == 1:
             lo = mmap_array.ctypes.data + int(index) % max(len(mmap_array), 1) * mmap_array.strides[0]
             hi = lo + mmap_array.itemsize
@@ -136,4 +153,4 @@ class FileCapture:
             return
         if lo < base or hi > base + size or hi <= lo:
             return  # a copy (fancy indexing), not bytes of the mapping
-        self._lib.dlrr_file_range(os.fsencode(filename), file_start + (lo - base), ctypes.c_void_p(lo), hi - lo)
+        self._lib.dlrr_file_range(path, file_start + (lo - base), lo, hi - lo)
