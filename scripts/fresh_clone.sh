@@ -120,6 +120,12 @@ if ! grep -Eq "^dlreplay: reached nan; [0-9]+ of [0-9]+ recorded steps verified 
   echo "fresh_clone: FAILED: the demo did not replay to its NaN (whole output: $log)" >&2
   fail=1
 fi
+# The demo's order (issue 32): the job's last lines, then dlrecord's summary, then dltrace info.
+summary=$(grep -B1 -m1 '^== what happened' "$log" | head -n1)
+case "$summary" in
+  "dlrecord: trace "*) ;;
+  *) echo "fresh_clone: FAILED: the recording's last line is not dlrecord's summary: $summary" >&2; fail=1 ;;
+esac
 [ $fail = 0 ] || exit 1
 echo "fresh_clone: passed: the tools are on PATH and the demo replayed to its NaN" \
      "(base $((t1 - t0)) s, '$cmd' $((t2 - t1)) s; output in $log)"
