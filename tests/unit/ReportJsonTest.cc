@@ -32,12 +32,12 @@ TEST(ReportJson, IntegersAreNumbersAndTextsStrings) {
   ASSERT_TRUE(addHookFact(r, "batch.samples", "sample 5"));
   ASSERT_TRUE(addHookFact(r, "batch.samples", "sample 6"));
   std::string s = json(r);
-  for (const char* want : {R"("target.step":30,)", R"("verified_steps":30})", R"("recorded_steps":128,)",
-                           R"("last_step":29,)", R"("jump.step":20,)", R"("divergence.step":31,)",
-                           R"("launch.divergence.step":-1,)", R"("launch.divergence.position":4,)",
-                           R"("digests.incomparable":2,)", R"("dist.rank":1,)", R"("stop.step":30,)",
-                           R"("divergence.detail":"7 vs 8")", R"("env.threads":"1")",
-                           R"("batch.samples":"sample 5\nsample 6")", R"("target":"nan")"})
+  for (const char* want :
+       {R"("target.step":30,)", R"("verified_steps":30})", R"("recorded_steps":128,)", R"("last_step":29,)",
+        R"("jump.step":20,)", R"("divergence.step":31,)", R"("launch.divergence.step":-1,)",
+        R"("launch.divergence.position":4,)", R"("digests.incomparable":2,)", R"("dist.rank":1,)", R"("stop.step":30,)",
+        R"("divergence.detail":"7 vs 8")", R"("env.threads":"1")", R"("batch.samples":"sample 5\nsample 6")",
+        R"("target":"nan")"})
     EXPECT_NE(s.find(want), std::string::npos) << want << " in " << s;
 }
 

@@ -80,8 +80,7 @@ ScratchSweep sweepScratch(const std::string& parent, std::optional<int> olderTha
     int fd = ::open((dir + kMark).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) continue;  // not dlreplay's (or made before marks: left alone)
     struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != uid ||
-        (olderThanDays && st.st_mtime > cutoff)) {
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != uid || (olderThanDays && st.st_mtime > cutoff)) {
       ::close(fd);
       continue;
     }
