@@ -5,8 +5,8 @@
 #   DLRR_BOOKWORM_DIR     the cached base system (default /var/cache/dlrr/bookworm): debootstrap
 #                         --variant=minbase plus ccache (see below); reused while complete
 #   DLRR_BOOKWORM_MIRROR  the Debian mirror (default: the first .../debian URI in this host's apt sources)
-# Every run starts from a copy of the base ($DIR.run, replaced each time), so scripts/setup.sh
-# really installs its packages. What is cached between runs only saves downloads and compiling:
+# Every run starts from a copy of the base ($DIR.run: removed after a pass, kept after a failure
+# until the next run), so scripts/setup.sh really installs its packages. What is cached between runs only saves downloads and compiling:
 # the .deb files apt fetched ($DIR.debs, bound to the copy's /var/cache/apt/archives) and
 # ccache's results ($DIR.ccache: ccache is in the base so that scripts/install.sh uses it; the
 # objects are the ones g++ would make). Everything mounted is unmounted on exit, failure included.
@@ -87,8 +87,18 @@ if [ ! -f "$BASE_MARK" ]; then
   echo "fresh_clone: base system made in $(($(now) - t0)) s"
 fi
 
+# Removes the run's copy, never through a mount: with /dev or /sys still bound inside, rm would
+# reach the host's own.
+remove_run() {
+  cleanup
+  if grep -qF " $RUN/" /proc/mounts; then
+    echo "fresh_clone: $RUN still has mounts; not removing it" >&2
+    exit 1
+  fi
+  rm -rf --one-file-system "$RUN"
+}
 t1=$(now)
-rm -rf "$RUN"
+remove_run
 cp -a "$DIR" "$RUN"
 rm -f "$RUN/.dlrr-base-done"
 mount_all "$RUN"
@@ -126,6 +136,7 @@ case "$summary" in
   "dlrecord: trace "*) ;;
   *) echo "fresh_clone: FAILED: the recording's last line is not dlrecord's summary: $summary" >&2; fail=1 ;;
 esac
-[ $fail = 0 ] || exit 1
+[ $fail = 0 ] || exit 1  # the copy is kept for a look (the next run replaces it)
+remove_run  # passed: 3.7 GiB not worth keeping
 echo "fresh_clone: passed: the tools are on PATH and the demo replayed to its NaN" \
      "(base $((t1 - t0)) s, '$cmd' $((t2 - t1)) s; output in $log)"
