@@ -147,6 +147,29 @@ std::string collectivesText(const ReplayReport::Dist& d) {
          " results served";
 }
 
+// The entries reportEntries writes with std::to_string, and the hook's step.
+constexpr std::string_view kIntegerEntries[] = {
+    "target.step",
+    "verified_steps",
+    "recorded_steps",
+    "last_step",
+    "jump.step",
+    "divergence.step",
+    "launch.steps_checked",
+    "launch.steps_matched",
+    "launch.divergence.step",
+    "launch.divergence.position",
+    "digests.incomparable",
+    "dist.rank",
+    "stop.step",
+};
+
+bool isIntegerEntry(std::string_view key) {
+  for (auto k : kIntegerEntries)
+    if (k == key) return true;
+  return false;
+}
+
 std::map<std::string, std::string> reportEntries(const ReplayReport& r) {
   std::map<std::string, std::string> e;
   if (!r.attached) return e;

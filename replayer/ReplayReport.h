@@ -85,6 +85,10 @@ std::string collectivesText(const ReplayReport::Dist& d);
 // list is one entry, one value a line): dlreplay --json's "report" object and the text
 // output's detail lines. Empty when there is no report.
 std::map<std::string, std::string> reportEntries(const ReplayReport& r);
+// Whether reportEntries' entry `key` holds an integer ("verified_steps", "divergence.step", ...;
+// the hook's "stop.step" too, which is "-" between steps): dlreplay --json writes those as JSON
+// numbers.
+bool isIntegerEntry(std::string_view key);
 
 // The file's bytes, and back; a decoded empty, truncated or foreign text is no report.
 std::string encodeReplayReport(const ReplayReport& r);

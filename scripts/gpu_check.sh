@@ -118,8 +118,8 @@ print("   outcome: %s (%s)" % (doc["outcome"], doc["message"]))
 print("   bit-exact steps: %s of %s recorded; stopped at step %s" % (doc["verified_steps"], doc["recorded_steps"],
                                                                  r.get("stop.step", "?")))
 print("   GPU capture in replay: %s" % r.get("gpu.capture", "?"))
-print("   launch sequences: %s of %s checked steps match" % (r.get("launch.steps_matched", "0"),
-                                                           r.get("launch.steps_checked", "0")))
+print("   launch sequences: %s of %s checked steps match" % (r.get("launch.steps_matched", 0),
+                                                           r.get("launch.steps_checked", 0)))
 if "launch.divergence.detail" in r:
     print("   first differing launch: %s" % r["launch.divergence.detail"])
 for w in r.get("warning", "").splitlines():

@@ -90,7 +90,7 @@ class DatalessReplayTest(TraceTestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(doc["outcome"], "reached", p.stderr)
         self.assertEqual(doc["verified_steps"], nan_step, p.stderr)  # every step before it, bit-exact
-        self.assertEqual(doc["report"]["stop.step"], str(nan_step), p.stderr)
+        self.assertEqual(doc["report"]["stop.step"], nan_step, p.stderr)
         self.assertRegex(doc["report"]["stop.where"], where % nan_step)  # an nn.Sequential's child: "0 (Conv2d)"
         files = doc["files"]
         for path in data_paths:
@@ -203,7 +203,7 @@ class DatalessReplayTest(TraceTestCase):
         np.random.default_rng(5).integers(0, 512, size=1 << 20, dtype=np.uint16).tofile(path)
         p, doc = replay(self.trace_path(), "--until", "nan")
         self.assertEqual(p.returncode, 11, p.stderr)
-        self.assertEqual(doc["report"]["divergence.step"], "0", p.stderr)
+        self.assertEqual(doc["report"]["divergence.step"], 0, p.stderr)
         self.assertEqual(doc["files"]["served"], [])
         p, doc = replay(self.trace_path(), "--until", "nan", "--serve-files", "always")
         self.assertEqual(p.returncode, 0, p.stderr)
@@ -260,3 +260,71 @@ class DatalessReplayTest(TraceTestCase):
         self.assertEqual(doc["files"]["written"], [])  # pymp-* and its socket: made and removed
         if not only_torch_template(doc["files"]):
             self.assertEqual(doc["files"]["scratch"], "", json.dumps(doc["files"], indent=1))
+
+
+class ScratchCleanupTest(TraceTestCase):
+    """dlreplay's own scratch directories, kept when the job wrote files, go after 7 days or at
+    `dlreplay --clean-scratch`; a --scratch directory, one another replay runs in and one that
+    dlreplay did not make stay (issue 32: 33 of them, 216 MiB, in one afternoon)."""
+
+    def test_kept_scratch_directories_are_cleaned(self):
+        import fcntl
+        import time
+        tmpdir = os.path.join(self.tmp, "tmp")  # the replays' TMPDIR: nobody else's directories
+        os.mkdir(tmpdir)
+        env = {"TMPDIR": tmpdir}
+        out = os.path.join(self.tmp, "run")
+        p = run([tool("dlrecord"), "-o", self.trace_path(), "--", PY, job("checkpoint_job.py"), out, "4"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        week_ago = time.time() - 8 * 86400
+
+        def age(path):  # everything under it a week old (dlreplay reads its mark's time)
+            for root, dirs, files in os.walk(path):
+                for f in files + dirs:
+                    os.utime(os.path.join(root, f), (week_ago, week_ago), follow_symlinks=False)
+            os.utime(path, (week_ago, week_ago))
+
+        p = run([tool("dlreplay"), self.trace_path(), "--until", "end"], env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        kept = [l for l in p.stderr.splitlines() if l.startswith("dlreplay: files: the job's writes went to ")]
+        self.assertEqual(len(kept), 1, p.stderr)
+        old = kept[0].split(" went to ", 1)[1].split("/written ", 1)[0]
+        self.assertEqual(os.path.dirname(old), tmpdir)
+        self.assertIn("remove it with 'rm -rf %s', or every replay's with 'dlreplay --clean-scratch' "
+                      "(those older than 7 days go at the next replay)" % old, p.stderr)
+        age(old)
+        mine = os.path.join(tmpdir, "dlreplay-mine00")  # the user's own, named like dlreplay's
+        p, doc = replay(self.trace_path(), "--until", "end", "--scratch", mine, env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn("rm -rf", p.stderr)  # the user's --scratch: theirs to keep
+        age(mine)
+        mine_files = sorted(os.path.join(r, f) for r, ds, fs in os.walk(mine) for f in fs + ds)
+        self.assertTrue(mine_files)
+        stranger = os.path.join(tmpdir, "dlreplay-other0")  # not made by dlreplay: no mark
+        os.mkdir(stranger)
+        age(stranger)
+        p, doc = replay(self.trace_path(), "--until", "end", env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("dlreplay: removed 1 scratch directory of replays older than 7 days (", p.stderr)
+        self.assertFalse(os.path.exists(old))
+        recent = doc["files"]["scratch"]
+        for kept in (recent, mine, stranger):
+            self.assertTrue(os.path.isdir(kept), kept)
+        # A replay running in `recent` (its lock held as dlreplay holds it) keeps it.
+        with open(os.path.join(recent, ".dlreplay-scratch")) as mark:
+            fcntl.flock(mark, fcntl.LOCK_SH)
+            c = run([tool("dlreplay"), "--clean-scratch"], env=env)
+        self.assertEqual(c.returncode, 0, c.stderr)
+        self.assertIn("in use by a running replay, kept: %s\n" % recent, c.stdout)
+        self.assertIn("dlreplay: removed 0 scratch directories in %s (" % tmpdir, c.stdout)
+        self.assertTrue(os.path.isdir(recent))
+        c = run([tool("dlreplay"), "--clean-scratch"], env=env)
+        self.assertEqual(c.returncode, 0, c.stderr)
+        self.assertIn("removed %s\n" % recent, c.stdout)
+        self.assertIn("dlreplay: removed 1 scratch directory in %s (" % tmpdir, c.stdout)
+        self.assertFalse(os.path.exists(recent))
+        self.assertEqual(sorted(os.listdir(tmpdir)), ["dlreplay-mine00", "dlreplay-other0"])
+        self.assertEqual(sorted(os.path.join(r, f) for r, ds, fs in os.walk(mine) for f in fs + ds), mine_files)
+        bad = run([tool("dlreplay"), "--clean-scratch", self.trace_path()], env=env)
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--clean-scratch replays nothing", bad.stderr)

@@ -50,7 +50,7 @@ class TorchvisionMnistTest(TraceTestCase):
         self.assertEqual(doc["outcome"], "reached", p.stderr)
         # Every step before the NaN verified bit-exact: none cried wolf on the transforms.
         self.assertEqual(doc["verified_steps"], SPIKE, p.stderr)
-        self.assertEqual(doc["report"]["stop.step"], str(SPIKE))
+        self.assertEqual(doc["report"]["stop.step"], SPIKE)
         self.assertNotIn("diverged", p.stderr)
         return doc
 
@@ -126,7 +126,7 @@ class HogwildForkTest(TraceTestCase):
         trace, rec = self.record("--processes", "2", "--separate")
         trained = []
         for name, p, doc in self.trainer_streams(trace):
-            if doc and doc["report"].get("recorded_steps", "0") != "0":  # the stream's own: not the parent's
+            if doc and doc["report"].get("recorded_steps", 0) != 0:  # the stream's own: not the parent's
                 self.assertEqual(p.returncode, 0, p.stderr)
                 self.assertEqual(doc["outcome"], "reached", p.stderr)
                 self.assertEqual(doc["verified_steps"], 32, p.stderr)

@@ -60,7 +60,7 @@ class ReplayExampleTest(TraceTestCase):
         self.assertEqual(doc["outcome"], "reached")
         self.assertEqual(doc["verified_steps"], SEED_NAN_STEP)
         rep = doc["report"]
-        self.assertEqual(rep["stop.step"], str(SEED_NAN_STEP))
+        self.assertEqual(rep["stop.step"], SEED_NAN_STEP)
         self.assertIn("at module conv1 (call 0)", rep["stop.where"])
         self.assertIn("dataset index %d" % CORRUPT_INDEX, rep["batch.samples"])
         # The job's own output up to the stop is the recording's.
@@ -75,7 +75,7 @@ class ReplayExampleTest(TraceTestCase):
         for n in (0, 5, 70):
             p, doc = replay(self.trace, "--until", "step=%d" % n)
             self.assertEqual(p.returncode, 0, p.stderr)
-            self.assertEqual(doc["report"]["stop.step"], str(n))
+            self.assertEqual(doc["report"]["stop.step"], n)
             self.assertEqual(doc["verified_steps"], n)
             self.assertIn("before the forward pass", doc["report"]["stop.where"])
 
@@ -159,7 +159,7 @@ class ReplayTinyJobTest(TraceTestCase):
 
     def test_divergence_is_reported_at_the_first_step_and_module(self):
         _, doc, rep = self.diverged("10", "DLRR_TEST_LR=0.5")
-        self.assertEqual(rep["divergence.step"], "0")
+        self.assertEqual(rep["divergence.step"], 0)
         self.assertEqual(rep["divergence.kind"], "parameter")
         self.assertIn("recorded hash", rep["divergence.detail"])
         self.assertEqual(doc["verified_steps"], 0)
@@ -168,11 +168,11 @@ class ReplayTinyJobTest(TraceTestCase):
         # Step 2's inputs doubled in the replay only: the first module's output differs; the replay
         # stops there (a debugger attached sees that forward), not at the end of the step.
         p, doc, rep = self.diverged("4", "DLRR_TEST_SCALE_FROM=2")
-        self.assertEqual(rep["divergence.step"], "2")
+        self.assertEqual(rep["divergence.step"], 2)
         self.assertEqual(rep["divergence.kind"], "module output")
         self.assertEqual(doc["verified_steps"], 2)
         self.assertNotIn("loss", rep.get("divergence.path", ""))
-        self.assertEqual(rep["stop.step"], "2")
+        self.assertEqual(rep["stop.step"], 2)
         self.assertIn("step 1 loss", p.stdout)
         self.assertIn("step 1 forward done", p.stdout)
         self.assertNotIn("step 2 forward done", p.stdout)  # stopped inside step 2's forward, at that module
@@ -327,7 +327,7 @@ class ReplayTinyJobTest(TraceTestCase):
         r = run([tool("dlreplay"), self.trace_path(), "--json"])
         self.assertEqual(r.returncode, 0, r.stderr)
         rep = json.loads(r.stdout.rstrip("\n").rsplit("\n", 1)[-1])["report"]
-        self.assertEqual(rep["stop.step"], "4")
+        self.assertEqual(rep["stop.step"], 4)
         self.assertEqual(rep["backward.function"], "PowBackward0")
         self.assertIn("grad_nan.py\", line 22", rep["backward.forward_line"])
 

@@ -329,7 +329,14 @@ class TriageTest(TraceTestCase):
         self.assertEqual(env["env"]["DLRR_TEST_TOKEN"], "<redacted>")
         self.assertIn("DLRR_TEST_TOKEN", env["redacted"])
         main = env["processes"][0]
-        self.assertEqual(main["runtime"]["torch.num_threads"], "1")
+        # The recorded facts typed for JSON readers (issue 32): counts are numbers, flags booleans,
+        # other facts (versions, the environment) strings.
+        self.assertEqual(main["runtime"]["torch.num_threads"], 1)
+        self.assertIs(main["runtime"]["cudnn.enabled"], True)
+        self.assertIs(main["runtime"]["cuda.initialized"], False)
+        self.assertIsInstance(main["runtime"]["torch"], str)
+        self.assertIsInstance(env["launcher"]["options"]["ring_steps"], int)
+        self.assertIsInstance(env["launcher"]["cpu_count"], int)
         names = {p["name"]: p for p in main["packages"]}
         self.assertIn("torch", names)
         self.assertTrue(names["torch"]["version"])
@@ -350,6 +357,8 @@ class TriageTest(TraceTestCase):
         self.assertEqual(keys["env.OMP_NUM_THREADS"]["current"], "4")
         self.assertIn("float results", keys["env.OMP_NUM_THREADS"]["why"])
         self.assertNotIn("torch", keys)  # the same torch, asked of this machine's python3
+        self.assertEqual(diff["recorded"]["torch.num_threads"], 1)
+        self.assertIsInstance(diff["current"]["cpu.count"], int)
         self.assertTrue(any("versions from " + PY in n for n in diff["notes"]))
 
 

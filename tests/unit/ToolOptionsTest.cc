@@ -105,6 +105,10 @@ TEST(ReplayOptions, ServedFilesAndScratch) {
             "--serve-files must be missing, always or never (got 'sometimes')");
   EXPECT_EQ(msg({"t", "--scratch="}), "--scratch needs a directory");
   EXPECT_EQ(msg({"t", "--scratch"}), "option --scratch needs a value");
+  EXPECT_EQ(parseReplayOptions({"--clean-scratch"}).action, ReplayOptions::Action::CleanScratch);
+  EXPECT_EQ(msg({"--clean-scratch", "t"}), "--clean-scratch replays nothing: it takes no trace or command");
+  EXPECT_EQ(msg({"--clean-scratch", "--", "x"}), "--clean-scratch replays nothing: it takes no trace or command");
+  EXPECT_EQ(parseReplayOptions({"--clean-scratch", "--help"}).action, ReplayOptions::Action::Help);
 }
 
 TEST(DltraceOptionValues, ParseKindsAndSpecs) {

@@ -14,6 +14,7 @@
 #include "format/TraceError.h"
 #include "tools/common/Text.h"
 #include "tools/dlreplay/ReplayOptions.h"
+#include "tools/dlreplay/ScratchDirs.h"
 
 namespace dlrr {
 namespace {
@@ -23,8 +24,7 @@ constexpr int kIo = 3;
 constexpr size_t kShown = 5;
 
 std::string freshScratch() {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string tmpl = std::string(tmp && *tmp == '/' ? tmp : "/tmp") + "/dlreplay-XXXXXX";
+  std::string tmpl = scratchParent() + "/dlreplay-XXXXXX";
   if (!::mkdtemp(tmpl.data())) throw std::runtime_error("cannot create " + tmpl + ": " + std::strerror(errno));
   return tmpl;
 }
@@ -34,16 +34,6 @@ void addNew(std::vector<std::string>& to, const std::vector<std::string>& more) 
   std::set<std::string> have(to.begin(), to.end());
   for (const auto& p : more)
     if (have.insert(p).second) to.push_back(p);
-}
-
-// overlayfs leaves its work directories unreadable (mode 0): removal needs them opened.
-void removeTree(const std::string& dir) {
-  std::error_code ec;
-  for (auto it = std::filesystem::recursive_directory_iterator(
-           dir, std::filesystem::directory_options::skip_permission_denied, ec);
-       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec))
-    if (it->is_directory(ec) && !it->is_symlink(ec)) ::chmod(it->path().c_str(), 0700);
-  std::filesystem::remove_all(dir, ec);
 }
 
 // The trace directory's size on disk.
@@ -85,8 +75,10 @@ int ReplayFiles::prepare(Trace& trace, const ReplayOptions& o, std::map<std::str
                                                : ServeFiles::Missing;
   try {
     if (o.scratch.empty()) {
+      sweepOld(o.quiet);
       scratch_ = freshScratch();
       ownScratch_ = true;
+      scratchLock_ = claimScratch(scratch_);
     } else {
       std::error_code ec;
       scratch_ = std::filesystem::absolute(o.scratch, ec).lexically_normal().string();
@@ -142,11 +134,23 @@ int ReplayFiles::prepare(Trace& trace, const ReplayOptions& o, std::map<std::str
 }
 
 ReplayFiles::~ReplayFiles() {
-  if (!ready_) return;
-  try {
-    removeIfUnused(report());
-  } catch (...) {
+  if (ready_) {
+    try {
+      removeIfUnused(report());
+    } catch (...) {
+    }
+  } else if (ownScratch_) {
+    removeTree(scratch_);  // made, but the replay never got as far as the job
   }
+  if (scratchLock_ >= 0) ::close(scratchLock_);
+}
+
+void ReplayFiles::sweepOld(bool quiet) {
+  ScratchSweep s = sweepScratch(scratchParent(), kScratchKeepDays);
+  if (!s.removed.empty() && !quiet)
+    std::fprintf(stderr, "dlreplay: removed %zu scratch director%s of replays older than %d days (%s)\n",
+                 s.removed.size(), s.removed.size() == 1 ? "y" : "ies", kScratchKeepDays,
+                 tools::humanBytes(s.bytes).c_str());
 }
 
 FilesReport ReplayFiles::report() const {
@@ -177,6 +181,11 @@ void ReplayFiles::print(std::FILE* out) const {
   if (changes) {
     std::fprintf(out, "dlreplay: files: the job's writes went to %s (your files were not modified)\n",
                  tools::printable(scratch_ + "/written").c_str());
+    if (ownScratch_)
+      std::fprintf(out,
+                   "dlreplay: files: kept for you to look at; remove it with 'rm -rf %s', or every replay's "
+                   "with 'dlreplay --clean-scratch' (those older than %d days go at the next replay)\n",
+                   tools::printable(scratch_).c_str(), kScratchKeepDays);
     if (!r.written.empty())
       std::fprintf(out, "dlreplay:   wrote %s\n", tools::printable(summarizePaths(r.written, kShown)).c_str());
     if (!r.dirs.empty())

@@ -43,8 +43,11 @@ class ReplayFiles {
  private:
   FilesReport report() const;
   void removeIfUnused(const FilesReport& r) const;
+  // Removes this user's scratch directories of replays older than kScratchKeepDays.
+  static void sweepOld(bool quiet);
   std::string scratch_;
   bool ownScratch_ = false;  // made here (not --scratch): removed when the job wrote nothing
+  int scratchLock_ = -1;     // its mark, locked while this replay runs (ScratchDirs.h)
   ServedTree tree_;
   std::unique_ptr<tools::Sandbox> sandbox_;
   std::string isolation_;

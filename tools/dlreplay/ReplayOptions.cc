@@ -22,6 +22,7 @@ bool validDebugpy(const std::string& d) {
 
 const char* const kReplayUsage =
     "usage: dlreplay [options] TRACE [--until TARGET] [--debug pdb|gdb|wait|debugpy] [-- CMD ...]\n"
+    "       dlreplay --clean-scratch\n"
     "\n"
     "Replays a dlrecord trace bit for bit: entropy, DataLoader batches and RNG states come from\n"
     "the trace (the dataset need not exist), every step is checked against the recording, and\n"
@@ -79,6 +80,9 @@ const char* const kReplayUsage =
     "                   (autocast off), anomaly (autograd anomaly detection on)\n"
     "  --steps N        with --what-if: replay N steps with the change (default: to the end)\n"
     "  -q, --quiet      no progress line, no environment warnings\n"
+    "  --clean-scratch  (alone) remove the scratch directories dlreplay kept for earlier\n"
+    "                   replays that wrote files (those older than 7 days go at every replay);\n"
+    "                   never a --scratch DIR, never one a running replay uses\n"
     "  -h, --help       this help;  --version  the version\n"
     "\n"
     "exit status: 0 target reached, every step verified; 10 target not reached; 11 divergence;\n"
@@ -92,14 +96,14 @@ ReplayOptions parseReplayOptions(const std::vector<std::string>& argv) {
   using tools::OptSpec;
   using tools::UsageError;
   using T = OptSpec::Type;
-  const tools::Args args(
-      argv,
-      {{"--help", T::Final, "-h"}, {"--version", T::Final}, {"--until", T::Value},     {"--from", T::Value},
-       {"--debug", T::Value},      {"--stream", T::Value},  {"--rank", T::Value},      {"--serve-files", T::Value},
-       {"--scratch", T::Value},    {"--net", T::Value},     {"--serve-code", T::Flag}, {"--serve-budget", T::Value},
-       {"--all-ranks", T::Flag},   {"--yes", T::Flag},      {"--check", T::Flag},      {"--dry-run", T::Flag},
-       {"--json", T::Flag},        {"--what-if", T::Value}, {"--steps", T::Value},     {"--quiet", T::Flag, "-q"}},
-      tools::Args::Layout::Command);
+  const tools::Args args(argv, {{"--help", T::Final, "-h"}, {"--version", T::Final},     {"--until", T::Value},
+                                {"--from", T::Value},       {"--debug", T::Value},       {"--stream", T::Value},
+                                {"--rank", T::Value},       {"--serve-files", T::Value}, {"--scratch", T::Value},
+                                {"--net", T::Value},        {"--serve-code", T::Flag},   {"--serve-budget", T::Value},
+                                {"--all-ranks", T::Flag},   {"--yes", T::Flag},          {"--check", T::Flag},
+                                {"--dry-run", T::Flag},     {"--json", T::Flag},         {"--what-if", T::Value},
+                                {"--steps", T::Value},      {"--quiet", T::Flag, "-q"},  {"--clean-scratch", T::Flag}},
+                         tools::Args::Layout::Command);
   ReplayOptions o;
   o.until = args.value("--until").value_or("");
   if (auto v = args.value("--from")) {
@@ -146,6 +150,12 @@ ReplayOptions parseReplayOptions(const std::vector<std::string>& argv) {
   if (args.final() == "--help") o.action = ReplayOptions::Action::Help;
   if (args.final() == "--version") o.action = ReplayOptions::Action::Version;
   if (o.action != ReplayOptions::Action::Replay) return o;
+  if (args.has("--clean-scratch")) {
+    if (!args.positional().empty() || args.sawDashDash())
+      throw UsageError("--clean-scratch replays nothing: it takes no trace or command");
+    o.action = ReplayOptions::Action::CleanScratch;
+    return o;
+  }
   if (args.positional().size() > 1)
     throw UsageError("unexpected argument '" + args.positional()[1] + "' (a command to run goes after '--')");
   if (!args.positional().empty()) o.trace = args.positional()[0];

@@ -17,7 +17,8 @@ extern const char* const kReplayUsage;
 
 struct ReplayOptions {
   // --help and --version end the parse where they stand (an earlier bad option still wins).
-  enum class Action { Replay, Help, Version } action = Action::Replay;
+  // --clean-scratch: remove this user's kept scratch directories (ScratchDirs.h), replay nothing.
+  enum class Action { Replay, Help, Version, CleanScratch } action = Action::Replay;
   std::string trace;  // not empty when action is Replay
   std::string until;  // "" or a text parseReplayTarget accepts
   std::string debug;  // "", pdb, gdb or wait

@@ -5,6 +5,7 @@
 
 #include "tools/common/Json.h"
 #include "tools/common/Text.h"
+#include "tools/dlreplay/ReportJson.h"
 
 namespace dlrr {
 namespace {
@@ -115,9 +116,8 @@ void printReplayJson(const ReplayResult& r, const ReplayFiles& files) {
     j.field("determinism", std::string(triage::determinismId(r.triage.determinism)));
     j.endObject();
   }
-  j.key("report").beginObject();
-  for (const auto& [k, v] : reportEntries(r.report)) j.field(k, v);
-  j.endObject();
+  j.key("report");
+  writeReportJson(j, r.report);
   files.json(j);
   j.endObject();
   std::printf("%s\n", out.c_str());

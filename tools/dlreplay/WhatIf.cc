@@ -9,6 +9,7 @@
 #include "tools/common/Json.h"
 #include "tools/common/Text.h"
 #include "tools/dlreplay/ReplayOutcome.h"
+#include "tools/dlreplay/ReportJson.h"
 
 namespace dlrr {
 namespace {
@@ -83,9 +84,8 @@ void printWhatIfJson(const ReplayReport& r, const WhatIfOutcome& o, const std::s
   j.field("losses", r.whatIfLosses.value_or(""));
   j.endObject();
   j.field("verified_steps", static_cast<long long>(r.verifiedSteps));
-  j.key("report").beginObject();
-  for (const auto& [k, v] : reportEntries(r)) j.field(k, v);
-  j.endObject();
+  j.key("report");
+  writeReportJson(j, r);
   files.json(j);
   j.endObject();
   std::printf("%s\n", out.c_str());

@@ -39,6 +39,7 @@
 #include "tools/dlreplay/ReplayOutcome.h"
 #include "tools/dlreplay/ReplayPrint.h"
 #include "tools/dlreplay/ReplaySelection.h"
+#include "tools/dlreplay/ScratchDirs.h"
 #include "tools/dlreplay/SourceCheck.h"
 #include "tools/dlreplay/TraceEnd.h"
 #include "tools/dlreplay/TraceOrigin.h"
@@ -235,6 +236,15 @@ int run(int argc, char** argv) {
   }
   if (o.action == ReplayOptions::Action::Version) {
     std::printf("dlreplay %s\n", kDlrrVersion);
+    return kOk;
+  }
+  if (o.action == ReplayOptions::Action::CleanScratch) {
+    ScratchSweep s = sweepScratch(scratchParent(), std::nullopt);
+    for (const auto& d : s.removed) std::printf("removed %s\n", tools::printable(d).c_str());
+    for (const auto& d : s.inUse) std::printf("in use by a running replay, kept: %s\n", tools::printable(d).c_str());
+    std::printf("dlreplay: removed %zu scratch director%s in %s (%s)\n", s.removed.size(),
+                s.removed.size() == 1 ? "y" : "ies", tools::printable(scratchParent()).c_str(),
+                tools::humanBytes(s.bytes).c_str());
     return kOk;
   }
 

@@ -1,4 +1,5 @@
 // dltrace env / env-diff: the recorded environment, and what differs on this machine.
+#include "tools/common/FactJson.h"
 #include "tools/common/Json.h"
 #include "tools/common/Text.h"
 #include "tools/dltrace/Commands.h"
@@ -75,7 +76,7 @@ int runEnv(const Args& args, Output& out) {
     j.field("kernel", env.kernel);
     j.field("capture", env.captureMode);
     j.key("options").beginObject();
-    for (const auto& [k, v] : env.options) j.field(k, v);
+    for (const auto& [k, v] : env.options) writeFactValue(j.key(k), k, v);
     j.endObject();
     j.endObject();
     j.key("env").beginObject();
@@ -92,7 +93,7 @@ int runEnv(const Args& args, Output& out) {
       for (const auto& a : p.argv) j.value(a);
       j.endArray();
       j.key("runtime").beginObject();
-      for (const auto& [k, v] : p.runtime) j.field(k, v);
+      for (const auto& [k, v] : p.runtime) writeFactValue(j.key(k), k, v);
       j.endObject();
       j.key("packages").beginArray();
       for (const auto& pk : p.packages) {
@@ -166,18 +167,18 @@ int runEnvDiff(const Args& args, Output& out) {
     for (const auto& d : diffs) {
       j.beginObject();
       j.field("key", d.key);
-      j.field("recorded", d.recorded);
-      j.field("current", d.current);
+      writeFactValue(j.key("recorded"), d.key, d.recorded);
+      writeFactValue(j.key("current"), d.key, d.current);
       j.field("impact", std::string(triage::impactId(d.impact)));
       j.field("why", d.why);
       j.endObject();
     }
     j.endArray();
     j.key("recorded").beginObject();
-    for (const auto& [k, v] : rec.facts) j.field(k, v);
+    for (const auto& [k, v] : rec.facts) writeFactValue(j.key(k), k, v);
     j.endObject();
     j.key("current").beginObject();
-    for (const auto& [k, v] : cur) j.field(k, v);
+    for (const auto& [k, v] : cur) writeFactValue(j.key(k), k, v);
     j.endObject();
     j.key("notes").beginArray();
     for (const auto& n : notes) j.value(n);
