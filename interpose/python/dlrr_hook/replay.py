@@ -320,9 +320,11 @@ class Replayer(Session):
         with self._pausing():
             tree = self.decoder.decode(ctypes.string_at(ptr.value, n.value))
             problems = restore_tree(self.registry, tree, self.torch)
-        self._fact("jump.restored", "step %d: %d module(s), %d optimizer(s), %d scheduler(s), %d grad scaler(s)" % (
-            step, len(tree.get("modules", [])), len(tree.get("optimizers", [])), len(tree.get("schedulers", [])),
-            len(tree.get("scalers", []))))
+        self._fact("jump.restored", "step %d: %d module(s), %d optimizer(s), %d scheduler(s), %d grad scaler(s), "
+                   "%d generator(s) of the job's" % (
+                       step, len(tree.get("modules", [])), len(tree.get("optimizers", [])),
+                       len(tree.get("schedulers", [])), len(tree.get("scalers", [])),
+                       len(tree.get("generators") or {})))
         for p in problems:
             self._fact("warning", "jump: not restored: %s" % p)
 
