@@ -22,7 +22,7 @@ import threading
 import traceback
 import weakref
 
-from . import gpu, native, processes, runtime
+from . import gpu, native, processes, runtime, warning_frames
 from .digest_batch import DigestBatch
 from .dist import DistHooks
 from .files import FileCapture
@@ -232,6 +232,7 @@ class Session:
         atexit.register(self._at_exit)
         self.process_identity = os.environ.get(processes.ENV, "")
         self.guarded(processes.install, self._patcher)
+        self.guarded(warning_frames.install, self._patcher)  # warnings name the job's lines
         os.register_at_fork(after_in_child=lambda ref=weakref.ref(self): _disable_in_child(ref))
         self._watcher = ImportWatcher("torch", lambda module: self.guarded(self._on_torch, module))
         self._watcher.start()
