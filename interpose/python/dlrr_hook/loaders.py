@@ -230,6 +230,8 @@ class LoaderTracker:
             def _next_index(self):
                 index = original(self)
                 self._dlrr_index = index
+                if rec.active and self.__dict__.get("_num_workers") == 0:  # loads in this process
+                    rec.guarded(rec.before_fetch, self)
                 return index
             return _next_index
 

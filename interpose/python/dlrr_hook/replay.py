@@ -167,6 +167,7 @@ class Replayer(Session):
         self._nan_calls = {}
         self._target_inputs = None  # the failing module's inputs at the nan target (dlrr.inputs)
         self._rng_warned = False
+        self._served_in_process = False  # a batch served where the job would have loaded it itself
         self._anomaly = None
         self._anomaly_warnings = []
         self._explainer = None  # the failing step's op-level check (nan target)
@@ -423,6 +424,12 @@ class Replayer(Session):
         if 0 <= length <= iteration.count:
             self.loaders.stopped(iterator)
             raise StopIteration
+        # A loader without workers loads in this process: what its Dataset or collate_fn drew
+        # (augmentation) was drawn when recorded, not here, where the batch is served. The
+        # recording says whether it drew (Recorder._probe_load_draws): then the comparison at
+        # this delivery would blame the job for that, and it is skipped.
+        self._served_in_process = getattr(iterator._loader, "num_workers", 0) == 0 and bool(
+            self.lib.dlrr_replay_runtime_info(native.text("rng.loader.%d.draws_while_loading" % loader.number)))
         if iterator._sampler_iter is not None:
             try:
                 next(iterator._sampler_iter)  # its random draws; the batch itself is served
@@ -479,7 +486,8 @@ class Replayer(Session):
         torch = self.torch
         differed = []
         # Fast-forwarded steps skip their draws (dropout in a skipped forward): no drift to report.
-        quiet = self.fast_forwarding or not compare
+        quiet = self.fast_forwarding or not compare or self._served_in_process
+        self._served_in_process = False  # restored here: from now on the recording's states again
         for kind, device in self._rng_slots():
             ptr, n = ctypes.c_void_p(), ctypes.c_uint64()
             if not fetch(kind, device, ctypes.byref(ptr), ctypes.byref(n)):
