@@ -464,6 +464,9 @@ class Replayer(Session):
             data = self.current_batch = self._whatif.filter_batch(data, iterator._dlrr_index)
         return data
 
+    def before_fetch(self, iterator):
+        """Nothing: replay serves the batch (next_batch), no loading code runs."""
+
     def _crash_while_loading(self):
         """The recorded exception was raised while a DataLoader loaded a batch (its traceback
         passes through torch.utils.data): the batch the trace lacks is then the crash point.
