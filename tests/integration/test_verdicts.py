@@ -208,6 +208,20 @@ class TrainingAndEvaluationOnOneLoaderTest(TraceTestCase):
         self.assertIn("moduleOutput <root> ", text)
         self.assertNotIn("moduleOutput ''", text)
 
+    def test_a_kept_root_output_is_named_root(self):
+        # The tensors kept at a NaN: the root module's was `tensor: moduleOutput ''` (item 10).
+        job = os.path.join(self.tmp, "nan_root.py")
+        with open(job, "w") as f:
+            f.write("import torch\ntorch.manual_seed(0)\nm = torch.nn.Linear(4, 1)\n"
+                    "opt = torch.optim.SGD(m.parameters(), lr=0.1)\nfor i in range(4):\n"
+                    "    x = torch.randn(8, 4)\n    x[0, 0] = float('nan') if i == 2 else x[0, 0]\n"
+                    "    loss = m(x).pow(2).mean(); opt.zero_grad(); loss.backward(); opt.step()\n")
+        trace = self.trace_path()
+        run([tool("dlrecord"), "-q", "-o", trace, "--", PY, job], check=True)
+        text = run([tool("dltrace"), "events", trace, "--kind", "tensor"], check=True).stdout
+        self.assertIn("tensor: moduleOutput <root> float32[8,1]", text)
+        self.assertNotIn("''", text)
+
 
 if __name__ == "__main__":
     unittest.main()
