@@ -66,6 +66,12 @@ class CheckDecidesFromComputedValuesTest(TraceTestCase):
         bar = [l for l in p.stderr.split("\n") if "training " in l]
         self.assertTrue(bar, p.stderr)
         self.assertFalse(any("dlreplay" in l for l in bar), p.stderr)
+        # A job that ends there too: dlreplay's verdict comes after it exits.
+        p = run([tool("dlreplay"), trace, "--until", "end"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        bar = [l for l in p.stderr.split("\n") if "training " in l]
+        self.assertTrue(bar, p.stderr)
+        self.assertFalse(any("dlreplay" in l for l in bar), p.stderr)
 
     def test_a_checkpoint_crash_fixed_in_a_loop_without_dataloader_is_not_reproduced(self):
         trace = self.record("ckpt", code=1)

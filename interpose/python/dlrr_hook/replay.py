@@ -196,6 +196,7 @@ class Replayer(Session):
     def install(self):
         super().install()
         self._track_stderr()
+        atexit.register(self._end_line)  # after the job's own exit handlers (registered later)
         previous = sys.excepthook
 
         def excepthook(exc_type, exc, tb):
@@ -229,7 +230,21 @@ class Replayer(Session):
         except Exception:  # a stream that takes no attributes: no tracking, as before
             pass
 
+    def _end_line(self):
+        """The job ends: dlreplay's verdict follows on stderr, and starts a line of its own (after
+        a progress bar's "\r ... 100%|###" without a newline, on a terminal or not)."""
+        tail = getattr(self, "_stderr_tail", None)
+        if tail is None or tail[0] in ("\n", ""):
+            return
+        try:
+            sys.stderr.flush()
+        except Exception:
+            pass
+        os.write(2, b"\n")
+        tail[0] = "\n"
+
     def uninstall(self):
+        atexit.unregister(self._end_line)
         stream, tracked = getattr(self, "_stderr_tracked", (None, None))
         if stream is not None and getattr(stream, "__dict__", {}).get("write") is tracked:
             del stream.write
