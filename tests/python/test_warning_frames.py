@@ -1,7 +1,6 @@
 """warning_frames: a warning raised through a dlrr wrapper names the line it names without it."""
 
 import os
-import sys
 import unittest
 import warnings
 
