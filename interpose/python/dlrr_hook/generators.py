@@ -42,7 +42,12 @@ def find(roots, torch, frame=None):
     found, seen = [], set()
 
     def add(name, value):
-        if isinstance(value, gen_type) and id(value) not in seen:
+        try:
+            if not isinstance(value, gen_type):  # a lazy proxy's __class__ may raise
+                return
+        except Exception:
+            return
+        if id(value) not in seen:
             seen.add(id(value))
             found.append((name, value))
 
@@ -77,9 +82,13 @@ def find(roots, torch, frame=None):
 
 
 def states(roots, torch):
-    """{name: {"device": str, "state": bytes}} of find()'s generators."""
-    return {name: {"device": str(g.device), "state": g.get_state().numpy().tobytes()}
-            for name, g in find(roots, torch, sys._getframe(1))}
+    """{name: {"device": str, "state": bytes}} of find()'s generators; {} where looking fails (the
+    snapshot is still worth taking; the jump's `jump.restored` line then counts 0 generators)."""
+    try:
+        return {name: {"device": str(g.device), "state": g.get_state().numpy().tobytes()}
+                for name, g in find(roots, torch, sys._getframe(1))}
+    except Exception:
+        return {}
 
 
 def restore(roots, torch, saved):
