@@ -166,6 +166,8 @@ class RecordExampleTest(TraceTestCase):
         self.assertEqual(plain.returncode, 0, plain.stderr)
         self.assertEqual(rec.returncode, 0, rec.stderr)
         self.assertIn("duplicate parameters", plain.stderr)
+        if "torch 2" in run([PY, "-c", "import torch; print('torch', torch.__version__)"]).stdout:
+            self.assertIn("torch.cuda.amp.GradScaler(args...)` is deprecated", plain.stderr)
         self.assertEqual(rec.stderr, plain.stderr)
         self.assertEqual(rec.stdout, plain.stdout)
 

@@ -7,7 +7,9 @@ import warnings
 
 import torch
 
-warnings.simplefilter("always")
+# These two shown every time; not ResourceWarning, whose texts name random temporary directories.
+warnings.simplefilter("always", UserWarning)
+warnings.simplefilter("always", FutureWarning)
 p = torch.nn.Parameter(torch.zeros(2))
 opt = torch.optim.SGD([p, p], lr=0.1)
 scaler = torch.cuda.amp.GradScaler(enabled=False)
