@@ -125,6 +125,27 @@ RankReport analyzeRanks(Trace& t) {
     r.position.exitCode = r.exitCode;
     rep.ranks.push_back(std::move(r));
   }
+  // A rank whose library could not know its exit code (-1: it left by returning from main, as a
+  // Python rank script that simply ends does) gets the status its launcher saw (a rank started
+  // by hand under its own dlrecord), or none: as Trace::summary says it, never "exit status -1".
+  if (std::any_of(rep.ranks.begin(), rep.ranks.end(), [](const RankStatus& r) { return r.exitCode == -1; })) {
+    std::map<int64_t, int> launcherSaw;
+    for (auto& s : t.streams()) {
+      if (s->header().getRole() != schema::StreamHeader::Role::LAUNCHER) continue;
+      try {
+        s->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
+          if (e.isProcessExit()) launcherSaw[e.getProcessExit().getPid()] = e.getProcessExit().getExitCode();
+        });
+      } catch (const TraceError&) {
+      }
+    }
+    for (auto& r : rep.ranks) {
+      if (r.exitCode != -1) continue;
+      auto it = launcherSaw.find(r.pid);
+      r.exitCode = it != launcherSaw.end() ? std::optional<int>(it->second) : std::nullopt;
+      r.position.exitCode = r.exitCode;
+    }
+  }
   std::sort(rep.ranks.begin(), rep.ranks.end(), [](const RankStatus& a, const RankStatus& b) {
     return a.rank != b.rank ? a.rank < b.rank : a.restart < b.restart;
   });

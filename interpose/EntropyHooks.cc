@@ -13,6 +13,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "dlrr/dlrr.h"
+#include "format/EntropyFlags.h"
 #include "interpose/ActiveSession.h"
 #include "interpose/FileHooks.h"
 #include "interpose/FileServe.h"
@@ -67,10 +69,14 @@ void afterOpen(const char* path, int fd) noexcept {
     clearFd(fd);  // fd reused for another file
 }
 
+// Depth of dlrr_entropy_loader_scope on this thread: DataLoader machinery draws (EntropyFlags.h).
+thread_local int tLoaderScope = 0;
+
 void recordEntropy(schema::Entropy::Source src, unsigned flags, const void* buf, ssize_t got, size_t asked) noexcept {
   if (got <= 0) return;
   RecordSession* s = processRecorder();
   if (!s) return;
+  if (tLoaderScope > 0) flags |= kEntropyLoaderDraw;
   ReentryGuard g;
   if (!g) return;
   try {
@@ -275,3 +281,7 @@ __attribute__((visibility("default"))) void closefrom(int lowfd) {
 }
 
 }  // extern "C"
+
+extern "C" void dlrr_entropy_loader_scope(int enter) {
+  dlrr::tLoaderScope += enter ? 1 : (dlrr::tLoaderScope > 0 ? -1 : 0);
+}

@@ -158,8 +158,11 @@ ServedTree buildServedTree(Trace& trace, const std::string& scratch, ServeFiles 
   for (auto& [path, k] : known) {
     // --serve-files always shadows files whose bytes the trace holds; a directory, or a file
     // known only by its stat, is served only where it is missing (never a script or a data
-    // directory of yours replaced by an empty stand-in).
-    bool shadow = serve == ServeFiles::Always && k.kind == schema::FileFact::Kind::FILE && !k.ranges.empty();
+    // directory of yours replaced by an empty stand-in). Code that exists here is never
+    // shadowed, --serve-code or not: the job's sources as they are now run (an edited
+    // helper module silently replaced by the recorded one would not be the code replayed).
+    bool shadow = serve == ServeFiles::Always && k.kind == schema::FileFact::Kind::FILE && !k.ranges.empty() &&
+                  !isCodePath(path, policy.codeDirs);
     if (path == "/" || (!shadow && exists(path))) continue;
     // A file the recorded job missed, then made, and never read back (inductor's compiled .so,
     // loaded by the dynamic loader, whose reads are not ours): a stand-in of zeros would make the

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "format/DistEnv.h"
+#include "format/EntropyFlags.h"
 #include "format/TraceError.h"
 #include "replayer/BatchEncoding.h"
 #include "replayer/ProcessMatch.h"
@@ -144,6 +145,7 @@ void ReplaySession::load() {
     switch (e.which()) {
       case schema::Event::ENTROPY: {
         auto en = e.getEntropy();
+        if (en.getFlags() & kEntropyLoaderDraw) break;  // machinery replay does not run: never asked
         auto d = en.getData();
         entropy_.push_back({static_cast<int>(en.getSource()), static_cast<size_t>(en.getRequested()),
                             std::vector<uint8_t>(d.begin(), d.end())});

@@ -356,6 +356,23 @@ class HandStartedRanksTest(TraceTestCase):
         self.assertIn("every rank verified every step, but the job ended otherwise (rank 1 exited with 3; "
                       "recorded: exit status 0)", p.stderr)
 
+    def test_all_ranks_whose_script_simply_ends(self):
+        # A rank script that returns from main (no sys.exit) recorded exit status -1 (its library
+        # cannot know the code): --all-ranks said "the job ended otherwise ... recorded: exit
+        # status -1" and exited 11 after every step verified (issue 28 item 9).
+        job = os.path.join(self.tmp, "ddp_ends.py")
+        with open(DDP) as src:
+            text = src.read()
+        self.assertIn("    sys.exit(main(sys.argv[1:]))", text)
+        with open(job, "w") as dst:
+            dst.write(text.replace("    sys.exit(main(sys.argv[1:]))", "    main(sys.argv[1:])"))
+        trace = self.trace_path()
+        self.start_ranks([PY, job, "--steps", "2"], trace, collectives="digest")
+        p = run([tool("dlreplay"), trace, "--all-ranks"], timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("every rank replayed to the end, every step verified", p.stderr)
+        self.assertNotIn("-1", p.stderr)
+
     def test_comm_hook_and_a_compiled_collective_on_hand_started_ranks(self):
         # A user DDP comm hook (its all_reduce recorded and served), and on torch 2.x an all_reduce
         # inside a torch.compile'd function: dynamo makes it a functional collective in the graph,

@@ -1,6 +1,7 @@
 """Jump replay's fast-forward on real training patterns (issue 28 items 4 and 5): an optimizer
 step taking a closure (LBFGS; skorch's NeuralNet), and a nanoGPT-style loop with dropout that
-draws its next batch with torch.randint between forward and backward."""
+draws its next batch with torch.randint between forward and backward, and a job drawing from its own
+torch.Generator objects inside its modules."""
 import json
 import os
 import unittest
@@ -33,6 +34,15 @@ class FastForwardTest(TraceTestCase):
                                "--iters", "60")
         self.assertIn(40, [s["step"] for s in info(trace)["snapshots"]])
         self.jump_to_the_end(trace, 40)
+
+    def test_the_jobs_own_generators(self):
+        # Draws from the job's own torch.Generator objects inside stand-in modules (a submodule's
+        # dropout generator, the root's, a module-level one) were skipped: each stood behind the
+        # recording at the jump step (diverged there) until snapshots held and restored them.
+        trace, out = self.record("10steps", os.path.join(JOBS, "own_generators.py"))
+        p = self.jump_to_the_end(trace, 20)
+        self.assertEqual([l for l in p.stdout.splitlines() if l.startswith("iter ")][20:],
+                         [l for l in out.splitlines() if l.startswith("iter ")][20:])
 
     def test_lbfgs_step_with_a_closure(self):
         # optimizer.step(closure) returned None in fast-forward: the job's loss.item() failed.

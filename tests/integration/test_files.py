@@ -210,6 +210,29 @@ class DatalessReplayTest(TraceTestCase):
         self.assertEqual(doc["verified_steps"], 5, p.stderr)
         self.assertIn(path, doc["files"]["served"])
 
+    def test_serving_always_never_shadows_the_jobs_own_code(self):
+        # An edited helper module of the job's, whose bytes the trace holds: --serve-files always
+        # --serve-code served the recorded one over it (the edit silently not run, under a warning
+        # that said the replay runs the code as it is now).
+        src = os.path.join(self.tmp, "src")
+        os.mkdir(src)
+        with open(os.path.join(src, "helper.py"), "w") as f:
+            f.write("SCALE = 1.0\n")
+        with open(os.path.join(src, "job.py"), "w") as f:
+            f.write("import torch, helper\ntorch.manual_seed(0)\nm = torch.nn.Linear(4, 1)\n"
+                    "opt = torch.optim.SGD(m.parameters(), lr=0.1)\nfor i in range(3):\n"
+                    "    loss = m(torch.randn(8, 4)).pow(2).mean() * helper.SCALE\n"
+                    "    opt.zero_grad(); loss.backward(); opt.step()\nprint('scale', helper.SCALE)\n")
+        p = run([tool("dlrecord"), "-q", "-o", self.trace_path(), "--", PY, "job.py"], cwd=src)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(os.path.join(src, "helper.py"), "w") as f:
+            f.write("SCALE = 2.0\nprint('edited helper', SCALE)\n")
+        p = run([tool("dlreplay"), self.trace_path(), "--until", "end", "--serve-files", "always", "--serve-code"],
+                cwd=src)
+        self.assertIn("edited helper 2.0", p.stdout, p.stderr)
+        self.assertIn("helper.py changed since the recording", p.stderr)
+        self.assertEqual(p.returncode, 11, p.stderr)  # the edit changes the loss: a divergence
+
     def test_checkpoints_of_the_recording_are_never_modified(self):
         # The libc layer alone (where namespaces cannot be made): the kernel's overlay, the
         # default, is test_isolation.py's.

@@ -156,6 +156,21 @@ class RecordExampleTest(TraceTestCase):
             procs = [x for x in doc["processes"] if x["role"] == "process"]
             self.assertEqual([x["exit_code"] for x in procs], [want], procs)
 
+    def test_warnings_name_the_jobs_lines_as_without_recording(self):
+        # A warning raised with stacklevel > 1 inside a function the hook wraps (an optimizer's
+        # __init__; GradScaler's on torch 2.x) named the wrapper's frame: dlrr_hook/training.py,
+        # `original(self, *args, **kwargs)`, instead of the line it names without dlrr.
+        argv = [PY, os.path.join(HERE, "jobs", "warns_through_wrappers.py")]
+        plain = run(argv)
+        rec = run([tool("dlrecord"), "-q", "-o", self.trace_path(), "--"] + argv)
+        self.assertEqual(plain.returncode, 0, plain.stderr)
+        self.assertEqual(rec.returncode, 0, rec.stderr)
+        self.assertIn("duplicate parameters", plain.stderr)
+        if "torch 2" in run([PY, "-c", "import torch; print('torch', torch.__version__)"]).stdout:
+            self.assertIn("torch.cuda.amp.GradScaler(args...)` is deprecated", plain.stderr)
+        self.assertEqual(rec.stderr, plain.stderr)
+        self.assertEqual(rec.stdout, plain.stdout)
+
     def test_python_dash_m_module(self):
         pkg = os.path.join(self.tmp, "pkg")
         os.makedirs(os.path.join(pkg, "mypkg"))

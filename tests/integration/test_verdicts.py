@@ -66,6 +66,12 @@ class CheckDecidesFromComputedValuesTest(TraceTestCase):
         bar = [l for l in p.stderr.split("\n") if "training " in l]
         self.assertTrue(bar, p.stderr)
         self.assertFalse(any("dlreplay" in l for l in bar), p.stderr)
+        # A job that ends there too: dlreplay's verdict comes after it exits.
+        p = run([tool("dlreplay"), trace, "--until", "end"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        bar = [l for l in p.stderr.split("\n") if "training " in l]
+        self.assertTrue(bar, p.stderr)
+        self.assertFalse(any("dlreplay" in l for l in bar), p.stderr)
 
     def test_a_checkpoint_crash_fixed_in_a_loop_without_dataloader_is_not_reproduced(self):
         trace = self.record("ckpt", code=1)
@@ -207,6 +213,20 @@ class TrainingAndEvaluationOnOneLoaderTest(TraceTestCase):
         text = run([tool("dltrace"), "events", trace, "--kind", "digest", "--step", "0"], check=True).stdout
         self.assertIn("moduleOutput <root> ", text)
         self.assertNotIn("moduleOutput ''", text)
+
+    def test_a_kept_root_output_is_named_root(self):
+        # The tensors kept at a NaN: the root module's was `tensor: moduleOutput ''` (item 10).
+        job = os.path.join(self.tmp, "nan_root.py")
+        with open(job, "w") as f:
+            f.write("import torch\ntorch.manual_seed(0)\nm = torch.nn.Linear(4, 1)\n"
+                    "opt = torch.optim.SGD(m.parameters(), lr=0.1)\nfor i in range(4):\n"
+                    "    x = torch.randn(8, 4)\n    x[0, 0] = float('nan') if i == 2 else x[0, 0]\n"
+                    "    loss = m(x).pow(2).mean(); opt.zero_grad(); loss.backward(); opt.step()\n")
+        trace = self.trace_path()
+        run([tool("dlrecord"), "-q", "-o", trace, "--", PY, job], check=True)
+        text = run([tool("dltrace"), "events", trace, "--kind", "tensor"], check=True).stdout
+        self.assertIn("tensor: moduleOutput <root> float32[8,1]", text)
+        self.assertNotIn("''", text)
 
 
 if __name__ == "__main__":

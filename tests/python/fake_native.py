@@ -133,6 +133,9 @@ class FakeLib:
         # durability waits for the next batch_end or step_wait_durable.
         self.calls.append(("step_end", step, loss, "deferred"))
 
+    def _dlrr_entropy_loader_scope(self, enter):
+        pass  # the library's marking of entropy draws: nothing to see without its hooks
+
     def _dlrr_step_wait_durable(self):
         self.calls.append(("step_wait_durable",))
 

@@ -11,6 +11,8 @@ from dlrr_hook.snapshots import Registry, SnapshotTaker, build_tree, parse_caden
 import torch
 import torch.nn as nn
 
+NOISE = None  # a module-level generator of a test (the job's own, for generators.py)
+
 
 def make(seed):
     torch.manual_seed(seed)
@@ -119,6 +121,25 @@ class TreeTest(unittest.TestCase):
         for a, b in zip(model.parameters(), model2.parameters()):
             self.assertTrue(torch.equal(a.grad, b.grad))
         self.assertEqual(sched.get_last_lr(), sched2.get_last_lr())
+
+    def test_the_jobs_own_generators_are_restored_by_name(self):
+        # A submodule's generator and a module-level one (this test module's NOISE): named, their
+        # states in the tree, set back by restore_tree; one the replay lacks is reported.
+        global NOISE
+        model, opt, sched, reg = make(0)
+        model[2].g = torch.Generator().manual_seed(3)
+        NOISE = torch.Generator().manual_seed(4)
+        tree = copy.deepcopy(build_tree(reg))
+        self.assertEqual(set(tree["generators"]), {"module 0 2.g", "global %s.NOISE" % __name__})
+        want = (torch.rand(3, generator=model[2].g), torch.rand(3, generator=NOISE))
+        torch.rand(5, generator=model[2].g)  # drawn further, as fast-forward never does
+        NOISE = torch.Generator().manual_seed(99)  # another object, same name
+        self.assertEqual(restore_tree(reg, tree, torch), [])
+        self.assertTrue(torch.equal(torch.rand(3, generator=model[2].g), want[0]))
+        self.assertTrue(torch.equal(torch.rand(3, generator=NOISE), want[1]))
+        del model[2].g
+        problems = restore_tree(reg, tree, torch)
+        self.assertEqual(problems, ["generator module 0 2.g: not found here"])
 
     def test_a_different_model_is_reported_not_loaded(self):
         model, opt, sched, reg = make(0)

@@ -341,7 +341,7 @@ std::string describeEvent(schema::Event::Reader e, const InternTable& names) {
     }
     case E::TENSOR: {
       auto t = e.getTensor();
-      std::string out = enumName(t.getKind()) + " '" + text(t.getPath()) + "'";
+      std::string out = enumName(t.getKind()) + " " + (t.getPath().size() ? "'" + text(t.getPath()) + "'" : "<root>");
       if (t.getCallIndex()) out += " call " + std::to_string(t.getCallIndex());
       if (t.getOutput()) out += " output " + std::to_string(t.getOutput());
       return out + " " + describeTensor(t.getTensor());

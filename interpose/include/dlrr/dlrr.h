@@ -90,6 +90,9 @@ DLRR_API void dlrr_step_end(int64_t step, double loss);
  * still before the job's code runs again. Replay: dlrr_step_end. */
 DLRR_API void dlrr_step_end_deferred(int64_t step, double loss);
 DLRR_API void dlrr_step_wait_durable(void);
+/* Entropy this thread draws between enter (1) and exit (0) is a DataLoader's own worker
+ * machinery (queue semaphores, connection challenges): recorded marked, skipped by replay. */
+DLRR_API void dlrr_entropy_loader_scope(int enter);
 DLRR_API int64_t dlrr_current_step(void);
 
 /* ---- RNG state (raw bytes of the generator's state), at every step boundary */

@@ -188,9 +188,21 @@ class LoaderTracker:
                     rec.guarded(tracker._created)
             return __init__
 
+        # Entropy a worker loader's machinery draws in this process (its queues' semaphore names,
+        # the connection challenges that bring tensors from workers) is marked: replay serves the
+        # batches without it (dlrr_entropy_loader_scope; format/EntropyFlags.h).
+        scope = getattr(rec.lib, "dlrr_entropy_loader_scope", None)
+
         def wrap_iter(original):
             def __iter__(self):
-                iterator = original(self)
+                if scope is not None and rec.active and getattr(self, "num_workers", 0) > 0:
+                    scope(1)
+                    try:
+                        iterator = original(self)
+                    finally:
+                        scope(0)
+                else:
+                    iterator = original(self)
                 if rec.active:
                     rec.guarded(tracker.begin_iteration, self, iterator)
                 return iterator
@@ -211,9 +223,16 @@ class LoaderTracker:
                 except Exception as exc:
                     internal_error(exc)
                     in_flight = None
+                workers = scope is not None and self.__dict__.get("_num_workers", 0) > 0
                 try:
-                    with in_fetch():  # transforms/collate run here: not the step's compute
-                        data = original(self)
+                    if workers:
+                        scope(1)
+                    try:
+                        with in_fetch():  # transforms/collate run here: not the step's compute
+                            data = original(self)
+                    finally:
+                        if workers:
+                            scope(0)
                 except StopIteration:
                     if rec.active:
                         rec.guarded(tracker.stopped, self)
@@ -230,6 +249,8 @@ class LoaderTracker:
             def _next_index(self):
                 index = original(self)
                 self._dlrr_index = index
+                if rec.active and self.__dict__.get("_num_workers") == 0:  # loads in this process
+                    rec.guarded(rec.before_fetch, self)
                 return index
             return _next_index
 

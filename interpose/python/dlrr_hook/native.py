@@ -108,6 +108,7 @@ SIGNATURES = {
     "dlrr_step_end": (None, [c_int64, c_double]),
     "dlrr_step_end_deferred": (None, [c_int64, c_double]),
     "dlrr_step_wait_durable": (None, []),
+    "dlrr_entropy_loader_scope": (None, [c_int]),
     "dlrr_current_step": (c_int64, []),
     "dlrr_rng_state": (None, [c_int, c_int, c_void_p, c_uint64]),
     "dlrr_rng_state_at_fork": (None, [c_int, c_int, c_void_p, c_uint64]),

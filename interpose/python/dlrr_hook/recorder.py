@@ -20,8 +20,41 @@ class Recorder(Session):
         self.lib.dlrr_runtime_info(native.text(key), text)
         self.lib.dlrr_recorder_status(1, text)
 
+    _LOAD_PROBES = 2  # batches of a loader looked at: augmentation draws at every one
+
+    def before_fetch(self, iterator):
+        """Takes the generators' states before an in-process load, for _probe_load_draws."""
+        iteration = iterator.__dict__.get("_dlrr_iteration")
+        if iteration is None:
+            return
+        probes = self.__dict__.setdefault("_load_probes", {})
+        if probes.get(iteration.loader.number, 0) < self._LOAD_PROBES:
+            self._pre_fetch = (iteration.loader.number, self._rng_bytes())
+        else:
+            self._pre_fetch = None
+
+    def _rng_bytes(self):
+        return [p if isinstance(p, bytes) else p.numpy().tobytes() for _, _, p in self.rng.snapshot()]
+
+    def _probe_load_draws(self, loader):
+        """Says in the trace (runtime fact rng.loader.N.draws_while_loading) that loader N's Dataset
+        or collate_fn drew random numbers as it loaded in this process: replay serves the batch
+        and draws nothing there, so its states differ before they are restored at the delivery,
+        and that is not the job drawing differently (Replayer._restore_rng)."""
+        pre, self._pre_fetch = self.__dict__.get("_pre_fetch"), None
+        if pre is None or pre[0] != loader:
+            return
+        probes = self._load_probes
+        if self._rng_bytes() != pre[1]:
+            probes[loader] = self._LOAD_PROBES  # known: no more probes
+            self.lib.dlrr_runtime_info(native.text("rng.loader.%d.draws_while_loading" % loader), b"1")
+        else:
+            probes[loader] = probes.get(loader, 0) + 1
+
     def _on_batch(self, info, data):
         self.modules.reset_stack()
+        if self.__dict__.get("_pre_fetch") is not None:
+            self.guarded(self._probe_load_draws, info.loader)
         if not self._runtime_sent:
             self._send_runtime_info()
         # A step that ends here is written by the library's writer thread while this delivery

@@ -167,6 +167,7 @@ class Replayer(Session):
         self._nan_calls = {}
         self._target_inputs = None  # the failing module's inputs at the nan target (dlrr.inputs)
         self._rng_warned = False
+        self._served_in_process = False  # a batch served where the job would have loaded it itself
         self._anomaly = None
         self._anomaly_warnings = []
         self._explainer = None  # the failing step's op-level check (nan target)
@@ -195,6 +196,7 @@ class Replayer(Session):
     def install(self):
         super().install()
         self._track_stderr()
+        atexit.register(self._end_line)  # after the job's own exit handlers (registered later)
         previous = sys.excepthook
 
         def excepthook(exc_type, exc, tb):
@@ -228,7 +230,21 @@ class Replayer(Session):
         except Exception:  # a stream that takes no attributes: no tracking, as before
             pass
 
+    def _end_line(self):
+        """The job ends: dlreplay's verdict follows on stderr, and starts a line of its own (after
+        a progress bar's "\r ... 100%|###" without a newline, on a terminal or not)."""
+        tail = getattr(self, "_stderr_tail", None)
+        if tail is None or tail[0] in ("\n", ""):
+            return
+        try:
+            sys.stderr.flush()
+        except Exception:
+            pass
+        os.write(2, b"\n")
+        tail[0] = "\n"
+
     def uninstall(self):
+        atexit.unregister(self._end_line)
         stream, tracked = getattr(self, "_stderr_tracked", (None, None))
         if stream is not None and getattr(stream, "__dict__", {}).get("write") is tracked:
             del stream.write
@@ -320,9 +336,11 @@ class Replayer(Session):
         with self._pausing():
             tree = self.decoder.decode(ctypes.string_at(ptr.value, n.value))
             problems = restore_tree(self.registry, tree, self.torch)
-        self._fact("jump.restored", "step %d: %d module(s), %d optimizer(s), %d scheduler(s), %d grad scaler(s)" % (
-            step, len(tree.get("modules", [])), len(tree.get("optimizers", [])), len(tree.get("schedulers", [])),
-            len(tree.get("scalers", []))))
+        self._fact("jump.restored", "step %d: %d module(s), %d optimizer(s), %d scheduler(s), %d grad scaler(s), "
+                   "%d generator(s) of the job's" % (
+                       step, len(tree.get("modules", [])), len(tree.get("optimizers", [])),
+                       len(tree.get("schedulers", [])), len(tree.get("scalers", [])),
+                       len(tree.get("generators") or {})))
         for p in problems:
             self._fact("warning", "jump: not restored: %s" % p)
 
@@ -421,6 +439,12 @@ class Replayer(Session):
         if 0 <= length <= iteration.count:
             self.loaders.stopped(iterator)
             raise StopIteration
+        # A loader without workers loads in this process: what its Dataset or collate_fn drew
+        # (augmentation) was drawn when recorded, not here, where the batch is served. The
+        # recording says whether it drew (Recorder._probe_load_draws): then the comparison at
+        # this delivery would blame the job for that, and it is skipped.
+        self._served_in_process = getattr(iterator._loader, "num_workers", 0) == 0 and bool(
+            self.lib.dlrr_replay_runtime_info(native.text("rng.loader.%d.draws_while_loading" % loader.number)))
         if iterator._sampler_iter is not None:
             try:
                 next(iterator._sampler_iter)  # its random draws; the batch itself is served
@@ -455,6 +479,9 @@ class Replayer(Session):
             data = self.current_batch = self._whatif.filter_batch(data, iterator._dlrr_index)
         return data
 
+    def before_fetch(self, iterator):
+        """Nothing: replay serves the batch (next_batch), no loading code runs."""
+
     def _crash_while_loading(self):
         """The recorded exception was raised while a DataLoader loaded a batch (its traceback
         passes through torch.utils.data): the batch the trace lacks is then the crash point.
@@ -477,7 +504,8 @@ class Replayer(Session):
         torch = self.torch
         differed = []
         # Fast-forwarded steps skip their draws (dropout in a skipped forward): no drift to report.
-        quiet = self.fast_forwarding or not compare
+        quiet = self.fast_forwarding or not compare or self._served_in_process
+        self._served_in_process = False  # restored here: from now on the recording's states again
         for kind, device in self._rng_slots():
             ptr, n = ctypes.c_void_p(), ctypes.c_uint64()
             if not fetch(kind, device, ctypes.byref(ptr), ctypes.byref(n)):

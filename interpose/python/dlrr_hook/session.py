@@ -22,7 +22,7 @@ import threading
 import traceback
 import weakref
 
-from . import gpu, native, processes, runtime
+from . import gpu, native, processes, runtime, warning_frames
 from .digest_batch import DigestBatch
 from .dist import DistHooks
 from .files import FileCapture
@@ -82,6 +82,8 @@ STRATEGY = {
     "dist_replay_mode": "how collectives are treated (dist.py)",
     "_note_unverified": "what is not verified: said in the trace, or in replay's report",
     "_on_batch": "a batch delivered: written with the RNG states, or (served) the recorded states restored",
+    "before_fetch": "a loader without workers is about to load a batch: the recorder learns whether "
+                    "loading draws random numbers (replay serves the batch: nothing)",
     "snapshot_rng": "RNG states of an optimizer-counted step: taken, or the recorded ones restored",
     "native_digest": "what the native module hooks need to digest an output themselves (record), or "
                      "None: every output through _on_output (replay compares them there)",
@@ -232,6 +234,7 @@ class Session:
         atexit.register(self._at_exit)
         self.process_identity = os.environ.get(processes.ENV, "")
         self.guarded(processes.install, self._patcher)
+        self.guarded(warning_frames.install, self._patcher)  # warnings name the job's lines
         os.register_at_fork(after_in_child=lambda ref=weakref.ref(self): _disable_in_child(ref))
         self._watcher = ImportWatcher("torch", lambda module: self.guarded(self._on_torch, module))
         self._watcher.start()
@@ -391,6 +394,10 @@ class Session:
                 self._report(1, "no steps captured: no DataLoader batch with gradients enabled "
                                 "and no optimizer.step()")
         self.active = False  # nothing after the last commit
+
+    def before_fetch(self, iterator):
+        """A loader without workers is about to load a batch in this process (its sampler has
+        drawn): the recorder learns whether loading draws random numbers (recorder.py)."""
 
     # ------------------------------------------------------------------ StepTracker sink
     def begin_step(self, step, loader, batch_index, epoch, by_optimizer, rng):

@@ -5,8 +5,9 @@ hook knows trains - every root module that had a grad-enabled forward (its state
 parameters' .grad, which matter when gradients accumulate across micro-batches), every
 optimizer, LR scheduler and GradScaler, in creation order - is written as one structured value
 (ValueWriter: no pickle; tensors become content-addressed blobs, so an unchanged tensor costs
-its bytes once).  RNG states and loader positions are not in it: the trace has them for every
-step already, and replay restores them there.
+its bytes once) - and the state of each torch.Generator of the job's own that generators.py can
+name.  torch's, NumPy's and random's global RNG states and loader positions are not in it: the
+trace has them for every step already, and replay restores them there.
 
 Cadence (DLRR_SNAPSHOT_EVERY, set by `dlrecord --snapshot-every`): "off", "Nsteps" (every N
 steps), "S" (every S seconds), or "auto" (default): by time, the interval growing with the
@@ -23,8 +24,11 @@ Replay: Snapshots.restore(tree) loads the same objects, matched by creation orde
 """
 
 import os
+import sys
 import time
 import weakref
+
+from . import generators
 
 _AUTO_MIN_S = 30.0    # first auto snapshot after this long, and never more often
 _AUTO_COST = 100.0    # interval >= 100x the last snapshot's cost: ~1% of the job's time
@@ -110,6 +114,7 @@ def build_tree(registry):
         "optimizers": [_optimizer_tree(o) for o in Registry.live(registry.optimizers)],
         "schedulers": [_scheduler_tree(s) for s in Registry.live(registry.schedulers)],
         "scalers": [s.state_dict() for s in Registry.live(registry.scalers)],
+        "generators": generators.states(Registry.live(registry.roots), sys.modules["torch"]),
     }
 
 
@@ -151,6 +156,8 @@ def restore_tree(registry, tree, torch):
             s.load_state_dict(saved)
         except Exception as exc:
             problems.append("grad scaler: %s" % exc)
+    # A snapshot of an older trace has none: its generators stay where fast-forward left them.
+    problems += generators.restore(Registry.live(registry.roots), torch, tree.get("generators") or {})
     return problems
 
 
