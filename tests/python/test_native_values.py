@@ -15,6 +15,7 @@ interpreter); without it these tests are skipped, saying so.
 
 import collections
 import ctypes
+import gc
 import math
 import os
 import sys
@@ -270,10 +271,17 @@ class NativeValuesTest(unittest.TestCase):
             self.lib.clear()
         write_both()
         write_both()
-        before = [sys.getrefcount(o) for o in watched]
-        for _ in range(500):
-            write_both()
-        after = [sys.getrefcount(o) for o in watched]
+        # Garbage of earlier tests (objects holding torch.Tensor, collected whenever the cycle
+        # collector happens to run) must not move the counts between the two readings.
+        gc.collect()
+        gc.disable()
+        try:
+            before = [sys.getrefcount(o) for o in watched]
+            for _ in range(500):
+                write_both()
+            after = [sys.getrefcount(o) for o in watched]
+        finally:
+            gc.enable()
         self.assertEqual(before, after)
 
     def test_bad_arguments_raise(self):
