@@ -45,6 +45,7 @@ struct ReplaySettings {
   std::string library;     // libdlrr.so (for processes the job starts)
   std::string debug;       // "", pdb, gdb, wait
   bool progress = false;   // a progress line on the terminal
+  bool withoutData = false;  // --without-data
   // --what-if (WhatIf.h): the change, the step it starts at, the steps replayed with it (0: all).
   std::string whatIf;
   int64_t whatIfFrom = -1;
