@@ -17,9 +17,9 @@ struct BatchMap {
     int64_t last = 0;
     int64_t snapshot = -1;  // the snapshot it starts from (-1: the job's first step)
   };
-  int64_t lastStep = -1;       // last step with a batch (-1: none)
-  uint64_t byReference = 0;    // batches recorded by reference
-  uint64_t bytesMissing = 0;   // of which the trace holds no bytes
+  int64_t lastStep = -1;           // last step with a batch (-1: none)
+  uint64_t byReference = 0;        // batches recorded by reference
+  uint64_t bytesMissing = 0;       // of which the trace holds no bytes
   std::vector<Range> withoutData;  // ranges replayable without the dataset, oldest first
 
   // One line for people: "steps 0-99 replay with the dataset present; steps 90-99 also without

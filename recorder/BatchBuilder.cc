@@ -185,8 +185,7 @@ void BatchBuilder::opaque(const char* typeName) {
 
 void BatchBuilder::tensor(const char* dtype, uint32_t elemSize, int ndim, const int64_t* shape, const void* data,
                           uint64_t nbytes, const char* device, bool requiresGrad, const PutBlob& put) {
-  if (byReference_)
-    digest_.tensor(dtype ? dtype : "?", ndim > 0 ? ndim : 0, shape, data, data ? nbytes : 0);
+  if (byReference_) digest_.tensor(dtype ? dtype : "?", ndim > 0 ? ndim : 0, shape, data, data ? nbytes : 0);
   schema::Value::Builder v{nullptr};
   if (!nextSlot(v)) return;
   auto t = v.initTensor();

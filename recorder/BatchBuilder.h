@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "format/StreamWriter.h"
-#include "session/BatchDigest.h"
 #include "schema/dlrr.capnp.h"
+#include "session/BatchDigest.h"
 
 namespace dlrr {
 

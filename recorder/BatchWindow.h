@@ -25,8 +25,8 @@ class BatchWindow {
     unsigned elemSize = 1;
   };
   struct Segment {
-    int64_t startStep = 0;      // the step a data-less replay starts at
-    bool startable = true;      // its snapshot (or the job's start) and every batch since are held
+    int64_t startStep = 0;  // the step a data-less replay starts at
+    bool startable = true;  // its snapshot (or the job's start) and every batch since are held
     std::unique_ptr<capnp::MallocMessageBuilder> snapshot;  // the held Snapshot event (null: job start)
     std::vector<Blob> snapshotBlobs;
     std::deque<std::vector<Blob>> batches;  // one entry per batch, oldest first

@@ -414,7 +414,9 @@ void RecordSession::batchTensor(const char* dtype, uint32_t elemSize, int ndim, 
       Hash128 h = hash128(p, n);
       std::lock_guard<std::mutex> lk(windowMu_);
       window_->keep(h, p, n, es);
-      return BlobId{h, n};
+      BlobId id{h, n};
+      id.fresh = true;  // not in the stream yet: a held snapshot's newBytes counts it
+      return id;
     }
     return w ? w->putBlob(p, n, es, false) : BlobId{hash128(p, n), n};
   };

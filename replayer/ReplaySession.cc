@@ -472,7 +472,9 @@ bool ReplaySession::batchMeta(uint32_t loader, uint64_t index, int64_t& step, bo
   std::lock_guard<std::mutex> lk(mu_);
   auto it = batches_.find({loader, index});
   if (it == batches_.end()) return false;
-  step = it->second.step;
+  // A batch's StepBegin precedes its Batch event (the step begins at the delivery): the step
+  // the event was stamped with stands in where the StepBegin did not match it at load.
+  step = it->second.step >= 0 ? it->second.step : it->second.training ? it->second.eventStep : -1;
   training = it->second.training;
   indices = &it->second.sampleIndices;
   return true;

@@ -15,13 +15,13 @@
 #include <tuple>
 #include <vector>
 
-#include "format/Trace.h"
 #include "format/BatchMap.h"
-#include "session/BatchDigest.h"
+#include "format/Trace.h"
 #include "replayer/LaunchCompare.h"
 #include "replayer/ReplayReport.h"
 #include "replayer/ReplayTarget.h"
 #include "schema/dlrr.capnp.h"
+#include "session/BatchDigest.h"
 #include "session/Config.h"
 #include "session/ProcessSession.h"
 #include "session/StepObserver.h"
@@ -219,7 +219,7 @@ class ReplaySession final : public ProcessSession {
     std::vector<uint8_t> encoded;  // filled on first use
     int64_t eventStep = -1;        // the step the Batch event was stamped with
     bool byReference = false;
-    int bytes = -1;                // by reference: its bytes are in the trace (1), not (0), not checked yet (-1)
+    int bytes = -1;  // by reference: its bytes are in the trace (1), not (0), not checked yet (-1)
     std::vector<RngRecord> rng;
   };
   struct EntropyRecord {

@@ -13,7 +13,7 @@ namespace dlrr {
 
 class BatchDigest {
  public:
-  void begin(uint64_t samples);  // samples: the batch's sample count (0: unknown)
+  void begin(uint64_t samples);           // samples: the batch's sample count (0: unknown)
   void container(char kind, uint32_t n);  // 'l' list, 't' tuple, 'd' dict
   void key(std::string_view k);
   void none();

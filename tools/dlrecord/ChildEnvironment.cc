@@ -27,8 +27,7 @@ std::vector<std::string> childEnvironment(const std::vector<std::string>& ours, 
                                           const std::string& statusFd, std::string& gpuOff) {
   static const char* const kOwn[] = {"LD_PRELOAD=",   "PYTHONPATH=",          "DLRR_MODE=",       "DLRR_TRACE=",
                                      "DLRR_CAPTURE=", "DLRR_COLLECTIVES=",    "DLRR_RING_STEPS=", "DLRR_STATUS_FD=",
-                                     "DLRR_LIBRARY=", "DLRR_SNAPSHOT_EVERY=", "DLRR_HANG_AFTER=",
-                                     "DLRR_WINDOW="};
+                                     "DLRR_LIBRARY=", "DLRR_SNAPSHOT_EVERY=", "DLRR_HANG_AFTER=", "DLRR_WINDOW="};
   auto own = [](const std::string& kv) {
     for (const char* k : kOwn)
       if (kv.rfind(k, 0) == 0) return true;

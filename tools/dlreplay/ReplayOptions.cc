@@ -95,15 +95,14 @@ ReplayOptions parseReplayOptions(const std::vector<std::string>& argv) {
   using tools::OptSpec;
   using tools::UsageError;
   using T = OptSpec::Type;
-  const tools::Args args(
-      argv,
-      {{"--help", T::Final, "-h"}, {"--version", T::Final}, {"--until", T::Value},     {"--from", T::Value},
-       {"--debug", T::Value},      {"--stream", T::Value},  {"--rank", T::Value},      {"--serve-files", T::Value},
-       {"--scratch", T::Value},    {"--net", T::Value},     {"--serve-code", T::Flag}, {"--serve-budget", T::Value},
-       {"--all-ranks", T::Flag},   {"--yes", T::Flag},      {"--check", T::Flag},      {"--dry-run", T::Flag},
-       {"--json", T::Flag},        {"--what-if", T::Value}, {"--steps", T::Value},     {"--quiet", T::Flag, "-q"},
-       {"--without-data", T::Flag}},
-      tools::Args::Layout::Command);
+  const tools::Args args(argv, {{"--help", T::Final, "-h"}, {"--version", T::Final},     {"--until", T::Value},
+                                {"--from", T::Value},       {"--debug", T::Value},       {"--stream", T::Value},
+                                {"--rank", T::Value},       {"--serve-files", T::Value}, {"--scratch", T::Value},
+                                {"--net", T::Value},        {"--serve-code", T::Flag},   {"--serve-budget", T::Value},
+                                {"--all-ranks", T::Flag},   {"--yes", T::Flag},          {"--check", T::Flag},
+                                {"--dry-run", T::Flag},     {"--json", T::Flag},         {"--what-if", T::Value},
+                                {"--steps", T::Value},      {"--quiet", T::Flag, "-q"},  {"--without-data", T::Flag}},
+                         tools::Args::Layout::Command);
   ReplayOptions o;
   o.until = args.value("--until").value_or("");
   if (auto v = args.value("--from")) {

@@ -337,8 +337,8 @@ void writeText(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
   out.line("size        " + humanBytes(s.fileBytes) + " on disk; " + humanBytes(s.rawBytes) + " raw in " +
            humanBytes(s.bytes) + " stored (" + ratio(s.rawBytes, s.bytes) + ")");
   if (map.byReference)
-    out.line("replay      " + map.describe() + " (" + std::to_string(map.byReference) +
-             " batches by reference, " + std::to_string(map.bytesMissing) + " without their bytes)");
+    out.line("replay      " + map.describe() + " (" + std::to_string(map.byReference) + " batches by reference, " +
+             std::to_string(map.bytesMissing) + " without their bytes)");
   if (!snaps.empty()) {
     uint64_t raw = 0, fresh = 0;
     for (const auto& sn : snaps) raw += sn.tensorBytes, fresh += sn.newBytes;

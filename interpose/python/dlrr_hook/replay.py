@@ -552,8 +552,11 @@ class Replayer(Session):
                 path = _sample_file(getattr(iterator._loader, "dataset", None), indices[pos.value])
                 if path:
                     detail += ", file %s" % path
-            self._diverge(step if step >= 0 else self.steps.current, native.DIGEST_BATCH,
-                          "loader %d batch %d" % (loader.number, loader.batches), detail)
+            step = step if step >= 0 else self.steps.current
+            self.lib.dlrr_replay_diverged(-1 if step is None else step, native.DIGEST_BATCH,
+                                          native.text("loader %d batch %d" % (loader.number, loader.batches)),
+                                          native.text(detail))
+            self.stop("divergence", detail, sys._getframe(1), step=step)
             raise StopIteration
         self.loaders.after_next(iterator, data, None)
         return data
