@@ -557,6 +557,10 @@ void dlrr_collective_wait(int reason, int waiting, uint64_t seq, const char* op,
   withRecorder([&](RecordSession& s) { s.collectiveWait(w); });
 }
 
+void dlrr_window_flush(void) {
+  withRecorder([&](RecordSession& s) { s.flushWindow("SIGTERM"); });
+}
+
 int dlrr_term_notice(int notify_fd, int ack_fd, int wait_ms) {
   if (!processRecorder()) return 0;
   return installTermNotice(notify_fd, ack_fd, wait_ms);

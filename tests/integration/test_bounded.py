@@ -5,6 +5,8 @@ without it inside the window (served from the trace) and outside it (refused wit
 and with one image changed (named as the divergence)."""
 import os
 import shutil
+import signal
+import subprocess
 import tempfile
 import unittest
 
@@ -88,6 +90,24 @@ class BoundedTraceTest(unittest.TestCase):
             self.assertIn("3.png", p.stderr)
         finally:
             shutil.move(keep, path)
+
+    def test_sigterm_writes_the_window(self):
+        trace = os.path.join(self.tmp, "term")
+        p = subprocess.Popen([tool("dlrecord"), "--window", "2", "-o", trace, "--", PY, JOB, self.data, str(STEPS),
+                              "wait"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            for line in p.stdout:
+                if line.strip() == "ready":
+                    break
+            p.send_signal(signal.SIGTERM)  # dlrecord forwards it to the job
+            _, err = p.communicate(timeout=120)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        self.assertEqual(p.returncode, 128 + signal.SIGTERM, err)  # the job died of it, as without dlrr
+        self.assertIn("written at SIGTERM", err)
+        info = run([tool("dltrace"), "info", trace], check=True).stdout
+        self.assertIn("without it only steps 4-7", info)
 
 
 if __name__ == "__main__":

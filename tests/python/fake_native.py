@@ -384,6 +384,9 @@ class FakeLib:
     def _dlrr_term_notice(self, notify_fd, ack_fd, wait_ms):
         return 0  # the real library installs a SIGTERM handler; never in these tests
 
+    def _dlrr_window_flush(self):
+        self.calls.append(("window_flush",))
+
     # The two-crossing forms record what the four calls they stand for would (the library's
     # dlrr_collective_begin1/end1 are those calls), so tests see one sequence either way.
     def _dlrr_collective_begin1(self, op, group, reduce_op, peer, bucket, async_op, dtype, ndim, shape, data, nbytes):

@@ -339,6 +339,9 @@ DLRR_API void dlrr_collective_wait(int reason, int waiting, uint64_t seq, const 
  * (the hook's watch writing dlrr_collective_wait), then the signal goes on as before. Only when
  * SIGTERM has its default disposition. 1 installed, 0 left alone, -1 error. */
 DLRR_API int dlrr_term_notice(int notify_fd, int ack_fd, int wait_ms);
+/* Record only: writes the batch window (dlrecord --window) now and makes it durable (the
+ * hook's answer to SIGTERM); later batches by reference then write their bytes at once. */
+DLRR_API void dlrr_window_flush(void);
 /* The common one-tensor collective in two crossings instead of four, with the same effect:
  * dlrr_collective_begin then dlrr_collective_tensor(seq, 0, ...) of its input; and
  * dlrr_collective_tensor(seq, 1, ...) of its result then dlrr_collective_end. A null dtype

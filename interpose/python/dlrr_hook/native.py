@@ -192,6 +192,7 @@ SIGNATURES = {
     "dlrr_collective_wait": (None, [c_int, c_int, c_uint64, c_char_p, c_char_p, c_int64, c_int64, c_char_p, c_int64,
                                     c_uint64, c_char_p]),
     "dlrr_term_notice": (c_int, [c_int, c_int, c_int]),
+    "dlrr_window_flush": (None, []),
     "dlrr_replay_collective_result": (c_int, [c_uint64, c_uint32, POINTER(c_void_p), POINTER(c_uint64)]),
     "dlrr_replay_rank": (c_int, []),
     # files (data-less replay)

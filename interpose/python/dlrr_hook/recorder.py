@@ -40,6 +40,8 @@ class Recorder(Session):
             self.lib.dlrr_batch_begin(info.loader, info.iteration, info.index, 1 if training else 0,
                                       indices, count)
             if self.window:
+                if self._term_flush is None:
+                    self._start_term_flush()
                 self._by_reference(info, count)
             try:
                 self.values.write(data)
@@ -48,6 +50,14 @@ class Recorder(Session):
         except BaseException:
             self.lib.dlrr_step_wait_durable()  # the batch never ended: durable all the same
             raise
+
+    def _start_term_flush(self):
+        """SIGTERM writes the window (term_flush.py); a distributed rank's hang watch does it there."""
+        from .term_flush import TermFlush, distributed
+        self._term_flush = False
+        if not distributed():
+            self._term_flush = TermFlush(self.lib)
+            self._term_flush.start()
 
     def _by_reference(self, info, count):
         """A bounded trace (dlrecord --window): a map-style dataset's batch whose sample indices

@@ -217,6 +217,7 @@ class Session:
         except ValueError:
             self.window = 0
         self._by_value_said = set()
+        self._term_flush = None  # TermFlush (record, with a window), False: not here
         self._unverified_said = set()  # (key, note) pairs already said (_say_unverified)
         # _on_output digests a host tensor itself (record's _digest, inlined for speed); replay
         # sends every output through its _digest, which stops at a divergence where it happens.

@@ -1,7 +1,9 @@
 """A small vision job for bounded traces (test_bounded.py): torchvision ImageFolder over PNGs,
 random augmentation (RandomResizedCrop, RandomHorizontalFlip) in 2 DataLoader workers, a
-shuffled sampler, a tiny CNN. Usage: imagefolder_job.py DATA_DIR STEPS"""
+shuffled sampler, a tiny CNN. Usage: imagefolder_job.py DATA_DIR STEPS [wait]; `wait`: after
+the steps, say "ready" and wait to be killed (SIGTERM)."""
 import sys
+import time
 
 import torch
 import torchvision
@@ -26,4 +28,7 @@ while step < steps:
         step += 1
         if step >= steps:
             break
-print("loss %.6f" % loss.item())
+print("loss %.6f" % loss.item(), flush=True)
+if sys.argv[3:] == ["wait"]:
+    print("ready", flush=True)
+    time.sleep(120)
