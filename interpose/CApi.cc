@@ -61,6 +61,14 @@ bool withReplayer(Fn&& fn) noexcept {
   return true;
 }
 
+// In replay, a batch the job's pipeline re-made is digested as it is walked (dlrr_val_*).
+template <typename Fn>
+void remade(Fn&& fn) noexcept {
+  withReplayer([&](ReplaySession& r) {
+    if (BatchDigest* d = r.remadeDigest()) fn(d);
+  });
+}
+
 int exportBytes(const std::vector<uint8_t>* v, const uint8_t** data, uint64_t* n) {
   if (!v) return 0;
   if (data) *data = v->data();
@@ -176,42 +184,58 @@ void dlrr_batch_begin(uint32_t loader, uint32_t iteration, uint64_t index, int i
       [&](RecordSession& s) { s.batchBegin(loader, iteration, index, is_training != 0, sample_indices, n_indices); });
 }
 
+void dlrr_batch_by_reference(void) {
+  withRecorder([&](RecordSession& s) { s.batchByReference(); });
+}
+
 void dlrr_val_list(uint32_t n) {
+  remade([&](BatchDigest* d) { d->container('l', n); });
   withRecorder([&](RecordSession& s) { s.batchBuilder().list(n); });
 }
 void dlrr_val_tuple(uint32_t n) {
+  remade([&](BatchDigest* d) { d->container('t', n); });
   withRecorder([&](RecordSession& s) { s.batchBuilder().tuple(n); });
 }
 void dlrr_val_dict(uint32_t n) {
+  remade([&](BatchDigest* d) { d->container('d', n); });
   withRecorder([&](RecordSession& s) { s.batchBuilder().dict(n); });
 }
 void dlrr_val_key(const char* key) {
+  remade([&](BatchDigest* d) { d->key(key ? key : ""); });
   withRecorder([&](RecordSession& s) { s.batchBuilder().key(key); });
 }
 void dlrr_val_none(void) {
+  remade([&](BatchDigest* d) { d->none(); });
   withRecorder([&](RecordSession& s) { s.batchBuilder().none(); });
 }
 void dlrr_val_bool(int v) {
+  remade([&](BatchDigest* d) { d->boolean(v != 0); });
   withRecorder([&](RecordSession& s) { s.batchBuilder().boolean(v != 0); });
 }
 void dlrr_val_int(int64_t v) {
+  remade([&](BatchDigest* d) { d->integer(v); });
   withRecorder([&](RecordSession& s) { s.batchBuilder().integer(v); });
 }
 void dlrr_val_float(double v) {
+  remade([&](BatchDigest* d) { d->real(v); });
   withRecorder([&](RecordSession& s) { s.batchBuilder().real(v); });
 }
 void dlrr_val_str(const char* str, uint64_t n) {
+  remade([&](BatchDigest* d) { d->text(std::string_view(str ? str : "", str ? n : 0)); });
   withRecorder([&](RecordSession& s) { s.batchBuilder().text(str, n); });
 }
 void dlrr_val_bytes(const void* p, uint64_t n) {
+  remade([&](BatchDigest* d) { d->bytes(p, p ? n : 0); });
   withRecorder([&](RecordSession& s) { s.batchBuilder().bytes(p, n); });
 }
 void dlrr_val_opaque(const char* type_name) {
+  remade([&](BatchDigest* d) { d->opaque(type_name ? type_name : "?"); });
   withRecorder([&](RecordSession& s) { s.batchBuilder().opaque(type_name); });
 }
 void dlrr_val_tensor(const char* dtype, uint32_t elem_size, int ndim, const int64_t* shape, const void* data,
                      uint64_t nbytes, const char* device, int requires_grad) {
   if (ndim < 0 || ndim > 64) return;
+  remade([&](BatchDigest* d) { d->tensor(dtype ? dtype : "?", ndim, shape, data, data ? nbytes : 0); });
   withRecorder([&](RecordSession& s) {
     s.batchTensor(dtype, elem_size, ndim, shape, data, nbytes, device, requires_grad != 0);
   });
@@ -220,7 +244,8 @@ void dlrr_batch_end(void) {
   withRecorder([&](RecordSession& s) { s.batchEnd(); });
 }
 void dlrr_snapshot_begin(int64_t step, int failure) {
-  withRecorder([&](RecordSession& s) { s.snapshotBegin(step, failure != 0); });
+  // 2: a snapshot held with the batch window (docs/recording.md, "Batches by reference").
+  withRecorder([&](RecordSession& s) { s.snapshotBegin(step, failure == 1, failure == 2); });
 }
 void dlrr_snapshot_end(void) {
   withRecorder([&](RecordSession& s) { s.batchEnd(); });
@@ -315,6 +340,44 @@ int dlrr_replay_target(dlrr_target_t* out) {
 int dlrr_replay_batch(uint32_t loader, uint64_t index, const uint8_t** data, uint64_t* n) {
   int rc = 0;
   withReplayer([&](ReplaySession& r) { rc = exportBytes(r.batch(loader, index), data, n); });
+  return rc;
+}
+
+int dlrr_replay_batch_kind(uint32_t loader, uint64_t index) {
+  int rc = 0;
+  withReplayer([&](ReplaySession& r) { rc = r.batchKind(loader, index); });
+  return rc;
+}
+
+int dlrr_replay_batch_stand_in(uint32_t loader, uint64_t index, const uint8_t** data, uint64_t* n) {
+  int rc = 0;
+  withReplayer([&](ReplaySession& r) { rc = exportBytes(r.batchStandIn(loader, index), data, n); });
+  return rc;
+}
+
+void dlrr_replay_remade_begin(uint32_t loader, uint64_t index) {
+  withReplayer([&](ReplaySession& r) { r.remadeBegin(loader, index); });
+}
+
+int dlrr_replay_remade_end(char* what, uint64_t cap, int64_t* sample_pos) {
+  int rc = -1;
+  withReplayer([&](ReplaySession& r) {
+    std::string w;
+    int64_t pos = -1;
+    rc = r.remadeEnd(w, pos);
+    if (sample_pos) *sample_pos = pos;
+    if (what && cap) std::snprintf(what, cap, "%s", w.c_str());
+  });
+  return rc;
+}
+
+int dlrr_replay_batch_map(char* out, uint64_t cap) {
+  int rc = 0;
+  withReplayer([&](ReplaySession& r) {
+    std::string m = r.batchMap().describe();
+    if (out && cap) std::snprintf(out, cap, "%s", m.c_str());
+    rc = 1;
+  });
   return rc;
 }
 
@@ -492,6 +555,10 @@ void dlrr_collective_wait(int reason, int waiting, uint64_t seq, const char* op,
   w.waitedMs = waited_ms;
   w.stacks = stacks;
   withRecorder([&](RecordSession& s) { s.collectiveWait(w); });
+}
+
+void dlrr_window_flush(void) {
+  withRecorder([&](RecordSession& s) { s.flushWindow("SIGTERM"); });
 }
 
 int dlrr_term_notice(int notify_fd, int ack_fd, int wait_ms) {

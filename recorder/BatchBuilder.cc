@@ -14,6 +14,8 @@ void BatchBuilder::begin(uint32_t loader, uint32_t iteration, uint64_t index, bo
   auto idx = batch_.initSampleIndices(static_cast<unsigned>(indices ? nIndices : 0));
   for (uint64_t i = 0; indices && i < nIndices; ++i) idx.set(static_cast<unsigned>(i), indices[i]);
   isSnapshot_ = false;
+  window_ = false;
+  byReference_ = false;
   stack_.clear();
   rootDone_ = false;
   pendingKey_.clear();
@@ -22,12 +24,22 @@ void BatchBuilder::begin(uint32_t loader, uint32_t iteration, uint64_t index, bo
   newBytes_ = 0;
 }
 
-void BatchBuilder::beginSnapshot(int64_t step, bool failure) {
+void BatchBuilder::setByReference() {
+  if (!msg_ || isSnapshot_) return;
+  byReference_ = true;
+  batch_.setByReference(true);
+  digest_.begin(batch_.getSampleIndices().size());
+}
+
+void BatchBuilder::beginSnapshot(int64_t step, bool failure, bool window) {
   msg_ = std::make_unique<capnp::MallocMessageBuilder>();
   snapshot_ = msg_->initRoot<schema::Event>().initSnapshot();
   snapshot_.setStep(step);
   snapshot_.setReason(failure ? schema::Snapshot::Reason::FAILURE : schema::Snapshot::Reason::PERIODIC);
+  snapshot_.setWindow(window && !failure);
   isSnapshot_ = true;
+  window_ = window && !failure;
+  byReference_ = false;
   stack_.clear();
   rootDone_ = false;
   pendingKey_.clear();
@@ -73,6 +85,7 @@ void BatchBuilder::filled() {
 }
 
 void BatchBuilder::list(uint32_t n) {
+  if (byReference_) digest_.container('l', n);
   schema::Value::Builder v{nullptr};
   if (!nextSlot(v)) return;
   Frame f;
@@ -83,6 +96,7 @@ void BatchBuilder::list(uint32_t n) {
 }
 
 void BatchBuilder::tuple(uint32_t n) {
+  if (byReference_) digest_.container('t', n);
   schema::Value::Builder v{nullptr};
   if (!nextSlot(v)) return;
   Frame f;
@@ -93,6 +107,7 @@ void BatchBuilder::tuple(uint32_t n) {
 }
 
 void BatchBuilder::dict(uint32_t n) {
+  if (byReference_) digest_.container('d', n);
   schema::Value::Builder v{nullptr};
   if (!nextSlot(v)) return;
   Frame f;
@@ -104,6 +119,7 @@ void BatchBuilder::dict(uint32_t n) {
 }
 
 void BatchBuilder::key(const char* k) {
+  if (byReference_) digest_.key(k ? k : "");
   if (stack_.empty() || !stack_.back().isDict) {
     error_ = "dict key outside a dict";
     return;
@@ -112,6 +128,7 @@ void BatchBuilder::key(const char* k) {
 }
 
 void BatchBuilder::none() {
+  if (byReference_) digest_.none();
   schema::Value::Builder v{nullptr};
   if (!nextSlot(v)) return;
   v.setNone();
@@ -119,6 +136,7 @@ void BatchBuilder::none() {
 }
 
 void BatchBuilder::boolean(bool b) {
+  if (byReference_) digest_.boolean(b);
   schema::Value::Builder v{nullptr};
   if (!nextSlot(v)) return;
   v.setBool(b);
@@ -126,6 +144,7 @@ void BatchBuilder::boolean(bool b) {
 }
 
 void BatchBuilder::integer(int64_t i) {
+  if (byReference_) digest_.integer(i);
   schema::Value::Builder v{nullptr};
   if (!nextSlot(v)) return;
   v.setInt(i);
@@ -133,6 +152,7 @@ void BatchBuilder::integer(int64_t i) {
 }
 
 void BatchBuilder::real(double d) {
+  if (byReference_) digest_.real(d);
   schema::Value::Builder v{nullptr};
   if (!nextSlot(v)) return;
   v.setFloat(d);
@@ -140,6 +160,7 @@ void BatchBuilder::real(double d) {
 }
 
 void BatchBuilder::text(const char* s, uint64_t n) {
+  if (byReference_) digest_.text(std::string_view(s ? s : "", s ? n : 0));
   schema::Value::Builder v{nullptr};
   if (!nextSlot(v)) return;
   v.setText(capnp::Text::Reader(s ? s : "", s ? n : 0));
@@ -147,6 +168,7 @@ void BatchBuilder::text(const char* s, uint64_t n) {
 }
 
 void BatchBuilder::bytes(const void* p, uint64_t n) {
+  if (byReference_) digest_.bytes(p, p ? n : 0);
   schema::Value::Builder v{nullptr};
   if (!nextSlot(v)) return;
   v.setBytes(capnp::Data::Reader(static_cast<const kj::byte*>(p), p ? n : 0));
@@ -154,6 +176,7 @@ void BatchBuilder::bytes(const void* p, uint64_t n) {
 }
 
 void BatchBuilder::opaque(const char* typeName) {
+  if (byReference_) digest_.opaque(typeName ? typeName : "?");
   schema::Value::Builder v{nullptr};
   if (!nextSlot(v)) return;
   v.setOpaque(typeName ? typeName : "?");
@@ -162,6 +185,7 @@ void BatchBuilder::opaque(const char* typeName) {
 
 void BatchBuilder::tensor(const char* dtype, uint32_t elemSize, int ndim, const int64_t* shape, const void* data,
                           uint64_t nbytes, const char* device, bool requiresGrad, const PutBlob& put) {
+  if (byReference_) digest_.tensor(dtype ? dtype : "?", ndim > 0 ? ndim : 0, shape, data, data ? nbytes : 0);
   schema::Value::Builder v{nullptr};
   if (!nextSlot(v)) return;
   auto t = v.initTensor();
@@ -186,6 +210,12 @@ std::unique_ptr<capnp::MallocMessageBuilder> BatchBuilder::finish(std::string& e
     return nullptr;
   }
   if (error_.empty() && !rootDone_) error_ = "batch structure incomplete";
+  if (error_.empty() && byReference_) {
+    batch_.setDigest(digest_.digest());
+    const auto& samples = digest_.samples();
+    auto sd = batch_.initSampleDigests(static_cast<unsigned>(samples.size()));
+    for (size_t i = 0; i < samples.size(); ++i) sd.set(static_cast<unsigned>(i), samples[i]);
+  }
   if (error_.empty() && isSnapshot_) {
     snapshot_.setTensorBytes(tensorBytes_);
     snapshot_.setNewBytes(newBytes_);

@@ -12,6 +12,7 @@
 
 #include "format/StreamWriter.h"
 #include "schema/dlrr.capnp.h"
+#include "session/BatchDigest.h"
 
 namespace dlrr {
 
@@ -21,8 +22,15 @@ class BatchBuilder {
 
   void begin(uint32_t loader, uint32_t iteration, uint64_t index, bool isTraining, const int64_t* indices,
              uint64_t nIndices);
+  // The batch begun is recorded by reference (docs/recording.md): its digest is computed as
+  // its value is built and set in the event; where its blobs go is the caller's `put`.
+  void setByReference();
+  bool byReference() const { return byReference_; }
   // A Snapshot event instead of a Batch: the value that follows is the snapshot's tree.
-  void beginSnapshot(int64_t step, bool failure);
+  // `window`: held with the batch window (Snapshot.window).
+  void beginSnapshot(int64_t step, bool failure, bool window = false);
+  bool isSnapshot() const { return isSnapshot_; }
+  bool heldSnapshot() const { return isSnapshot_ && window_; }
   bool active() const { return msg_ != nullptr; }
   void list(uint32_t n);
   void tuple(uint32_t n);
@@ -59,6 +67,9 @@ class BatchBuilder {
   schema::Batch::Builder batch_{nullptr};
   schema::Snapshot::Builder snapshot_{nullptr};
   bool isSnapshot_ = false;
+  bool window_ = false;
+  bool byReference_ = false;
+  BatchDigest digest_;
   std::vector<Frame> stack_;
   bool rootDone_ = false;
   std::string pendingKey_;

@@ -96,6 +96,7 @@ void writeNoSigpipe(int fd, const char* p, size_t n) noexcept {
 
 RecordSession::RecordSession(Config cfg) : cfg_(std::move(cfg)), ownerPid_(::getpid()), ring_(cfg_.ringSteps) {
   startNs_ = monoNs();
+  if (cfg_.window > 0 && cfg_.mode == Mode::Record) window_ = std::make_unique<BatchWindow>(cfg_.window);
   if (const char* id = std::getenv(kProcessIdEnv)) identity_ = id;
   if (cfg_.statusFd >= 0) {
     // The number travels in the environment to exec'd children, where it may be closed or be
@@ -401,7 +402,12 @@ void RecordSession::batchBegin(uint32_t loader, uint32_t iteration, uint64_t ind
   batchBuilder().begin(loader, iteration, index, isTraining, indices, n);
 }
 
-void RecordSession::snapshotBegin(int64_t step, bool failure) { batchBuilder().beginSnapshot(step, failure); }
+void RecordSession::snapshotBegin(int64_t step, bool failure, bool window) {
+  // A held snapshot once the window was written is an ordinary periodic one.
+  batchBuilder().beginSnapshot(step, failure, window && windowActive());
+}
+
+void RecordSession::batchByReference() { batchBuilder().setByReference(); }
 
 void RecordSession::batchTensor(const char* dtype, uint32_t elemSize, int ndim, const int64_t* shape, const void* data,
                                 uint64_t nbytes, const char* device, bool requiresGrad) {
@@ -411,10 +417,20 @@ void RecordSession::batchTensor(const char* dtype, uint32_t elemSize, int ndim, 
     w = disabled_.load() ? nullptr : writer();
   }
   // The writer thread is woken once, at the batch's end, not for each of its tensors.
-  BatchBuilder::PutBlob put = [w](const void* p, size_t n, unsigned es) {
+  BatchBuilder& b = batchBuilder();
+  bool toWindow = windowActive() && (b.byReference() || b.heldSnapshot());
+  BatchBuilder::PutBlob put = [this, w, toWindow](const void* p, size_t n, unsigned es) {
+    if (toWindow) {
+      Hash128 h = hash128(p, n);
+      std::lock_guard<std::mutex> lk(windowMu_);
+      window_->keep(h, p, n, es);
+      BlobId id{h, n};
+      id.fresh = true;  // not in the stream yet: a held snapshot's newBytes counts it
+      return id;
+    }
     return w ? w->putBlob(p, n, es, false) : BlobId{hash128(p, n), n};
   };
-  batchBuilder().tensor(dtype, elemSize, ndim, shape, data, nbytes, device, requiresGrad, put);
+  b.tensor(dtype, elemSize, ndim, shape, data, nbytes, device, requiresGrad, put);
 }
 
 void RecordSession::batchEnd() {
@@ -426,8 +442,15 @@ void RecordSession::batchEnd() {
     }
   } wake{*this};
   std::string err;
-  auto msg = batchBuilder().finish(err);
+  BatchBuilder& b = batchBuilder();
+  bool byReference = b.byReference();
+  bool held = b.heldSnapshot();
+  auto msg = b.finish(err);
   if (!msg) {
+    if (window_) {
+      std::lock_guard<std::mutex> lk(windowMu_);
+      window_->discardPending();
+    }
     note(("batch or snapshot not recorded: " + err).c_str());
     return;
   }
@@ -436,6 +459,17 @@ void RecordSession::batchEnd() {
   e.setTNs(monoNs() - startNs_);
   e.setStep(step_.load());
   e.setThread(threadNumber());
+  if (window_ && (byReference || held)) {
+    std::unique_lock<std::mutex> lk(windowMu_);
+    if (!windowFlushed_.load()) {
+      if (held) {  // written with the window's batches, or never
+        int64_t step = e.getSnapshot().getStep();
+        window_->endSnapshot(step, std::move(msg));
+        return;
+      }
+      window_->endBatch(step_.load());
+    }
+  }
   StreamWriter* w;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -538,11 +572,63 @@ void RecordSession::recordNonFinite(int64_t step, int kind, const char* path, ui
     std::vector<uint8_t>().swap(kept[i].bytes);  // written: its memory goes back now
   }
   commitNow();
+  flushWindow("the failure");
 }
 
 void RecordSession::commitNow() {
   StreamWriter* w = openWriter();
   if (w) w->commit(true);
+}
+
+void RecordSession::flushWindow(const char* why) noexcept {
+  if (!window_) return;
+  try {
+    std::deque<BatchWindow::Segment> segments;
+    uint64_t peak = 0;
+    {
+      std::lock_guard<std::mutex> lk(windowMu_);
+      if (windowFlushed_.exchange(true)) return;
+      peak = window_->peakBytes();
+      segments = window_->take();
+    }
+    StreamWriter* w = openWriter();
+    if (!w || disabled_.load()) return;
+    uint64_t bytes = 0;
+    size_t batches = 0;
+    std::string starts;
+    // Blobs first, then the held snapshots that refer to them, then one commit: a reader finds
+    // a snapshot's tensors wherever it finds the snapshot.
+    for (auto& s : segments) {
+      for (auto& blob : s.snapshotBlobs) {
+        w->putBlob(blob.bytes.data(), blob.bytes.size(), blob.elemSize, false);
+        bytes += blob.bytes.size();
+        std::vector<uint8_t>().swap(blob.bytes);
+      }
+      for (auto& batch : s.batches) {
+        for (auto& blob : batch) {
+          w->putBlob(blob.bytes.data(), blob.bytes.size(), blob.elemSize, false);
+          bytes += blob.bytes.size();
+          std::vector<uint8_t>().swap(blob.bytes);
+        }
+        ++batches;
+      }
+      if (s.snapshot) {
+        auto e = s.snapshot->getRoot<schema::Event>();
+        e.setTNs(monoNs() - startNs_);
+        e.setStep(s.startStep);
+        e.setThread(threadNumber());
+        w->append(*s.snapshot);
+      }
+      if (s.startable) starts += (starts.empty() ? "" : ", ") + std::to_string(s.startStep);
+    }
+    w->wake();
+    w->commit(true);
+    reportStatus("batch window (--window " + std::to_string(window_->steps()) + ") written at " + why + ": " +
+                 std::to_string(batches) + " batches, " + std::to_string(bytes) + " bytes (peak held in memory " +
+                 std::to_string(peak) + " bytes); data-less replay can start at step " +
+                 (starts.empty() ? std::string("(none)") : starts));
+  } catch (...) {
+  }
 }
 
 bool RecordSession::firstFailureStep(int64_t& step) const {
@@ -576,6 +662,7 @@ void RecordSession::failureException(const char* type, const char* message, cons
   StreamWriter* w = openWriter();
   if (w) writeTriage(*w, "failure", true);
   if (w) w->commit(true);
+  flushWindow("the failure");
 }
 
 void RecordSession::beforeFork() noexcept {
@@ -587,11 +674,13 @@ void RecordSession::beforeFork() noexcept {
   triage_.lockForFork();
   collMu_.lock();
   gpuMu_.lock();
+  windowMu_.lock();
   if (writer_) writer_->beforeFork();
 }
 
 void RecordSession::afterForkParent() noexcept {
   if (writer_) writer_->afterForkParent();
+  windowMu_.unlock();
   gpuMu_.unlock();
   collMu_.unlock();
   triage_.unlockAfterFork();
@@ -635,6 +724,8 @@ void RecordSession::afterForkChild() noexcept {
   (void)writer_.release();  // owned by the parent's copy of memory; never destroy it here
   openWriter_.store(nullptr, std::memory_order_release);
   ring_.resetAfterForkChild();
+  if (window_) window_->take();  // the parent's batches: a trainer child holds its own
+  windowMu_.unlock();
   gpuMu_.unlock();
   collMu_.unlock();
   collectives_.clear();  // the parent's, in flight on the parent's process group
@@ -678,6 +769,7 @@ void RecordSession::onExit(bool exited, int code) noexcept {
   if (::getpid() != ownerPid_) return;
   if (exited_.load()) return;
   if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->finish();  // before the stream closes
+  flushWindow("exit");  // before exited_: its writes go through the open writer
   if (exited_.exchange(true)) return;
   auto removeEmptyPystack = [this] {
     struct stat st {};

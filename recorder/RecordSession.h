@@ -16,6 +16,7 @@
 
 #include "format/StreamWriter.h"
 #include "recorder/BatchBuilder.h"
+#include "recorder/BatchWindow.h"
 #include "recorder/CrashRecorder.h"
 #include "recorder/FailureRing.h"
 #include "recorder/TriageLog.h"
@@ -72,7 +73,15 @@ class RecordSession final : public ProcessSession {
   void batchTensor(const char* dtype, uint32_t elemSize, int ndim, const int64_t* shape, const void* data,
                    uint64_t nbytes, const char* device, bool requiresGrad);
   void batchEnd();  // ends a snapshot too
-  void snapshotBegin(int64_t step, bool failure);
+  void snapshotBegin(int64_t step, bool failure, bool window = false);
+  // Bounded traces (docs/recording.md, "Batches by reference"): the batch begun on this thread
+  // is recorded by reference: its digest goes into the event, its bytes into the window (when
+  // recording with one, until the window is written), else into the stream.
+  void batchByReference();
+  // Writes the window's held snapshots and batch bytes into the stream and makes them durable;
+  // later by-reference batches then write their bytes at once. `why`: for the summary line.
+  void flushWindow(const char* why) noexcept;
+  bool windowActive() const noexcept { return window_ && !windowFlushed_.load(); }
   void loaderEnd(uint32_t loader, uint32_t iteration, uint64_t batches);
 
   // Computes and records a digest; returns 0 (recorded) or -1.
@@ -205,6 +214,9 @@ class RecordSession final : public ProcessSession {
   std::atomic<int64_t> failureStep_{-1};
 
   // Full tensors of the last ringSteps steps, written out only when a failure happens.
+  std::unique_ptr<BatchWindow> window_;  // cfg_.window > 0: batches by reference
+  std::mutex windowMu_;                  // the window (batches, held snapshots, its flush)
+  std::atomic<bool> windowFlushed_{false};
   FailureRing ring_;
 
   // Triage facts.

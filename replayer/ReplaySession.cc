@@ -170,6 +170,8 @@ void ReplaySession::load() {
         rec.event = std::make_unique<capnp::MallocMessageBuilder>();
         rec.event->setRoot(e);
         rec.training = b.getIsTraining();
+        rec.eventStep = e.getStep();
+        rec.byReference = b.getByReference();
         for (auto i : b.getSampleIndices()) rec.sampleIndices.push_back(i);
         rec.rng = std::move(pendingRng);
         pendingRng.clear();
@@ -335,11 +337,136 @@ const std::vector<uint8_t>* ReplaySession::batch(uint32_t loader, uint64_t index
   BatchRecord& rec = it->second;
   if (rec.encoded.empty()) {
     auto ev = rec.event->getRoot<schema::Event>().asReader();
+    std::vector<uint8_t> out;  // whole or nothing: a blob missing (a bounded trace) throws
     encodeValue(
-        ev.getBatch().getValue(), [&](const Hash128& h, uint64_t size) { return stream_->readBlob(h, size); },
-        rec.encoded);
+        ev.getBatch().getValue(), [&](const Hash128& h, uint64_t size) { return stream_->readBlob(h, size); }, out);
+    rec.encoded = std::move(out);
   }
   return &rec.encoded;
+}
+
+namespace {
+// Every tensor blob of a value, depth first.
+void forEachTensor(schema::Value::Reader v, const std::function<void(schema::TensorRef::Reader)>& fn, int depth = 0) {
+  if (depth > 64) return;
+  switch (v.which()) {
+    case schema::Value::TENSOR:
+      fn(v.getTensor());
+      break;
+    case schema::Value::LIST:
+      for (auto c : v.getList()) forEachTensor(c, fn, depth + 1);
+      break;
+    case schema::Value::TUPLE:
+      for (auto c : v.getTuple()) forEachTensor(c, fn, depth + 1);
+      break;
+    case schema::Value::DICT:
+      for (auto e : v.getDict()) forEachTensor(e.getValue(), fn, depth + 1);
+      break;
+    default:
+      break;
+  }
+}
+
+struct Remade {
+  bool active = false;
+  uint32_t loader = 0;
+  uint64_t index = 0;
+  BatchDigest digest;
+};
+thread_local Remade tRemade;
+}  // namespace
+
+int ReplaySession::batchKind(uint32_t loader, uint64_t index) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = batches_.find({loader, index});
+  if (it == batches_.end()) return 0;
+  BatchRecord& rec = it->second;
+  if (!rec.byReference) return 1;
+  if (rec.bytes < 0) {
+    bool all = true;
+    forEachTensor(rec.event->getRoot<schema::Event>().asReader().getBatch().getValue(),
+                  [&](schema::TensorRef::Reader t) {
+                    auto ref = t.getData();
+                    if (all && ref.getSize() > 0) all = stream_->hasBlob(Hash128{ref.getHashLo(), ref.getHashHi()});
+                  });
+    rec.bytes = all ? 1 : 0;
+  }
+  return rec.bytes ? 2 : 3;
+}
+
+const std::vector<uint8_t>* ReplaySession::batchStandIn(uint32_t loader, uint64_t index) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = batches_.find({loader, index});
+  if (it == batches_.end()) return nullptr;
+  BatchRecord& rec = it->second;
+  if (rec.encoded.empty()) {
+    auto ev = rec.event->getRoot<schema::Event>().asReader();
+    std::vector<uint8_t> out;
+    encodeValue(
+        ev.getBatch().getValue(),
+        [&](const Hash128& h, uint64_t size) {
+          return stream_->hasBlob(h) ? stream_->readBlob(h, size) : std::vector<uint8_t>(size, 0);
+        },
+        out);
+    rec.encoded = std::move(out);
+  }
+  return &rec.encoded;
+}
+
+void ReplaySession::remadeBegin(uint32_t loader, uint64_t index) {
+  uint64_t samples = 0;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = batches_.find({loader, index});
+    if (it != batches_.end()) samples = it->second.sampleIndices.size();
+  }
+  tRemade.active = true;
+  tRemade.loader = loader;
+  tRemade.index = index;
+  tRemade.digest.begin(samples);
+}
+
+BatchDigest* ReplaySession::remadeDigest() { return tRemade.active ? &tRemade.digest : nullptr; }
+
+int ReplaySession::remadeEnd(std::string& what, int64_t& samplePos) {
+  samplePos = -1;
+  if (!tRemade.active) return -1;
+  tRemade.active = false;
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = batches_.find({tRemade.loader, tRemade.index});
+  if (it == batches_.end() || !it->second.byReference) return -1;
+  auto b = it->second.event->getRoot<schema::Event>().asReader().getBatch();
+  if (b.getDigest() == tRemade.digest.digest()) return 1;
+  std::vector<uint64_t> recorded;
+  for (auto d : b.getSampleDigests()) recorded.push_back(d);
+  samplePos = BatchDigest::firstDifferentSample(recorded, tRemade.digest.samples());
+  what = samplePos >= 0 ? "sample " + std::to_string(samplePos) + " of the batch differs from the recorded one"
+         : recorded.size() == tRemade.digest.samples().size()
+             ? "the batch differs from the recorded one (its structure, or a value not split by sample)"
+             : "the batch has " + std::to_string(tRemade.digest.samples().size()) + " samples, " +
+                   std::to_string(recorded.size()) + " recorded";
+  return 0;
+}
+
+BatchMap ReplaySession::batchMap() {
+  std::vector<std::pair<uint32_t, uint64_t>> keys;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (const auto& [k, rec] : batches_) keys.push_back(k);
+  }
+  BatchMapBuilder b;
+  for (const auto& k : keys) {
+    int kind = batchKind(k.first, k.second);
+    std::lock_guard<std::mutex> lk(mu_);
+    const BatchRecord& rec = batches_[k];
+    b.batch(rec.step >= 0 ? rec.step : rec.eventStep, kind >= 2, kind != 3);
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  for (const auto& [step, rec] : snapshots_) {
+    (void)rec;
+    b.snapshot(step);
+  }
+  return b.build();
 }
 
 bool ReplaySession::batchMeta(uint32_t loader, uint64_t index, int64_t& step, bool& training,
@@ -347,7 +474,9 @@ bool ReplaySession::batchMeta(uint32_t loader, uint64_t index, int64_t& step, bo
   std::lock_guard<std::mutex> lk(mu_);
   auto it = batches_.find({loader, index});
   if (it == batches_.end()) return false;
-  step = it->second.step;
+  // A batch's StepBegin precedes its Batch event (the step begins at the delivery): the step
+  // the event was stamped with stands in where the StepBegin did not match it at load.
+  step = it->second.step >= 0 ? it->second.step : it->second.training ? it->second.eventStep : -1;
   training = it->second.training;
   indices = &it->second.sampleIndices;
   return true;

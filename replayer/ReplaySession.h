@@ -15,11 +15,13 @@
 #include <tuple>
 #include <vector>
 
+#include "format/BatchMap.h"
 #include "format/Trace.h"
 #include "replayer/LaunchCompare.h"
 #include "replayer/ReplayReport.h"
 #include "replayer/ReplayTarget.h"
 #include "schema/dlrr.capnp.h"
+#include "session/BatchDigest.h"
 #include "session/Config.h"
 #include "session/ProcessSession.h"
 #include "session/StepObserver.h"
@@ -79,6 +81,21 @@ class ReplaySession final : public ProcessSession {
 
   // Batches, encoded for the hook (docs/replay.md, "batch encoding"). Null when not recorded.
   const std::vector<uint8_t>* batch(uint32_t loader, uint64_t index);
+  // Bounded traces (docs/replay.md, "Bounded traces"). How a batch was recorded: 0 not at all,
+  // 1 by value, 2 by reference with its bytes in the trace (the window), 3 by reference without.
+  int batchKind(uint32_t loader, uint64_t index);
+  // A stand-in for a fast-forwarded step's batch whose bytes are not in the trace: the recorded
+  // structure, zeros for the tensors' bytes (fast-forward computes nothing from them).
+  const std::vector<uint8_t>* batchStandIn(uint32_t loader, uint64_t index);
+  // A batch the job's own pipeline re-made, digested as the recorder did (session/BatchDigest):
+  // remadeBegin, the dlrr_val_* calls (fed to remadeDigest() on this thread), remadeEnd.
+  void remadeBegin(uint32_t loader, uint64_t index);
+  BatchDigest* remadeDigest();
+  // 1 the same as recorded, 0 different (`what` says how; `samplePos` the first sample that
+  // differs, -1 unknown), -1 nothing to compare (not recorded by reference).
+  int remadeEnd(std::string& what, int64_t& samplePos);
+  // What the trace replays with and without the dataset.
+  BatchMap batchMap();
   // Jump replay (DLRR_JUMP_STEP, set by dlreplay from its ReplayPlan): steps before it are
   // fast-forwarded and not verified; -1 when replaying from the start.
   int64_t jumpStep() const { return jumpStep_; }
@@ -200,6 +217,9 @@ class ReplaySession final : public ProcessSession {
     bool training = false;
     std::vector<int64_t> sampleIndices;
     std::vector<uint8_t> encoded;  // filled on first use
+    int64_t eventStep = -1;        // the step the Batch event was stamped with
+    bool byReference = false;
+    int bytes = -1;  // by reference: its bytes are in the trace (1), not (0), not checked yet (-1)
     std::vector<RngRecord> rng;
   };
   struct EntropyRecord {

@@ -28,6 +28,11 @@ Config Config::fromEnvironment() {
     long v = std::strtol(k, &end, 10);
     if (end != k && *end == '\0' && v >= 0 && v <= 64) c.ringSteps = static_cast<int>(v);
   }
+  if (const char* k = std::getenv("DLRR_WINDOW")) {
+    char* end = nullptr;
+    long v = std::strtol(k, &end, 10);
+    if (end != k && *end == '\0' && v >= 0 && v <= 4096) c.window = static_cast<int>(v);
+  }
   if (const char* fd = std::getenv("DLRR_STATUS_FD")) {
     char* end = nullptr;
     long v = std::strtol(fd, &end, 10);

@@ -28,6 +28,7 @@ struct Config {
   int statusFd = -1;                 // DLRR_STATUS_FD=FD:INODE: pipe to dlrecord for "what was not recorded"
   unsigned long long statusIno = 0;  // the pipe's inode: fd FD is used only while it is that pipe
   bool keepCollectives = false;      // DLRR_COLLECTIVES=full: every collective's results in the trace
+  int window = 0;                    // DLRR_WINDOW: batches by reference, bytes of the last K held (0: all by value)
   std::string replayStream;          // DLRR_REPLAY_STREAM: stream to replay (replay mode)
 
   static Config fromEnvironment();

@@ -117,6 +117,8 @@ struct Snapshot {
   value @2 :Value;
   tensorBytes @3 :UInt64;    # raw bytes of its tensors
   newBytes @4 :UInt64;       # of which not already in the stream (after dedup)
+  window @5 :Bool;           # held in memory with the batch window and written with it (at
+                             # failure or exit), where the window's data-less replay starts
   enum Reason {
     periodic @0;             # dlrecord --snapshot-every
     failure @1;              # first non-finite value of the recording, taken in that step
@@ -225,6 +227,14 @@ struct Batch {
   sampleIndices @3 :List(Int64);
   value @4 :Value;
   isTraining @5 :Bool;       # this batch began a training step
+  # Bounded traces (docs/recording.md, "Batches by reference"): a batch of a map-style dataset
+  # recorded by reference keeps its value tree (dtypes, shapes, blob hashes) but its tensor
+  # blobs are in the stream only when the batch was in the window when it was written (at the
+  # job's failure or exit), possibly after later events, or never. Replay with the dataset
+  # re-makes it through the job's pipeline and checks it against `digest`.
+  byReference @6 :Bool;
+  digest @7 :UInt64;         # session/BatchDigest of the value (0: none computed)
+  sampleDigests @8 :List(UInt64);  # per sample position (rows of tensors led by the sample count)
 }
 
 struct LoaderEnd {

@@ -197,6 +197,9 @@ class FakeLib:
     def _dlrr_batch_end(self):
         self.calls.append(("batch_end",))
 
+    def _dlrr_batch_by_reference(self):
+        self.calls.append(("batch_by_reference",))
+
     def _dlrr_snapshot_begin(self, step, failure):
         self.calls.append(("snapshot_begin", step, failure))
 
@@ -258,6 +261,21 @@ class FakeLib:
         return 0
 
     def _dlrr_replay_batch_meta(self, loader, index, step, is_training, indices, n):
+        return 0
+
+    def _dlrr_replay_batch_kind(self, loader, index):
+        return 0  # not recorded by reference: the by-value path
+
+    def _dlrr_replay_batch_stand_in(self, loader, index, data, n):
+        return 0
+
+    def _dlrr_replay_remade_begin(self, loader, index):
+        self.calls.append(("remade_begin", loader, index))
+
+    def _dlrr_replay_remade_end(self, what, cap, sample_pos):
+        return -1
+
+    def _dlrr_replay_batch_map(self, out, cap):
         return 0
 
     def _dlrr_replay_iterator_length(self, loader, iteration):
@@ -378,6 +396,9 @@ class FakeLib:
 
     def _dlrr_term_notice(self, notify_fd, ack_fd, wait_ms):
         return 0  # the real library installs a SIGTERM handler; never in these tests
+
+    def _dlrr_window_flush(self):
+        self.calls.append(("window_flush",))
 
     # The two-crossing forms record what the four calls they stand for would (the library's
     # dlrr_collective_begin1/end1 are those calls), so tests see one sequence either way.

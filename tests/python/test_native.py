@@ -24,6 +24,7 @@ _C_TYPES = {
     "dlrr_target_t*": ctypes.POINTER(native.TargetT),
     "const dlrr_recorded_digest_t**": ctypes.POINTER(ctypes.POINTER(native.RecordedDigestT)),
     "const uint8_t**": ctypes.POINTER(ctypes.c_void_p), "uint64_t*": ctypes.POINTER(ctypes.c_uint64),
+    "char*": ctypes.c_char_p,  # an output buffer (create_string_buffer)
     "int*": ctypes.POINTER(ctypes.c_int), "const int64_t**": ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)),
 }
 

@@ -27,7 +27,7 @@ std::vector<std::string> childEnvironment(const std::vector<std::string>& ours, 
                                           const std::string& statusFd, std::string& gpuOff) {
   static const char* const kOwn[] = {"LD_PRELOAD=",   "PYTHONPATH=",          "DLRR_MODE=",       "DLRR_TRACE=",
                                      "DLRR_CAPTURE=", "DLRR_COLLECTIVES=",    "DLRR_RING_STEPS=", "DLRR_STATUS_FD=",
-                                     "DLRR_LIBRARY=", "DLRR_SNAPSHOT_EVERY=", "DLRR_HANG_AFTER="};
+                                     "DLRR_LIBRARY=", "DLRR_SNAPSHOT_EVERY=", "DLRR_HANG_AFTER=", "DLRR_WINDOW="};
   auto own = [](const std::string& kv) {
     for (const char* k : kOwn)
       if (kv.rfind(k, 0) == 0) return true;
@@ -58,6 +58,8 @@ std::vector<std::string> childEnvironment(const std::vector<std::string>& ours, 
   env.push_back("DLRR_LIBRARY=" + paths.library);
   env.push_back("DLRR_SNAPSHOT_EVERY=" + o.snapshotEvery);
   env.push_back("DLRR_HANG_AFTER=" + o.hangAfter);
+  // Batches by reference with a window of K steps; 0 (--batches all): every batch by value.
+  env.push_back("DLRR_WINDOW=" + std::to_string(o.batches == "window" ? o.window : 0));
   if (!statusFd.empty()) env.push_back("DLRR_STATUS_FD=" + statusFd);
   return env;
 }

@@ -39,6 +39,12 @@ const char* const kRecordUsage =
     "  --snapshot-every WHEN  training-state snapshots for jump replay (dlreplay --from):\n"
     "                       auto (default: by time, ~1% of the job's time), SECONDS, Nsteps\n"
     "                       (e.g. 1000steps) or off (a failure snapshot is still taken)\n"
+    "  --batches all|window DataLoader batches: all (default) keeps every batch's bytes; window\n"
+    "                       keeps, for batches of map-style datasets, only sample indices, RNG\n"
+    "                       states and digests (replay re-makes them from the dataset), and the\n"
+    "                       bytes of the last K steps in memory, written at failure or exit\n"
+    "  --window K           steps whose batch bytes are held (implies --batches window;\n"
+    "                       default 16, 1..4096)\n"
     "  --ring-steps K       module outputs and losses of the last K steps are kept in full in\n"
     "                       memory and written only when a failure happens (default 2, 0 = off)\n"
     "  --hang-after SECONDS torch.distributed jobs: a rank in one collective (or with none\n"
@@ -72,6 +78,8 @@ RecordOptions parseRecordOptions(const std::vector<std::string>& argv) {
                           {"--redact", T::Value},
                           {"--hang-after", T::Value},
                           {"--snapshot-every", T::Value},
+                          {"--batches", T::Value},
+                          {"--window", T::Value},
                           {"--quiet", T::Flag, "-q"}},
                          tools::Args::Layout::Command);
   RecordOptions o;
@@ -94,6 +102,14 @@ RecordOptions parseRecordOptions(const std::vector<std::string>& argv) {
   o.snapshotEvery = args.value("--snapshot-every").value_or(o.snapshotEvery);
   if (!validSnapshotEvery(o.snapshotEvery))
     throw UsageError("--snapshot-every must be auto, off, SECONDS or Nsteps (got '" + o.snapshotEvery + "')");
+  o.batches = args.value("--batches").value_or(o.batches);
+  if (o.batches != "all" && o.batches != "window")
+    throw UsageError("--batches must be all or window (got '" + o.batches + "')");
+  if (auto k = args.intValue("--window", 1, 4096)) {
+    o.window = static_cast<int>(*k);
+    if (!args.value("--batches")) o.batches = "window";
+    if (o.batches != "window") throw UsageError("--window needs --batches window (got --batches all)");
+  }
   o.quiet = args.has("--quiet");
   // --help and --version end the parse where they stand: the options before them were checked.
   if (args.final() == "--help") o.action = RecordOptions::Action::Help;

@@ -21,6 +21,8 @@ struct RecordOptions {
   std::string hangAfter = "60";        // seconds (hang_watch.py), 0 = off
   std::string collectives = "digest";  // digest | full
   std::string snapshotEvery = "auto";  // auto | off | SECONDS | Nsteps (snapshots.py)
+  std::string batches = "all";         // all | window (batches by reference, docs/recording.md)
+  int window = 16;                     // --window K: steps whose batch bytes are held (1..4096)
   std::vector<std::string> redact = defaultRedactPatterns();
   bool quiet = false;
   std::vector<std::string> command;  // not empty when action is Record

@@ -71,6 +71,7 @@ void applyReplaySettings(Environment& env, const ReplaySettings& s) {
   env["DLRR_LIBRARY"] = s.library;
   setOrErase("DLRR_DEBUG", !s.debug.empty(), s.debug);
   setOrErase("DLRR_PROGRESS", s.progress, "1");
+  setOrErase("DLRR_DATA", s.withoutData, "absent");
   setOrErase("DLRR_WHAT_IF", !s.whatIf.empty(), s.whatIf);
   setOrErase("DLRR_WHAT_IF_FROM", !s.whatIf.empty(), std::to_string(s.whatIfFrom));
   setOrErase("DLRR_WHAT_IF_STEPS", !s.whatIf.empty() && s.whatIfSteps > 0, std::to_string(s.whatIfSteps));

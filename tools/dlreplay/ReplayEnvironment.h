@@ -39,12 +39,13 @@ struct ReplaySettings {
   bool rankAlone = false;
   std::vector<std::pair<std::string, std::string>> rankEnv;
   bool allRanks = false;
-  std::string until;       // DLRR_UNTIL
-  std::string reportPath;  // where the library writes its report
-  int64_t jumpStep = -1;   // jump replay's snapshot step (-1: from step 0)
-  std::string library;     // libdlrr.so (for processes the job starts)
-  std::string debug;       // "", pdb, gdb, wait
-  bool progress = false;   // a progress line on the terminal
+  std::string until;         // DLRR_UNTIL
+  std::string reportPath;    // where the library writes its report
+  int64_t jumpStep = -1;     // jump replay's snapshot step (-1: from step 0)
+  std::string library;       // libdlrr.so (for processes the job starts)
+  std::string debug;         // "", pdb, gdb, wait
+  bool progress = false;     // a progress line on the terminal
+  bool withoutData = false;  // --without-data
   // --what-if (WhatIf.h): the change, the step it starts at, the steps replayed with it (0: all).
   std::string whatIf;
   int64_t whatIfFrom = -1;

@@ -69,6 +69,9 @@ const char* const kReplayUsage =
     "                   the job runs on an overlay of this machine's files (kernel namespaces)\n"
     "  --net host|none  the job's network: none (default; host with --debug debugpy) is loopback\n"
     "                   only; host is this machine's\n"
+    "  --without-data   a bounded trace (dlrecord --window): serve batches recorded by reference\n"
+    "                   from the trace's window instead of re-making them from the dataset;\n"
+    "                   steps outside the window are refused, with the map (dltrace info)\n"
     "  --yes            consent to run the recorded command of a trace from another host/user\n"
     "  --dry-run        show the command and environment changes, run nothing\n"
     "  --json           print the report as one JSON line on stdout, after the job's output\n"
@@ -102,7 +105,8 @@ ReplayOptions parseReplayOptions(const std::vector<std::string>& argv) {
                                 {"--net", T::Value},        {"--serve-code", T::Flag},   {"--serve-budget", T::Value},
                                 {"--all-ranks", T::Flag},   {"--yes", T::Flag},          {"--check", T::Flag},
                                 {"--dry-run", T::Flag},     {"--json", T::Flag},         {"--what-if", T::Value},
-                                {"--steps", T::Value},      {"--quiet", T::Flag, "-q"},  {"--clean-scratch", T::Flag}},
+                                {"--steps", T::Value},      {"--quiet", T::Flag, "-q"},  {"--clean-scratch", T::Flag},
+                                {"--without-data", T::Flag}},
                          tools::Args::Layout::Command);
   ReplayOptions o;
   o.until = args.value("--until").value_or("");
@@ -142,6 +146,7 @@ ReplayOptions parseReplayOptions(const std::vector<std::string>& argv) {
   }
   o.allRanks = args.has("--all-ranks");
   o.yes = args.has("--yes");
+  o.withoutData = args.has("--without-data");
   o.check = args.has("--check");
   o.dryRun = args.has("--dry-run");
   o.json = args.has("--json");

@@ -32,6 +32,7 @@ struct ReplayOptions {
   bool serveCode = false;               // --serve-code: serve .py/.so/... the trace holds too
   std::optional<uint64_t> serveBudget;  // --serve-budget BYTES
   bool yes = false;
+  bool withoutData = false;  // --without-data: batches by reference from the window (DLRR_DATA=absent)
   bool check = false;
   bool dryRun = false;
   bool json = false;

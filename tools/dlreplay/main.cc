@@ -316,6 +316,7 @@ int run(int argc, char** argv) {
   settings.jumpStep = s.jump.jumpStep;
   settings.library = paths.library;
   settings.debug = o.debug;
+  settings.withoutData = o.withoutData;
   settings.progress = o.debug.empty() && !o.json && !o.quiet && ::isatty(2);
   if (!o.whatIf.empty()) {
     // The change starts at the failing step, or where --from asked verification to start.

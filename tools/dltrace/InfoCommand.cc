@@ -1,8 +1,10 @@
 // dltrace info: what a trace is (command, host, processes, steps, size, failure) at a glance.
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <string>
 
+#include "format/BatchMap.h"
 #include "format/Concurrency.h"
 #include "format/Ranks.h"
 #include "format/Trace.h"
@@ -56,6 +58,38 @@ std::vector<SnapshotRow> snapshotsOf(Trace& trace, const TraceSummary& s) {
   return rows;
 }
 
+// Bounded traces: which steps replay with the dataset present and which without it.
+BatchMap batchMapOf(Trace& trace, const TraceSummary& s) {
+  BatchMapBuilder b;
+  StreamReader* r = s.mainStream.empty() ? nullptr : trace.find(s.mainStream);
+  if (!r) return b.build();
+  try {
+    r->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
+      if (e.isSnapshot()) b.snapshot(e.getSnapshot().getStep());
+      if (!e.isBatch()) return;
+      auto batch = e.getBatch();
+      bool present = true;
+      std::function<void(schema::Value::Reader, int)> walk = [&](schema::Value::Reader v, int depth) {
+        if (depth > 64 || !present) return;
+        if (v.isTensor()) {
+          auto ref = v.getTensor().getData();
+          if (ref.getSize() > 0) present = r->hasBlob(Hash128{ref.getHashLo(), ref.getHashHi()});
+        } else if (v.isList()) {
+          for (auto c : v.getList()) walk(c, depth + 1);
+        } else if (v.isTuple()) {
+          for (auto c : v.getTuple()) walk(c, depth + 1);
+        } else if (v.isDict()) {
+          for (auto c : v.getDict()) walk(c.getValue(), depth + 1);
+        }
+      };
+      if (batch.getByReference()) walk(batch.getValue(), 0);
+      b.batch(e.getStep(), batch.getByReference(), present);
+    });
+  } catch (const TraceError&) {
+  }
+  return b.build();
+}
+
 std::string pad(const std::string& s, size_t w) { return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' '); }
 
 // When the failing step's failure-ring tensors did not all reach the trace: how many did, and
@@ -76,7 +110,7 @@ std::string missingRingTensors(const TraceSummary& s) {
 
 void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankReport& ranks, const Concurrency& conc,
                const std::string& dlrrVersion, const std::vector<SnapshotRow>& snaps,
-               const std::vector<std::string>& culprits) {
+               const std::vector<std::string>& culprits, const BatchMap& map) {
   std::string buf;
   JsonWriter j(buf, 2);
   j.beginObject();
@@ -98,6 +132,7 @@ void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
   j.field("steps", s.steps);
   j.field("untrained_steps", s.untrainedSteps);
   j.field("main_stream", s.mainStream);
+  if (map.byReference) j.field("replay_map", map.describe());
   j.key("snapshots").beginArray();
   for (const auto& sn : snaps) {
     j.beginObject();
@@ -273,7 +308,7 @@ void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
 
 void writeText(Output& out, Trace& trace, const TraceSummary& s, const RankReport& ranks, const Concurrency& conc,
                const std::string& dlrrVersion, const std::vector<SnapshotRow>& snaps,
-               const std::vector<std::string>& culprits) {
+               const std::vector<std::string>& culprits, const BatchMap& map) {
   out.line("trace       " + printable(trace.path()));
   out.line("format      " + s.formatVersion +
            (dlrrVersion.empty() ? "" : " (written by dlrr " + printable(dlrrVersion) + ")"));
@@ -302,6 +337,9 @@ void writeText(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
   if (std::string c = conc.caveat(); !c.empty()) out.line("determinism " + printable(c));
   out.line("size        " + humanBytes(s.fileBytes) + " on disk; " + humanBytes(s.rawBytes) + " raw in " +
            humanBytes(s.bytes) + " stored (" + ratio(s.rawBytes, s.bytes) + ")");
+  if (map.byReference)
+    out.line("replay      " + map.describe() + " (" + std::to_string(map.byReference) + " batches by reference, " +
+             std::to_string(map.bytesMissing) + " without their bytes)");
   if (!snaps.empty()) {
     uint64_t raw = 0, fresh = 0;
     for (const auto& sn : snaps) raw += sn.tensorBytes, fresh += sn.newBytes;
@@ -360,6 +398,7 @@ int run(const Args& args, Output& out) {
   RankReport ranks = analyzeRanks(*trace);
   Concurrency conc = analyzeConcurrency(*trace);
   std::vector<SnapshotRow> snaps = snapshotsOf(*trace, s);
+  BatchMap map = batchMapOf(*trace, s);
   // The samples of the first non-finite value's batch that held non-finite values: the culprit.
   std::vector<std::string> culprits;
   const FailureInfo* f = ranks.origin ? &ranks.origin->failure : s.failure ? &*s.failure : nullptr;
@@ -371,9 +410,9 @@ int run(const Args& args, Output& out) {
       }
     }
   if (args.has("--json"))
-    writeJson(out, *trace, s, ranks, conc, dlrrVersion, snaps, culprits);
+    writeJson(out, *trace, s, ranks, conc, dlrrVersion, snaps, culprits, map);
   else
-    writeText(out, *trace, s, ranks, conc, dlrrVersion, snaps, culprits);
+    writeText(out, *trace, s, ranks, conc, dlrrVersion, snaps, culprits, map);
   return kExitOk;
 }
 

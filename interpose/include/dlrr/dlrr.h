@@ -132,8 +132,12 @@ DLRR_API void dlrr_val_tensor(const char* dtype, uint32_t elem_size, int ndim, c
 DLRR_API void dlrr_batch_end(void);
 /* ---- training-state snapshot at the start of `step` (jump replay): one value built with the
  * dlrr_val_* calls between begin and end (docs/format.md, "Snapshots"). failure: 1 for the
- * snapshot of the step with the first non-finite value. */
+ * snapshot of the step with the first non-finite value; 2 for a snapshot held in memory with
+ * the batch window and written with it (dlrecord --window). */
 DLRR_API void dlrr_snapshot_begin(int64_t step, int failure);
+/* After dlrr_batch_begin: this batch (of a map-style dataset) is recorded by reference (its
+ * digest and sample digests; its bytes only in the window, dlrecord --window). */
+DLRR_API void dlrr_batch_by_reference(void);
 DLRR_API void dlrr_snapshot_end(void);
 /* An iterator of `loader` ended (StopIteration) after `batches` batches. */
 DLRR_API void dlrr_loader_end(uint32_t loader, uint32_t iteration, uint64_t batches);
@@ -217,6 +221,18 @@ DLRR_API int dlrr_replay_batch(uint32_t loader, uint64_t index, const uint8_t** 
 /* Which step the batch began (-1: not a training batch) and its dataset sample indices. */
 DLRR_API int dlrr_replay_batch_meta(uint32_t loader, uint64_t index, int64_t* step, int* is_training,
                                     const int64_t** sample_indices, uint64_t* n_indices);
+/* Bounded traces. How batch `index` of `loader` was recorded: 0 not, 1 by value, 2 by
+ * reference with its bytes in the trace, 3 by reference without them. */
+DLRR_API int dlrr_replay_batch_kind(uint32_t loader, uint64_t index);
+/* Its structure with zeros where the trace lacks its bytes (fast-forwarded steps). */
+DLRR_API int dlrr_replay_batch_stand_in(uint32_t loader, uint64_t index, const uint8_t** data, uint64_t* n);
+/* A batch the job's pipeline re-made: begin, its dlrr_val_* calls, end. End returns 1 same as
+ * recorded, 0 different (`what`: how; *sample_pos: first differing sample, -1 unknown), -1
+ * nothing to compare. */
+DLRR_API void dlrr_replay_remade_begin(uint32_t loader, uint64_t index);
+DLRR_API int dlrr_replay_remade_end(char* what, uint64_t cap, int64_t* sample_pos);
+/* One line: which steps replay with the dataset present and which without it. 1 ok. */
+DLRR_API int dlrr_replay_batch_map(char* out, uint64_t cap);
 /* Batches the recorded iterator `iteration` of `loader` yielded; -1 when it never ended. */
 DLRR_API int64_t dlrr_replay_iterator_length(uint32_t loader, uint32_t iteration);
 /* RNG state recorded when batch `index` of `loader` was delivered (1 ok, 0 none). */
@@ -327,6 +343,9 @@ DLRR_API void dlrr_collective_wait(int reason, int waiting, uint64_t seq, const 
  * (the hook's watch writing dlrr_collective_wait), then the signal goes on as before. Only when
  * SIGTERM has its default disposition. 1 installed, 0 left alone, -1 error. */
 DLRR_API int dlrr_term_notice(int notify_fd, int ack_fd, int wait_ms);
+/* Record only: writes the batch window (dlrecord --window) now and makes it durable (the
+ * hook's answer to SIGTERM); later batches by reference then write their bytes at once. */
+DLRR_API void dlrr_window_flush(void);
 /* The common one-tensor collective in two crossings instead of four, with the same effect:
  * dlrr_collective_begin then dlrr_collective_tensor(seq, 0, ...) of its input; and
  * dlrr_collective_tensor(seq, 1, ...) of its result then dlrr_collective_end. A null dtype

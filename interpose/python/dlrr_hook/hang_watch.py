@@ -140,6 +140,10 @@ class HangWatch:
                     pass
                 self._check(TERMINATED)
                 try:
+                    self._lib.dlrr_window_flush()  # dlrecord --window: the held batches too
+                except Exception:
+                    pass
+                try:
                     if self._ack_w >= 0:
                         os.write(self._ack_w, b"k")
                 except OSError:

@@ -58,13 +58,22 @@ class Iteration:
 
 
 class BatchInfo:
-    __slots__ = ("loader", "iteration", "index", "indices")
+    __slots__ = ("loader", "iteration", "index", "indices", "map_style")
 
-    def __init__(self, loader, iteration, index, indices):
+    def __init__(self, loader, iteration, index, indices, map_style=False):
         self.loader = loader
         self.iteration = iteration
         self.index = index
         self.indices = indices
+        # A map-style dataset's batch: a function of the dataset, its sample indices and the
+        # recorded RNG, so a bounded trace records it by reference (docs/recording.md).
+        self.map_style = map_style
+
+
+def map_style(iterator):
+    """The iterator draws from a map-style dataset (_DatasetKind.Map), not an IterableDataset."""
+    kind = iterator.__dict__.get("_dataset_kind")
+    return kind == 0
 
 
 def indices_pointer(index):
@@ -143,7 +152,7 @@ class LoaderTracker:
             iteration = self._iteration_of(iterator)
         loader = iteration.loader
         info = BatchInfo(loader.number, iteration.number, loader.batches,
-                         self._indices_of(iterator, in_flight))
+                         self._indices_of(iterator, in_flight), map_style(iterator))
         loader.batches += 1
         iteration.count += 1
         self._deliver(info, data)

@@ -72,6 +72,10 @@ class Recorder(Session):
             indices, count = indices_pointer(info.indices)
             self.lib.dlrr_batch_begin(info.loader, info.iteration, info.index, 1 if training else 0,
                                       indices, count)
+            if self.window:
+                if self._term_flush is None:
+                    self._start_term_flush()
+                self._by_reference(info, count)
             try:
                 self.values.write(data)
             finally:
@@ -79,6 +83,28 @@ class Recorder(Session):
         except BaseException:
             self.lib.dlrr_step_wait_durable()  # the batch never ended: durable all the same
             raise
+
+    def _start_term_flush(self):
+        """SIGTERM writes the window (term_flush.py); a distributed rank's hang watch does it there."""
+        from .term_flush import TermFlush, distributed
+        self._term_flush = False
+        if not distributed():
+            self._term_flush = TermFlush(self.lib)
+            self._term_flush.start()
+
+    def _by_reference(self, info, count):
+        """A bounded trace (dlrecord --window): a map-style dataset's batch whose sample indices
+        are known is recorded by reference; any other keeps its bytes, and says why once."""
+        if info.map_style and count:
+            self.lib.dlrr_batch_by_reference()
+            return
+        if info.loader in self._by_value_said:
+            return
+        self._by_value_said.add(info.loader)
+        why = ("an IterableDataset (its batches cannot be re-made from sample indices)" if not info.map_style
+               else "no sample indices (a batch sampler that yields something else)")
+        self._note_unverified("batches.by_value", "loader %d: batches kept by value in the bounded trace: %s"
+                              % (info.loader, why))
 
     def native_digest(self):
         """What the native module hooks need to do _on_output's host path themselves (one dense

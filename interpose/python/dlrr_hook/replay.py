@@ -40,12 +40,39 @@ from . import failures, gpu, native, rng as rngmod, runtime
 from .batches import BatchDecoder
 from .explain import Explainer, history
 from .whatif import WhatIf
-from .modules import fetching
+from .modules import fetching, in_fetch
 from .session import Session, _flat_tensors
 from .snapshots import restore_tree
 
 _HOOK_DIR = os.path.dirname(os.path.abspath(__file__))
 _EXTREME = 1e6  # |x| above this in an input batch is named as extreme
+
+
+BATCH_VALUE, BATCH_REF_HELD, BATCH_REF = 1, 2, 3  # dlrr_replay_batch_kind
+
+
+def _sample_file(dataset, index):
+    """The file a dataset sample comes from, when the dataset says (torchvision's ImageFolder,
+    DatasetFolder: .samples; a Subset's underlying dataset)."""
+    for _ in range(8):
+        if dataset is None:
+            return None
+        if hasattr(dataset, "indices") and hasattr(dataset, "dataset"):  # torch.utils.data.Subset
+            try:
+                index = dataset.indices[index]
+            except Exception:
+                return None
+            dataset = dataset.dataset
+            continue
+        samples = getattr(dataset, "samples", None)
+        try:
+            entry = samples[index] if samples is not None else None
+        except Exception:
+            return None
+        if isinstance(entry, (tuple, list)) and entry and isinstance(entry[0], str):
+            return entry[0]
+        return None
+    return None
 
 
 class ReplayIterator:
@@ -55,6 +82,7 @@ class ReplayIterator:
         self._replayer = replayer
         self._loader = loader
         self._sampler_iter = None  # the loader's own index sampler, advanced batch by batch
+        self._real = None  # the loader's own iterator, re-making batches recorded by reference
 
     def __iter__(self):
         return self
@@ -190,6 +218,7 @@ class Replayer(Session):
         # Jump replay: steps before the jump step are fast-forwarded (see _install_fast_forward).
         self.jump_step = lib.dlrr_replay_jump_step()
         self.fast_forwarding = self.jump_step > 0
+        self.data_absent = os.environ.get("DLRR_DATA", "") == "absent"  # dlreplay --without-data
         self._persistent_loaders = weakref.WeakSet()  # persistent-worker loaders iterated once already
 
     # ------------------------------------------------------------------ set-up
@@ -263,7 +292,7 @@ class Replayer(Session):
             def __iter__(self):
                 if not replayer.active:
                     return original(self)
-                return replayer.guarded(replayer.make_iterator, self) or original(self)
+                return replayer.guarded(replayer.make_iterator, self, original) or original(self)
             return __iter__
         # Ours takes the place of the LoaderTracker's __iter__ wrapper (the Patcher wraps a
         # method once), so make_iterator numbers the iteration itself.
@@ -409,9 +438,17 @@ class Replayer(Session):
         self._fact("verify.unverified", note)
 
     # ------------------------------------------------------------------ batches
-    def make_iterator(self, loader):
+    def make_iterator(self, loader, original=None):
         torch = self.torch
         iterator = ReplayIterator(self, loader)
+        state = self.loaders._loader_state(loader)
+        kind = self.lib.dlrr_replay_batch_kind(state.number, state.batches)
+        if kind in (BATCH_REF_HELD, BATCH_REF) and not self.data_absent and original is not None:
+            # Recorded by reference: the job's own iterator (its sampler, base seed, workers)
+            # re-makes each batch, checked against the recorded digest (docs/replay.md).
+            iterator._real = original(loader)
+            self.loaders.begin_iteration(loader, iterator)
+            return iterator
         # The real iterator makes its index sampler's iterator, then draws its base seed from
         # the global generator; its samplers draw as batches are taken (RandomSampler,
         # SubsetRandomSampler, WeightedRandomSampler, the job's own): run the loader's own
@@ -439,19 +476,27 @@ class Replayer(Session):
         if 0 <= length <= iteration.count:
             self.loaders.stopped(iterator)
             raise StopIteration
+        if iterator._real is not None:
+            return self._remade_batch(iterator, loader)
         # A loader without workers loads in this process: what its Dataset or collate_fn drew
         # (augmentation) was drawn when recorded, not here, where the batch is served. The
         # recording says whether it drew (Recorder._probe_load_draws): then the comparison at
         # this delivery would blame the job for that, and it is skipped.
         self._served_in_process = getattr(iterator._loader, "num_workers", 0) == 0 and bool(
             self.lib.dlrr_replay_runtime_info(native.text("rng.loader.%d.draws_while_loading" % loader.number)))
+        kind = self.lib.dlrr_replay_batch_kind(loader.number, loader.batches)
         if iterator._sampler_iter is not None:
             try:
                 next(iterator._sampler_iter)  # its random draws; the batch itself is served
             except Exception:
                 iterator._sampler_iter = None  # exhausted or failing: the recording decides
         ptr, n = ctypes.c_void_p(), ctypes.c_uint64()
-        if not self.lib.dlrr_replay_batch(loader.number, loader.batches, ctypes.byref(ptr), ctypes.byref(n)):
+        if kind == BATCH_REF and not self.fast_forwarding:
+            self._refuse_dataless(loader, "its bytes are not in the trace (outside the window) and this replay runs "
+                                  "without the dataset (--without-data)")
+            raise StopIteration
+        serve = self.lib.dlrr_replay_batch_stand_in if kind == BATCH_REF else self.lib.dlrr_replay_batch
+        if not serve(loader.number, loader.batches, ctypes.byref(ptr), ctypes.byref(n)):
             where = "batch %d of loader %d" % (loader.batches, loader.number)
             if self.target.kind == native.TARGET_CRASH and self._crash_while_loading():
                 # The recorded job failed while loading this batch: replay serves recorded
@@ -481,6 +526,67 @@ class Replayer(Session):
 
     def before_fetch(self, iterator):
         """Nothing: replay serves the batch (next_batch), no loading code runs."""
+
+    def _batch_step(self, loader):
+        step, training = ctypes.c_int64(-1), ctypes.c_int(0)
+        idx, nidx = ctypes.POINTER(ctypes.c_int64)(), ctypes.c_uint64()
+        self.lib.dlrr_replay_batch_meta(loader.number, loader.batches, ctypes.byref(step), ctypes.byref(training),
+                                        ctypes.byref(idx), ctypes.byref(nidx))
+        return step.value, [idx[i] for i in range(nidx.value)]
+
+    def _batch_map(self):
+        buf = ctypes.create_string_buffer(4096)
+        self.lib.dlrr_replay_batch_map(buf, len(buf))
+        return buf.value.decode("utf-8", "replace")
+
+    def _refuse_dataless(self, loader, why):
+        step, _ = self._batch_step(loader)
+        self.stop("unservable", "batch %d of loader %d (step %s) was recorded by reference: %s. This trace: %s"
+                  % (loader.batches, loader.number, step if step >= 0 else "-", why, self._batch_map()),
+                  sys._getframe(2), step=step if step >= 0 else None)
+
+    def _remade_batch(self, iterator, loader):
+        """The next batch re-made by the job's own iterator, checked against the recorded digest."""
+        real = iterator._real
+        try:
+            with in_fetch():
+                data = real._next_data()
+        except StopIteration:
+            self._diverge(self.steps.current, native.DIGEST_BATCH, "loader %d" % loader.number,
+                          "the job's loader ended before batch %d of loader %d; the recording had it"
+                          % (loader.batches, loader.number))
+            raise
+        except OSError as exc:  # the dataset is not here (or not readable)
+            self._refuse_dataless(loader, "re-making it through the job's pipeline failed (%s: %s); replay it "
+                                  "without the dataset with dlreplay --without-data, from the window"
+                                  % (type(exc).__name__, exc))
+            raise StopIteration
+        real._num_yielded += 1
+        step, indices = self._batch_step(loader)
+        self.lib.dlrr_replay_remade_begin(loader.number, loader.batches)
+        self.values.write(data)
+        what = ctypes.create_string_buffer(512)
+        pos = ctypes.c_int64(-1)
+        rc = self.lib.dlrr_replay_remade_end(what, len(what), ctypes.byref(pos))
+        iterator._dlrr_index = indices
+        self._batch_meta = (loader.number, loader.batches, indices)
+        self.current_batch = data
+        if rc == 0:
+            detail = "batch %d of loader %d (step %s), re-made from the dataset, differs from the recording: %s" % (
+                loader.batches, loader.number, step if step >= 0 else "-", what.value.decode("utf-8", "replace"))
+            if 0 <= pos.value < len(indices):
+                detail += "; dataset index %d" % indices[pos.value]
+                path = _sample_file(getattr(iterator._loader, "dataset", None), indices[pos.value])
+                if path:
+                    detail += ", file %s" % path
+            step = step if step >= 0 else self.steps.current
+            self.lib.dlrr_replay_diverged(-1 if step is None else step, native.DIGEST_BATCH,
+                                          native.text("loader %d batch %d" % (loader.number, loader.batches)),
+                                          native.text(detail))
+            self.stop("divergence", detail, sys._getframe(1), step=step)
+            raise StopIteration
+        self.loaders.after_next(iterator, data, None)
+        return data
 
     def _crash_while_loading(self):
         """The recorded exception was raised while a DataLoader loaded a batch (its traceback

@@ -212,6 +212,14 @@ class Session:
         self._param_calls = {}
         self._backwards = 0
         self._roots = {}
+        # dlrecord --window K: batches of map-style datasets by reference, bytes of the last K
+        # steps held in memory (docs/recording.md, "Batches by reference").
+        try:
+            self.window = max(0, int(os.environ.get("DLRR_WINDOW", "0") or 0))
+        except ValueError:
+            self.window = 0
+        self._by_value_said = set()
+        self._term_flush = None  # TermFlush (record, with a window), False: not here
         self._unverified_said = set()  # (key, note) pairs already said (_say_unverified)
         # _on_output digests a host tensor itself (record's _digest, inlined for speed); replay
         # sends every output through its _digest, which stops at a divergence where it happens.
@@ -346,7 +354,7 @@ class Session:
         self._patch_state_owners(torch)
         if self.lib.dlrr_mode() == native.MODE_RECORD:  # what the main process reads (files.py)
             FileCapture(self, self.lib).install(self._patcher, dataloader)
-            self.snapshots = SnapshotTaker(self.lib, self.values, self.registry)
+            self.snapshots = SnapshotTaker(self.lib, self.values, self.registry, self.window)
 
     def _patch_state_owners(self, torch):
         """LR schedulers and grad scalers, in creation order (snapshots.py)."""

@@ -164,7 +164,7 @@ def restore_tree(registry, tree, torch):
 class SnapshotTaker:
     """Record side: decides when, and writes the snapshot through the C API."""
 
-    def __init__(self, lib, values, registry):
+    def __init__(self, lib, values, registry, window=0):
         self._lib = lib
         self._values = values
         self.registry = registry
@@ -175,9 +175,13 @@ class SnapshotTaker:
         self.failure_taken = False
         self._said_no_roots = False
         self.taken = 0
+        self.window = window  # dlrecord --window K: a snapshot held with the window every K steps
         self.seconds = 0.0  # spent on the job's thread taking snapshots (dltrace env: snapshot.job_seconds)
 
     def at_step_start(self, step):
+        if self.window and step > 0 and step % self.window == 0 and self.registry.roots:
+            self.take(step, False, held=True)  # where a data-less replay of the window starts
+            return
         if self.mode == "off" or step == 0:
             return
         if self.mode == "steps":
@@ -197,7 +201,7 @@ class SnapshotTaker:
         if due:
             self.take(step, False)
 
-    def take(self, step, failure):
+    def take(self, step, failure, held=False):
         t0 = time.monotonic()
         try:
             tree = build_tree(self.registry)
@@ -208,12 +212,15 @@ class SnapshotTaker:
             self._lib.dlrr_recorder_status(1, ("snapshots off at step %d: %s: %s" % (step, type(exc).__name__, exc))
                                            .encode("utf-8", "replace"))
             return
-        self._lib.dlrr_snapshot_begin(step, 1 if failure else 0)
+        self._lib.dlrr_snapshot_begin(step, 2 if held else 1 if failure else 0)
         try:
             self._values.write(tree)
         finally:
             self._lib.dlrr_snapshot_end()
         now = time.monotonic()
+        if held:  # in memory: neither the cadence's clock nor the job-time figure moves
+            self.taken += 1
+            return
         if self.mode == "auto":
             self._interval = max(_AUTO_MIN_S, _AUTO_COST * (now - t0))
         self._last_t = now
