@@ -12,25 +12,26 @@
 
 #include "replayer/ReplayReport.h"
 #include "replayer/ReplayTarget.h"
+#include "tools/common/ExitCodes.h"
 
 namespace dlrr {
 
-// Exit codes (docs/cli.md): 0-8 as dltrace for trace problems, then replay outcomes.
+// dlreplay's names for its exit codes; the values and their meanings are tools/common/ExitCodes.h's.
 enum : int {
-  kOk = 0,
-  kUsage = 2,
-  kIo = 3,
-  kNotATrace = 4,
-  kFuture = 5,
-  kCorrupt = 6,
-  kNotFound = 7,
-  kInternal = 8,        // a bug in dlreplay: please report it
-  kConsent = 9,         // the trace is from another host/user: --yes or an explicit command needed
-  kNotReached = 10,     // the job ended (or failed otherwise) before the target
-  kDivergence = 11,     // the replay did what the recording did not (a step, an exit, an exception, a signal)
-  kNoReplay = 12,       // the replayed process never attached to the trace (e.g. not the same program)
-  kNotReproduced = 13,  // --check: the recorded failure did not happen again
-  kTraceCut = 14,       // the replay reached the end of a trace cut short (job killed, recording stopped)
+  kOk = kExitOk,
+  kUsage = kExitUsage,
+  kIo = kExitIo,
+  kNotATrace = kExitNotATrace,
+  kFuture = kExitFutureVersion,
+  kCorrupt = kExitCorrupt,
+  kNotFound = kExitNotFound,
+  kInternal = kExitInternal,
+  kConsent = kExitConsent,
+  kNotReached = kExitNotReached,
+  kDivergence = kExitDivergence,
+  kNoReplay = kExitNoReplay,
+  kNotReproduced = kExitNotReproduced,
+  kTraceCut = kExitTraceCut,
 };
 
 struct ReplayFacts {

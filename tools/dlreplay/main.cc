@@ -27,6 +27,7 @@
 #include "replayer/ReplayReport.h"
 #include "replayer/ReplaySession.h"
 #include "tools/common/ChildProcess.h"
+#include "tools/common/ExitCodes.h"
 #include "tools/common/Text.h"
 #include "tools/dlrecord/InstallPaths.h"
 #include "tools/dlreplay/AllRanksOutcome.h"
@@ -47,24 +48,6 @@
 
 namespace dlrr {
 namespace {
-
-int exitFor(ErrorKind k) {
-  switch (k) {
-    case ErrorKind::Io:
-      return kIo;
-    case ErrorKind::NotATrace:
-      return kNotATrace;
-    case ErrorKind::FutureVersion:
-      return kFuture;
-    case ErrorKind::Corrupt:
-      return kCorrupt;
-    case ErrorKind::Usage:
-      return kUsage;
-    case ErrorKind::NotFound:
-      return kNotFound;
-  }
-  return kCorrupt;
-}
 
 bool haveCudaDevice() {
   for (const char* p : {"/dev/nvidiactl", "/proc/driver/nvidia/version", "/dev/dxg"})
@@ -208,7 +191,7 @@ int runRanks(const ReplaySelection& s, const ReplayOptions& o, const Environment
     if (children[i].execError != 0) {
       std::fprintf(stderr, "dlreplay: cannot run rank %d's '%s': %s\n", s.rankLaunches[i].rank,
                    s.rankLaunches[i].argv[0].c_str(), std::strerror(children[i].execError));
-      return children[i].execError == ENOENT ? 127 : 126;
+      return children[i].execError == ENOENT ? kExitCannotRun : kExitNotExecutable;
     }
   ProcessEnd end = rankEnd(s, children);
   if (!o.json) files.print(stderr);
@@ -240,7 +223,7 @@ int run(int argc, char** argv) {
       std::fprintf(stderr, "dlreplay: warning: stream %s skipped: %s\n", b.name.c_str(), b.message.c_str());
   } catch (const TraceError& e) {
     std::fprintf(stderr, "dlreplay: %s\n", e.what());
-    return exitFor(e.kind());
+    return exitCodeFor(e.kind());
   }
   SelectionResult selected = selectReplay(*trace, o, haveCudaDevice());
   say(selected.notes);
@@ -440,7 +423,7 @@ int main(int argc, char** argv) {
     return dlrr::run(argc, argv);
   } catch (const dlrr::TraceError& e) {
     std::fprintf(stderr, "dlreplay: %s\n", e.what());
-    return dlrr::exitFor(e.kind());
+    return dlrr::exitCodeFor(e.kind());
   } catch (const kj::Exception& e) {
     std::fprintf(stderr, "dlreplay: trace data does not parse: %s\n", e.getDescription().cStr());
     return dlrr::kCorrupt;
