@@ -16,23 +16,7 @@
 
 namespace dlrr {
 
-// dlreplay's names for its exit codes; the values and their meanings are tools/common/ExitCodes.h's.
-enum : int {
-  kOk = kExitOk,
-  kUsage = kExitUsage,
-  kIo = kExitIo,
-  kNotATrace = kExitNotATrace,
-  kFuture = kExitFutureVersion,
-  kCorrupt = kExitCorrupt,
-  kNotFound = kExitNotFound,
-  kInternal = kExitInternal,
-  kConsent = kExitConsent,
-  kNotReached = kExitNotReached,
-  kDivergence = kExitDivergence,
-  kNoReplay = kExitNoReplay,
-  kNotReproduced = kExitNotReproduced,
-  kTraceCut = kExitTraceCut,
-};
+// Exit codes: tools/common/ExitCodes.h.
 
 struct ReplayFacts {
   ReplayReport report;  // the replayed process's; !attached: it never attached
@@ -49,7 +33,7 @@ struct ReplayFacts {
 };
 
 struct ReplayOutcome {
-  int exitCode = kNotReached;
+  int exitCode = kExitNotReached;
   std::string message;  // one line, escaped
   uint64_t verified = 0;
 };

@@ -16,11 +16,8 @@
 
 namespace dlrr {
 
-// Exit status of a what-if whose change did not prevent the failure (docs/cli.md).
-inline constexpr int kWhatIfRecurred = kExitWhatIfRecurred;
-
 struct WhatIfOutcome {
-  int exitCode = 0;     // 0: the failure did not recur; kWhatIfRecurred; else a replay problem
+  int exitCode = 0;     // 0: the failure did not recur; kExitWhatIfRecurred; else a replay problem
   std::string outcome;  // "prevented", "recurred", "divergence", "not-reached", "not-attached"
   std::string message;
 };

@@ -147,7 +147,7 @@ int announce(const ReplaySelection& s, const ReplayOptions& o, Trace& trace, int
                  "dlreplay: this trace is not yours: %s; check the command above,\n"
                  "dlreplay: then rerun with --yes to run it, or give your own command after '--'\n",
                  origin.why.c_str());
-    return kConsent;
+    return kExitConsent;
   }
   if (!o.quiet)
     for (const auto& w : replaycheck::preflightWarnings(trace, s.facts))
@@ -155,7 +155,7 @@ int announce(const ReplaySelection& s, const ReplayOptions& o, Trace& trace, int
   std::error_code ec;
   if (!std::filesystem::is_directory(s.cwd, ec)) {
     std::fprintf(stderr, "dlreplay: the recorded working directory %s does not exist here\n", s.cwd.c_str());
-    return kIo;
+    return kExitIo;
   }
   return 0;
 }
@@ -185,7 +185,7 @@ int runRanks(const ReplaySelection& s, const ReplayOptions& o, const Environment
     children = tools::launchAll(specs, [&](size_t i, int status) { return !endsAsRecorded(s, i, status); });
   } catch (const std::system_error& e) {
     std::fprintf(stderr, "dlreplay: cannot start the ranks: %s\n", e.what());
-    return kIo;
+    return kExitIo;
   }
   for (size_t i = 0; i < children.size(); ++i)
     if (children[i].execError != 0) {
@@ -204,15 +204,15 @@ int run(int argc, char** argv) {
     o = parseReplayOptions(std::vector<std::string>(argv + 1, argv + argc));
   } catch (const tools::UsageError& e) {
     tools::printUsageError("dlreplay", e);
-    return kUsage;
+    return kExitUsage;
   }
   if (o.action == ReplayOptions::Action::Help) {
     std::fputs(kReplayUsage, stdout);
-    return kOk;
+    return kExitOk;
   }
   if (o.action == ReplayOptions::Action::Version) {
     std::printf("dlreplay %s\n", kDlrrVersion);
-    return kOk;
+    return kExitOk;
   }
 
   // 1. What to replay: decided from the trace before anything runs (ReplaySelection.h).
@@ -235,7 +235,7 @@ int run(int argc, char** argv) {
   int rankPort = 0;  // where hand-started ranks meet (MASTER_PORT): a free one here, not the recorded one
   if (!s.rankLaunches.empty() && (rankPort = freeLocalPort()) <= 0) {
     std::perror("dlreplay: no free local port for the ranks' rendezvous");
-    return kIo;
+    return kExitIo;
   }
   const TraceOrigin origin = traceOrigin(o.trace, s.launcher->header().getTrace(), hostName());
   if (int rc = announce(s, o, *trace, rankPort, origin)) return rc;
@@ -246,7 +246,7 @@ int run(int argc, char** argv) {
     paths = findInstallPaths();
   } catch (const TraceError& e) {
     std::fprintf(stderr, "dlreplay: %s\n", e.what());
-    return kIo;
+    return kExitIo;
   }
   std::string gpuNote;
   // A foreign trace's environment does not choose the code the replay loads, unless consented.
@@ -261,12 +261,12 @@ int run(int argc, char** argv) {
   TempDir own("/tmp/dlreplay-own-XXXXXX");
   if (!own.ok()) {
     std::perror("dlreplay: mkdtemp");
-    return kIo;
+    return kExitIo;
   }
   TempFile report((own.path() + "/report-XXXXXX").c_str());
   if (!report.ok()) {
     std::perror("dlreplay: mkstemp");
-    return kIo;
+    return kExitIo;
   }
   ReplaySettings settings;
   std::error_code ec;
@@ -295,7 +295,7 @@ int run(int argc, char** argv) {
   if (o.dryRun) {
     for (const char* k : {"LD_PRELOAD", "PYTHONPATH", "DLRR_MODE", "DLRR_TRACE", "DLRR_REPLAY_STREAM", "DLRR_UNTIL"})
       std::fprintf(stderr, "dlreplay:   %s=%s\n", k, tools::printable(env[k]).c_str());
-    return kOk;
+    return kExitOk;
   }
   ReplayFiles files;  // served files and the scratch directory for the job's writes
   // Every process of the job in a sandbox (tools/common/Sandbox.h), but where one cannot hold
@@ -314,7 +314,7 @@ int run(int argc, char** argv) {
     gdbStatus.emplace((own.path() + "/gdb-XXXXXX").c_str());
     if (!gdbStatus->ok()) {
       std::perror("dlreplay: mkstemp");
-      return kIo;
+      return kExitIo;
     }
     env["DLRR_GDB_STATUS"] = gdbStatus->path();  // gdb runs with our library too: its write is not the job's
     full = gdbCommand(s.command, gdbStatus->path(), ::isatty(0));
@@ -334,7 +334,7 @@ int run(int argc, char** argv) {
   } catch (const std::system_error& e) {
     std::fprintf(stderr, "dlreplay: cannot start the job: %s\n", e.what());
     ::unlink(claimPath.c_str());
-    return kIo;
+    return kExitIo;
   }
   ::unlink(claimPath.c_str());
   if (child.execError != 0) {
@@ -426,12 +426,12 @@ int main(int argc, char** argv) {
     return dlrr::exitCodeFor(e.kind());
   } catch (const kj::Exception& e) {
     std::fprintf(stderr, "dlreplay: trace data does not parse: %s\n", e.getDescription().cStr());
-    return dlrr::kCorrupt;
+    return dlrr::kExitCorrupt;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "dlreplay: out of memory reading the trace\n");
-    return dlrr::kCorrupt;
+    return dlrr::kExitCorrupt;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dlreplay: internal error: %s\n", e.what());
-    return dlrr::kInternal;
+    return dlrr::kExitInternal;
   }
 }
