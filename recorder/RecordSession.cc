@@ -17,8 +17,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "format/DistEnv.h"
-#include "format/HostInfo.h"
 #include "format/Redact.h"
 #include "format/StreamHeaderBuilder.h"
 #include "format/TraceDir.h"
@@ -26,6 +24,8 @@
 #include "recorder/FullTensorEvent.h"
 #include "recorder/NonFiniteFailure.h"
 #include "recorder/OwnFds.h"
+#include "session/DistEnv.h"
+#include "session/HostInfo.h"
 
 namespace dlrr {
 namespace {

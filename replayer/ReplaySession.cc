@@ -12,11 +12,11 @@
 #include <sstream>
 #include <string_view>
 
-#include "format/DistEnv.h"
 #include "format/TraceError.h"
 #include "replayer/BatchEncoding.h"
 #include "replayer/ProcessMatch.h"
 #include "replayer/ReplayReport.h"
+#include "session/DistEnv.h"
 
 namespace dlrr {
 namespace {

@@ -1,4 +1,4 @@
-#include "format/Ranks.h"
+#include "triage/Ranks.h"
 
 #include <algorithm>
 #include <map>

@@ -4,11 +4,11 @@
 #include <exception>
 #include <string_view>
 
-#include "format/Concurrency.h"
 #include "format/TraceError.h"
 #include "tools/common/Text.h"
 #include "tools/dlreplay/ReplayOutcome.h"
 #include "triage/Classifier.h"
+#include "triage/Concurrency.h"
 #include "triage/TraceFacts.h"
 
 namespace dlrr {

@@ -19,13 +19,12 @@
 #include <system_error>
 #include <vector>
 
-#include "format/HostInfo.h"
-#include "format/Ranks.h"
 #include "format/Trace.h"
 #include "format/TraceError.h"
 #include "format/Version.h"
 #include "replayer/ReplayReport.h"
 #include "replayer/ReplaySession.h"
+#include "session/HostInfo.h"
 #include "tools/common/ChildProcess.h"
 #include "tools/common/ExitCodes.h"
 #include "tools/common/Text.h"
@@ -45,6 +44,7 @@
 #include "tools/dlreplay/TraceOrigin.h"
 #include "tools/dlreplay/WhatIf.h"
 #include "triage/Classifier.h"
+#include "triage/Ranks.h"
 
 namespace dlrr {
 namespace {
