@@ -16,16 +16,12 @@
 #include "interpose/ActiveSession.h"
 #include "interpose/FileHooks.h"
 #include "interpose/FileServe.h"
+#include "interpose/RealFn.h"
 #include "interpose/ReentryGuard.h"
 #include "recorder/OwnFds.h"
 
 namespace dlrr {
 namespace {
-
-template <typename Fn>
-Fn realFn(const char* name) noexcept {
-  return reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, name));
-}
 
 // Which fds are open on /dev/urandom or /dev/random: bit 2*fd (urandom) / 2*fd+1 (random).
 constexpr int kMaxFd = 4096;

@@ -33,21 +33,12 @@
 
 #include "interpose/ActiveSession.h"
 #include "interpose/FileServe.h"
+#include "interpose/RealFn.h"
 #include "interpose/ReentryGuard.h"
 #include "interpose/SelfStat.h"
 
 namespace dlrr {
 namespace {
-
-template <typename Fn>
-Fn realFn(const char* name) noexcept {
-  return reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, name));
-}
-
-template <typename Fn>
-Fn realVersioned(const char* name, const char* version) noexcept {
-  return reinterpret_cast<Fn>(::dlvsym(RTLD_NEXT, name, version));
-}
 
 void note(int dirfd, const char* path, int error, LookupOp op) noexcept {
   RecordSession* s = processRecorder();

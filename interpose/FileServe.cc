@@ -22,6 +22,7 @@
 
 #include "dlrr/dlrr.h"
 #include "interpose/ActiveSession.h"
+#include "interpose/RealFn.h"
 
 namespace dlrr::files {
 namespace {
@@ -32,11 +33,6 @@ alignas(FileLog) unsigned char gLogStorage[sizeof(FileLog)];
 std::atomic<FileLog*> gLog{nullptr};
 alignas(FileRedirect) unsigned char gRedirectStorage[sizeof(FileRedirect)];
 std::atomic<FileRedirect*> gRedirect{nullptr};
-
-template <typename Fn>
-Fn realFn(const char* name) noexcept {
-  return reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, name));
-}
 
 uint64_t wholeMaxFromEnvironment() noexcept {
   constexpr uint64_t kDefault = 64ull << 20;

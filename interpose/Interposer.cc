@@ -12,15 +12,11 @@
 #include "format/OwnThreads.h"
 #include "interpose/ActiveSession.h"
 #include "interpose/FileServe.h"
+#include "interpose/RealFn.h"
 #include "interpose/SignalHandlers.h"
 
 namespace dlrr {
 namespace {
-
-template <typename Fn>
-Fn realFn(const char* name) noexcept {
-  return reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, name));
-}
 
 // Locks in RecordSession.h's order: the file log's, then the session's.
 void atforkPrepare() {
