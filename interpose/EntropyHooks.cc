@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "interpose/ActiveSession.h"
+#include "interpose/ErrorBoundary.h"
 #include "interpose/FileHooks.h"
 #include "interpose/FileServe.h"
 #include "interpose/RealFn.h"
@@ -72,6 +73,7 @@ void recordEntropy(schema::Entropy::Source src, unsigned flags, const void* buf,
   try {
     s->entropy(src, flags, buf, static_cast<size_t>(got), asked);
   } catch (...) {
+    DLRR_SWALLOWED();
   }
 }
 
@@ -87,6 +89,7 @@ bool serve(schema::Entropy::Source src, void* buf, size_t n, ssize_t& result) no
     result = static_cast<ssize_t>(got);
     return true;
   } catch (...) {
+    DLRR_SWALLOWED();
     return false;
   }
 }

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "interpose/ActiveSession.h"
+#include "interpose/ErrorBoundary.h"
 #include "interpose/FileServe.h"
 #include "interpose/RealFn.h"
 #include "interpose/ReentryGuard.h"
@@ -91,6 +92,7 @@ int replayMkdir(int dirfd, const char* path, mode_t mode, Real&& real) {
     if (abs.empty()) return real();
     return fr->mkdir(abs, mode);
   } catch (...) {
+    DLRR_SWALLOWED();
     errno = EIO;
     return -1;
   }

@@ -11,6 +11,7 @@
 
 #include "format/OwnThreads.h"
 #include "interpose/ActiveSession.h"
+#include "interpose/ErrorBoundary.h"
 #include "interpose/FileServe.h"
 #include "interpose/RealFn.h"
 #include "interpose/SignalHandlers.h"
@@ -29,6 +30,7 @@ void atforkParent() {
 }
 void atforkChild() {
   ownThreads().store(0);  // the child has one thread, the job's that forked
+  resetSwallowedAfterFork();
   if (RecordSession* s = processRecorder()) s->afterForkChild();
   if (FileLog* f = files::fileLog()) f->unlockAfterFork();
 }
@@ -64,6 +66,7 @@ __attribute__((constructor)) void dlrrInit() {
       }
       return;
     } catch (...) {
+      DLRR_SWALLOWED();
       return;
     }
     pthread_atfork(nullptr, nullptr, atforkReplayChild);
@@ -78,6 +81,7 @@ __attribute__((constructor)) void dlrrInit() {
   try {
     startProcessRecorder(cfg);
   } catch (...) {
+    DLRR_SWALLOWED();
     return;  // never take the job down
   }
   pthread_atfork(atforkPrepare, atforkParent, atforkChild);
