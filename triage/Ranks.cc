@@ -130,6 +130,7 @@ RankReport analyzeRanks(Trace& t) {
   std::map<int, const RankPosition*> last;
   for (const auto& r : rep.ranks) last[r.rank] = &r.position;
   std::vector<RankPosition> positions;
+  positions.reserve(last.size());
   for (const auto& [rank, p] : last) positions.push_back(*p);
   rep.hang = findHang(positions);
   if (origin) {
