@@ -45,10 +45,20 @@ void replayAtExit() {
   if (ReplaySession* r = processReplayer()) r->writeReport("exit");
 }
 
+// Replay's fork protocol: FileRedirect's lock, then the session's (ReplaySession.h).
+void atforkReplayPrepare() {
+  if (FileRedirect* fr = files::writeRedirect()) fr->lockForFork();
+  if (ReplaySession* r = processReplayerAny()) r->beforeFork();
+}
+void atforkReplayParent() {
+  if (ReplaySession* r = processReplayerAny()) r->afterForkParent();
+  if (FileRedirect* fr = files::writeRedirect()) fr->unlockAfterFork();
+}
 void atforkReplayChild() {
   // DataLoader workers (if any start in replay) must not consume the served entropy; a forked
   // Hogwild trainer whose identity is the replayed stream's takes the stream over.
   if (ReplaySession* r = processReplayerAny()) r->afterForkChild();
+  if (FileRedirect* fr = files::writeRedirect()) fr->unlockAfterFork();
 }
 
 __attribute__((constructor)) void dlrrInit() {
@@ -69,7 +79,7 @@ __attribute__((constructor)) void dlrrInit() {
       DLRR_SWALLOWED();
       return;
     }
-    pthread_atfork(nullptr, nullptr, atforkReplayChild);
+    pthread_atfork(atforkReplayPrepare, atforkReplayParent, atforkReplayChild);
     ::atexit(replayAtExit);
     if (ReplaySession* r = processReplayer()) {
       const char* debug = std::getenv("DLRR_DEBUG");
