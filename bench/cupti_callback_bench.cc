@@ -19,11 +19,11 @@
 #include <vector>
 
 #include "interpose/cupti/CuptiDecode.h"
-#include "interpose/cupti/FakeCuptiApi.h"
 #include "interpose/cupti/GpuCapture.h"
 #include "recorder/GpuRecorder.h"
 #include "recorder/RecordSession.h"
 #include "session/LaunchTracker.h"
+#include "tests/support/FakeCuptiApi.h"
 
 #if DLRR_HAVE_CUPTI
 #include <cupti.h>

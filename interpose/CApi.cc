@@ -13,6 +13,7 @@
 #include "dlrr/dlrr.h"
 #include "interpose/ActiveSession.h"
 #include "interpose/CEnums.h"
+#include "interpose/ErrorBoundary.h"
 #include "interpose/ReentryGuard.h"
 #include "interpose/SignalHandlers.h"
 
@@ -20,44 +21,35 @@ using namespace dlrr;
 
 namespace {
 
-// Runs fn against the session when recording or replaying this process; swallows everything.
-// Returns whether there was one.
+// Runs fn against the session when recording or replaying this process, behind the error
+// boundary (ErrorBoundary.h; `where`: the C API call). Returns whether there was a session.
 template <typename Fn>
-bool withSession(Fn&& fn) noexcept {
+bool withSession(Fn&& fn, const char* where = __builtin_FUNCTION()) noexcept {
   ProcessSession* s = processSession();
   if (!s || !s->active()) return false;
   ReentryGuard g;
-  try {
-    fn(*s);
-  } catch (...) {
-  }
+  guarded(where, [&] { fn(*s); });
   return true;
 }
 
-// Runs fn against the recorder when recording; swallows everything.
+// Runs fn against the recorder when recording, behind the error boundary.
 template <typename Fn>
-void withRecorder(Fn&& fn) noexcept {
+void withRecorder(Fn&& fn, const char* where = __builtin_FUNCTION()) noexcept {
   RecordSession* s = processRecorder();
   if (!s || !s->active()) return;
   ReentryGuard g;
-  try {
-    fn(*s);
-  } catch (...) {
-  }
+  guarded(where, [&] { fn(*s); });
 }
 
 thread_local std::string tStatus;
 
-// Runs fn against the replayer when this process is being replayed.
+// Runs fn against the replayer when this process is being replayed, behind the error boundary.
 template <typename Fn>
-bool withReplayer(Fn&& fn) noexcept {
+bool withReplayer(Fn&& fn, const char* where = __builtin_FUNCTION()) noexcept {
   ReplaySession* r = processReplayer();
   if (!r) return false;
   ReentryGuard g;
-  try {
-    fn(*r);
-  } catch (...) {
-  }
+  guarded(where, [&] { fn(*r); });
   return true;
 }
 
@@ -90,7 +82,11 @@ const char* dlrr_status(void) {
   if (!s) return "dlrr is not recording this process (not started by dlrecord)";
   try {
     tStatus = s->status();
+    if (uint64_t n = swallowedCount())
+      tStatus += (tStatus.empty() ? "" : "; ") + std::to_string(n) +
+                 " internal error(s) stopped at dlrr's edge, the first: " + firstSwallowed();
   } catch (...) {
+    DLRR_SWALLOWED();
     tStatus = "status unavailable";
   }
   return tStatus.c_str();
@@ -440,6 +436,7 @@ const char* dlrr_replay_runtime_info(const char* key) {
   try {
     return r->runtimeInfo(key);
   } catch (...) {
+    DLRR_SWALLOWED();
     return nullptr;
   }
 }
@@ -498,6 +495,7 @@ const char* dlrr_replay_divergence(void) {
   try {
     tStatus = r->divergence() ? r->divergence()->detail : "";
   } catch (...) {
+    DLRR_SWALLOWED();
     tStatus.clear();
   }
   return tStatus.c_str();

@@ -16,18 +16,15 @@
 #include "dlrr/dlrr.h"
 #include "format/EntropyFlags.h"
 #include "interpose/ActiveSession.h"
+#include "interpose/ErrorBoundary.h"
 #include "interpose/FileHooks.h"
 #include "interpose/FileServe.h"
+#include "interpose/RealFn.h"
 #include "interpose/ReentryGuard.h"
 #include "recorder/OwnFds.h"
 
 namespace dlrr {
 namespace {
-
-template <typename Fn>
-Fn realFn(const char* name) noexcept {
-  return reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, name));
-}
 
 // Which fds are open on /dev/urandom or /dev/random: bit 2*fd (urandom) / 2*fd+1 (random).
 constexpr int kMaxFd = 4096;
@@ -82,6 +79,7 @@ void recordEntropy(schema::Entropy::Source src, unsigned flags, const void* buf,
   try {
     s->entropy(src, flags, buf, static_cast<size_t>(got), asked);
   } catch (...) {
+    DLRR_SWALLOWED();
   }
 }
 
@@ -97,6 +95,7 @@ bool serve(schema::Entropy::Source src, void* buf, size_t n, ssize_t& result) no
     result = static_cast<ssize_t>(got);
     return true;
   } catch (...) {
+    DLRR_SWALLOWED();
     return false;
   }
 }

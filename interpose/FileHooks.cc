@@ -32,22 +32,14 @@
 #include <unistd.h>
 
 #include "interpose/ActiveSession.h"
+#include "interpose/ErrorBoundary.h"
 #include "interpose/FileServe.h"
+#include "interpose/RealFn.h"
 #include "interpose/ReentryGuard.h"
 #include "interpose/SelfStat.h"
 
 namespace dlrr {
 namespace {
-
-template <typename Fn>
-Fn realFn(const char* name) noexcept {
-  return reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, name));
-}
-
-template <typename Fn>
-Fn realVersioned(const char* name, const char* version) noexcept {
-  return reinterpret_cast<Fn>(::dlvsym(RTLD_NEXT, name, version));
-}
 
 void note(int dirfd, const char* path, int error, LookupOp op) noexcept {
   RecordSession* s = processRecorder();
@@ -100,6 +92,7 @@ int replayMkdir(int dirfd, const char* path, mode_t mode, Real&& real) {
     if (abs.empty()) return real();
     return fr->mkdir(abs, mode);
   } catch (...) {
+    DLRR_SWALLOWED();
     errno = EIO;
     return -1;
   }

@@ -22,6 +22,8 @@
 
 #include "dlrr/dlrr.h"
 #include "interpose/ActiveSession.h"
+#include "interpose/ErrorBoundary.h"
+#include "interpose/RealFn.h"
 
 namespace dlrr::files {
 namespace {
@@ -32,11 +34,6 @@ alignas(FileLog) unsigned char gLogStorage[sizeof(FileLog)];
 std::atomic<FileLog*> gLog{nullptr};
 alignas(FileRedirect) unsigned char gRedirectStorage[sizeof(FileRedirect)];
 std::atomic<FileRedirect*> gRedirect{nullptr};
-
-template <typename Fn>
-Fn realFn(const char* name) noexcept {
-  return reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, name));
-}
 
 uint64_t wholeMaxFromEnvironment() noexcept {
   constexpr uint64_t kDefault = 64ull << 20;
@@ -63,6 +60,7 @@ __attribute__((constructor)) void startRedirect() {
       gRedirect.store(fr, std::memory_order_release);
     }
   } catch (...) {
+    DLRR_SWALLOWED();
   }
 }
 
@@ -78,6 +76,7 @@ int overlay(int dirfd, const char* path, Op&& op, Real&& real) {
     if (abs.empty()) return real();
     return op(*fr, abs);
   } catch (...) {
+    DLRR_SWALLOWED();
     errno = EIO;
     return -1;
   }
@@ -97,6 +96,7 @@ int onCopy(int dirfd, const char* path, Real&& real) {
     if (abs.empty()) return real(dirfd, path);
     w = fr->forWrite(abs, O_WRONLY, err);
   } catch (...) {
+    DLRR_SWALLOWED();
     err = EIO;
   }
   if (w.empty()) {
@@ -122,6 +122,7 @@ int socketCall(const struct sockaddr* addr, socklen_t len, bool binding, Real&& 
     std::string abs = fr->resolve(AT_FDCWD, un->sun_path);
     if (!abs.empty()) use = fr->socketPath(abs, binding);
   } catch (...) {
+    DLRR_SWALLOWED();
   }
   if (use.empty() || use.size() >= sizeof un->sun_path) return real(addr, len);
   sockaddr_un other{};
@@ -212,6 +213,7 @@ void dlrr_files_enable(void) {
     });
     if (FileLog* log = gLog.load()) log->enable();
   } catch (...) {
+    DLRR_SWALLOWED();
   }
 }
 
@@ -224,6 +226,7 @@ void dlrr_files_exclude(const char* dir) {
   try {
     log->exclude(dir);
   } catch (...) {
+    DLRR_SWALLOWED();
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include <string>
 
+#include "interpose/ErrorBoundary.h"
 #include "interpose/ReentryGuard.h"
 #include "recorder/FileLog.h"
 #include "replayer/FileRedirect.h"
@@ -44,6 +45,7 @@ inline std::string readPath(FileRedirect& fr, int dirfd, const char* path, std::
     abs = fr.resolve(dirfd, path);
     return abs.empty() ? std::string() : fr.forRead(abs, fallback);
   } catch (...) {
+    DLRR_SWALLOWED();
     return {};
   }
 }
@@ -65,6 +67,7 @@ R lookup(int dirfd, const char* path, Call&& call, Failed&& failed) {
       try {
         fr->servedUsed(abs);
       } catch (...) {
+        DLRR_SWALLOWED();
       }
       return served;
     }
@@ -89,6 +92,7 @@ R openFile(int dirfd, const char* path, int flags, Call&& call, Failed&& failed,
     if (abs.empty()) return call(dirfd, path);
     w = fr->forWrite(abs, flags, err);
   } catch (...) {
+    DLRR_SWALLOWED();
     err = EIO;
   }
   if (w.empty()) {

@@ -16,6 +16,7 @@
 #include "dlrr/dlrr.h"
 #include "interpose/ActiveSession.h"
 #include "interpose/CEnums.h"
+#include "interpose/ErrorBoundary.h"
 #include "interpose/ReentryGuard.h"
 #include "interpose/cuda/DeviceDigestKernel.h"
 #include "interpose/cupti/GpuInjection.h"
@@ -50,6 +51,7 @@ void startGpuCapture() noexcept {
     pthread_atfork(nullptr, nullptr, atforkChild);
     status = g->start(rec, rep, std::getenv("DLRR_GPU_CAPTURE"));
   } catch (...) {
+    DLRR_SWALLOWED();
     status = "off: internal error";
   }
   std::lock_guard<std::mutex> lk(gStatusMu);
@@ -88,6 +90,7 @@ int dlrr_digest_values(int kind, const char* path, uint32_t call_index, uint32_t
   try {
     rc = s->digestValues(kind, path, call_index, output, dtype, ndim, shape, algorithm, d);
   } catch (...) {
+    DLRR_SWALLOWED();
   }
   return rc;
 }
@@ -101,6 +104,7 @@ void dlrr_keep_tensor(int kind, const char* path, uint32_t call_index, uint32_t 
   try {
     s->keepTensor(kind, path, call_index, output, dtype, ndim, shape, data, nbytes);
   } catch (...) {
+    DLRR_SWALLOWED();
   }
 }
 
@@ -115,6 +119,7 @@ void* dlrr_digest_kernel_open(const char** why) {
     if (why) *why = tWhy.c_str();
     return k.release();  // owned by the caller until dlrr_digest_kernel_close
   } catch (...) {
+    DLRR_SWALLOWED();
     tWhy = "internal error";
     if (why) *why = tWhy.c_str();
     return nullptr;
@@ -127,6 +132,7 @@ int dlrr_digest_kernel_launch(void* kernel, const void* data, uint64_t nbytes, u
   try {
     return static_cast<cuda::DeviceDigestKernel*>(kernel)->launch(data, nbytes, numel, element, out, stream);
   } catch (...) {
+    DLRR_SWALLOWED();
     return -1;
   }
 }
@@ -142,6 +148,7 @@ void dlrr_gpu_check_launches_now(const char* why) {
   try {
     rep->checkLaunchesNow(why && *why ? why : "before the stop");
   } catch (...) {  // a report detail: never an error in the job
+    DLRR_SWALLOWED();
   }
 }
 
@@ -150,6 +157,7 @@ const char* dlrr_gpu_capture_status(void) {
     std::lock_guard<std::mutex> lk(gStatusMu);
     tGpuStatus = gStatus;
   } catch (...) {
+    DLRR_SWALLOWED();
     tGpuStatus.clear();
   }
   return tGpuStatus.c_str();

@@ -11,16 +11,13 @@
 
 #include "format/OwnThreads.h"
 #include "interpose/ActiveSession.h"
+#include "interpose/ErrorBoundary.h"
 #include "interpose/FileServe.h"
+#include "interpose/RealFn.h"
 #include "interpose/SignalHandlers.h"
 
 namespace dlrr {
 namespace {
-
-template <typename Fn>
-Fn realFn(const char* name) noexcept {
-  return reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, name));
-}
 
 // Locks in RecordSession.h's order: the file log's, then the session's.
 void atforkPrepare() {
@@ -33,6 +30,7 @@ void atforkParent() {
 }
 void atforkChild() {
   ownThreads().store(0);  // the child has one thread, the job's that forked
+  resetSwallowedAfterFork();
   if (RecordSession* s = processRecorder()) s->afterForkChild();
   if (FileLog* f = files::fileLog()) f->unlockAfterFork();
 }
@@ -47,10 +45,20 @@ void replayAtExit() {
   if (ReplaySession* r = processReplayer()) r->writeReport("exit");
 }
 
+// Replay's fork protocol: FileRedirect's lock, then the session's (ReplaySession.h).
+void atforkReplayPrepare() {
+  if (FileRedirect* fr = files::writeRedirect()) fr->lockForFork();
+  if (ReplaySession* r = processReplayerAny()) r->beforeFork();
+}
+void atforkReplayParent() {
+  if (ReplaySession* r = processReplayerAny()) r->afterForkParent();
+  if (FileRedirect* fr = files::writeRedirect()) fr->unlockAfterFork();
+}
 void atforkReplayChild() {
   // DataLoader workers (if any start in replay) must not consume the served entropy; a forked
   // Hogwild trainer whose identity is the replayed stream's takes the stream over.
   if (ReplaySession* r = processReplayerAny()) r->afterForkChild();
+  if (FileRedirect* fr = files::writeRedirect()) fr->unlockAfterFork();
 }
 
 __attribute__((constructor)) void dlrrInit() {
@@ -68,9 +76,10 @@ __attribute__((constructor)) void dlrrInit() {
       }
       return;
     } catch (...) {
+      DLRR_SWALLOWED();
       return;
     }
-    pthread_atfork(nullptr, nullptr, atforkReplayChild);
+    pthread_atfork(atforkReplayPrepare, atforkReplayParent, atforkReplayChild);
     ::atexit(replayAtExit);
     if (ReplaySession* r = processReplayer()) {
       const char* debug = std::getenv("DLRR_DEBUG");
@@ -82,6 +91,7 @@ __attribute__((constructor)) void dlrrInit() {
   try {
     startProcessRecorder(cfg);
   } catch (...) {
+    DLRR_SWALLOWED();
     return;  // never take the job down
   }
   pthread_atfork(atforkPrepare, atforkParent, atforkChild);

@@ -17,8 +17,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "format/DistEnv.h"
-#include "format/HostInfo.h"
 #include "format/Redact.h"
 #include "format/StreamHeaderBuilder.h"
 #include "format/TraceDir.h"
@@ -27,6 +25,8 @@
 #include "recorder/HighFds.h"
 #include "recorder/NonFiniteFailure.h"
 #include "recorder/OwnFds.h"
+#include "session/DistEnv.h"
+#include "session/HostInfo.h"
 
 namespace dlrr {
 namespace {

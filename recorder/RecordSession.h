@@ -183,7 +183,11 @@ class RecordSession final : public ProcessSession {
   // Lock order (fork's prepare handler, beforeFork, takes them all in it): a FileLog's mutex
   // (interpose/FileServe, before calling in here), mu_, ring_'s, triage_'s, collMu_, gpuMu_, then
   // the writer's own. ring_, triage_, collMu_ and gpuMu_ are leaves: nothing else is taken while
-  // one of them is held.
+  // one of them is held. The fork protocol (interpose/Interposer.cc's pthread_atfork handlers):
+  // prepare = FileLog::lockForFork, beforeFork; parent = afterForkParent, FileLog's unlock;
+  // child = afterForkChild (releases them, resets the ring's), FileLog's unlock. GpuRecorder's
+  // lock is not taken: GPU capture stays in the parent, and the child never reaches it
+  // (observer_ is cleared). RecordSessionForkTest forks under a thread that holds them.
   mutable std::mutex mu_;
   std::unique_ptr<StreamWriter> writer_;
   // writer_ once opened, cleared in a fork child: what every caller that only uses the writer

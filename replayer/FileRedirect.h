@@ -66,6 +66,10 @@ class FileRedirect {
   // write-side hooks leave its writes alone; serving missing paths stays.
   bool kernelIsolated() const { return kernelIsolated_; }
 
+  // fork(): taken by the prepare handler, released in the parent and the child.
+  void lockForFork() noexcept { mu_.lock(); }
+  void unlockAfterFork() noexcept { mu_.unlock(); }
+
  private:
   std::string written(const std::string& abs) const { return written_ + abs; }
   std::string served(const std::string& abs) const { return served_ + abs; }
@@ -83,7 +87,7 @@ class FileRedirect {
   ServeFiles serve_;
   bool kernelIsolated_ = false;
   bool changed_ = false;  // this process (or one before it) wrote, removed or renamed something
-  std::mutex mu_;
+  std::mutex mu_;         // a leaf; held across fork() (lockForFork) so a child never inherits it held
   std::set<std::string> logged_;
 };
 

@@ -12,12 +12,12 @@
 #include <sstream>
 #include <string_view>
 
-#include "format/DistEnv.h"
 #include "format/EntropyFlags.h"
 #include "format/TraceError.h"
 #include "replayer/BatchEncoding.h"
 #include "replayer/ProcessMatch.h"
 #include "replayer/ReplayReport.h"
+#include "session/DistEnv.h"
 
 namespace dlrr {
 namespace {
@@ -116,7 +116,12 @@ ReplaySession::ReplaySession(const Config& cfg, const std::string& until) : cfg_
 
 ReplaySession::~ReplaySession() = default;
 
+void ReplaySession::beforeFork() noexcept { mu_.lock(); }
+
+void ReplaySession::afterForkParent() noexcept { mu_.unlock(); }
+
 void ReplaySession::afterForkChild() noexcept {
+  mu_.unlock();  // taken by beforeFork
   const char* id = std::getenv(kProcessIdEnv);
   std::string recordedIdentity = stream_ ? stream_->header().getProcessIdentity().cStr() : "";
   bool mine = isTrainerIdentity(id) && identity_ != id && recordedIdentity == id;

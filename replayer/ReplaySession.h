@@ -63,6 +63,12 @@ class ReplaySession final : public ProcessSession {
   Mode mode() const noexcept override { return Mode::Replay; }
   bool active() const noexcept override { return active_; }
   void deactivate() noexcept { active_ = false; }
+  // fork() (interpose/Interposer.cc's pthread_atfork handlers): the prepare handler takes mu_
+  // (beforeFork), the parent's and the child's handlers release it, so a child never inherits
+  // it held by a thread it does not have. mu_ is the session's only lock; FileRedirect's is
+  // taken before it (the two never nest).
+  void beforeFork() noexcept;
+  void afterForkParent() noexcept;
   // In a forked child: a multiprocessing.Process the job started (a Hogwild trainer) whose
   // identity is the stream's takes it over (loading it now); any other fork (a DataLoader
   // worker) runs unreplayed.

@@ -903,7 +903,7 @@ TriageResult classify(const TriageInput& in) {
   } else if (f && f->kind == "signal") {
     int sig = f->signal;
     r.summary = "killed by " + signalName(sig) + (f->where.empty() ? "" : " in " + f->where);
-    if (sig == 11 || sig == 7 || sig == 4 || sig == 8 || sig == 6 || sig == 5 || sig == 31)
+    if (isCrashSignal(sig))
       r.category = C::NativeCrash;
     else
       r.category = C::ExternalSignal;
@@ -938,7 +938,7 @@ TriageResult classify(const TriageInput& in) {
     if (oomKilled || nearLimit) {
       r.category = C::CpuOutOfMemory;
       detail = oomKilled ? "killed by the kernel's OOM killer" : "SIGKILL with resident memory at the cgroup limit";
-    } else if (sig == 11 || sig == 7 || sig == 4 || sig == 8 || sig == 6) {
+    } else if (isCrashSignal(sig)) {
       r.category = C::NativeCrash;
       detail = "the crash was not caught by the recorder (a child process, or the job replaced the handlers)";
     } else {

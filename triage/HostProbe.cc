@@ -19,7 +19,7 @@
 #include <set>
 #include <sstream>
 
-#include "format/HostInfo.h"
+#include "session/HostInfo.h"
 #include "triage/Classifier.h"
 #include "triage/EnvProbeScript.h"
 #include "triage/Environment.h"

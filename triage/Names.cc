@@ -80,6 +80,12 @@ std::string errnoText(int e) {
   }
 }
 
+bool isCrashSignal(int sig) noexcept {
+  for (int s : kCrashSignals)
+    if (s == sig) return true;
+  return false;
+}
+
 std::string signalName(int sig) {
   switch (sig) {
     case SIGHUP:

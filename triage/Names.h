@@ -1,5 +1,6 @@
 #pragma once
 // Small naming helpers shared by triage, dltrace and dlreplay.
+#include <csignal>
 #include <cstdint>
 #include <string>
 
@@ -9,6 +10,12 @@ namespace dlrr::triage {
 std::string errnoName(int error);
 // "No such file or directory" (strerror), independent of the locale.
 std::string errnoText(int error);
+// The signals a process raises on itself by what it executes: a bad access (SEGV, BUS), an
+// illegal or trapping instruction (ILL, TRAP), an arithmetic fault (FPE), abort() (ABRT), a
+// system call its seccomp filter forbids (SYS). A process they kill crashed natively, whether
+// the recorder caught it or not; any other signal that kills one came from outside.
+inline constexpr int kCrashSignals[] = {SIGSEGV, SIGBUS, SIGILL, SIGTRAP, SIGFPE, SIGABRT, SIGSYS};
+bool isCrashSignal(int sig) noexcept;
 // "SIGKILL" for 9, "signal 64" otherwise.
 std::string signalName(int sig);
 // What a fatal signal's siginfo says: "address not mapped (SEGV_MAPERR) at 0x10: a null pointer

@@ -6,8 +6,8 @@
 #include <map>
 #include <tuple>
 
-#include "format/Concurrency.h"
-#include "format/Ranks.h"
+#include "triage/Concurrency.h"
+#include "triage/Ranks.h"
 
 namespace dlrr::triage {
 namespace {

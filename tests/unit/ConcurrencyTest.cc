@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "format/Concurrency.h"
 #include "format/Trace.h"
 #include "recorder/RecordSession.h"
 #include "support/SampleTrace.h"
 #include "support/UnderTsan.h"
+#include "triage/Concurrency.h"
 
 namespace dlrr {
 namespace {

@@ -15,13 +15,13 @@
 #include <string>
 #include <vector>
 
-#include "format/DistEnv.h"
-#include "format/Ranks.h"
 #include "format/Trace.h"
 #include "recorder/RecordSession.h"
 #include "replayer/ReplayReport.h"
 #include "replayer/ReplaySession.h"
+#include "session/DistEnv.h"
 #include "support/SampleTrace.h"
+#include "triage/Ranks.h"
 
 namespace dlrr {
 namespace {

@@ -10,8 +10,8 @@
 #include "format/Hash.h"
 #include "interpose/cupti/CuptiDecode.h"
 #include "interpose/cupti/CuptiIds.h"
-#include "interpose/cupti/FakeCuptiApi.h"
 #include "interpose/cupti/GpuCapture.h"
+#include "tests/support/FakeCuptiApi.h"
 
 #if DLRR_HAVE_CUPTI
 #include <cupti.h>

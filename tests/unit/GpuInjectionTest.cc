@@ -15,10 +15,10 @@
 
 #include "format/Trace.h"
 #include "interpose/cupti/CuptiDecode.h"
-#include "interpose/cupti/FakeCuptiApi.h"
 #include "interpose/cupti/GpuInjection.h"
 #include "replayer/ReplayReport.h"
 #include "support/SampleTrace.h"
+#include "tests/support/FakeCuptiApi.h"
 
 namespace dlrr::cupti {
 namespace {

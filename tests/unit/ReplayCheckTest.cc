@@ -10,7 +10,7 @@ namespace {
 
 TEST(ReplayCheck, AReachedNonFiniteValueIsReproduced) {
   CheckInput in;
-  in.replayExit = kOk;
+  in.replayExit = kExitOk;
   in.waitStatus = W_EXITCODE(0, 0);
   in.report.attached = true;
   in.report.stopStep = "7";
@@ -19,13 +19,13 @@ TEST(ReplayCheck, AReachedNonFiniteValueIsReproduced) {
   triage::TriageInput facts;
   auto v = decideCheck(in, facts);
   EXPECT_TRUE(v.reproduced);
-  EXPECT_EQ(v.exitCode, kOk);
+  EXPECT_EQ(v.exitCode, kExitOk);
   EXPECT_EQ(v.text, "deterministic: reproduced at step 7 (non-finite value at step 7)");
 }
 
 TEST(ReplayCheck, RacingTrainersOrUnrecordedProcessesKeepDeterminismUnclaimed) {
   CheckInput in;
-  in.replayExit = kOk;
+  in.replayExit = kExitOk;
   in.report.attached = true;
   in.report.stopStep = "3";
   in.recordedFailure = "non-finite value at step 3";
@@ -39,19 +39,19 @@ TEST(ReplayCheck, RacingTrainersOrUnrecordedProcessesKeepDeterminismUnclaimed) {
 
 TEST(ReplayCheck, ADivergenceIsNotReproducedAndSaysWhy) {
   CheckInput in;
-  in.replayExit = kDivergence;
+  in.replayExit = kExitDivergence;
   in.replayMessage = "diverged at step 0: module output fc1";
   in.recordedFailure = "non-finite value at step 7";
   triage::TriageInput facts;
   auto v = decideCheck(in, facts);
   EXPECT_FALSE(v.reproduced);
-  EXPECT_EQ(v.exitCode, kNotReproduced);
+  EXPECT_EQ(v.exitCode, kExitNotReproduced);
   EXPECT_EQ(v.text, "not reproduced: diverged at step 0: module output fc1");
   in.jumpStep = 5;  // from a snapshot: a transient fault unless the snapshot missed state
   v = decideCheck(in, facts);
   EXPECT_NE(v.text.find("from the snapshot of step 5"), std::string::npos);
-  in.replayExit = kNoReplay;  // never attached: that, not "not reproduced", is the exit code
-  EXPECT_EQ(decideCheck(in, facts).exitCode, kNoReplay);
+  in.replayExit = kExitNoReplay;  // never attached: that, not "not reproduced", is the exit code
+  EXPECT_EQ(decideCheck(in, facts).exitCode, kExitNoReplay);
 }
 
 TEST(ReplayCheck, AnExitStatusFailureMustEndWithTheSameStatus) {
@@ -59,7 +59,7 @@ TEST(ReplayCheck, AnExitStatusFailureMustEndWithTheSameStatus) {
   facts.exitCode = 3;
   CheckInput in;
   in.checkExit = true;
-  in.replayExit = kOk;
+  in.replayExit = kExitOk;
   in.report.attached = true;
   in.report.verifiedSteps = 4;
   in.waitStatus = W_EXITCODE(3, 0);
@@ -69,7 +69,7 @@ TEST(ReplayCheck, AnExitStatusFailureMustEndWithTheSameStatus) {
   in.waitStatus = W_EXITCODE(0, 0);
   v = decideCheck(in, facts);
   EXPECT_FALSE(v.reproduced);
-  EXPECT_EQ(v.exitCode, kNotReproduced);
+  EXPECT_EQ(v.exitCode, kExitNotReproduced);
   EXPECT_EQ(v.text, "not reproduced: the replayed job ended with status 0, the recording with 3");
 }
 

@@ -24,7 +24,7 @@ ReplayFacts atEnd(uint64_t verified, uint64_t recorded) {
 
 TEST(ReplayOutcome, EveryStepVerifiedToTheEndIsSuccess) {
   ReplayOutcome o = decideReplayOutcome(atEnd(121, 121));
-  EXPECT_EQ(o.exitCode, kOk);
+  EXPECT_EQ(o.exitCode, kExitOk);
   EXPECT_EQ(o.message, "replayed to the end");
 }
 
@@ -34,7 +34,7 @@ TEST(ReplayOutcome, AnExceptionTheRecordingDidNotRaiseIsADivergenceNamingIt) {
   f.report.exceptionWhere = "train.py:12 in <module>";
   f.waitStatus = W_EXITCODE(1, 0);
   ReplayOutcome o = decideReplayOutcome(f);
-  EXPECT_EQ(o.exitCode, kDivergence);
+  EXPECT_EQ(o.exitCode, kExitDivergence);
   EXPECT_NE(o.message.find("raised FileNotFoundError: [Errno 2] No such file or directory: 'data/train.csv' at "
                            "train.py:12 in <module>"),
             std::string::npos)
@@ -45,7 +45,7 @@ TEST(ReplayOutcome, AnExceptionTheRecordingDidNotRaiseIsADivergenceNamingIt) {
 
 TEST(ReplayOutcome, FewerStepsVerifiedThanRecordedAtTheEndIsNeverSuccess) {
   ReplayOutcome o = decideReplayOutcome(atEnd(3, 121));
-  EXPECT_EQ(o.exitCode, kDivergence);
+  EXPECT_EQ(o.exitCode, kExitDivergence);
   EXPECT_NE(o.message.find("ended after 3 of 121 recorded steps; last verified step 2"), std::string::npos)
       << o.message;
 }
@@ -54,7 +54,7 @@ TEST(ReplayOutcome, ADifferentExitStatusIsADivergence) {
   ReplayFacts f = atEnd(5, 5);
   f.waitStatus = W_EXITCODE(3, 0);
   ReplayOutcome o = decideReplayOutcome(f);
-  EXPECT_EQ(o.exitCode, kDivergence);
+  EXPECT_EQ(o.exitCode, kExitDivergence);
   EXPECT_NE(o.message.find("exited with status 3; the recording exited with status 0; last verified step 4"),
             std::string::npos)
       << o.message;
@@ -68,7 +68,7 @@ TEST(ReplayOutcome, ASignalTheRecordingDidNotDieOfIsADivergenceNamingIt) {
   f.targetText = "the first NaN/Inf (step 4)";
   f.recordedFailureKind = "nonfinite";
   ReplayOutcome o = decideReplayOutcome(f);
-  EXPECT_EQ(o.exitCode, kDivergence);
+  EXPECT_EQ(o.exitCode, kExitDivergence);
   EXPECT_NE(o.message.find("(signal 11)"), std::string::npos) << o.message;
   EXPECT_NE(o.message.find("last verified step 1"), std::string::npos) << o.message;
 }
@@ -81,9 +81,9 @@ TEST(ReplayOutcome, TheRecordedCrashReproducedIsSuccess) {
   f.recordedSignal = SIGSEGV;
   f.recordedExit = 128 + SIGSEGV;
   f.waitStatus = W_EXITCODE(0, SIGSEGV);
-  EXPECT_EQ(decideReplayOutcome(f).exitCode, kOk);
+  EXPECT_EQ(decideReplayOutcome(f).exitCode, kExitOk);
   f.waitStatus = W_EXITCODE(0, SIGABRT);  // another signal: not the recorded crash
-  EXPECT_EQ(decideReplayOutcome(f).exitCode, kDivergence);
+  EXPECT_EQ(decideReplayOutcome(f).exitCode, kExitDivergence);
 }
 
 TEST(ReplayOutcome, TheRecordedExceptionIsReproducedOnlyByAnExceptionOfItsType) {
@@ -96,16 +96,16 @@ TEST(ReplayOutcome, TheRecordedExceptionIsReproducedOnlyByAnExceptionOfItsType) 
   f.recordedExit = 1;
   f.waitStatus = W_EXITCODE(1, 0);
   f.report.exception = "FileNotFoundError: [Errno 2] No such file or directory: 'results/x.png'";
-  EXPECT_EQ(decideReplayOutcome(f).exitCode, kOk);
+  EXPECT_EQ(decideReplayOutcome(f).exitCode, kExitOk);
   f.report.exception = "KeyError: 'k'";  // another failure: never "reproduced"
   ReplayOutcome o = decideReplayOutcome(f);
-  EXPECT_EQ(o.exitCode, kDivergence);
+  EXPECT_EQ(o.exitCode, kExitDivergence);
   EXPECT_NE(o.message.find("the recording raised FileNotFoundError"), std::string::npos) << o.message;
   // The job got past where the recording failed and asked for a batch the trace lacks.
   f.report.exception.reset();
   f.report.stop = ReplayReport::Stop::EndOfRecording;
   f.waitStatus = W_EXITCODE(0, 0);
-  EXPECT_EQ(decideReplayOutcome(f).exitCode, kNotReached);
+  EXPECT_EQ(decideReplayOutcome(f).exitCode, kExitNotReached);
 }
 
 TEST(ReplayOutcome, TheEndOfACutTraceHasItsOwnCodeAndSaysWhy) {
@@ -116,7 +116,7 @@ TEST(ReplayOutcome, TheEndOfACutTraceHasItsOwnCodeAndSaysWhy) {
   s.pid = 42;
   f.traceCut = traceCutReason(s, 128 + SIGKILL, {});
   ReplayOutcome o = decideReplayOutcome(f);
-  EXPECT_EQ(o.exitCode, kTraceCut);
+  EXPECT_EQ(o.exitCode, kExitTraceCut);
   EXPECT_EQ(o.message,
             "the trace was cut short (the recorded job was killed by signal 9 (Killed)); step 109 is not in the "
             "recording: the trace ends in step 108; last verified step 108");
@@ -127,7 +127,7 @@ TEST(ReplayOutcome, TheEndOfACutTraceHasItsOwnCodeAndSaysWhy) {
   s.cleanClose = true;  // a trace that ended with its job: running past it is no cut
   EXPECT_EQ(traceCutReason(s, 0, {}), "");
   f.traceCut.clear();
-  EXPECT_EQ(decideReplayOutcome(f).exitCode, kNotReached);
+  EXPECT_EQ(decideReplayOutcome(f).exitCode, kExitNotReached);
 }
 
 TEST(ReplayOutcome, AJumpWhoseSnapshotWasNotLoadedWholeNamesThatCause) {
@@ -138,7 +138,7 @@ TEST(ReplayOutcome, AJumpWhoseSnapshotWasNotLoadedWholeNamesThatCause) {
   EXPECT_NE(o.message.find("state outside modules/optimizers/schedulers"), std::string::npos) << o.message;
   f.report.warnings = {"jump: not restored: 0 modules here, 1 in the snapshot"};
   o = decideReplayOutcome(f);
-  EXPECT_EQ(o.exitCode, kDivergence);
+  EXPECT_EQ(o.exitCode, kExitDivergence);
   EXPECT_NE(o.message.find("the snapshot was not loaded whole (jump: not restored: 0 modules here, 1 in the snapshot)"),
             std::string::npos)
       << o.message;
@@ -151,7 +151,7 @@ TEST(ReplayOutcome, AReplayThatEndsAsTheRecordingDidBeforeTheTargetIsNotReached)
   f.target = ReplayTarget::Kind::Step;
   f.targetText = "step 4";
   ReplayOutcome o = decideReplayOutcome(f);
-  EXPECT_EQ(o.exitCode, kNotReached);
+  EXPECT_EQ(o.exitCode, kExitNotReached);
   EXPECT_NE(o.message.find("ended before reaching step 4: the replayed job exited with status 0; last verified step 1"),
             std::string::npos)
       << o.message;
@@ -163,7 +163,7 @@ TEST(ReplayOutcome, AnExceptionInAStepNamesTheExceptionNotTheMissingLoss) {
   f.report.exception = "KeyError: 'missing-key-3'";
   f.waitStatus = W_EXITCODE(1, 0);
   ReplayOutcome o = decideReplayOutcome(f);
-  EXPECT_EQ(o.exitCode, kDivergence);
+  EXPECT_EQ(o.exitCode, kExitDivergence);
   EXPECT_EQ(o.message,
             "diverged at step 3: the replayed job raised KeyError: 'missing-key-3' where the recording did not; last "
             "verified step 2");
@@ -172,7 +172,7 @@ TEST(ReplayOutcome, AnExceptionInAStepNamesTheExceptionNotTheMissingLoss) {
 TEST(ReplayOutcome, NeverAttachedAndStepDivergenceKeepTheirCodes) {
   ReplayFacts f = atEnd(0, 5);
   f.report = ReplayReport{};
-  EXPECT_EQ(decideReplayOutcome(f).exitCode, kNoReplay);
+  EXPECT_EQ(decideReplayOutcome(f).exitCode, kExitNoReplay);
   f = atEnd(1, 5);
   f.report.divergence = ReplayReport::Divergence{1, "loss", "", "loss"};
   EXPECT_EQ(decideReplayOutcome(f).message, "diverged at step 1: loss");

@@ -96,7 +96,7 @@ TEST(ReplayPlan, ADivergenceAtTheJumpStepIsNeverReportedAsVerified) {
   f.recordedSteps = 341;
   f.jumpStep = 300;
   ReplayOutcome o = decideReplayOutcome(f);
-  EXPECT_EQ(o.exitCode, kDivergence);
+  EXPECT_EQ(o.exitCode, kExitDivergence);
   EXPECT_EQ(o.message.rfind("jump replay diverged after the jump at step 300: loss: recorded 1, replayed 2", 0), 0u)
       << o.message;
   EXPECT_NE(o.message.find("run with --from start for a full replay"), std::string::npos) << o.message;
@@ -104,7 +104,7 @@ TEST(ReplayPlan, ADivergenceAtTheJumpStepIsNeverReportedAsVerified) {
   f.report.divergence->step = 305;
   f.report.verifiedSteps = 5;
   o = decideReplayOutcome(f);
-  EXPECT_EQ(o.exitCode, kDivergence);
+  EXPECT_EQ(o.exitCode, kExitDivergence);
   EXPECT_EQ(o.message.rfind("diverged at step 305", 0), 0u) << o.message;
 }
 
@@ -119,10 +119,10 @@ TEST(ReplayPlan, AJumpReplayToTheEndCountsTheStepsAfterTheJump) {
   f.recordedSteps = 341;
   f.recordedExit = 0;
   f.jumpStep = 300;
-  EXPECT_EQ(decideReplayOutcome(f).exitCode, kOk);
+  EXPECT_EQ(decideReplayOutcome(f).exitCode, kExitOk);
   f.report.verifiedSteps = 40;  // one step short of the end
   ReplayOutcome o = decideReplayOutcome(f);
-  EXPECT_EQ(o.exitCode, kDivergence);
+  EXPECT_EQ(o.exitCode, kExitDivergence);
   EXPECT_NE(o.message.find("last verified step 339"), std::string::npos) << o.message;
 }
 

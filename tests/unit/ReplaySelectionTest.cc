@@ -58,7 +58,7 @@ TEST_F(ReplaySelectionTest, TargetsTheTraceCannotHoldAreRefused) {
   o.until = "step=7";
   auto r = select(o);
   ASSERT_FALSE(r.selection);
-  EXPECT_EQ(r.refusal.exitCode, kNotFound);
+  EXPECT_EQ(r.refusal.exitCode, kExitNotFound);
   EXPECT_EQ(joined(r.refusal), "step 7 is beyond the trace, which holds steps 0 to 4\n");
 
   o.until = "nan";
@@ -77,7 +77,7 @@ TEST_F(ReplaySelectionTest, RanksOfANonDistributedTraceAreRefused) {
   o.rank = 1;
   auto r = select(o);
   ASSERT_FALSE(r.selection);
-  EXPECT_EQ(r.refusal.exitCode, kNotFound);
+  EXPECT_EQ(r.refusal.exitCode, kExitNotFound);
   EXPECT_NE(joined(r.refusal).find("no rank of a distributed job"), std::string::npos);
 }
 
@@ -92,7 +92,7 @@ TEST_F(ReplaySelectionTest, UnknownStreamsAndMissingSnapshotsAreRefused) {
   f.from = "step=2";
   r = select(f, 3);
   ASSERT_FALSE(r.selection);
-  EXPECT_EQ(r.refusal.exitCode, kNotFound);
+  EXPECT_EQ(r.refusal.exitCode, kExitNotFound);
   EXPECT_EQ(joined(r.refusal), "the trace holds no snapshot of step 2\n");
 }
 
@@ -101,7 +101,7 @@ TEST_F(ReplaySelectionTest, CheckNeedsARecordedFailure) {
   o.check = true;
   auto r = select(o);  // the sample job exited 0
   ASSERT_FALSE(r.selection);
-  EXPECT_EQ(r.refusal.exitCode, kNotFound);
+  EXPECT_EQ(r.refusal.exitCode, kExitNotFound);
   EXPECT_EQ(joined(r.refusal), "--check: the recording holds no failure (the job exited 0): nothing to reproduce\n");
 
   r = select(o, 1);

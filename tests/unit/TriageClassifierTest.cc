@@ -418,6 +418,21 @@ TEST(TriageClassifier, SignalsAndExits) {
   kill.exitCode = 137;
   EXPECT_EQ(classify(kill).category, Category::ExternalSignal);
 
+  // A death by a signal the process raised itself is a native crash, caught by the recorder
+  // (a "signal" failure) or not (only the exit status): the same set both ways (kCrashSignals).
+  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGTRAP, SIGFPE, SIGABRT, SIGSYS}) {
+    TriageInput uncaught;
+    uncaught.exitCode = 128 + sig;
+    EXPECT_EQ(classify(uncaught).category, Category::NativeCrash) << sig;
+    TriageInput caught;
+    FailureRecord crash;
+    crash.kind = "signal";
+    crash.signal = sig;
+    caught.failure = crash;
+    caught.exitCode = 128 + sig;
+    EXPECT_EQ(classify(caught).category, Category::NativeCrash) << sig;
+  }
+
   TriageInput ok;
   ok.exitCode = 0;
   EXPECT_EQ(classify(ok).category, Category::None);

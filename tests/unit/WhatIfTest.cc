@@ -49,23 +49,23 @@ ReplayReport withVerdict(const char* verdict) {
 
 TEST(WhatIf, VerdictFromTheReport) {
   auto o = decideWhatIf(withVerdict("did not recur: steps 4-6 ..."), W_EXITCODE(0, 0), "fp32");
-  EXPECT_EQ(o.exitCode, kOk);
+  EXPECT_EQ(o.exitCode, kExitOk);
   EXPECT_EQ(o.outcome, "prevented");
   EXPECT_EQ(o.message, "what-if fp32: the failure did not recur: steps 4-6 ...");
   o = decideWhatIf(withVerdict("recurred at step 4: loss loss not finite"), W_EXITCODE(0, 0), "fp32");
-  EXPECT_EQ(o.exitCode, kWhatIfRecurred);
+  EXPECT_EQ(o.exitCode, kExitWhatIfRecurred);
   EXPECT_EQ(o.outcome, "recurred");
 }
 
 TEST(WhatIf, AReplayThatNeverGotToTheChangeIsNoVerdict) {
-  EXPECT_EQ(decideWhatIf(ReplayReport{}, W_EXITCODE(0, 0), "fp32").exitCode, kNoReplay);
+  EXPECT_EQ(decideWhatIf(ReplayReport{}, W_EXITCODE(0, 0), "fp32").exitCode, kExitNoReplay);
   auto o = decideWhatIf(withVerdict(nullptr), W_EXITCODE(0, SIGKILL), "fp32");
-  EXPECT_EQ(o.exitCode, kNotReached);
+  EXPECT_EQ(o.exitCode, kExitNotReached);
   EXPECT_NE(o.message.find("signal 9"), std::string::npos);
   ReplayReport d = withVerdict("did not recur: ...");  // a divergence before the change wins
   d.divergence = ReplayReport::Divergence{2, "loss", "loss", "recorded 1, replayed 2"};
   o = decideWhatIf(d, W_EXITCODE(0, 0), "fp32");
-  EXPECT_EQ(o.exitCode, kDivergence);
+  EXPECT_EQ(o.exitCode, kExitDivergence);
   EXPECT_NE(o.message.find("diverged at step 2 before the change"), std::string::npos);
 }
 

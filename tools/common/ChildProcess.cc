@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <system_error>
 
+#include "tools/common/ExitCodes.h"
 #include "tools/common/Sandbox.h"
 
 extern char** environ;
@@ -87,7 +88,7 @@ namespace {
   }
   ssize_t w = ::write(execPipe, &err, sizeof err);
   (void)w;
-  ::_exit(err == ENOENT ? 127 : 126);
+  ::_exit(err == ENOENT ? kExitCannotRun : kExitNotExecutable);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "format/TraceError.h"
 #include "format/Version.h"
 #include "tools/common/ChildProcess.h"
+#include "tools/common/ExitCodes.h"
 #include "tools/common/Sandbox.h"
 #include "tools/common/Text.h"
 #include "tools/dlpreflight/PreflightOptions.h"
@@ -28,9 +29,6 @@
 
 namespace dlrr {
 namespace {
-
-constexpr int kExitFailed = 1;
-constexpr int kExitUsage = 2;
 
 double monotonicSeconds() {
   timespec ts{};
@@ -70,7 +68,7 @@ int run(int argc, char** argv) {
   fs::path dlrecord = fs::read_symlink("/proc/self/exe", ec).parent_path() / "dlrecord";
   if (ec || !fs::exists(dlrecord, ec)) {
     std::fprintf(stderr, "dlpreflight: dlrecord is missing next to dlpreflight (%s)\n", dlrecord.c_str());
-    return kExitFailed;
+    return kExitNegative;
   }
   std::string trace, work, scratch;
   try {
@@ -83,7 +81,7 @@ int run(int argc, char** argv) {
     }
   } catch (const std::system_error& e) {
     std::fprintf(stderr, "dlpreflight: %s\n", e.what());
-    return kExitFailed;
+    return kExitNegative;
   }
 
   // The job (and the dlrecord that records it) in a sandbox (tools/common/Sandbox.h): its
@@ -130,18 +128,19 @@ int run(int argc, char** argv) {
     child = tools::launch(spec);
   } catch (const std::system_error& e) {
     std::fprintf(stderr, "dlpreflight: cannot start dlrecord: %s\n", e.what());
-    return kExitFailed;
+    return kExitNegative;
   }
   double seconds = monotonicSeconds() - start;
   if (child.execError != 0) {
     std::fprintf(stderr, "dlpreflight: cannot run %s: %s\n", dlrecord.c_str(), std::strerror(child.execError));
-    return kExitFailed;
+    return kExitNegative;
   }
   int jobExit = tools::shellExitCode(child.waitStatus);
   if (!fs::exists(fs::path(trace) / "launcher.dlrr", ec) && !fs::exists(trace, ec)) {
     // dlrecord refused (usage error) or CMD could not run: it said why; same exit code.
     if (!work.empty()) fs::remove_all(work, ec);
-    return jobExit == 126 || jobExit == 127 || jobExit == kExitUsage ? jobExit : kExitFailed;
+    return jobExit == kExitNotExecutable || jobExit == kExitCannotRun || jobExit == kExitUsage ? jobExit
+                                                                                               : kExitNegative;
   }
   try {
     auto t = Trace::open(trace, OpenMode::Tolerant);
@@ -175,7 +174,7 @@ int run(int argc, char** argv) {
   } catch (const TraceError& e) {
     std::fprintf(stderr, "dlpreflight: the preflight trace %s is not readable: %s\n", trace.c_str(), e.what());
     std::fprintf(stderr, "dlpreflight: FAILED: the job exited with status %d\n", jobExit);
-    return kExitFailed;
+    return kExitNegative;
   }
 }
 

@@ -11,14 +11,14 @@
 #include <system_error>
 #include <vector>
 
-#include "format/DistEnv.h"
-#include "format/HostInfo.h"
 #include "format/Redact.h"
 #include "format/StreamHeaderBuilder.h"
 #include "format/TraceDir.h"
 #include "format/TraceError.h"
 #include "format/Version.h"
 #include "recorder/ResourceUsage.h"
+#include "session/DistEnv.h"
+#include "session/HostInfo.h"
 
 extern char** environ;
 

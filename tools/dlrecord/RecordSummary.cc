@@ -1,9 +1,9 @@
 #include "tools/dlrecord/RecordSummary.h"
 
-#include "format/Ranks.h"
 #include "format/Trace.h"
 #include "format/TraceError.h"
 #include "tools/common/Text.h"
+#include "triage/Ranks.h"
 
 namespace dlrr {
 namespace {

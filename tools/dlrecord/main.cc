@@ -23,6 +23,7 @@
 #include "format/Version.h"
 #include "recorder/ResourceUsage.h"
 #include "tools/common/ChildProcess.h"
+#include "tools/common/ExitCodes.h"
 #include "tools/common/Text.h"
 #include "tools/dlrecord/ChildEnvironment.h"
 #include "tools/dlrecord/InstallPaths.h"
@@ -33,10 +34,6 @@
 
 namespace dlrr {
 namespace {
-
-constexpr int kExitUsage = 2;
-constexpr int kExitCannotRun = 127;
-constexpr int kExitNotExecutable = 126;
 
 std::string defaultTraceName() {
   time_t t = time(nullptr);
@@ -110,7 +107,7 @@ int run(int argc, char** argv) {
     child = tools::launch(spec);
   } catch (const std::system_error& e) {
     std::fprintf(stderr, "dlrecord: cannot start the job: %s\n", e.what());
-    return 1;
+    return kExitNegative;
   }
   if (status) status->closeWriteEnd();
   if (child.execError != 0) {

@@ -54,22 +54,22 @@ int allRanksOutcome(const RankReport& ranks, const RankReports& files, const Pro
     j.endObject();
   }
   j.endArray();
-  int code = diverged                                     ? kDivergence
-             : attached == 0                              ? kNoReplay
-             : complete == static_cast<int>(files.size()) ? kOk
-                                                          : kNotReached;
+  int code = diverged                                     ? kExitDivergence
+             : attached == 0                              ? kExitNoReplay
+             : complete == static_cast<int>(files.size()) ? kExitOk
+                                                          : kExitNotReached;
   const int shellCode = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
   const bool otherEnd = end.recordedExit && shellCode != *end.recordedExit;
   // One machine's share of a job of several: the verdict is about the ranks replayed here.
   const std::string every = ranks.spansMachines() ? "every rank of this machine (" + std::to_string(ranks.ranksHere()) +
                                                         " of world size " + std::to_string(ranks.worldSize) + ")"
                                                   : std::string("every rank");
-  std::string verdict = code == kOk && otherEnd ? every + " verified every step, but the job ended otherwise"
-                        : code == kOk           ? every + " replayed to the end, every step verified"
-                        : code == kDivergence   ? std::to_string(diverged) + " rank(s) diverged from the recording"
-                        : code == kNoReplay     ? "no rank attached to the trace (is it the recorded launcher command?)"
+  std::string verdict = code == kExitOk && otherEnd ? every + " verified every step, but the job ended otherwise"
+                        : code == kExitOk           ? every + " replayed to the end, every step verified"
+                        : code == kExitDivergence   ? std::to_string(diverged) + " rank(s) diverged from the recording"
+                        : code == kExitNoReplay ? "no rank attached to the trace (is it the recorded launcher command?)"
                                                 : "not every rank replayed all its recorded steps";
-  if (code == kOk && otherEnd) code = kDivergence;  // an end the recording did not have is no verified replay
+  if (code == kExitOk && otherEnd) code = kExitDivergence;  // an end the recording did not have is no verified replay
   if (shellCode != 0 || otherEnd)
     verdict += " (" + end.who + " " +
                (WIFSIGNALED(status) ? std::string("was killed by ") + strsignal(WTERMSIG(status))

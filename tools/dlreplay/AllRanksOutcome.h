@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "format/Ranks.h"
+#include "triage/Ranks.h"
 
 namespace dlrr {
 

@@ -49,9 +49,9 @@ CheckVerdict decideCheck(const CheckInput& in, const triage::TriageInput& facts)
   const int st = in.waitStatus;
   int childStatus = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1;
   if (in.checkExit)
-    v.reproduced = in.replayExit == kOk && facts.exitCode && childStatus == *facts.exitCode;
+    v.reproduced = in.replayExit == kExitOk && facts.exitCode && childStatus == *facts.exitCode;
   else
-    v.reproduced = in.replayExit == kOk;
+    v.reproduced = in.replayExit == kExitOk;
   std::string what = !in.recordedFailure.empty() ? tools::printableSummary(in.recordedFailure, kSummaryTextMax)
                                                  : "exit status " + std::to_string(facts.exitCode.value_or(-1));
   if (v.reproduced) {
@@ -63,16 +63,16 @@ CheckVerdict decideCheck(const CheckInput& in, const triage::TriageInput& facts)
     v.text = in.concurrencyCaveat.empty() ? "deterministic: " + v.text : v.text + "; " + in.concurrencyCaveat;
     return v;
   }
-  std::string why = in.checkExit && in.replayExit == kOk
+  std::string why = in.checkExit && in.replayExit == kExitOk
                         ? "the replayed job ended with status " + std::to_string(childStatus) +
                               ", the recording with " + std::to_string(facts.exitCode.value_or(-1))
                         : in.replayMessage;
   v.text = "not reproduced: " + why;
-  if (in.jumpStep >= 0 && in.replayExit != kNoReplay)
+  if (in.jumpStep >= 0 && in.replayExit != kExitNoReplay)
     v.text += "; from the snapshot of step " + std::to_string(in.jumpStep) +
               ", on the same build: a transient fault (a hardware check is advised) unless state the snapshot "
               "cannot hold changed the result (--check --from start replays every step)";
-  if (in.replayExit != kNoReplay) v.exitCode = kNotReproduced;
+  if (in.replayExit != kExitNoReplay) v.exitCode = kExitNotReproduced;
   return v;
 }
 

@@ -22,7 +22,7 @@ std::vector<std::string> preflightWarnings(Trace& trace, const triage::TriageInp
 std::string stepPhrase(const std::string& stopStep, const triage::TriageInput& facts);
 
 // What --check found: whether the recorded failure happened again, the verdict line, and the
-// exit code (the replay's, or kNotReproduced).
+// exit code (the replay's, or kExitNotReproduced).
 struct CheckVerdict {
   bool reproduced = false;
   std::string text;

@@ -12,6 +12,7 @@
 
 #include "format/Trace.h"
 #include "format/TraceError.h"
+#include "tools/common/ExitCodes.h"
 #include "tools/common/Text.h"
 #include "tools/dlreplay/ReplayOptions.h"
 #include "tools/dlreplay/ScratchDirs.h"
@@ -19,8 +20,6 @@
 namespace dlrr {
 namespace {
 
-constexpr int kUsage = 2;  // dlreplay's exit codes (docs/cli.md)
-constexpr int kIo = 3;
 constexpr size_t kShown = 5;
 
 std::string freshScratch() {
@@ -88,7 +87,7 @@ int ReplayFiles::prepare(Trace& trace, const ReplayOptions& o, std::map<std::str
           std::filesystem::directory_iterator(scratch_, ec) != std::filesystem::directory_iterator()) {
         std::fprintf(stderr, "dlreplay: --scratch %s is not empty; give a new or empty directory\n",
                      tools::printable(o.scratch).c_str());
-        return kUsage;
+        return kExitUsage;
       }
     }
     makeScratch(scratch_);
@@ -98,13 +97,13 @@ int ReplayFiles::prepare(Trace& trace, const ReplayOptions& o, std::map<std::str
                  "dlreplay: %s; a trace is data and this one is larger unpacked than it should be: "
                  "--serve-budget BYTES allows more, --serve-files never serves nothing\n",
                  tools::printable(e.what()).c_str());
-    return kIo;
+    return kExitIo;
   } catch (const TraceError& e) {
     std::fprintf(stderr, "dlreplay: cannot rebuild the recorded files: %s\n", e.what());
-    return kIo;
+    return kExitIo;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dlreplay: scratch directory: %s\n", e.what());
-    return kIo;
+    return kExitIo;
   }
   env["DLRR_SCRATCH"] = scratch_;
   env["DLRR_SERVE_FILES"] = o.serveFiles;

@@ -55,12 +55,12 @@ ReplayOutcome decideReplayOutcome(const ReplayFacts& f) {
   }
 
   if (!rep.attached) {
-    r.exitCode = kNoReplay;
+    r.exitCode = kExitNoReplay;
     r.message = "the replayed process never attached to the trace (is it the recorded program? did it import torch?)";
   } else if (rep.divergence && f.jumpStep >= 0 && rep.divergence->step == f.jumpStep) {
     // The first step after the jump is where state the snapshot could not restore shows. When
     // the snapshot itself was not loaded whole, that is the cause to name, not Python-side state.
-    r.exitCode = kDivergence;
+    r.exitCode = kExitDivergence;
     auto unrestored = std::find_if(rep.warnings.begin(), rep.warnings.end(),
                                    [](const std::string& w) { return w.rfind("jump: not restored", 0) == 0; });
     r.message = "jump replay diverged after the jump at step " + std::to_string(f.jumpStep) + ": " +
@@ -71,7 +71,7 @@ ReplayOutcome decideReplayOutcome(const ReplayFacts& f) {
                        "fast-forwarded steps' results) was not restored") +
                 "; run with --from start for a full replay";
   } else if (rep.divergence) {
-    r.exitCode = kDivergence;
+    r.exitCode = kExitDivergence;
     // An exception or a signal the recording did not have is the cause of what the step then
     // lacked (its loss, its outputs): name it first.
     if ((raised && !sameException) || (died && !(recordedDied && sig == f.recordedSignal)))
@@ -81,11 +81,11 @@ ReplayOutcome decideReplayOutcome(const ReplayFacts& f) {
       r.message = "diverged at step " + std::to_string(rep.divergence->step) + ": " +
                   tools::printableSummary(rep.divergence->detail, kTextMax);
   } else if (stop == ReplayReport::Stop::Target) {
-    r.exitCode = kOk;
+    r.exitCode = kExitOk;
     r.message = "reached " + f.targetText;
   } else if (stop == ReplayReport::Stop::EndOfRecording && !f.traceCut.empty()) {
     // Nothing past a cut trace can be checked: its own exit code, never success, never "diverged".
-    r.exitCode = kTraceCut;
+    r.exitCode = kExitTraceCut;
     r.message =
         (f.target == ReplayTarget::Kind::End ? std::string("the trace was cut short (")
                                              : "the trace ends before " + f.targetText + ": it was cut short (") +
@@ -96,7 +96,7 @@ ReplayOutcome decideReplayOutcome(const ReplayFacts& f) {
     r.message = "ran past the end of the recording before reaching " + f.targetText;
   } else if (f.target == ReplayTarget::Kind::Crash &&
              ((recordedDied && died && sig == f.recordedSignal) || sameException)) {
-    r.exitCode = kOk;
+    r.exitCode = kExitOk;
     r.message = died ? "reproduced the crash: " + std::string(strsignal(sig))
                      : "reproduced the exception: " + tools::printableSummary(rep.exception.value_or(""), kTextMax);
   } else {
@@ -107,7 +107,7 @@ ReplayOutcome decideReplayOutcome(const ReplayFacts& f) {
                                   : !f.recordedExit || status == *f.recordedExit;
     const bool atEnd = f.target == ReplayTarget::Kind::End && stop == ReplayReport::Stop::Exit;
     if (!sameEnd) {
-      r.exitCode = kDivergence;
+      r.exitCode = kExitDivergence;
       std::string recorded = recordedDied ? "was killed by " + signalText(f.recordedSignal)
                              : recordedRaised
                                  ? "raised " + (f.recordedExceptionType.empty()
@@ -118,11 +118,11 @@ ReplayOutcome decideReplayOutcome(const ReplayFacts& f) {
       r.message = "diverged: the replayed job " + ended + "; the recording " + recorded + "; " +
                   lastVerified(r.verified, f.jumpStep);
     } else if (atEnd && r.verified + static_cast<uint64_t>(std::max<int64_t>(f.jumpStep, 0)) < f.recordedSteps) {
-      r.exitCode = kDivergence;
+      r.exitCode = kExitDivergence;
       r.message = "diverged: the replayed job ended after " + std::to_string(r.verified) + " of " +
                   std::to_string(f.recordedSteps) + " recorded steps; " + lastVerified(r.verified, f.jumpStep);
     } else if (atEnd) {
-      r.exitCode = kOk;
+      r.exitCode = kExitOk;
       r.message = "replayed to the end";
     } else {
       r.message = "ended before reaching " + f.targetText + ": the replayed job " + ended + "; " +

@@ -12,26 +12,11 @@
 
 #include "replayer/ReplayReport.h"
 #include "replayer/ReplayTarget.h"
+#include "tools/common/ExitCodes.h"
 
 namespace dlrr {
 
-// Exit codes (docs/cli.md): 0-8 as dltrace for trace problems, then replay outcomes.
-enum : int {
-  kOk = 0,
-  kUsage = 2,
-  kIo = 3,
-  kNotATrace = 4,
-  kFuture = 5,
-  kCorrupt = 6,
-  kNotFound = 7,
-  kInternal = 8,        // a bug in dlreplay: please report it
-  kConsent = 9,         // the trace is from another host/user: --yes or an explicit command needed
-  kNotReached = 10,     // the job ended (or failed otherwise) before the target
-  kDivergence = 11,     // the replay did what the recording did not (a step, an exit, an exception, a signal)
-  kNoReplay = 12,       // the replayed process never attached to the trace (e.g. not the same program)
-  kNotReproduced = 13,  // --check: the recorded failure did not happen again
-  kTraceCut = 14,       // the replay reached the end of a trace cut short (job killed, recording stopped)
-};
+// Exit codes: tools/common/ExitCodes.h.
 
 struct ReplayFacts {
   ReplayReport report;  // the replayed process's; !attached: it never attached
@@ -48,7 +33,7 @@ struct ReplayFacts {
 };
 
 struct ReplayOutcome {
-  int exitCode = kNotReached;
+  int exitCode = kExitNotReached;
   std::string message;  // one line, escaped
   uint64_t verified = 0;
 };

@@ -96,11 +96,11 @@ void printReplayJson(const ReplayResult& r, const ReplayFiles& files) {
   std::string out;
   tools::JsonWriter j(out, 0);  // one line, after whatever the job printed
   j.beginObject();
-  j.field("outcome", r.exitCode == kOk           ? "reached"
-                     : r.exitCode == kDivergence ? "divergence"
-                     : r.exitCode == kNoReplay   ? "not-attached"
-                     : r.exitCode == kTraceCut   ? "trace-cut"
-                                                 : "not-reached");
+  j.field("outcome", r.exitCode == kExitOk           ? "reached"
+                     : r.exitCode == kExitDivergence ? "divergence"
+                     : r.exitCode == kExitNoReplay   ? "not-attached"
+                     : r.exitCode == kExitTraceCut   ? "trace-cut"
+                                                     : "not-reached");
   j.field("exit_code", r.exitCode);
   j.field("target", r.target);
   j.field("message", r.outcome.message);

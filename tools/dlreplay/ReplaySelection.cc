@@ -4,11 +4,11 @@
 #include <exception>
 #include <string_view>
 
-#include "format/Concurrency.h"
 #include "format/TraceError.h"
 #include "tools/common/Text.h"
 #include "tools/dlreplay/ReplayOutcome.h"
 #include "triage/Classifier.h"
+#include "triage/Concurrency.h"
 #include "triage/TraceFacts.h"
 
 namespace dlrr {
@@ -100,7 +100,7 @@ bool chooseRank(Trace& trace, ReplayOptions& o, SelectionResult& r, ReplaySelect
     }
   }
   if ((o.rank || o.allRanks) && !ranks.distributed()) {
-    r.refusal = {kNotFound,
+    r.refusal = {kExitNotFound,
                  {"the trace holds no rank of a distributed job (no torch.distributed launcher was recorded)"}};
     return false;
   }
@@ -109,13 +109,13 @@ bool chooseRank(Trace& trace, ReplayOptions& o, SelectionResult& r, ReplaySelect
     for (const auto& rk : ranks.ranks)
       if (rk.rank == *o.rank && (!sel || rk.restart > sel->restart)) sel = &rk;
     if (!sel) {
-      r.refusal = {kNotFound,
+      r.refusal = {kExitNotFound,
                    {"the trace holds no rank " + std::to_string(*o.rank) + " (ranks 0 to " +
                     std::to_string(ranks.ranks.back().rank) + "; see dltrace info)"}};
       return false;
     }
     if (sel->keptResults != sel->results) {
-      r.refusal = {kNotFound,
+      r.refusal = {kExitNotFound,
                    {"rank " + std::to_string(*o.rank) + " cannot run without its peers: the recording kept " +
                     std::to_string(sel->keptResults) + " of its " + std::to_string(sel->results) +
                     " collective results (record with 'dlrecord --collectives full'); replay every rank with "
@@ -129,7 +129,7 @@ bool chooseRank(Trace& trace, ReplayOptions& o, SelectionResult& r, ReplaySelect
   }
   if (o.allRanks) {
     if (!o.until.empty() && o.until != "end") {
-      r.refusal = {kUsage,
+      r.refusal = {kExitUsage,
                    {"--all-ranks replays every rank to the end (a rank stopped early would leave its peers "
                     "waiting); to stop at a target replay one rank with --rank R --until " +
                     o.until}};
@@ -140,7 +140,7 @@ bool chooseRank(Trace& trace, ReplayOptions& o, SelectionResult& r, ReplaySelect
     // the others over the network, which the sandbox's own network namespace keeps out. The
     // user says so (--net host) rather than dlreplay opening the network by itself.
     if (ranks.spansMachines() && !o.hostNetwork) {
-      r.refusal = {kUsage,
+      r.refusal = {kExitUsage,
                    {"this trace holds " + std::to_string(ranks.ranksHere()) + " of the job's " +
                         std::to_string(ranks.worldSize) + " ranks (" + std::to_string(ranks.localWorldSize) +
                         " a machine): the others ran on other machines, each recorded into its own trace, and "
@@ -162,21 +162,21 @@ bool chooseTarget(Trace& trace, const ReplayOptions& o, SelectionResult& r, Repl
   std::string err;
   auto target = parseReplayTarget(s.until, err);
   if (!target) {  // the option parser accepted it: only a hand-built ReplayOptions gets here
-    r.refusal = {kUsage, {err}};
+    r.refusal = {kExitUsage, {err}};
     return false;
   }
   s.target = *target;
   if (s.target.kind == ReplayTarget::Kind::Nan && !(sum.failure && sum.failure->kind == "nonfinite") &&
       !recordsNonFinite(trace)) {
-    r.refusal = {kNotFound, {"the trace records no non-finite value; use --until step=N, crash or end"}};
+    r.refusal = {kExitNotFound, {"the trace records no non-finite value; use --until step=N, crash or end"}};
     return false;
   }
   if (s.target.kind == ReplayTarget::Kind::Crash && !(sum.failure && sum.failure->kind != "nonfinite")) {
-    r.refusal = {kNotFound, {"the trace records no exception or fatal signal; use --until nan, step=N or end"}};
+    r.refusal = {kExitNotFound, {"the trace records no exception or fatal signal; use --until nan, step=N or end"}};
     return false;
   }
   if (s.target.kind == ReplayTarget::Kind::Step && s.target.step >= static_cast<int64_t>(sum.steps)) {
-    r.refusal = {kNotFound,
+    r.refusal = {kExitNotFound,
                  {"step " + std::to_string(s.target.step) + " is beyond the trace, which holds " +
                   (sum.steps == 0 ? std::string("no completed step")
                                   : "steps 0 to " + std::to_string(static_cast<int64_t>(sum.steps) - 1))}};
@@ -212,7 +212,7 @@ bool chooseCommand(Trace& trace, const ReplayOptions& o, SelectionResult& r, Rep
              startedByHand(trace, s)) {
     // No launcher started them: dlreplay starts each rank as it was started (main.cc).
     if (s.ranks.spansMachines()) {
-      r.refusal = {kUsage,
+      r.refusal = {kExitUsage,
                    {"these ranks were started by hand on several machines: dlreplay cannot start the other "
                     "machines' ranks; replay one rank alone with --rank R (needs dlrecord --collectives full)"}};
       return false;
@@ -227,7 +227,7 @@ bool chooseCommand(Trace& trace, const ReplayOptions& o, SelectionResult& r, Rep
       l.cwd = h.getCwd().size() ? h.getCwd().cStr() : s.cwd;
       for (auto kv : h.getDistEnv()) l.distEnv.emplace_back(kv.getKey().cStr(), kv.getValue().cStr());
       if (l.argv.empty()) {
-        r.refusal = {kCorrupt, {"rank " + std::to_string(rk.rank) + "'s stream records no command"}};
+        r.refusal = {kExitCorrupt, {"rank " + std::to_string(rk.rank) + "'s stream records no command"}};
         return false;
       }
       s.rankLaunches.push_back(std::move(l));
@@ -240,7 +240,7 @@ bool chooseCommand(Trace& trace, const ReplayOptions& o, SelectionResult& r, Rep
     std::vector<std::string> rankArgv;
     if (StreamReader* r0 = trace.findRank(s.ranks.ranks.front().rank))
       for (auto a : r0->header().getArgv()) rankArgv.emplace_back(a.cStr());
-    r.refusal = {kUsage,
+    r.refusal = {kExitUsage,
                  {"this trace was recorded with one dlrecord per rank (torchrun ... dlrecord ...): give the launcher "
                   "command after '--', e.g.",
                   "  dlreplay " + tools::shellQuote(o.trace) + " --all-ranks -- torchrun --nnodes=1 --nproc_per_node=" +
@@ -250,7 +250,7 @@ bool chooseCommand(Trace& trace, const ReplayOptions& o, SelectionResult& r, Rep
     for (auto a : ti.getCommand()) s.command.emplace_back(a.cStr());
   }
   if (s.command.empty()) {
-    r.refusal = {kCorrupt, {"the trace records no command; give one after '--'"}};
+    r.refusal = {kExitCorrupt, {"the trace records no command; give one after '--'"}};
     return false;
   }
   return true;
@@ -269,7 +269,7 @@ SelectionResult selectReplay(Trace& trace, const ReplayOptions& options, bool cu
   if (!chooseRank(trace, o, r, s)) return r;
   s.stream = s.rank ? trace.find(s.rank->stream) : o.stream.empty() ? trace.mainStream() : trace.find(o.stream);
   if (!s.stream)
-    return refuse(std::move(r), kNotFound,
+    return refuse(std::move(r), kExitNotFound,
                   {o.stream.empty() ? "the trace holds no recorded process to replay"
                                     : "no stream named '" + o.stream + "' in the trace (see dltrace info)"});
   if (!s.rank && !s.allRanks)
@@ -279,7 +279,7 @@ SelectionResult selectReplay(Trace& trace, const ReplayOptions& options, bool cu
         s.summary.failure = p.failure;
       }
   if (!s.launcher)
-    return refuse(std::move(r), kCorrupt, {"the trace has no launcher stream (recorded command unknown)"});
+    return refuse(std::move(r), kExitCorrupt, {"the trace has no launcher stream (recorded command unknown)"});
 
   try {
     s.facts = triage::gatherFacts(trace);
@@ -288,12 +288,12 @@ SelectionResult selectReplay(Trace& trace, const ReplayOptions& options, bool cu
   if (o.check && !s.summary.failure) {
     if (!s.facts.exitCode || *s.facts.exitCode == 0)
       return refuse(
-          std::move(r), kNotFound,
+          std::move(r), kExitNotFound,
           {std::string("--check: the recording holds no failure (") +
            (s.facts.exitCode ? "the job exited 0" : "the job's end was not recorded") + "): nothing to reproduce"});
     triage::TriageResult early = triage::classify(s.facts);
     if (early.category == triage::Category::ExternalSignal)  // nothing in the job raised it
-      return refuse(std::move(r), kNotReproduced,
+      return refuse(std::move(r), kExitNotReproduced,
                     {"not reproduced: " + early.summary + "; replay does not re-send signals from outside",
                      std::string("triage: ") + triage::categoryInfo(early.category).name + " [" +
                          triage::dimensionName(early.dimension) + "], a non-deterministic kind of failure (" +
@@ -310,7 +310,7 @@ SelectionResult selectReplay(Trace& trace, const ReplayOptions& options, bool cu
       for (const auto& rk : s.ranks.ranks)
         if (StreamReader* rs = trace.find(rk.stream); rs && gpu.empty()) gpu = gpuUsed(*rs);
     if (!gpu.empty())
-      return refuse(std::move(r), kNotFound,
+      return refuse(std::move(r), kExitNotFound,
                     {(s.allRanks ? std::string("the job") : "stream " + s.stream->name()) + " ran on a GPU (" + gpu +
                      "): it replays on a machine with a CUDA device only, and this one has none (no NVIDIA driver "
                      "found)"});
@@ -319,7 +319,7 @@ SelectionResult selectReplay(Trace& trace, const ReplayOptions& options, bool cu
   // Jump replay (ReplayPlan.h): the snapshot restored, from the replayed stream's Snapshot events.
   if (s.allRanks) {
     if (!o.from.empty() && o.from != "start")
-      return refuse(std::move(r), kUsage, {"--all-ranks replays from step 0; --from is for one process"});
+      return refuse(std::move(r), kExitUsage, {"--all-ranks replays from step 0; --from is for one process"});
   } else {
     const auto& sum = s.summary;
     int64_t targetStep = s.target.kind == ReplayTarget::Kind::Step                   ? s.target.step
@@ -327,7 +327,7 @@ SelectionResult selectReplay(Trace& trace, const ReplayOptions& options, bool cu
                                                                                      : -1;
     std::string err;
     auto plan = planJump(snapshotsOf(*s.stream), s.target.kind, targetStep, o.from, o.check, err);
-    if (!plan) return refuse(std::move(r), kNotFound, {err});
+    if (!plan) return refuse(std::move(r), kExitNotFound, {err});
     s.jump = *plan;
   }
   if (!chooseCommand(trace, o, r, s)) return r;

@@ -11,12 +11,12 @@
 #include <utility>
 #include <vector>
 
-#include "format/Ranks.h"
 #include "format/Trace.h"
 #include "replayer/ReplayTarget.h"
 #include "tools/dlreplay/ReplayOptions.h"
 #include "tools/dlreplay/ReplayPlan.h"
 #include "triage/Facts.h"
+#include "triage/Ranks.h"
 
 namespace dlrr {
 
@@ -45,7 +45,7 @@ struct ReplaySelection {
   std::vector<RankLaunch> rankLaunches;
   bool explicitCommand = false;  // given after '--'
   std::string cwd;
-  // Several trainers at once, or processes that were not recorded (format/Concurrency.h): why
+  // Several trainers at once, or processes that were not recorded (triage/Concurrency.h): why
   // a replay of this one stream cannot show the job deterministic ("" when nothing of the kind).
   std::string concurrencyCaveat;
 };

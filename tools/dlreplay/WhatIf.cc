@@ -29,27 +29,27 @@ void printLines(const char* prefix, const std::string& v) {
 WhatIfOutcome decideWhatIf(const ReplayReport& r, int waitStatus, const std::string& intervention) {
   WhatIfOutcome o;
   if (!r.attached) {
-    o.exitCode = kNoReplay;
+    o.exitCode = kExitNoReplay;
     o.outcome = "not-attached";
     o.message = "the replayed process never attached to the trace";
     return o;
   }
   if (r.divergence) {  // before the change: the replay itself did not hold, so no what-if ran
-    o.exitCode = kDivergence;
+    o.exitCode = kExitDivergence;
     o.outcome = "divergence";
     o.message = "diverged at step " + std::to_string(r.divergence->step) + " before the change: " + r.divergence->kind +
                 " " + r.divergence->path + ": " + r.divergence->detail;
     return o;
   }
   if (!r.whatIfVerdict) {
-    o.exitCode = kNotReached;
+    o.exitCode = kExitNotReached;
     o.outcome = "not-reached";
     o.message = "the change was never applied: the job ended before its step";
     if (WIFSIGNALED(waitStatus)) o.message += " (it died of signal " + std::to_string(WTERMSIG(waitStatus)) + ")";
     return o;
   }
   bool recurred = r.whatIfVerdict->rfind("recurred", 0) == 0;
-  o.exitCode = recurred ? kWhatIfRecurred : kOk;
+  o.exitCode = recurred ? kExitWhatIfRecurred : kExitOk;
   o.outcome = recurred ? "recurred" : "prevented";
   o.message = "what-if " + intervention + ": the failure " + *r.whatIfVerdict;
   return o;

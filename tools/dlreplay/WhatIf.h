@@ -10,16 +10,14 @@
 #include <string>
 
 #include "replayer/ReplayReport.h"
+#include "tools/common/ExitCodes.h"
 #include "tools/dlreplay/ReplayFiles.h"
 #include "tools/dlreplay/WhatIfChange.h"
 
 namespace dlrr {
 
-// Exit status of a what-if whose change did not prevent the failure (docs/cli.md).
-inline constexpr int kWhatIfRecurred = 15;  // after ReplayOutcome.h's kTraceCut (14)
-
 struct WhatIfOutcome {
-  int exitCode = 0;     // 0: the failure did not recur; kWhatIfRecurred; else a replay problem
+  int exitCode = 0;     // 0: the failure did not recur; kExitWhatIfRecurred; else a replay problem
   std::string outcome;  // "prevented", "recurred", "divergence", "not-reached", "not-attached"
   std::string message;
 };

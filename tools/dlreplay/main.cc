@@ -19,14 +19,14 @@
 #include <system_error>
 #include <vector>
 
-#include "format/HostInfo.h"
-#include "format/Ranks.h"
 #include "format/Trace.h"
 #include "format/TraceError.h"
 #include "format/Version.h"
 #include "replayer/ReplayReport.h"
 #include "replayer/ReplaySession.h"
+#include "session/HostInfo.h"
 #include "tools/common/ChildProcess.h"
+#include "tools/common/ExitCodes.h"
 #include "tools/common/Text.h"
 #include "tools/dlrecord/InstallPaths.h"
 #include "tools/dlreplay/AllRanksOutcome.h"
@@ -45,27 +45,10 @@
 #include "tools/dlreplay/TraceOrigin.h"
 #include "tools/dlreplay/WhatIf.h"
 #include "triage/Classifier.h"
+#include "triage/Ranks.h"
 
 namespace dlrr {
 namespace {
-
-int exitFor(ErrorKind k) {
-  switch (k) {
-    case ErrorKind::Io:
-      return kIo;
-    case ErrorKind::NotATrace:
-      return kNotATrace;
-    case ErrorKind::FutureVersion:
-      return kFuture;
-    case ErrorKind::Corrupt:
-      return kCorrupt;
-    case ErrorKind::Usage:
-      return kUsage;
-    case ErrorKind::NotFound:
-      return kNotFound;
-  }
-  return kCorrupt;
-}
 
 bool haveCudaDevice() {
   for (const char* p : {"/dev/nvidiactl", "/proc/driver/nvidia/version", "/dev/dxg"})
@@ -171,7 +154,7 @@ int announce(const ReplaySelection& s, const ReplayOptions& o, Trace& trace, int
                  "dlreplay: this trace is not yours: %s; check the command above,\n"
                  "dlreplay: then rerun with --yes to run it, or give your own command after '--'\n",
                  origin.why.c_str());
-    return kConsent;
+    return kExitConsent;
   }
   if (!o.quiet)
     for (const auto& w : replaycheck::preflightWarnings(trace, s.facts))
@@ -179,7 +162,7 @@ int announce(const ReplaySelection& s, const ReplayOptions& o, Trace& trace, int
   std::error_code ec;
   if (!std::filesystem::is_directory(s.cwd, ec)) {
     std::fprintf(stderr, "dlreplay: the recorded working directory %s does not exist here\n", s.cwd.c_str());
-    return kIo;
+    return kExitIo;
   }
   return 0;
 }
@@ -209,13 +192,13 @@ int runRanks(const ReplaySelection& s, const ReplayOptions& o, const Environment
     children = tools::launchAll(specs, [&](size_t i, int status) { return !endsAsRecorded(s, i, status); });
   } catch (const std::system_error& e) {
     std::fprintf(stderr, "dlreplay: cannot start the ranks: %s\n", e.what());
-    return kIo;
+    return kExitIo;
   }
   for (size_t i = 0; i < children.size(); ++i)
     if (children[i].execError != 0) {
       std::fprintf(stderr, "dlreplay: cannot run rank %d's '%s': %s\n", s.rankLaunches[i].rank,
                    s.rankLaunches[i].argv[0].c_str(), std::strerror(children[i].execError));
-      return children[i].execError == ENOENT ? 127 : 126;
+      return children[i].execError == ENOENT ? kExitCannotRun : kExitNotExecutable;
     }
   ProcessEnd end = rankEnd(s, children);
   if (!o.json) files.print(stderr);
@@ -228,15 +211,15 @@ int run(int argc, char** argv) {
     o = parseReplayOptions(std::vector<std::string>(argv + 1, argv + argc));
   } catch (const tools::UsageError& e) {
     tools::printUsageError("dlreplay", e);
-    return kUsage;
+    return kExitUsage;
   }
   if (o.action == ReplayOptions::Action::Help) {
     std::fputs(kReplayUsage, stdout);
-    return kOk;
+    return kExitOk;
   }
   if (o.action == ReplayOptions::Action::Version) {
     std::printf("dlreplay %s\n", kDlrrVersion);
-    return kOk;
+    return kExitOk;
   }
   if (o.action == ReplayOptions::Action::CleanScratch) {
     ScratchSweep s = sweepScratch(scratchParent(), std::nullopt);
@@ -245,7 +228,7 @@ int run(int argc, char** argv) {
     std::printf("dlreplay: removed %zu scratch director%s in %s (%s)\n", s.removed.size(),
                 s.removed.size() == 1 ? "y" : "ies", tools::printable(scratchParent()).c_str(),
                 tools::humanBytes(s.bytes).c_str());
-    return kOk;
+    return kExitOk;
   }
 
   // 1. What to replay: decided from the trace before anything runs (ReplaySelection.h).
@@ -256,7 +239,7 @@ int run(int argc, char** argv) {
       std::fprintf(stderr, "dlreplay: warning: stream %s skipped: %s\n", b.name.c_str(), b.message.c_str());
   } catch (const TraceError& e) {
     std::fprintf(stderr, "dlreplay: %s\n", e.what());
-    return exitFor(e.kind());
+    return exitCodeFor(e.kind());
   }
   SelectionResult selected = selectReplay(*trace, o, haveCudaDevice());
   say(selected.notes);
@@ -268,7 +251,7 @@ int run(int argc, char** argv) {
   int rankPort = 0;  // where hand-started ranks meet (MASTER_PORT): a free one here, not the recorded one
   if (!s.rankLaunches.empty() && (rankPort = freeLocalPort()) <= 0) {
     std::perror("dlreplay: no free local port for the ranks' rendezvous");
-    return kIo;
+    return kExitIo;
   }
   const TraceOrigin origin = traceOrigin(o.trace, s.launcher->header().getTrace(), hostName());
   if (int rc = announce(s, o, *trace, rankPort, origin)) return rc;
@@ -279,7 +262,7 @@ int run(int argc, char** argv) {
     paths = findInstallPaths();
   } catch (const TraceError& e) {
     std::fprintf(stderr, "dlreplay: %s\n", e.what());
-    return kIo;
+    return kExitIo;
   }
   std::string gpuNote;
   // A foreign trace's environment does not choose the code the replay loads, unless consented.
@@ -294,12 +277,12 @@ int run(int argc, char** argv) {
   TempDir own("/tmp/dlreplay-own-XXXXXX");
   if (!own.ok()) {
     std::perror("dlreplay: mkdtemp");
-    return kIo;
+    return kExitIo;
   }
   TempFile report((own.path() + "/report-XXXXXX").c_str());
   if (!report.ok()) {
     std::perror("dlreplay: mkstemp");
-    return kIo;
+    return kExitIo;
   }
   ReplaySettings settings;
   std::error_code ec;
@@ -329,7 +312,7 @@ int run(int argc, char** argv) {
   if (o.dryRun) {
     for (const char* k : {"LD_PRELOAD", "PYTHONPATH", "DLRR_MODE", "DLRR_TRACE", "DLRR_REPLAY_STREAM", "DLRR_UNTIL"})
       std::fprintf(stderr, "dlreplay:   %s=%s\n", k, tools::printable(env[k]).c_str());
-    return kOk;
+    return kExitOk;
   }
   ReplayFiles files;  // served files and the scratch directory for the job's writes
   // Every process of the job in a sandbox (tools/common/Sandbox.h), but where one cannot hold
@@ -348,7 +331,7 @@ int run(int argc, char** argv) {
     gdbStatus.emplace((own.path() + "/gdb-XXXXXX").c_str());
     if (!gdbStatus->ok()) {
       std::perror("dlreplay: mkstemp");
-      return kIo;
+      return kExitIo;
     }
     env["DLRR_GDB_STATUS"] = gdbStatus->path();  // gdb runs with our library too: its write is not the job's
     full = gdbCommand(s.command, gdbStatus->path(), ::isatty(0));
@@ -368,7 +351,7 @@ int run(int argc, char** argv) {
   } catch (const std::system_error& e) {
     std::fprintf(stderr, "dlreplay: cannot start the job: %s\n", e.what());
     ::unlink(claimPath.c_str());
-    return kIo;
+    return kExitIo;
   }
   ::unlink(claimPath.c_str());
   if (child.execError != 0) {
@@ -457,15 +440,15 @@ int main(int argc, char** argv) {
     return dlrr::run(argc, argv);
   } catch (const dlrr::TraceError& e) {
     std::fprintf(stderr, "dlreplay: %s\n", e.what());
-    return dlrr::exitFor(e.kind());
+    return dlrr::exitCodeFor(e.kind());
   } catch (const kj::Exception& e) {
     std::fprintf(stderr, "dlreplay: trace data does not parse: %s\n", e.getDescription().cStr());
-    return dlrr::kCorrupt;
+    return dlrr::kExitCorrupt;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "dlreplay: out of memory reading the trace\n");
-    return dlrr::kCorrupt;
+    return dlrr::kExitCorrupt;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dlreplay: internal error: %s\n", e.what());
-    return dlrr::kInternal;
+    return dlrr::kExitInternal;
   }
 }

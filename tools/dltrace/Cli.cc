@@ -6,24 +6,6 @@
 
 namespace dlrr::tools {
 
-int exitCodeFor(ErrorKind kind) noexcept {
-  switch (kind) {
-    case ErrorKind::Io:
-      return kExitIo;
-    case ErrorKind::NotATrace:
-      return kExitNotATrace;
-    case ErrorKind::FutureVersion:
-      return kExitFutureVersion;
-    case ErrorKind::Corrupt:
-      return kExitCorrupt;
-    case ErrorKind::Usage:
-      return kExitUsage;
-    case ErrorKind::NotFound:
-      return kExitNotFound;
-  }
-  return kExitInternal;
-}
-
 void Output::write(const std::string& s) {
   if (!s.empty()) std::fwrite(s.data(), 1, s.size(), f_);
 }

@@ -5,13 +5,13 @@
 #include <string>
 
 #include "format/BatchMap.h"
-#include "format/Concurrency.h"
-#include "format/Ranks.h"
 #include "format/Trace.h"
 #include "format/TraceError.h"
 #include "tools/common/Json.h"
 #include "tools/common/Text.h"
 #include "tools/dltrace/Commands.h"
+#include "triage/Concurrency.h"
+#include "triage/Ranks.h"
 #include "triage/TraceFacts.h"
 
 namespace dlrr::tools {

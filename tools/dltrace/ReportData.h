@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "format/Ranks.h"
 #include "format/Trace.h"
+#include "triage/Ranks.h"
 
 namespace dlrr::tools {
 

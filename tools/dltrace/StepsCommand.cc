@@ -3,11 +3,11 @@
 #include <optional>
 #include <vector>
 
-#include "format/Ranks.h"
 #include "format/Trace.h"
 #include "tools/common/Json.h"
 #include "tools/common/Text.h"
 #include "tools/dltrace/Commands.h"
+#include "triage/Ranks.h"
 
 namespace dlrr::tools {
 namespace {

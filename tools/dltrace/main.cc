@@ -117,9 +117,9 @@ int main(int argc, char** argv) {
     return dlrr::tools::dispatch(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dltrace: internal error: %s\n", dlrr::tools::oneLine(e.what()).c_str());
-    return dlrr::tools::kExitInternal;
+    return dlrr::kExitInternal;
   } catch (...) {
     std::fprintf(stderr, "dltrace: internal error\n");
-    return dlrr::tools::kExitInternal;
+    return dlrr::kExitInternal;
   }
 }

@@ -722,7 +722,7 @@ class Session:
 
     def _note_sharing(self, optimizer):
         """How many parameters the process updates in shared memory (model.share_memory(),
-        Hogwild): processes training such a model at once race (format/Concurrency.h)."""
+        Hogwild): processes training such a model at once race (triage/Concurrency.h)."""
         params = [p for group in optimizer.param_groups for p in group["params"]]
         shared = sum(1 for p in params if p.is_shared())
         self.lib.dlrr_runtime_info(b"torch.shared_parameters", native.text("%d of %d" % (shared, len(params))))

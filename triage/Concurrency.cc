@@ -1,4 +1,4 @@
-#include "format/Concurrency.h"
+#include "triage/Concurrency.h"
 
 #include <cstdlib>
 #include <set>

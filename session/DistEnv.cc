@@ -1,4 +1,4 @@
-#include "format/DistEnv.h"
+#include "session/DistEnv.h"
 
 #include <algorithm>
 #include <cstdlib>

@@ -1,4 +1,4 @@
-#include "format/Ranks.h"
+#include "triage/Ranks.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -169,6 +169,7 @@ RankReport analyzeRanks(Trace& t) {
   std::map<int, const RankPosition*> last;
   for (const auto& r : rep.ranks) last[r.rank] = &r.position;
   std::vector<RankPosition> positions;
+  positions.reserve(last.size());
   for (const auto& [rank, p] : last) positions.push_back(*p);
   rep.hang = findHang(positions);
   if (origin) {

@@ -1,4 +1,4 @@
-#include "format/HostInfo.h"
+#include "session/HostInfo.h"
 
 #include <sys/utsname.h>
 #include <unistd.h>
