@@ -7,7 +7,7 @@ planted after training, issue 28's loop shapes, a language-model loop without a 
 and one healthy job.  For each: the shortest plain run a user would try to catch it (the job's
 own knob set low: one epoch, a few hundred iterations), and `dlpreflight` on the unchanged full
 command (K = 2).  Caught: the run failed with the planted error in its output (dlpreflight:
-exit 1 naming it; exit 3 INCOMPLETE counts as flagged, not caught).  A healthy job that does not
+exit 1 naming it; exit 10 INCOMPLETE counts as flagged, not caught).  A healthy job that does not
 pass is a false alarm.  --full also times the full plain job until it fails.
 
 Prints one line per job (seconds and outcome of each run) and the totals.  A benchmark, not a
@@ -59,7 +59,7 @@ def outcome(p, text, preflight):
     out = p.stdout + p.stderr
     if text is None:
         return "passed" if p.returncode == 0 else "FALSE ALARM (exit %d)" % p.returncode
-    if preflight and p.returncode == 3:
+    if preflight and p.returncode == 10:
         return "flagged (INCOMPLETE)"
     return "caught" if p.returncode != 0 and text in out else "missed (exit %d)" % p.returncode
 

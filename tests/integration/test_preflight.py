@@ -197,7 +197,7 @@ class PreflightPatternTest(TraceTestCase):
 
     def test_validation_every_n_steps_never_reached_is_named_and_not_passed(self):
         p, doc = self.pattern("eval-every-n")
-        self.assertEqual(p.returncode, 3, p.stderr)
+        self.assertEqual(p.returncode, 10, p.stderr)
         self.assertFalse(doc["passed"])
         self.assertEqual(doc["unused_loaders"], [{"dataset": "Ranged", "where": "preflight_patterns.py:52"}])
         self.assertIn("INCOMPLETE", doc["verdict"])

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tools/common/ChildProcess.h"
+#include "tools/common/ExitCodes.h"
 #include "tools/dlpreflight/PreflightOptions.h"
 #include "tools/dlpreflight/PreflightReport.h"
 
@@ -151,7 +152,7 @@ TEST(PreflightReport, ALoaderNeverIteratedIsNamedAndNotPassed) {
   triage::TriageResult t;
   auto r = preflight::judge(f, in, t, 0);
   EXPECT_FALSE(r.passed);
-  EXPECT_EQ(r.exitCode, 3);
+  EXPECT_EQ(r.exitCode, kExitNotReached);
   EXPECT_EQ(r.verdict.rfind("INCOMPLETE: ", 0), 0u) << r.verdict;
   EXPECT_NE(r.verdict.find("a DataLoader of ValSet made at train.py:52 was never iterated"), std::string::npos);
   std::string text = preflight::renderText(f, r, in, t, "tr", 1);

@@ -21,7 +21,7 @@ enum ExitCode : int {
   kExitNotFound = 7,         // no such step, stream, tensor, field
   kExitInternal = 8,         // a bug in the tool: please report it
   kExitConsent = 9,          // the trace is from another host/user: --yes or an explicit command needed
-  kExitNotReached = 10,      // the job ended (or failed otherwise) before the target
+  kExitNotReached = 10,      // the job ended (or failed otherwise) before the target (dlpreflight: a phase)
   kExitDivergence = 11,      // the replay did what the recording did not (a step, an exit, an exception, a signal)
   kExitNoReplay = 12,        // the replayed process never attached to the trace (e.g. not the same program)
   kExitNotReproduced = 13,   // --check: the recorded failure did not happen again
@@ -58,7 +58,7 @@ inline constexpr ExitCodeRow kExitCodes[] = {
     {kExitNotFound, kTraceReaders},
     {kExitInternal, kTraceReaders},
     {kExitConsent, kToolDlreplay},
-    {kExitNotReached, kToolDlreplay},
+    {kExitNotReached, kToolDlreplay | kToolDlpreflight},  // dlpreflight: a phase never ran
     {kExitDivergence, kToolDlreplay},
     {kExitNoReplay, kToolDlreplay},
     {kExitNotReproduced, kToolDlreplay},

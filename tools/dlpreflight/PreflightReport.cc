@@ -5,6 +5,7 @@
 #include <set>
 #include <sstream>
 
+#include "tools/common/ExitCodes.h"
 #include "tools/common/Json.h"
 #include "tools/common/Text.h"
 
@@ -219,7 +220,7 @@ Report judge(const Facts& f, const triage::TriageInput& in, const triage::Triage
       // A phase the full job reaches later (validation every N steps, N above what K passes
       // give) never ran: the miniature says nothing about it, so it did not pass.
       r.passed = false;
-      r.exitCode = 3;
+      r.exitCode = kExitNotReached;  // as dlreplay: the job ended before a phase was reached
       r.verdict = "INCOMPLETE: the job exited 0, but " + unusedLine(f.unused.front()) +
                   (f.unused.size() > 1 ? " (and " + std::to_string(f.unused.size() - 1) + " more)" : "") +
                   ": the phase that uses it did not run in the miniature";
