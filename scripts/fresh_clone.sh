@@ -17,42 +17,11 @@ RUN=$DIR.run
 BASE_MARK=$DIR/.dlrr-base-done  # debootstrap and ccache finished
 [ "$(id -u)" = 0 ] || { echo "fresh_clone: needs root (debootstrap, chroot, mount)" >&2; exit 2; }
 
-mirror() {
-  if [ -n "${DLRR_BOOKWORM_MIRROR:-}" ]; then echo "$DLRR_BOOKWORM_MIRROR"; return; fi
-  # One-line ("deb URI suite ...") and deb822 ("URIs: URI") sources; the main archive ends in /debian.
-  local uri
-  uri=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null |
-        sed -nE 's/^deb(\s+\[[^]]*\])?\s+(\S+).*/\2/p; s/^URIs:\s*(.*)/\1/p' | tr ' ' '\n' |
-        grep -E '^https?://.*/debian/?$' | head -n1 || true)
-  [ -n "$uri" ] || { echo "fresh_clone: no Debian mirror in /etc/apt/sources*; set DLRR_BOOKWORM_MIRROR" >&2; exit 2; }
-  echo "$uri"
-}
-
-MOUNTS=()
-cleanup() {
-  local i
-  for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do
-    umount "${MOUNTS[i]}" 2>/dev/null || umount -l "${MOUNTS[i]}" 2>/dev/null || true
-  done
-  MOUNTS=()
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-bind() {  # bind ROOT SRC DST-inside-ROOT
-  mkdir -p "$1$3"
-  mount --bind "$2" "$1$3"
-  MOUNTS+=("$1$3")
-}
-mount_all() {  # mount_all ROOT
-  mkdir -p "$1/proc"
-  mount -t proc proc "$1/proc"
-  MOUNTS+=("$1/proc")
-  bind "$1" /sys /sys
-  bind "$1" /dev /dev
-  bind "$1" /dev/pts /dev/pts
-  bind "$1" /dev/shm /dev/shm  # the demo's DataLoader workers share tensors through it
-  cp /etc/resolv.conf "$1/etc/resolv.conf" 2>/dev/null || true
-}
+. "$REPO/scripts/chroot_lib.sh"
+mirror() { debian_mirror fresh_clone DLRR_BOOKWORM_MIRROR; }
+bind() { chroot_bind "$@"; }          # bind ROOT SRC DST-inside-ROOT
+mount_all() { chroot_mount_all "$1"; }  # mount_all ROOT
+cleanup() { chroot_cleanup; }
 # Root's login environment on Debian: its default PATH (/etc/profile's and login.defs' for uid
 # 0), so "on PATH" means what it means to a user who just logged in.
 ROOT_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin

@@ -21,42 +21,10 @@ BASE_MARK=$DIR/.dlrr-base-done    # debootstrap finished
 PKGS_MARK=$DIR/.dlrr-packages     # holds the package list last installed completely
 [ "$(id -u)" = 0 ] || { echo "torch2: needs root (debootstrap, chroot, mount)" >&2; exit 2; }
 
-mirror() {
-  if [ -n "${DLRR_TRIXIE_MIRROR:-}" ]; then echo "$DLRR_TRIXIE_MIRROR"; return; fi
-  # One-line ("deb URI suite ...") and deb822 ("URIs: URI") sources; the main archive ends in /debian.
-  local uri
-  uri=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null |
-        sed -nE 's/^deb(\s+\[[^]]*\])?\s+(\S+).*/\2/p; s/^URIs:\s*(.*)/\1/p' | tr ' ' '\n' |
-        grep -E '^https?://.*/debian/?$' | head -n1 || true)
-  [ -n "$uri" ] || { echo "torch2: no Debian mirror in /etc/apt/sources*; set DLRR_TRIXIE_MIRROR" >&2; exit 2; }
-  echo "$uri"
-}
-
-MOUNTS=()
-cleanup() {
-  local i
-  for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do
-    umount "${MOUNTS[i]}" 2>/dev/null || umount -l "${MOUNTS[i]}" 2>/dev/null || true
-  done
-  MOUNTS=()
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-bind() {  # bind SRC DST-inside-chroot
-  mkdir -p "$DIR$2"
-  mount --bind "$1" "$DIR$2"
-  MOUNTS+=("$DIR$2")
-}
-mount_all() {
-  mkdir -p "$DIR/proc"
-  mount -t proc proc "$DIR/proc"
-  MOUNTS+=("$DIR/proc")
-  bind /sys /sys
-  bind /dev /dev
-  bind /dev/pts /dev/pts
-  bind /dev/shm /dev/shm  # DataLoader workers share tensors through it
-  cp /etc/resolv.conf "$DIR/etc/resolv.conf" 2>/dev/null || true
-}
+. "$REPO/scripts/chroot_lib.sh"
+mirror() { debian_mirror torch2 DLRR_TRIXIE_MIRROR; }
+bind() { chroot_bind "$DIR" "$@"; }  # bind SRC DST-inside-chroot
+mount_all() { chroot_mount_all "$DIR"; }
 # DLRR_TEST_CHROOT: the tests know they run here. The chroot's / is no mount point, so dlreplay's
 # kernel sandbox cannot be made inside (it falls back to the libc layer and says so:
 # test_isolation skips, test_preflight checks the libc layer's redirect), and it has no chromium
