@@ -127,7 +127,7 @@ RankReport analyzeRanks(Trace& t) {
   }
   // A rank whose library could not know its exit code (-1: it left by returning from main, as a
   // Python rank script that simply ends does) gets the status its launcher saw (a rank started
-  // by hand under its own dlrecord), or none: as Trace::summary says it, never "exit status -1".
+  // by hand under its own dlrecord), as Trace::summary says it, never "exit status -1".
   if (std::any_of(rep.ranks.begin(), rep.ranks.end(), [](const RankStatus& r) { return r.exitCode == -1; })) {
     std::map<int64_t, int> launcherSaw;
     for (auto& s : t.streams()) {
@@ -141,8 +141,10 @@ RankReport analyzeRanks(Trace& t) {
     }
     for (auto& r : rep.ranks) {
       if (r.exitCode != -1) continue;
+      // Not seen by a launcher of ours (torchrun's agent started it): it did exit, with a code
+      // no one recorded; -1 says that (Wavefront: "ended"), never "died without an exit".
       auto it = launcherSaw.find(r.pid);
-      r.exitCode = it != launcherSaw.end() ? std::optional<int>(it->second) : std::nullopt;
+      if (it != launcherSaw.end()) r.exitCode = it->second;
       r.position.exitCode = r.exitCode;
     }
   }
