@@ -336,15 +336,18 @@ const std::vector<uint8_t>* ReplaySession::snapshot(int64_t step) {
 }
 
 const std::vector<uint8_t>* ReplaySession::batch(uint32_t loader, uint64_t index) {
+  // Whole or nothing: a blob missing (a bounded trace outside its window) throws.
+  return encodedBatch(loader, index, [&](const Hash128& h, uint64_t size) { return stream_->readBlob(h, size); });
+}
+
+const std::vector<uint8_t>* ReplaySession::encodedBatch(uint32_t loader, uint64_t index, const BlobLoader& blob) {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = batches_.find({loader, index});
   if (it == batches_.end()) return nullptr;
   BatchRecord& rec = it->second;
   if (rec.encoded.empty()) {
-    auto ev = rec.event->getRoot<schema::Event>().asReader();
-    std::vector<uint8_t> out;  // whole or nothing: a blob missing (a bounded trace) throws
-    encodeValue(
-        ev.getBatch().getValue(), [&](const Hash128& h, uint64_t size) { return stream_->readBlob(h, size); }, out);
+    std::vector<uint8_t> out;
+    encodeValue(rec.event->getRoot<schema::Event>().asReader().getBatch().getValue(), blob, out);
     rec.encoded = std::move(out);
   }
   return &rec.encoded;
@@ -400,22 +403,11 @@ int ReplaySession::batchKind(uint32_t loader, uint64_t index) {
 }
 
 const std::vector<uint8_t>* ReplaySession::batchStandIn(uint32_t loader, uint64_t index) {
-  std::lock_guard<std::mutex> lk(mu_);
-  auto it = batches_.find({loader, index});
-  if (it == batches_.end()) return nullptr;
-  BatchRecord& rec = it->second;
-  if (rec.encoded.empty()) {
-    auto ev = rec.event->getRoot<schema::Event>().asReader();
-    std::vector<uint8_t> out;
-    encodeValue(
-        ev.getBatch().getValue(),
-        [&](const Hash128& h, uint64_t size) {
-          return stream_->hasBlob(h) ? stream_->readBlob(h, size) : std::vector<uint8_t>(size, 0);
-        },
-        out);
-    rec.encoded = std::move(out);
-  }
-  return &rec.encoded;
+  // Only for a batch whose bytes the trace lacks (batchKind 3): batch() cannot encode it, so the
+  // cached encoding shared with batch() is never a stand-in of a batch that has bytes.
+  return encodedBatch(loader, index, [&](const Hash128& h, uint64_t size) {
+    return stream_->hasBlob(h) ? stream_->readBlob(h, size) : std::vector<uint8_t>(size, 0);
+  });
 }
 
 void ReplaySession::remadeBegin(uint32_t loader, uint64_t index) {

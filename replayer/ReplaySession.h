@@ -17,6 +17,7 @@
 
 #include "format/BatchMap.h"
 #include "format/Trace.h"
+#include "replayer/BatchEncoding.h"
 #include "replayer/LaunchCompare.h"
 #include "replayer/ReplayReport.h"
 #include "replayer/ReplayTarget.h"
@@ -208,6 +209,8 @@ class ReplaySession final : public ProcessSession {
   void writeReport(const std::string& stopReason);
 
  private:
+  // batch() and batchStandIn(): the batch encoded once (cached), blobs read through `blob`.
+  const std::vector<uint8_t>* encodedBatch(uint32_t loader, uint64_t index, const BlobLoader& blob);
   using DigestKey = std::tuple<int64_t, int, std::string, uint32_t, uint32_t>;
   using BatchKey = std::pair<uint32_t, uint64_t>;
   struct RngRecord {
