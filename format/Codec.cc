@@ -9,6 +9,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "format/Check.h"
 #include "format/TraceError.h"
 
 namespace dlrr {
@@ -201,15 +202,15 @@ void PayloadCodec::decode(Codec codec, const uint8_t* stored, size_t storedLen, 
                           std::vector<uint8_t>& out) {
   // Check the lengths before allocating: a lie here is corruption, not a reason to allocate.
   if (codec.compression == Compression::None) {
-    if (storedLen != rawLen)
-      throw TraceError(ErrorKind::Corrupt, "stored and raw lengths differ in an uncompressed frame");
+    DLRR_REQUIRE(storedLen == rawLen, ErrorKind::Corrupt, "stored and raw lengths differ in an uncompressed frame",
+                 storedLen, rawLen);
     out.resize(rawLen);
     if (rawLen) std::memcpy(out.data(), stored, rawLen);
     return;
   }
   unsigned long long declared = ZSTD_getFrameContentSize(stored, storedLen);
-  if (declared != rawLen)
-    throw TraceError(ErrorKind::Corrupt, "compressed payload size does not match its frame header");
+  DLRR_REQUIRE(declared == rawLen, ErrorKind::Corrupt, "compressed payload size does not match its frame header",
+               declared, rawLen);
   out.resize(rawLen);
   uint8_t* dst = out.data();
   if (codec.shuffle > 1) {

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "format/Check.h"
 #include "format/Codec.h"
 #include "format/Crc32c.h"
 #include "format/TraceError.h"
@@ -472,9 +473,11 @@ std::vector<uint8_t> StreamReader::readBlob(const Hash128& h, uint64_t size) {
     }
     BlobPrefix p;
     readPayload(f, chunk, &p);
-    if (p.hashLo != h.lo || p.hashHi != h.hi || p.totalSize != size || p.chunkOffset != have)
-      throw TraceError(ErrorKind::Corrupt, name_ + ": blob chunk at " + hex(off) + " does not continue the blob");
-    if (chunk.size() > size - have) throw TraceError(ErrorKind::Corrupt, name_ + ": blob chunk overruns its blob");
+    DLRR_REQUIRE(p.hashLo == h.lo && p.hashHi == h.hi && p.totalSize == size && p.chunkOffset == have,
+                 ErrorKind::Corrupt, name_ + ": blob chunk at " + hex(off) + " does not continue the blob", p.totalSize,
+                 size, p.chunkOffset, have);
+    DLRR_REQUIRE(chunk.size() <= size - have, ErrorKind::Corrupt, name_ + ": blob chunk overruns its blob",
+                 chunk.size(), size, have);
     out.insert(out.end(), chunk.begin(), chunk.end());
     have += chunk.size();
     off += kFrameHeaderSize + f.header.storedLen;

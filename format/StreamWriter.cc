@@ -14,6 +14,7 @@
 #include <cstring>
 #include <new>
 
+#include "format/Check.h"
 #include "format/Crc32c.h"
 #include "format/FlatMessage.h"
 #include "format/OwnThreads.h"
@@ -161,6 +162,9 @@ void StreamWriter::append(capnp::MessageBuilder& event, int64_t stepBegin) {
   if (inert_) return;
   auto segments = event.getSegmentsForOutput();
   const size_t n = capnp::computeSerializedSizeInWords(segments) * sizeof(capnp::word);
+  // Bulk goes to blobs (chunked); an event this large is a bug in its producer, and would fail
+  // the whole stream later on the writer thread ("frame too large").
+  DLRR_ASSERT(n <= kMaxStoredLen / 2, n);
   std::unique_lock<std::mutex> lk(mu_);
   if (closed_) return;
   waitForSpace(lk, n);
