@@ -90,9 +90,10 @@ class PreflightTest(TraceTestCase):
         est = {(e["loader"], e["phase"]): e for e in doc["memory_estimates"]}
         self.assertEqual(set(est), {(0, "training"), (1, "evaluation")})
         train = est[(0, "training")]
-        self.assertEqual(train["batch_sizes"], "4,16")
+        self.assertEqual(train["batch_sizes"], [4, 16])
         self.assertEqual(train["target_batch_size"], 256)
-        a, b = (int(x) for x in train["peaks_rss_bytes"].split(","))
+        a, b = train["peaks_rss_bytes"]
+        self.assertIsInstance(a, int)
         # On the line through the two points, or the larger peak when memory did not grow.
         expected = b + (b - a) * (256 - 16) // 12 if b > a else max(a, b)
         self.assertLess(abs(train["estimate_rss_bytes"] - expected), 1 << 20)

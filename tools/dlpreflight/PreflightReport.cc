@@ -427,8 +427,9 @@ std::string renderJson(const Facts& f, const Report& r, const triage::TriageInpu
     j.field("phase", e.phase);
     j.field("target_batch_size", e.target);
     j.field("estimate_rss_bytes", e.estimateKib * 1024);
-    j.field("batch_sizes", std::to_string(e.batchA) + "," + std::to_string(e.batchB));
-    j.field("peaks_rss_bytes", std::to_string(e.peakA * 1024) + "," + std::to_string(e.peakB * 1024));
+    // The two measured runs the estimate extrapolates from, as numbers.
+    j.key("batch_sizes").beginArray().value(e.batchA).value(e.batchB).endArray();
+    j.key("peaks_rss_bytes").beginArray().value(e.peakA * 1024).value(e.peakB * 1024).endArray();
     j.field("note", e.note);
     j.endObject();
   }
