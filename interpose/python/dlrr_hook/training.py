@@ -127,7 +127,15 @@ class TrainingPatches:
         compiler = getattr(self._torch, "compiler", None)
         is_compiling = getattr(compiler, "is_compiling", None)
 
-        def transform(func, *args, **kwargs):  # patcher.wrap copies original's name and docstring
+        def transform(*args, **kwargs):  # patcher.wrap copies original's name and docstring
+            if args:
+                func, args = args[0], args[1:]
+            elif "func" in kwargs:
+                func = kwargs.pop("func")
+            else:
+                return original(*args, **kwargs)  # torch's own error, untouched
+            if not callable(func):
+                return original(func, *args, **kwargs)
             has_aux = kwargs.get("has_aux", args[1] if len(args) > 1 else False)
             losses = []  # the outermost call's loss, read where the function returns it
 
