@@ -10,6 +10,7 @@ import unittest
 from harness import PY, ROOT, TraceTestCase, children, info, run, tool
 
 JOB = os.path.join(ROOT, "tests", "integration", "jobs", "jump_job.py")
+NONDETERMINISTIC = os.path.join(ROOT, "tests", "integration", "jobs", "nondeterministic_step.py")
 
 
 def record(trace, mode, *job_args, every="50steps"):
@@ -121,11 +122,39 @@ class JumpReplayTest(TraceTestCase):
         self.assertEqual(p.returncode, 11, p.stderr)
         self.assertIn("jump replay diverged after the jump at step 100", rep["message"])
         self.assertIn("run with --from start for a full replay", rep["message"])
+        # computed a second time from the snapshot: the same values, a deterministic step
+        self.assertIn("was not restored (a second computation from the snapshot computed the same: the step is "
+                      "deterministic)", rep["message"])
+        self.assertNotIn("non-deterministic", rep["message"])
         self.assertEqual(rep["verified_steps"], 0)
         # The full replay verifies it.
         p, rep = replay(trace, "--from", "start")
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(rep["verified_steps"], fail)
+
+    def test_a_non_deterministic_step_is_named_not_blamed_on_the_snapshot(self):
+        # Steps 0-5 deterministic, from step 6 on a module's output depends on the clock: the replay
+        # verifies up to step 5, and from the snapshot of step 6 two computations of the step differ.
+        trace = self.trace_path()
+        rec = run([tool("dlrecord"), "-q", "--snapshot-every", "2steps", "-o", trace, "--", PY, NONDETERMINISTIC,
+                   "10", "6", "8"])
+        self.assertEqual(rec.returncode, 0, rec.stderr)
+        p, rep = replay(trace, "--from", "step=2", "--until", "step=6")
+        self.assertEqual((p.returncode, rep["verified_steps"]), (0, 4), p.stderr)
+        p, rep = replay(trace, "--from", "step=6", "--until", "end")
+        self.assertEqual(p.returncode, 11, p.stderr)
+        self.assertIn("diverged at step 6: module output 1 (Jitter) (call 0, output 0): recorded hash", rep["message"])
+        self.assertIn("the computation is non-deterministic: computed twice from the same restored state (the "
+                      "snapshot of step 6), it differs at module output 1 (Jitter) (call 0, output 0) of step 6",
+                      rep["message"])
+        self.assertNotIn("was not restored", rep["message"])
+        # --check replays the failing step (8: its target is Inf, its loss too) from its failure snapshot
+        p = run([tool("dlreplay"), trace, "--check"])
+        self.assertEqual(p.returncode, 13, p.stderr)
+        self.assertIn("dlreplay: not reproduced: diverged at step 8: module output 1 (Jitter)", p.stderr)
+        self.assertIn("it differs at module output 1 (Jitter) (call 0, output 0) of step 8\n", p.stderr)
+        self.assertNotIn("transient fault", p.stderr)
+        self.assertNotIn("was not restored", p.stderr)
 
     def test_torchvision_resnet18_with_steplr(self):
         trace = self.trace_path()

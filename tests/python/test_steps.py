@@ -215,19 +215,28 @@ class GradientCallCountedTest(unittest.TestCase):
     def functional_batch(self):
         self.steps.on_gradient_call()
         self.steps.on_root_forward(True)  # the transform runs the forward inside the call
-        self.steps.on_gradient_call_end()  # params = {k: v - lr * g[k]} follows, between steps
+        self.steps.on_gradient_call_end()  # params = {k: v - lr * g[k]} follows, in the same step
         self.steps.on_root_forward(True)  # the job prints the loss with the new parameters
 
     def test_each_gradient_call_is_a_step(self):
-        for _ in range(3):
+        for i in range(3):
             self.functional_batch()
+            # the update and the logging forward after the call are in the call's step
+            self.assertEqual(self.steps.current, i)
         self.steps.on_exit()
         begins = [(e[1], e[5]) for e in self.sink.events if e[0] == "begin"]
         self.assertEqual(begins, [(0, native.STEP_BY_GRADIENT_CALL), (1, native.STEP_BY_GRADIENT_CALL),
-                                  (2, native.STEP_BY_GRADIENT_CALL), (3, native.STEP_BY_GRADIENT_CALL)])
-        # 3 training steps; the last loss print opened a 4th that trained nothing
-        self.assertEqual([e for e in self.sink.events if e[0] == "untrained"], [("untrained", 3)])
-        self.assertEqual(self.sink.snapshot_steps, [0, 1, 2, 3])
+                                  (2, native.STEP_BY_GRADIENT_CALL)])
+        # one step per loop iteration: the last loss print opens no untrained step
+        self.assertEqual([e for e in self.sink.events if e[0] == "untrained"], [])
+        self.assertEqual(self.sink.snapshot_steps, [0, 1, 2])
+
+    def test_a_step_ends_where_the_next_gradient_call_begins(self):
+        self.functional_batch()
+        self.steps.on_loss(0.5)
+        self.steps.on_gradient_call()
+        self.assertEqual(self.sink.events[-2], ("end", 0, 0.5))
+        self.assertEqual(self.sink.events[-1][:2], ("begin", 1))
 
     def test_a_forward_before_the_first_gradient_call_labels_step_0_by_backward(self):
         self.steps.on_root_forward(True)  # e.g. the job logs its initial loss
@@ -236,8 +245,7 @@ class GradientCallCountedTest(unittest.TestCase):
         self.functional_batch()
         self.steps.on_exit()
         begins = [(e[1], e[5]) for e in self.sink.events if e[0] == "begin"]
-        self.assertEqual(begins, [(0, native.STEP_BY_BACKWARD), (1, native.STEP_BY_GRADIENT_CALL),
-                                  (2, native.STEP_BY_GRADIENT_CALL)])
+        self.assertEqual(begins, [(0, native.STEP_BY_BACKWARD), (1, native.STEP_BY_GRADIENT_CALL)])
         self.assertEqual(self.steps.current_rule, None)
 
     def test_backward_keeps_counting_when_a_job_uses_both(self):

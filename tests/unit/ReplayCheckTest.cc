@@ -50,6 +50,9 @@ TEST(ReplayCheck, ADivergenceIsNotReproducedAndSaysWhy) {
   in.jumpStep = 5;  // from a snapshot: a transient fault unless the snapshot missed state
   v = decideCheck(in, facts);
   EXPECT_NE(v.text.find("from the snapshot of step 5"), std::string::npos);
+  in.nonDeterministic = true;  // computed twice from the snapshot, the step differed: the message says so
+  EXPECT_EQ(decideCheck(in, facts).text.find("transient fault"), std::string::npos);
+  in.nonDeterministic = false;
   in.replayExit = kExitNoReplay;  // never attached: that, not "not reproduced", is the exit code
   EXPECT_EQ(decideCheck(in, facts).exitCode, kExitNoReplay);
 }

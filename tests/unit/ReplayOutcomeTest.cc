@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include "tools/dlreplay/Recomputation.h"
 #include "tools/dlreplay/ReplayOutcome.h"
 #include "tools/dlreplay/TraceEnd.h"
 
@@ -176,6 +177,72 @@ TEST(ReplayOutcome, NeverAttachedAndStepDivergenceKeepTheirCodes) {
   f = atEnd(1, 5);
   f.report.divergence = ReplayReport::Divergence{1, "loss", "", "loss"};
   EXPECT_EQ(decideReplayOutcome(f).message, "diverged at step 1: loss");
+}
+
+// A diverged jump replay computed twice from the same snapshot (Recomputation.h).
+ReplayReport::Divergence divergence(int64_t step, const std::string& path, const std::string& replayed) {
+  return {step, "module output", path,
+          "module output " + path + " (call 0, output 0): recorded hash 0x1; replayed hash " + replayed};
+}
+
+ReplayReport diverged(const ReplayReport::Divergence& d) {
+  ReplayReport r;
+  r.attached = true;
+  r.divergence = d;
+  return r;
+}
+
+TEST(Recomputation, TheSameValuesAgainAreADeterministicStep) {
+  Recomputation r = compareComputations(divergence(6, "fc", "0x2"), diverged(divergence(6, "fc", "0x2")), false);
+  EXPECT_TRUE(r.agreed);
+  EXPECT_EQ(r.differsAt, "");
+}
+
+TEST(Recomputation, NamesTheTensorWhereTheTwoComputationsFirstDiffer) {
+  EXPECT_EQ(compareComputations(divergence(6, "fc", "0x2"), diverged(divergence(6, "fc", "0x3")), false).differsAt,
+            "module output fc (call 0, output 0) of step 6");
+  // One computation matched the recording where the other diverged earlier: they differ there.
+  EXPECT_EQ(compareComputations(divergence(7, "fc", "0x2"), diverged(divergence(6, "act", "0x3")), false).differsAt,
+            "module output act (call 0, output 0) of step 6");
+  EXPECT_EQ(compareComputations(divergence(6, "fc", "0x2"), diverged(divergence(8, "act", "0x3")), false).differsAt,
+            "module output fc (call 0, output 0) of step 6");
+  // Two places of one step: the reports do not say which came first.
+  EXPECT_EQ(compareComputations(divergence(6, "fc", "0x2"), diverged(divergence(6, "act", "0x3")), false).differsAt,
+            "module output fc (call 0, output 0) of step 6 in one computation, module output act (call 0, output 0) "
+            "of step 6 in the other");
+  ReplayReport verified;
+  verified.attached = true;
+  EXPECT_EQ(compareComputations(divergence(6, "fc", "0x2"), verified, true).differsAt,
+            "module output fc (call 0, output 0) of step 6");
+}
+
+TEST(Recomputation, ASecondRunThatFailedOtherwiseTellsNothing) {
+  ReplayReport failed;
+  failed.attached = true;
+  Recomputation r = compareComputations(divergence(6, "fc", "0x2"), failed, false);
+  EXPECT_FALSE(r.agreed);
+  EXPECT_EQ(r.differsAt, "");
+  EXPECT_FALSE(compareComputations(divergence(6, "fc", "0x2"), ReplayReport{}, true).ran);
+}
+
+TEST(ReplayOutcome, ANonDeterministicStepIsNamedNotBlamedOnTheSnapshot) {
+  ReplayFacts f = atEnd(0, 10);
+  f.jumpStep = 6;
+  f.report.divergence = divergence(6, "fc", "0x2");
+  f.recomputation = compareComputations(*f.report.divergence, diverged(divergence(6, "fc", "0x3")), false);
+  ReplayOutcome o = decideReplayOutcome(f);
+  EXPECT_EQ(o.exitCode, kExitDivergence);
+  EXPECT_NE(o.message.find("the computation is non-deterministic: computed twice from the same restored state (the "
+                           "snapshot of step 6), it differs at module output fc (call 0, output 0) of step 6"),
+            std::string::npos)
+      << o.message;
+  EXPECT_EQ(o.message.find("was not restored"), std::string::npos);
+  f.recomputation = compareComputations(*f.report.divergence, diverged(divergence(6, "fc", "0x2")), false);
+  o = decideReplayOutcome(f);
+  EXPECT_NE(o.message.find("was not restored (a second computation from the snapshot computed the same: the step is "
+                           "deterministic)"),
+            std::string::npos)
+      << o.message;
 }
 
 }  // namespace

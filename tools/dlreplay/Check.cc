@@ -68,7 +68,7 @@ CheckVerdict decideCheck(const CheckInput& in, const triage::TriageInput& facts)
                               ", the recording with " + std::to_string(facts.exitCode.value_or(-1))
                         : in.replayMessage;
   v.text = "not reproduced: " + why;
-  if (in.jumpStep >= 0 && in.replayExit != kExitNoReplay)
+  if (in.jumpStep >= 0 && in.replayExit != kExitNoReplay && !in.nonDeterministic)  // else the message says why
     v.text += "; from the snapshot of step " + std::to_string(in.jumpStep) +
               ", on the same build: a transient fault (a hardware check is advised) unless state the snapshot "
               "cannot hold changed the result (--check --from start replays every step)";

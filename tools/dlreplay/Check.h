@@ -37,6 +37,7 @@ struct CheckInput {
   bool checkExit = false;         // the recorded failure is an exit status alone
   std::string recordedFailure;    // formatFailure() of the recorded failure ("" when none)
   int64_t jumpStep = -1;          // the replay started from this snapshot
+  bool nonDeterministic = false;  // computed twice from it, the step differed (Recomputation.h)
   std::string concurrencyCaveat;  // ReplaySelection's: racing trainers, unrecorded processes
 };
 

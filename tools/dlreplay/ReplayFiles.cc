@@ -144,6 +144,12 @@ ReplayFiles::~ReplayFiles() {
   if (scratchLock_ >= 0) ::close(scratchLock_);
 }
 
+void ReplayFiles::discard() {
+  if (ownScratch_) removeTree(scratch_);
+  ready_ = false;
+  ownScratch_ = false;
+}
+
 void ReplayFiles::sweepOld(bool quiet) {
   ScratchSweep s = sweepScratch(scratchParent(), kScratchKeepDays);
   if (!s.removed.empty() && !quiet)

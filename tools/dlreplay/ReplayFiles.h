@@ -37,6 +37,9 @@ class ReplayFiles {
   const std::string& isolation() const { return isolation_; }
   // One or more "dlreplay: files: ..." lines (nothing before prepare()).
   void print(std::FILE* out) const;
+  // Removes a scratch directory made here, whatever the job wrote: a run dlreplay made for
+  // itself (a second computation), none of whose writes anyone is shown.
+  void discard();
   // "files": {...} in the --json report.
   void json(tools::JsonWriter& j) const;
 

@@ -57,6 +57,16 @@ ReplayOutcome decideReplayOutcome(const ReplayFacts& f) {
   if (!rep.attached) {
     r.exitCode = kExitNoReplay;
     r.message = "the replayed process never attached to the trace (is it the recorded program? did it import torch?)";
+  } else if (rep.divergence && !f.recomputation.differsAt.empty()) {
+    // Two computations from the same restored state differ: neither the snapshot nor the
+    // recording's machine is to blame for what the step computes differently.
+    r.exitCode = kExitDivergence;
+    r.message = "diverged at step " + std::to_string(rep.divergence->step) + ": " +
+                tools::printableSummary(rep.divergence->detail, kTextMax) +
+                "; the computation is non-deterministic: computed twice from the same restored state (the snapshot "
+                "of step " +
+                std::to_string(f.jumpStep) + "), it differs at " +
+                tools::printableSummary(f.recomputation.differsAt, kTextMax);
   } else if (rep.divergence && f.jumpStep >= 0 && rep.divergence->step == f.jumpStep) {
     // The first step after the jump is where state the snapshot could not restore shows. When
     // the snapshot itself was not loaded whole, that is the cause to name, not Python-side state.
@@ -68,7 +78,10 @@ ReplayOutcome decideReplayOutcome(const ReplayFacts& f) {
                 (unrestored != rep.warnings.end()
                      ? "; the snapshot was not loaded whole (" + tools::printableSummary(*unrestored, kTextMax) + ")"
                      : "; state outside modules/optimizers/schedulers (Python-side values, code that depends on the "
-                       "fast-forwarded steps' results) was not restored") +
+                       "fast-forwarded steps' results) was not restored" +
+                           std::string(f.recomputation.agreed ? " (a second computation from the snapshot computed the "
+                                                                "same: the step is deterministic)"
+                                                              : "")) +
                 "; run with --from start for a full replay";
   } else if (rep.divergence) {
     r.exitCode = kExitDivergence;

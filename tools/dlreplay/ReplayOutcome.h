@@ -13,6 +13,7 @@
 #include "replayer/ReplayReport.h"
 #include "replayer/ReplayTarget.h"
 #include "tools/common/ExitCodes.h"
+#include "tools/dlreplay/Recomputation.h"
 
 namespace dlrr {
 
@@ -30,6 +31,8 @@ struct ReplayFacts {
   std::optional<int> recordedExit;    // the recorded job's exit status (128+N: signal N)
   int64_t jumpStep = -1;              // jump replay: the snapshot's step (steps before it not verified)
   std::string traceCut;               // traceCutReason(): why the trace ends early, "" when it does not
+  // A diverged jump replay's second computation from the same snapshot (Recomputation.h).
+  Recomputation recomputation;
 };
 
 struct ReplayOutcome {

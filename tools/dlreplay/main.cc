@@ -33,6 +33,7 @@
 #include "tools/dlreplay/Check.h"
 #include "tools/dlreplay/GdbLaunch.h"
 #include "tools/dlreplay/RankLaunch.h"
+#include "tools/dlreplay/Recomputation.h"
 #include "tools/dlreplay/ReplayEnvironment.h"
 #include "tools/dlreplay/ReplayFiles.h"
 #include "tools/dlreplay/ReplayOptions.h"
@@ -205,6 +206,54 @@ int runRanks(const ReplaySelection& s, const ReplayOptions& o, const Environment
   return allRanksOutcome(s.ranks, rankReports, end, o.json);
 }
 
+// A diverged jump replay, computed a second time from the same snapshot (Recomputation.h): the
+// same command and settings, a report and a scratch directory of its own (the first run's writes
+// must not change what it computes), its output discarded (the job's output was shown once).
+Recomputation recomputeFromSnapshot(Trace& trace, const ReplayOptions& o, Environment env, const std::string& dir,
+                                    const tools::LaunchSpec& first, const std::string& stream,
+                                    const ReplayReport::Divergence& divergence, const std::string& weakWhy) {
+  TempFile report((dir + "/report-XXXXXX").c_str());
+  if (!report.ok()) return {};
+  env["DLRR_REPORT"] = report.path();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const int savedOut = ::dup(1), savedErr = ::dup(2), null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  if (savedOut < 0 || savedErr < 0 || null < 0) {
+    for (int fd : {savedOut, savedErr, null})
+      if (fd >= 0) ::close(fd);
+    return {};
+  }
+  ::dup2(null, 1);
+  ::dup2(null, 2);
+  tools::ChildResult child;
+  bool ran = false;
+  {
+    ReplayFiles files;
+    if (files.prepare(trace, o, env, {dir}, weakWhy) == 0) {
+      tools::LaunchSpec spec = first;
+      spec.env = environmentStrings(env);
+      spec.sandbox = files.sandbox();
+      try {
+        child = tools::launch(spec);
+        ran = child.execError == 0;
+      } catch (const std::system_error&) {
+      }
+      files.discard();
+    }
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  ::dup2(savedOut, 1);
+  ::dup2(savedErr, 2);
+  for (int fd : {savedOut, savedErr, null}) ::close(fd);
+  ::unlink((report.path() + ".claim." + stream).c_str());
+  if (!ran) return {};
+  removeReplayReportTemporaries(report.path());
+  ReplayReport second = readReplayReportFile(report.path());
+  const bool ok = WIFEXITED(child.waitStatus) && !second.divergence && !second.exception;
+  return compareComputations(divergence, second, ok);
+}
+
 int run(int argc, char** argv) {
   ReplayOptions o;
   try {
@@ -314,7 +363,8 @@ int run(int argc, char** argv) {
       std::fprintf(stderr, "dlreplay:   %s=%s\n", k, tools::printable(env[k]).c_str());
     return kExitOk;
   }
-  ReplayFiles files;  // served files and the scratch directory for the job's writes
+  const Environment envBeforeFiles = env;  // for a second computation (recomputeFromSnapshot)
+  ReplayFiles files;                       // served files and the scratch directory for the job's writes
   // Every process of the job in a sandbox (tools/common/Sandbox.h), but where one cannot hold
   // what the replay needs.
   std::string weakWhy = !s.rankLaunches.empty() ? "the ranks dlreplay starts by hand do not share one sandbox yet"
@@ -398,6 +448,17 @@ int run(int argc, char** argv) {
   rf.jumpStep = s.jump.jumpStep;
   for (const auto& p : s.summary.processes)
     if (s.stream && p.name == s.stream->name()) rf.traceCut = traceCutReason(p, s.summary.exitCode, s.summary.notes);
+  // Diverged after a jump: is the step's computation itself non-deterministic? (not under a
+  // debugger, which the second run would start again)
+  if (r.report.divergence && s.jump.jumpStep >= 0 && o.debug.empty()) {
+    if (!o.json && !o.quiet)
+      std::fprintf(stderr,
+                   "dlreplay: diverged after the jump: computing again from the snapshot of step %lld to tell "
+                   "a non-deterministic computation from state the snapshot does not hold\n",
+                   static_cast<long long>(s.jump.jumpStep));
+    rf.recomputation = recomputeFromSnapshot(*trace, o, envBeforeFiles, own.path(), spec, s.stream->name(),
+                                             *r.report.divergence, weakWhy);
+  }
   r.outcome = decideReplayOutcome(rf);
   r.exitCode = r.outcome.exitCode;
   r.target = s.target.describe();
@@ -414,6 +475,7 @@ int run(int argc, char** argv) {
     ci.checkExit = s.checkExit;
     if (s.summary.failure) ci.recordedFailure = formatFailure(*s.summary.failure);
     ci.jumpStep = s.jump.jumpStep;
+    ci.nonDeterministic = !rf.recomputation.differsAt.empty();
     ci.concurrencyCaveat = s.concurrencyCaveat;
     r.check = replaycheck::decideCheck(ci, s.facts);
     r.exitCode = r.check->exitCode;

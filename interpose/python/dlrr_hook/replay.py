@@ -330,7 +330,8 @@ class Replayer(Session):
         def wrap(original):
             def __call__(module, *args, **kwargs):
                 if not replayer.fast_forwarding or not replayer.active or fetching() or \
-                        replayer.modules._local.__dict__.get("stack") or replayer._last_fast_forwarded():
+                        replayer.modules._local.__dict__.get("stack") or replayer._last_fast_forwarded() or \
+                        replayer._in_functional_transform():
                     return original(module, *args, **kwargs)
                 key = (id(module), module.training, torch.is_grad_enabled(), _shapes(args, kwargs, torch.Tensor))
                 template = templates.get(key)
@@ -344,6 +345,17 @@ class Replayer(Session):
                 return _instantiate(template, torch)
             return __call__
         self._patcher.wrap(torch.nn.Module, "__call__", wrap)
+
+    def _in_functional_transform(self):
+        """A torch.func transform runs the module (functional_call inside grad, vmap, ...): its
+        output must be computed. A stand-in cannot take part in the transform (requires_grad_()
+        is refused inside one), and what such a loop trains is its own dict of tensors, which no
+        snapshot holds: only the real gradients bring it to the jump step as recorded."""
+        if self.training is not None and self.training.in_gradient_call():
+            return True
+        functorch = getattr(self.torch._C, "_functorch", None)
+        level = getattr(functorch, "maybe_current_level", None)
+        return level is not None and level() is not None
 
     def _last_fast_forwarded(self):
         """The step just before the jump runs its modules for real (unverified; the snapshot

@@ -14,7 +14,7 @@ _NONE = object()  # no RNG snapshot pending (a snapshot itself may be None: repl
 
 
 class _Step:
-    __slots__ = ("number", "loader", "rule", "by_optimizer", "trained")
+    __slots__ = ("number", "loader", "rule", "by_optimizer", "trained", "gradient_called")
 
     def __init__(self, number, loader, rule):
         self.number = number
@@ -22,6 +22,7 @@ class _Step:
         self.rule = rule  # native.STEP_BY_*
         self.by_optimizer = rule != native.STEP_BY_BATCH  # not DataLoader-driven
         self.trained = False  # a backward() or optimizer.step() ran in it
+        self.gradient_called = False  # a torch.func gradient call that counts steps returned in it
 
 
 class StepTracker:
@@ -68,12 +69,15 @@ class StepTracker:
         between steps), and the next one begins right then, exactly as above.
       - Functional training (torch.func.grad / grad_and_value, parameters updated by hand, no
         backward() and no optimizer) is counted by the outermost calls of those gradient
-        transforms, the same way: a step ends when such a call returns, and steps are labelled
-        STEP_BY_GRADIENT_CALL from the first call on (step 0 usually begins at that call, as
-        the transform runs the forward inside it).  A grad-enabled forward run before the first
-        call has already begun step 0 as counted by backward(): that one step keeps the label
-        (StepBegin is written when the step begins).  Once backward() has run, backward()
-        counts the steps and gradient calls end none.
+        transforms, the way batches count DataLoader-driven steps: a step begins at such a call
+        (its RNG states taken there) and ends where the next one begins, or at exit, so that the
+        hand-written update and what the job logs after it (a forward with the new parameters)
+        belong to the iteration that computed the gradients: one step per loop iteration.
+        Steps are labelled STEP_BY_GRADIENT_CALL from the first call on.  A grad-enabled
+        forward run before the first call has already begun step 0 as counted by backward():
+        that one step keeps the label (StepBegin is written when the step begins) and ends at
+        the second call.  Once backward() has run, backward() counts the steps and gradient
+        calls end none.
 
     A step in which no backward() and no optimizer.step() ran (an evaluation batch drawn with
     gradients enabled, a trailing forward) is reported to the sink by untrained_step(step)
@@ -194,20 +198,22 @@ class StepTracker:
     def on_gradient_call(self):
         """An outermost call of a torch.func gradient transform (grad, grad_and_value) begins."""
         self._activity = True
+        if self._open is not None and self._open.gradient_called and not self._backward_seen:
+            self._end()  # the previous call's step, its update and logging done
         if self._open is None and not self._loader_driven:
             self._begin_optimizer_step(gradient_call=True)
         if self._open is not None:
             self._open.trained = True
 
     def on_gradient_call_end(self):
-        """That call returned: it ends a step when nothing else counts steps."""
+        """That call returned: when nothing else counts steps, its step ends where the next
+        call begins (or at exit)."""
         if self._open is None or self._open.rule not in (native.STEP_BY_BACKWARD, native.STEP_BY_GRADIENT_CALL):
             return
         if self._backward_seen:
             return  # backward() counts this job's steps
         self._gradient_calls_count = True
-        self._end()
-        self._pending_rng = self._sink.snapshot_rng(self._next)
+        self._open.gradient_called = True
 
     def on_loss(self, value):
         if self._open is not None:

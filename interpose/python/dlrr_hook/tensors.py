@@ -75,7 +75,23 @@ class TensorMarshal:
             size = info[1]
             return t, info[0], size, len(shape), arr, t.data_ptr(), t.numel() * size
         except (RuntimeError, TypeError, NotImplementedError, AttributeError, ValueError):
+            plain = self._functorch_unwrapped(tensor)
+            return None if plain is None else self.prepare(plain)
+
+    @staticmethod
+    def _functorch_unwrapped(tensor):
+        """The plain tensor under a torch.func transform's wrappers (a module output computed
+        inside torch.func.grad is a GradTrackingTensor, whose bytes cannot be read), or None:
+        not wrapped, or batched by vmap (one value per sample: left alone)."""
+        import torch  # already imported: we only run after torch's import
+        functorch = getattr(torch._C, "_functorch", None)
+        if functorch is None or not functorch.is_functorch_wrapped_tensor(tensor):
             return None
+        while functorch.is_functorch_wrapped_tensor(tensor):
+            if functorch.is_batchedtensor(tensor):
+                return None
+            tensor = functorch.get_unwrapped(tensor)
+        return tensor
 
     def _prepare_special(self, tensor, info):
         if tensor.layout is not self._strided or tensor.is_quantized:

@@ -118,13 +118,34 @@ class TrainingPatches:
             self._rec.guarded(self._after_step, optimizer)
 
     # -- torch.func gradient transforms
+    def in_gradient_call(self):
+        """This thread runs inside an outermost torch.func gradient call (its function's forward)."""
+        return bool(getattr(self._gradient_depth, "depth", 0))
+
     def _wrap_gradient_transform(self, original):
         patches = self
         compiler = getattr(self._torch, "compiler", None)
         is_compiling = getattr(compiler, "is_compiling", None)
 
         def transform(*args, **kwargs):  # patcher.wrap copies original's name and docstring
-            gradient_fn = original(*args, **kwargs)
+            if args:
+                func, args = args[0], args[1:]
+            elif "func" in kwargs:
+                func = kwargs.pop("func")
+            else:
+                return original(*args, **kwargs)  # torch's own error, untouched
+            if not callable(func):
+                return original(func, *args, **kwargs)
+            has_aux = kwargs.get("has_aux", args[1] if len(args) > 1 else False)
+            losses = []  # the outermost call's loss, read where the function returns it
+
+            @functools.wraps(func)
+            def loss_reading(*a, **kw):
+                out = func(*a, **kw)
+                if losses == [None]:  # armed by the outermost call below
+                    patches._rec.guarded(patches._read_loss, out[0] if has_aux else out, losses)
+                return out
+            gradient_fn = original(loss_reading, *args, **kwargs)
 
             @functools.wraps(gradient_fn)
             def call(*a, **kw):
@@ -134,15 +155,35 @@ class TrainingPatches:
                     return gradient_fn(*a, **kw)
                 rec.guarded(rec.steps.on_gradient_call)
                 local.depth = 1
+                losses[:] = [None]
                 try:
                     result = gradient_fn(*a, **kw)
                 finally:
                     local.depth = 0
+                    loss = losses[0] if losses else None
+                    losses.clear()
                 if rec.active:
+                    if loss is not None:
+                        rec.guarded(rec.steps.on_loss, loss)
                     rec.guarded(rec.steps.on_gradient_call_end)
                 return result
             return call
         return transform
+
+    def _read_loss(self, value, losses):
+        """The value the transformed function returned (the step's loss), as a float: inside the
+        transform it is a functorch wrapper (GradTrackingTensor) whose bytes cannot be read, so the
+        wrappers are peeled off to the plain tensor underneath. A batched value (vmap: one loss
+        per sample) is no scalar loss and is left alone."""
+        functorch = getattr(self._torch._C, "_functorch", None)
+        if functorch is None or not isinstance(value, self._torch.Tensor):
+            return
+        while functorch.is_functorch_wrapped_tensor(value):
+            if functorch.is_batchedtensor(value):
+                return
+            value = functorch.get_unwrapped(value)
+        if value.numel() == 1:
+            losses[0] = float(value.detach().item())
 
     # -- backward
     def _run_backward(self, original, tensors, args, kwargs):
