@@ -17,16 +17,18 @@ Jobs (each made here, seeded):
   shuffled DataLoader without workers, batch 256, an MLP, Adam.
 
 Each job runs plain for N steps, then recorded for N steps by value (`--batches all`, the
-default) and by reference (`--window K`). The figures: the bytes the trace's main stream stores
-per step outside the window (the median, over steps 1..N-2 that took no snapshot, of the bytes
-written between a step's first frame and the next step's: the window's bytes are written at
-exit, after them), the fixed part (the trace's bytes beyond N such steps: start-up facts,
-periodic snapshots on disk and, by reference, the window's held snapshots and batches), the window's peak memory (dlrecord's summary), and the wall and CPU
-time of the recorded runs against the plain job's: whole process (start-up included) and the
-job's own steps after the first (the loop's wall time, printed by the job). One run each on a
-shared machine: ratios, not a timing claim. Last, what one step of the by-reference trace holds:
-its events by kind, and the raw bytes (before compression) of the blobs they add by kind (once
-per content hash: a blob seen before, or a batch by reference, costs nothing), to show what
+default) and by reference (`--window K`), both with `--snapshot-every off` (periodic snapshots
+follow time, not steps: docs/performance.md, "Jump replay", has their cost). The figures: the
+bytes the trace's main stream stores per step outside the window (the median, over steps
+1..N-2 that took no snapshot, of the bytes written between a step's first frame and the next
+step's: the window's bytes are written at exit, after them), the fixed part (the trace's bytes
+beyond N such steps: start-up facts and, by reference, the window's held snapshots and
+batches), the window's peak memory (dlrecord's summary), and the wall and CPU time of the
+recorded runs against the plain job's: whole process (start-up included) and the job's own
+steps after the first (the loop's wall time, printed by the job). One run each on a shared
+machine: ratios, not a timing claim. Last, what one step of the by-reference trace holds: its
+events by kind, and the raw bytes (before compression) of the blobs they add by kind (once per
+content hash: a blob seen before, or a batch by reference, costs nothing), to show what
 dominates.
 """
 import argparse
@@ -246,12 +248,15 @@ def bench(o, name, job, args, steps, dlrecord, dltrace, tmp):
     for variant, extra in (("by value (--batches all)", []),
                            ("by reference (--window %d)" % o.window, ["--window", str(o.window)])):
         trace = os.path.join(tmp, "%s-%d" % (name, len(rows)))
-        wall, cpu, loop, err = run([dlrecord] + extra + ["-o", trace, "--", sys.executable, job, args[0], str(steps)]
-                                   + args[1:])
+        # No periodic snapshots: their cadence follows time (on this machine a vision step takes long
+        # enough for one every other step), which is not what a step costs; the window's own
+        # snapshots are taken all the same.
+        wall, cpu, loop, err = run([dlrecord, "--snapshot-every", "off"] + extra
+                                   + ["-o", trace, "--", sys.executable, job, args[0], str(steps)] + args[1:])
         m = re.search(r"peak held in memory (\d+) bytes", err)
         held = int(m.group(1)) if m else 0
         deltas, blob_bytes, counts = per_step(dltrace, trace)
-        # A step that wrote a periodic snapshot (the cadence follows time and cost) is not a typical step.
+        # A step that took the window's snapshot is not a typical step.
         step_bytes = statistics.median([d for s, d in deltas.items() if "snapshot" not in counts[s]]
                                        or deltas.values())
         total = dir_bytes(trace)
