@@ -122,6 +122,8 @@ def main():
         print("record:             wall %8.1f s, cpu %8.1f s%s, exit %d" % (wall, cpu, ratio, p.returncode), flush=True)
         for line in last_lines(p.stderr, r"batch window|dlrecord: trace|budget"):
             print("  " + line)
+        if p.returncode != 0 or not os.path.isdir(trace):  # the job exits 0: a NaN does not stop it
+            sys.exit("recording failed:\n" + p.stderr[-4000:])
         size = sum(os.path.getsize(os.path.join(trace, f)) for f in os.listdir(trace))
         print("trace: %d bytes (%.1f MiB), %.0f bytes per step" % (size, size / 2 ** 20, size / o.steps))
         info = subprocess.run([tools["dltrace"], "info", trace], capture_output=True, text=True).stdout
