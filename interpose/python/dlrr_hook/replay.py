@@ -292,7 +292,10 @@ class Replayer(Session):
             def __iter__(self):
                 if not replayer.active:
                     return original(self)
-                return replayer.guarded(replayer.make_iterator, self, original) or original(self)
+                # `is None`, not `or`: the truth of a ReplayIterator is its len(), which an
+                # IterableDataset without __len__ raises (and an empty loader's is 0).
+                iterator = replayer.guarded(replayer.make_iterator, self, original)
+                return original(self) if iterator is None else iterator
             return __iter__
         # Ours takes the place of the LoaderTracker's __iter__ wrapper (the Patcher wraps a
         # method once), so make_iterator numbers the iteration itself.
