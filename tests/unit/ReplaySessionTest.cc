@@ -14,6 +14,8 @@
 #include "format/Trace.h"
 #include "format/TraceError.h"
 #include "replayer/RecordingIndex.h"
+#include "replayer/ReplayReportWriter.h"
+#include "replayer/ReplayVerifier.h"
 #include "support/SampleTrace.h"
 #include "support/StreamFixture.h"
 
@@ -383,6 +385,144 @@ TEST(RecordingIndex, ReadsTheSampleTraceAsTheReplayDid) {
     Decoded kept = Decoder(idx.encodeKeptTensors(2)).all();
     EXPECT_EQ(kept.items.size(), 2u);
   }
+  testing::removeTree(root);
+}
+
+// ---- ReplayVerifier, over the IndexedStream (step 0: digest "fc" 0xabc, loss 0.5).
+DigestResult hashed(uint64_t h) {
+  DigestResult d;
+  d.hash = h;
+  return d;
+}
+constexpr int kOut = static_cast<int>(schema::TensorDigest::Kind::MODULE_OUTPUT);
+
+TEST(ReplayVerifier, AStepThatRecomputesEverythingIsVerified) {
+  IndexedStream s;
+  RecordingIndex idx(*s.reader);
+  std::vector<std::string> warnings;
+  ReplayVerifier v(&idx, -1, INT64_MAX, [&](const std::string& w) { warnings.push_back(w); });
+  v.beginStep(0);
+  EXPECT_EQ(v.openStep(), 0);
+  EXPECT_EQ(v.checkDigest(0, kOut, "fc", 0, 0, 0, hashed(0xabc)), 0);
+  EXPECT_EQ(v.checkDigest(0, kOut, "head", 0, 0, 0, hashed(0xabc)), 2);  // not recorded
+  EXPECT_EQ(v.endStep(0, 0.5), 0);
+  EXPECT_EQ(v.openStep(), INT64_MIN);
+  ReplayVerifier::Figures f = v.figures();
+  EXPECT_EQ(f.verifiedSteps, 1);
+  EXPECT_EQ(f.lastStepEnded, 0);
+  EXPECT_FALSE(f.divergence);
+  // Step 1's end is not in the trace: nothing to check it against, never counted verified.
+  v.beginStep(1);
+  EXPECT_EQ(v.endStep(1, 0.5), 0);
+  EXPECT_EQ(v.figures().verifiedSteps, 1);
+  EXPECT_TRUE(warnings.empty());
+}
+
+TEST(ReplayVerifier, KeepsTheFirstDivergenceOnly) {
+  IndexedStream s;
+  RecordingIndex idx(*s.reader);
+  ReplayVerifier v(&idx, -1, INT64_MAX, nullptr);
+  v.beginStep(0);
+  EXPECT_EQ(v.checkDigest(0, kOut, "fc", 0, 0, 0, hashed(0xdef)), 1);
+  ASSERT_TRUE(v.divergence());
+  EXPECT_EQ(v.divergence()->path, "fc");
+  EXPECT_NE(v.divergence()->detail.find("module output fc (call 0, output 0): recorded hash 0x0000000000000abc"),
+            std::string::npos)
+      << v.divergence()->detail;
+  EXPECT_EQ(v.endStep(0, 0.75), 1);  // the loss differs too: the first stays
+  EXPECT_EQ(v.divergence()->path, "fc");
+  v.diverge(Divergence{0, 0, "other", 0, 0, "later"});
+  EXPECT_EQ(v.divergence()->path, "fc");
+  EXPECT_EQ(v.figures().verifiedSteps, 0);
+}
+
+TEST(ReplayVerifier, ALossThatDiffersInItsBitsIsADivergence) {
+  IndexedStream s;
+  RecordingIndex idx(*s.reader);
+  ReplayVerifier v(&idx, -1, INT64_MAX, nullptr);
+  v.beginStep(0);
+  EXPECT_EQ(v.checkDigest(0, kOut, "fc", 0, 0, 0, hashed(0xabc)), 0);
+  EXPECT_EQ(v.endStep(0, std::nextafter(0.5, 1.0)), 1);
+  ASSERT_TRUE(v.divergence());
+  EXPECT_EQ(v.divergence()->path, "loss");
+}
+
+TEST(ReplayVerifier, AStepThatSkipsARecordedDigestTookAnotherPath) {
+  IndexedStream s;
+  RecordingIndex idx(*s.reader);
+  ReplayVerifier v(&idx, -1, INT64_MAX, nullptr);
+  v.beginStep(0);
+  EXPECT_EQ(v.endStep(0, 0.5), 1);
+  ASSERT_TRUE(v.divergence());
+  EXPECT_NE(v.divergence()->detail.find("recomputed 0 of its 1 recorded digests"), std::string::npos);
+}
+
+TEST(ReplayVerifier, FastForwardedAndWhatIfStepsAreNotCompared) {
+  IndexedStream s;
+  RecordingIndex idx(*s.reader);
+  ReplayVerifier jumped(&idx, 1, INT64_MAX, nullptr);
+  jumped.beginStep(0);
+  EXPECT_EQ(jumped.checkDigest(0, kOut, "fc", 0, 0, 0, hashed(0xdef)), 0);
+  EXPECT_EQ(jumped.endStep(0, 9.0), 0);
+  EXPECT_FALSE(jumped.divergence());
+  EXPECT_EQ(jumped.figures().verifiedSteps, 0);
+  ReplayVerifier changed(&idx, -1, 0, nullptr);
+  changed.beginStep(0);
+  EXPECT_EQ(changed.checkDigest(0, kOut, "fc", 0, 0, 0, hashed(0xdef)), 0);
+  EXPECT_EQ(changed.endStep(0, 9.0), 0);
+  EXPECT_FALSE(changed.divergence());
+}
+
+TEST(ReplayVerifier, DigestsOfAnotherAlgorithmAreNotComparedAndSaidOnce) {
+  IndexedStream s;
+  RecordingIndex idx(*s.reader);
+  std::vector<std::string> warnings;
+  ReplayVerifier v(&idx, -1, INT64_MAX, [&](const std::string& w) { warnings.push_back(w); });
+  v.beginStep(0);
+  EXPECT_EQ(v.checkDigest(0, kOut, "fc", 0, 0, 1, hashed(0xdef)), 2);
+  EXPECT_EQ(v.checkDigest(0, kOut, "fc", 0, 0, 1, hashed(0xdef)), 2);
+  EXPECT_FALSE(v.divergence());
+  EXPECT_EQ(v.figures().incomparableDigests, 2u);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("recorded xxh3 (host), here deviceSum (GPU)"), std::string::npos);
+}
+
+TEST(ReplayVerifier, WithoutARecordingNothingIsInIt) {
+  ReplayVerifier v(nullptr, -1, INT64_MAX, nullptr);
+  v.beginStep(0);
+  EXPECT_EQ(v.checkDigest(0, kOut, "fc", 0, 0, 0, hashed(1)), 2);
+  EXPECT_EQ(v.checkCollectiveTensor(0, false, "float32", {1}, hashed(1), 0), 2);
+  EXPECT_EQ(v.endStep(0, 1.0), 0);
+  EXPECT_EQ(v.figures().verifiedSteps, 0);
+}
+
+// ---- ReplayReportWriter.
+TEST(ReplayReportWriter, TheFirstRealStopSticksAndFactsAndWarningsAreWritten) {
+  std::string root = testing::makeTempDir("rwriter");
+  std::string path = root + "/report";
+  testing::writeFile(path, {});  // dlreplay creates it: the library writes only over its own file
+  ::setenv("DLRR_REPORT", path.c_str(), 1);
+  ReplayReportWriter w;
+  w.fact("warning", "from the hook");
+  w.fact("no.such.fact", "x");
+  w.warn("capped", 2);
+  w.warn("dropped", 2);
+  EXPECT_EQ(w.warnings().size(), 2u);
+  w.fact("exception", "ValueError: bad");
+  EXPECT_EQ(w.write("running", [](ReplayReport& r) { r.verifiedSteps = 1; }), "running");
+  EXPECT_EQ(readReplayReportFile(path).verifiedSteps, 1);
+  EXPECT_EQ(w.write("divergence", [](ReplayReport& r) { r.verifiedSteps = 2; }), "divergence");
+  EXPECT_EQ(w.write("exit", [](ReplayReport& r) { r.verifiedSteps = 3; }), "divergence");
+  ReplayReport r = readReplayReportFile(path);
+  ::unsetenv("DLRR_REPORT");
+  EXPECT_TRUE(r.attached);
+  EXPECT_EQ(r.stop, ReplayReport::Stop::Divergence);
+  EXPECT_EQ(r.verifiedSteps, 3);  // the latest figures
+  ASSERT_TRUE(r.exception);
+  EXPECT_EQ(*r.exception, "ValueError: bad");
+  ASSERT_EQ(r.warnings.size(), 2u);
+  EXPECT_EQ(r.warnings[0], "from the hook");
+  EXPECT_NE(r.warnings[1].find("does not know: no.such.fact"), std::string::npos);
   testing::removeTree(root);
 }
 
