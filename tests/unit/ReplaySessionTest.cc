@@ -13,8 +13,10 @@
 
 #include "format/Trace.h"
 #include "format/TraceError.h"
+#include "recorder/RecordSession.h"
 #include "replayer/RecordingIndex.h"
 #include "replayer/ReplayReportWriter.h"
+#include "replayer/ReplaySession.h"
 #include "replayer/ReplayVerifier.h"
 #include "support/SampleTrace.h"
 #include "support/StreamFixture.h"
@@ -524,6 +526,100 @@ TEST(ReplayReportWriter, TheFirstRealStopSticksAndFactsAndWarningsAreWritten) {
   EXPECT_EQ(r.warnings[0], "from the hook");
   EXPECT_NE(r.warnings[1].find("does not know: no.such.fact"), std::string::npos);
   testing::removeTree(root);
+}
+
+// ---- ReplaySession: recorded in this process (so the replay attaches), then replayed.
+struct RecordedHere {
+  RecordedHere() {
+    root = testing::makeTempDir("rsession");
+    Config c;
+    c.mode = Mode::Record;
+    c.traceDir = root + "/t";
+    RecordSession rec(c);
+    ProcessSession& s = rec;
+    for (int64_t step = 0; step < 2; ++step) {
+      s.stepBegin(step, 0, static_cast<uint64_t>(step), 0, StepRule::Batch);
+      DigestResult out;
+      s.digest(kOut, "fc", 0, 0, "float32", 1, kShape, values.data(), sizeof(float) * values.size(), false, out);
+      s.stepEnd(step, 0.25 * static_cast<double>(step + 1));
+    }
+    rec.onExit(true, 0);
+    report = root + "/report";
+    testing::writeFile(report, {});
+    ::setenv("DLRR_REPORT", report.c_str(), 1);
+  }
+  ~RecordedHere() {
+    ::unsetenv("DLRR_REPORT");
+    testing::removeTree(root);
+  }
+  Config replayConfig() const {
+    Config c;
+    c.mode = Mode::Replay;
+    c.traceDir = root + "/t";
+    return c;
+  }
+  static constexpr int64_t kShape[1] = {4};
+  std::vector<float> values = {1, 2, 3, 4};
+  std::string root, report;
+};
+
+TEST(ReplaySession, VerifiesWhatTheProcessRecomputesAndReportsIt) {
+  RecordedHere r;
+  ReplaySession rep(r.replayConfig(), "end");
+  ASSERT_TRUE(rep.active());
+  EXPECT_EQ(rep.recordedSteps(), 2);
+  EXPECT_EQ(rep.recordedLoss(1), 0.5);
+  for (int64_t step = 0; step < 2; ++step) {
+    rep.stepBegin(step, 0, static_cast<uint64_t>(step), 0);
+    DigestResult out;
+    EXPECT_EQ(rep.digest(kOut, "fc", 0, 0, "float32", 1, RecordedHere::kShape, r.values.data(), 16, false, out), 0);
+    rep.stepEnd(step, 0.25 * static_cast<double>(step + 1));  // writes the report so far
+  }
+  ReplayReport running = readReplayReportFile(r.report);
+  EXPECT_EQ(running.stop, ReplayReport::Stop::Running);
+  EXPECT_EQ(running.verifiedSteps, 2);
+  EXPECT_EQ(running.recordedSteps, 2);
+  EXPECT_EQ(running.lastStep, 1);
+  EXPECT_FALSE(running.divergence);
+  rep.writeReport("exit");
+  EXPECT_EQ(readReplayReportFile(r.report).stop, ReplayReport::Stop::Exit);
+}
+
+TEST(ReplaySession, ADifferentValueIsTheDivergenceOfTheReport) {
+  RecordedHere r;
+  ReplaySession rep(r.replayConfig(), "end");
+  ASSERT_TRUE(rep.active());
+  rep.stepBegin(0, 0, 0, 0);
+  std::vector<float> other = {1, 2, 3, 5};
+  DigestResult out;
+  EXPECT_EQ(rep.digest(kOut, "fc", 0, 0, "float32", 1, RecordedHere::kShape, other.data(), 16, false, out), 1);
+  EXPECT_EQ(rep.digest(kOut, "head", 0, 0, "float32", 1, RecordedHere::kShape, other.data(), 16, false, out), 2);
+  rep.stepEnd(0, 0.25);
+  rep.writeReport("divergence");
+  rep.writeReport("exit");  // the stop reason already given sticks
+  ReplayReport rr = readReplayReportFile(r.report);
+  EXPECT_EQ(rr.stop, ReplayReport::Stop::Divergence);
+  EXPECT_EQ(rr.verifiedSteps, 0);
+  ASSERT_TRUE(rr.divergence);
+  EXPECT_EQ(rr.divergence->step, 0);
+  EXPECT_EQ(rr.divergence->kind, "module output");
+  EXPECT_EQ(rr.divergence->path, "fc");
+}
+
+TEST(ReplaySession, AnswersWhatTheRecordingDoesNotHold) {
+  RecordedHere r;
+  ReplaySession rep(r.replayConfig(), "end");
+  ASSERT_TRUE(rep.active());
+  std::vector<uint8_t> out = {1};
+  EXPECT_FALSE(rep.batch(0, 0, ReplaySession::BatchBytes::Recorded, out));
+  EXPECT_EQ(rep.batchKind(0, 0), 0);
+  EXPECT_FALSE(rep.snapshot(0, out));
+  EXPECT_FALSE(rep.rngAtStep(0, 0, 0, out));
+  rep.recordedTensors(0, out);
+  EXPECT_EQ(out, (std::vector<uint8_t>{'D', 0, 0, 0, 0}));  // an empty dict
+  EXPECT_EQ(rep.recordedDigests(0).size(), 1u);
+  EXPECT_TRUE(std::isnan(rep.recordedLoss(7)));
+  EXPECT_EQ(rep.runtimeInfo("no.such.key"), nullptr);
 }
 
 }  // namespace
