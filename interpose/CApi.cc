@@ -61,10 +61,15 @@ void remade(Fn&& fn) noexcept {
   });
 }
 
-int exportBytes(const std::vector<uint8_t>* v, const uint8_t** data, uint64_t* n) {
-  if (!v) return 0;
-  if (data) *data = v->data();
-  if (n) *n = v->size();
+// Bulk answers (batches, snapshots, RNG states, kept tensors) live in a buffer of the calling
+// thread, one per function, until that thread's next call of it (dlrr.h): nothing served is
+// kept longer, so replay memory stays bounded. Fn fills the buffer and says whether it did.
+template <typename Fn>
+int exportBytes(std::vector<uint8_t>& buf, const uint8_t** data, uint64_t* n, Fn&& fill) {
+  std::vector<uint8_t>().swap(buf);  // the previous answer's memory goes now, not at the next fill
+  if (!fill(buf)) return 0;
+  if (data) *data = buf.data();
+  if (n) *n = buf.size();
   return 1;
 }
 
@@ -335,7 +340,11 @@ int dlrr_replay_target(dlrr_target_t* out) {
 
 int dlrr_replay_batch(uint32_t loader, uint64_t index, const uint8_t** data, uint64_t* n) {
   int rc = 0;
-  withReplayer([&](ReplaySession& r) { rc = exportBytes(r.batch(loader, index), data, n); });
+  thread_local std::vector<uint8_t> buf;
+  withReplayer([&](ReplaySession& r) {
+    rc = exportBytes(buf, data, n,
+                     [&](auto& out) { return r.batch(loader, index, ReplaySession::BatchBytes::Recorded, out); });
+  });
   return rc;
 }
 
@@ -347,7 +356,11 @@ int dlrr_replay_batch_kind(uint32_t loader, uint64_t index) {
 
 int dlrr_replay_batch_stand_in(uint32_t loader, uint64_t index, const uint8_t** data, uint64_t* n) {
   int rc = 0;
-  withReplayer([&](ReplaySession& r) { rc = exportBytes(r.batchStandIn(loader, index), data, n); });
+  thread_local std::vector<uint8_t> buf;
+  withReplayer([&](ReplaySession& r) {
+    rc = exportBytes(buf, data, n,
+                     [&](auto& out) { return r.batch(loader, index, ReplaySession::BatchBytes::StandIn, out); });
+  });
   return rc;
 }
 
@@ -385,7 +398,9 @@ int64_t dlrr_replay_jump_step(void) {
 
 int dlrr_replay_snapshot(int64_t step, const uint8_t** data, uint64_t* n) {
   int rc = 0;
-  withReplayer([&](ReplaySession& r) { rc = exportBytes(r.snapshot(step), data, n); });
+  thread_local std::vector<uint8_t> buf;
+  withReplayer(
+      [&](ReplaySession& r) { rc = exportBytes(buf, data, n, [&](auto& out) { return r.snapshot(step, out); }); });
   return rc;
 }
 
@@ -414,19 +429,28 @@ int64_t dlrr_replay_iterator_length(uint32_t loader, uint32_t iteration) {
 
 int dlrr_replay_rng_at_batch(uint32_t loader, uint64_t index, int kind, int device, const uint8_t** data, uint64_t* n) {
   int rc = 0;
-  withReplayer([&](ReplaySession& r) { rc = exportBytes(r.rngAtBatch(loader, index, kind, device), data, n); });
+  thread_local std::vector<uint8_t> buf;
+  withReplayer([&](ReplaySession& r) {
+    rc = exportBytes(buf, data, n, [&](auto& out) { return r.rngAtBatch(loader, index, kind, device, out); });
+  });
   return rc;
 }
 
 int dlrr_replay_rng_at_step(int64_t step, int kind, int device, const uint8_t** data, uint64_t* n) {
   int rc = 0;
-  withReplayer([&](ReplaySession& r) { rc = exportBytes(r.rngAtStep(step, kind, device), data, n); });
+  thread_local std::vector<uint8_t> buf;
+  withReplayer([&](ReplaySession& r) {
+    rc = exportBytes(buf, data, n, [&](auto& out) { return r.rngAtStep(step, kind, device, out); });
+  });
   return rc;
 }
 
 int dlrr_replay_rng_at_fork(int kind, int device, const uint8_t** data, uint64_t* n) {
   int rc = 0;
-  withReplayer([&](ReplaySession& r) { rc = exportBytes(r.rngAtFork(kind, device), data, n); });
+  thread_local std::vector<uint8_t> buf;
+  withReplayer([&](ReplaySession& r) {
+    rc = exportBytes(buf, data, n, [&](auto& out) { return r.rngAtFork(kind, device, out); });
+  });
   return rc;
 }
 
@@ -458,7 +482,13 @@ double dlrr_replay_recorded_loss(int64_t step) {
 
 int dlrr_replay_recorded_tensors(int64_t step, const uint8_t** data, uint64_t* n) {
   int rc = 0;
-  withReplayer([&](ReplaySession& r) { rc = exportBytes(&r.recordedTensors(step), data, n); });
+  thread_local std::vector<uint8_t> buf;
+  withReplayer([&](ReplaySession& r) {
+    rc = exportBytes(buf, data, n, [&](auto& out) {
+      r.recordedTensors(step, out);
+      return true;
+    });
+  });
   return rc;
 }
 
@@ -493,7 +523,8 @@ const char* dlrr_replay_divergence(void) {
   ReplaySession* r = processReplayer();
   if (!r) return "";
   try {
-    tStatus = r->divergence() ? r->divergence()->detail : "";
+    std::optional<Divergence> d = r->divergence();
+    tStatus = d ? d->detail : "";
   } catch (...) {
     DLRR_SWALLOWED();
     tStatus.clear();

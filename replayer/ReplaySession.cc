@@ -3,20 +3,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <bit>
-#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <sstream>
-#include <string_view>
 
-#include "format/EntropyFlags.h"
 #include "format/TraceError.h"
-#include "replayer/BatchEncoding.h"
 #include "replayer/ProcessMatch.h"
-#include "replayer/ReplayReport.h"
 #include "session/DistEnv.h"
 
 namespace dlrr {
@@ -36,35 +29,34 @@ std::vector<std::string> readCmdline() {
   return out;
 }
 
-std::string hex(uint64_t v) {
-  char b[24];
-  std::snprintf(b, sizeof b, "0x%016llx", static_cast<unsigned long long>(v));
-  return b;
+// dlreplay --all-ranks: each rank writes DLRR_REPORT.rank<R>.
+std::string reportSuffix(const Config& cfg) {
+  if (cfg.replayStream != kEachRank) return "";
+  DistEnv d = DistEnv::fromEnvironment();
+  return d.isRank() ? ".rank" + std::to_string(d.rank) : "";
 }
 
-std::string num(double d) {
-  if (std::isnan(d)) return "nan";
-  std::ostringstream o;
-  o.precision(9);
-  o << d;
-  return o.str();
+int64_t envStep(const char* name, int64_t otherwise) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::strtoll(v, nullptr, 10) : otherwise;
 }
 
-bool sameBits(double a, double b) {
-  if (std::isnan(a) && std::isnan(b)) return true;
-  return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b);  // bit for bit: -0.0 is not 0.0
-}
-
-const char* kindName(int k) {
-  static const char* names[] = {"module output", "gradient", "parameter", "loss", "batch", "tensor", "module input"};
-  constexpr int n = sizeof(names) / sizeof(names[0]);
-  static_assert(n == static_cast<int>(schema::TensorDigest::Kind::MODULE_INPUT) + 1, "a name per TensorDigest.Kind");
-  return k >= 0 && k < n ? names[k] : "tensor";
-}
+struct Remade {
+  bool active = false;
+  uint32_t loader = 0;
+  uint64_t index = 0;
+  BatchDigest digest;
+};
+thread_local Remade tRemade;
 
 }  // namespace
 
-ReplaySession::ReplaySession(const Config& cfg, const std::string& until) : cfg_(cfg) {
+ReplaySession::ReplaySession(const Config& cfg, const std::string& until)
+    : cfg_(cfg),
+      jumpStep_(envStep("DLRR_JUMP_STEP", -1)),
+      whatIfStep_(envStep("DLRR_WHAT_IF_FROM", INT64_MAX)),
+      report_(reportSuffix(cfg)),
+      verifier_(std::make_unique<ReplayVerifier>(nullptr, jumpStep_, whatIfStep_, nullptr)) {
   std::string err;
   auto t = parseReplayTarget(until.empty() ? "end" : until, err);
   if (!t) throw TraceError(ErrorKind::Usage, err);
@@ -76,7 +68,6 @@ ReplaySession::ReplaySession(const Config& cfg, const std::string& until) : cfg_
     DistEnv d = DistEnv::fromEnvironment();
     stream_ = d.isRank() ? trace_->findRank(d.rank, d.restartCount) : nullptr;
     if (!stream_) return;
-    reportSuffix_ = ".rank" + std::to_string(d.rank);
   } else {
     stream_ = cfg_.replayStream.empty() ? trace_->mainStream() : trace_->find(cfg_.replayStream);
   }
@@ -109,19 +100,29 @@ ReplaySession::ReplaySession(const Config& cfg, const std::string& until) : cfg_
     std::string mode = l->header().getTrace().getCaptureMode().cStr();
     captureLevel_ = mode == "minimal" ? 0 : mode == "full" ? 2 : 1;
   }
-  if (const char* j = std::getenv("DLRR_JUMP_STEP"); j && *j) jumpStep_ = std::strtoll(j, nullptr, 10);
-  if (const char* w = std::getenv("DLRR_WHAT_IF_FROM"); w && *w) whatIfStep_ = std::strtoll(w, nullptr, 10);
   if (active_) load();
 }
 
 ReplaySession::~ReplaySession() = default;
 
-void ReplaySession::beforeFork() noexcept { mu_.lock(); }
+void ReplaySession::beforeFork() noexcept {
+  reportMu_.lock();
+  mu_.lock();
+  verifier_->lockForFork();
+  report_.lockForFork();
+  if (index_) index_->lockForFork();
+}
 
-void ReplaySession::afterForkParent() noexcept { mu_.unlock(); }
+void ReplaySession::afterForkParent() noexcept {
+  if (index_) index_->unlockAfterFork();
+  report_.unlockAfterFork();
+  verifier_->unlockAfterFork();
+  mu_.unlock();
+  reportMu_.unlock();
+}
 
 void ReplaySession::afterForkChild() noexcept {
-  mu_.unlock();  // taken by beforeFork
+  afterForkParent();  // the locks beforeFork took
   const char* id = std::getenv(kProcessIdEnv);
   std::string recordedIdentity = stream_ ? stream_->header().getProcessIdentity().cStr() : "";
   bool mine = isTrainerIdentity(id) && identity_ != id && recordedIdentity == id;
@@ -129,7 +130,7 @@ void ReplaySession::afterForkChild() noexcept {
   if (!mine) return;
   identity_ = id;
   try {
-    if (!loaded_) load();
+    if (!index_) load();
     active_ = true;
   } catch (...) {
     // The child runs unreplayed; dlreplay reports that the stream was never attached.
@@ -137,182 +138,45 @@ void ReplaySession::afterForkChild() noexcept {
 }
 
 void ReplaySession::load() {
-  loaded_ = true;
-  std::vector<RngRecord> pendingRng;
-  BatchKey lastBatch{UINT32_MAX, 0};
-  std::optional<schema::Failure::Kind> failureKind;
-  bool inStep = false;  // digests between a StepBegin and its StepEnd are the step's own
-  // RNG states follow the StepBegin they belong to (optimizer-driven steps) and precede the
-  // Batch they were taken at (DataLoader deliveries): keep them for both.
-  int64_t openStep = -1;
-  bool stepWithoutBatch = false;
-  stream_->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
-    switch (e.which()) {
-      case schema::Event::ENTROPY: {
-        auto en = e.getEntropy();
-        if (en.getFlags() & kEntropyLoaderDraw) break;  // machinery replay does not run: never asked
-        auto d = en.getData();
-        entropy_.push_back({static_cast<int>(en.getSource()), static_cast<size_t>(en.getRequested()),
-                            std::vector<uint8_t>(d.begin(), d.end())});
-        break;
-      }
-      case schema::Event::RNG_STATE: {
-        auto r = e.getRngState();
-        auto ref = r.getState();
-        RngRecord rec{
-            static_cast<int>(r.getKind()), r.getDevice(), Hash128{ref.getHashLo(), ref.getHashHi()}, ref.getSize(), {}};
-        if (r.getAtFork()) {  // not a step's nor a batch's
-          forkRng_.push_back(std::move(rec));
-          break;
-        }
-        if (stepWithoutBatch) stepRng_[openStep].push_back(rec);
-        pendingRng.push_back(std::move(rec));
-        break;
-      }
-      case schema::Event::BATCH: {
-        auto b = e.getBatch();
-        BatchRecord rec;
-        rec.event = std::make_unique<capnp::MallocMessageBuilder>();
-        rec.event->setRoot(e);
-        rec.training = b.getIsTraining();
-        rec.eventStep = e.getStep();
-        rec.byReference = b.getByReference();
-        for (auto i : b.getSampleIndices()) rec.sampleIndices.push_back(i);
-        rec.rng = std::move(pendingRng);
-        pendingRng.clear();
-        lastBatch = {b.getLoader(), b.getIndex()};
-        stepWithoutBatch = false;
-        batches_[lastBatch] = std::move(rec);
-        break;
-      }
-      case schema::Event::SNAPSHOT: {
-        BatchRecord rec;
-        rec.event = std::make_unique<capnp::MallocMessageBuilder>();
-        rec.event->setRoot(e);
-        int64_t step = e.getSnapshot().getStep();
-        // Periodic snapshots are taken at the step's start, a failure one mid-step: prefer periodic.
-        if (!snapshots_.count(step) || e.getSnapshot().getReason() == schema::Snapshot::Reason::PERIODIC)
-          snapshots_[step] = std::move(rec);
-        break;
-      }
-      case schema::Event::STEP_BEGIN: {
-        auto sb = e.getStepBegin();
-        int64_t step = sb.getStep();
-        if (!sb.getByOptimizer()) {
-          auto it = batches_.find({sb.getLoader(), sb.getBatchIndex()});
-          if (it != batches_.end()) {
-            it->second.step = step;
-            it->second.training = true;
-          }
-        }
-        pendingRng.clear();  // a step's RNG states follow its StepBegin
-        lastStepBegun_ = std::max(lastStepBegun_, step);
-        inStep = true;
-        openStep = step;
-        stepWithoutBatch = true;
-        break;
-      }
-      case schema::Event::STEP_END: {
-        inStep = false;
-        auto se = e.getStepEnd();
-        losses_[se.getStep()] = se.getLoss();
-        recordedSteps_ = std::max<int64_t>(recordedSteps_, se.getStep() + 1);
-        break;
-      }
-      case schema::Event::LOADER_END: {
-        auto le = e.getLoaderEnd();
-        iteratorLengths_[{le.getLoader(), le.getIteration()}] = static_cast<int64_t>(le.getBatches());
-        break;
-      }
-      case schema::Event::DIGEST: {
-        if (e.getStep() < jumpStep_) break;  // a fast-forwarded step: never compared
-        auto d = e.getDigest();
-        RecordedDigest rd;
-        rd.hash = d.getHash();
-        rd.nanCount = d.getNanCount();
-        rd.infCount = d.getInfCount();
-        rd.min = d.getMin();
-        rd.max = d.getMax();
-        rd.dtype = d.getDtype().cStr();
-        rd.algorithm = static_cast<int>(d.getAlgorithm());
-        for (auto x : d.getShape()) rd.shape.push_back(x);
-        DigestKey k{e.getStep(), static_cast<int>(d.getKind()), d.getPath().cStr(), d.getCallIndex(), d.getOutput()};
-        if (digests_.emplace(k, std::move(rd)).second && inStep) ++digestsPerStep_[e.getStep()];
-        break;
-      }
-      case schema::Event::TENSOR: {
-        auto ft = e.getTensor();
-        KeptTensor k;
-        k.key = std::string(kindName(static_cast<int>(ft.getKind()))) + ":" + ft.getPath().cStr() + "#" +
-                std::to_string(ft.getCallIndex()) + "." + std::to_string(ft.getOutput());
-        k.msg = std::make_unique<capnp::MallocMessageBuilder>();
-        k.msg->setRoot(ft);
-        kept_[e.getStep()].push_back(std::move(k));
-        break;
-      }
-      case schema::Event::INTERNED_STRING:
-      case schema::Event::CUDA_LAUNCH:
-        loadGpuEvent(e);
-        break;
-      case schema::Event::COLLECTIVE:
-        loadCollective(e);
-        break;
-      case schema::Event::RUNTIME_INFO:
-        for (auto kv : e.getRuntimeInfo().getItems()) runtime_[kv.getKey().cStr()] = kv.getValue().cStr();
-        break;
-      case schema::Event::FAILURE: {
-        auto f = e.getFailure();
-        if (failureKind) break;  // the first failure is the target
-        failureKind = f.getKind();
-        if (target_.kind == ReplayTarget::Kind::Nan && f.getKind() == schema::Failure::Kind::NONFINITE) {
-          target_.step = f.getStep();
-          target_.where = f.getWhere().cStr();
-          target_.digestKind = static_cast<int>(f.getDigestKind());
-          target_.callIndex = f.getCallIndex();
-        } else if (target_.kind == ReplayTarget::Kind::Crash && f.getKind() != schema::Failure::Kind::NONFINITE) {
-          target_.step = f.getStep();
-          target_.where = f.getWhere().cStr();
-          if (f.getKind() == schema::Failure::Kind::SIGNAL) crashSignal_ = f.getSignal();
-          if (f.getKind() == schema::Failure::Kind::EXCEPTION) {
-            crashException_ = f.getExceptionType().cStr();
-            for (auto fr : f.getTraceback())
-              if (std::string_view(fr.getFile().cStr()).find("/torch/utils/data/") != std::string_view::npos)
-                crashWhileLoading_ = true;
-          }
-        }
-        break;
-      }
-      default:
-        break;
-    }
-  });
-  resolveKernelNames();
-  // A non-finite target found later than another failure kind is still the nan target.
-  if (target_.kind == ReplayTarget::Kind::Nan && target_.step < 0) {
-    stream_->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
-      if (target_.step >= 0 || !e.isFailure()) return;
-      auto f = e.getFailure();
-      if (f.getKind() != schema::Failure::Kind::NONFINITE) return;
-      target_.step = f.getStep();
-      target_.where = f.getWhere().cStr();
-      target_.digestKind = static_cast<int>(f.getDigestKind());
-      target_.callIndex = f.getCallIndex();
-    });
+  index_ = std::make_unique<RecordingIndex>(*stream_, jumpStep_);
+  verifier_ = std::make_unique<ReplayVerifier>(index_.get(), jumpStep_, whatIfStep_,
+                                               [this](const std::string& w) { report_.warn(w); });
+  // The first failure is the target; a non-finite one found later than another failure kind
+  // is still the nan target.
+  const auto& first = index_->firstFailure();
+  constexpr int kNonfinite = static_cast<int>(schema::Failure::Kind::NONFINITE);
+  const RecordedFailure* f = nullptr;
+  if (target_.kind == ReplayTarget::Kind::Nan)
+    f = index_->firstNonfinite() ? &*index_->firstNonfinite() : nullptr;
+  else if (target_.kind == ReplayTarget::Kind::Crash && first && first->kind != kNonfinite)
+    f = &*first;
+  if (!f) return;
+  target_.step = f->step;
+  target_.where = f->where;
+  if (target_.kind == ReplayTarget::Kind::Nan) {
+    target_.digestKind = f->digestKind;
+    target_.callIndex = f->callIndex;
+  } else {
+    crashSignal_ = f->signal;
+    crashException_ = f->exceptionType;
+    crashWhileLoading_ = f->whileLoading;
   }
 }
 
 bool ReplaySession::serveEntropy(schema::Entropy::Source src, void* buf, size_t n, size_t& got) {
+  if (!active_ || !index_) return false;
+  const auto& entropy = index_->entropy();
   std::lock_guard<std::mutex> lk(mu_);
-  if (!active_ || entropyNext_ >= entropy_.size()) return false;
-  const EntropyRecord& r = entropy_[entropyNext_];
+  if (entropyNext_ >= entropy.size()) return false;
+  const RecordingIndex::Entropy& r = entropy[entropyNext_];
   // /dev/urandom and /dev/random reads are interchangeable sources of the same kind of bytes.
   bool srcOk = r.source == static_cast<int>(src) || (r.source >= 2 && static_cast<int>(src) >= 2);
   if (!srcOk || r.requested != n || r.data.size() > n) {
-    if (warnings_.size() < 20)
-      warnings_.push_back("entropy request " + std::to_string(entropyNext_) + " differs from the recording (" +
-                          std::to_string(n) + " bytes asked, " + std::to_string(r.requested) +
-                          " recorded); served fresh bytes from then on");
-    entropyNext_ = entropy_.size();  // out of step: stop serving rather than serve the wrong bytes
+    report_.warn("entropy request " + std::to_string(entropyNext_) + " differs from the recording (" +
+                     std::to_string(n) + " bytes asked, " + std::to_string(r.requested) +
+                     " recorded); served fresh bytes from then on",
+                 20);
+    entropyNext_ = entropy.size();  // out of step: stop serving rather than serve the wrong bytes
     return false;
   }
   std::memcpy(buf, r.data.data(), r.data.size());
@@ -321,106 +185,26 @@ bool ReplaySession::serveEntropy(schema::Entropy::Source src, void* buf, size_t 
   return true;
 }
 
-const std::vector<uint8_t>* ReplaySession::snapshot(int64_t step) {
-  std::lock_guard<std::mutex> lk(mu_);
-  auto it = snapshots_.find(step);
-  if (it == snapshots_.end()) return nullptr;
-  BatchRecord& rec = it->second;
-  if (rec.encoded.empty()) {
-    auto ev = rec.event->getRoot<schema::Event>().asReader();
-    encodeValue(
-        ev.getSnapshot().getValue(), [&](const Hash128& h, uint64_t size) { return stream_->readBlob(h, size); },
-        rec.encoded);
-  }
-  return &rec.encoded;
+bool ReplaySession::batch(uint32_t loader, uint64_t index, BatchBytes which, std::vector<uint8_t>& out) {
+  const RecordingIndex::Batch* b = index_ ? index_->batch(loader, index) : nullptr;
+  if (!b) return false;
+  out = index_->encodeBatch(*b, which == BatchBytes::StandIn);
+  return true;
 }
 
-const std::vector<uint8_t>* ReplaySession::batch(uint32_t loader, uint64_t index) {
-  // Whole or nothing: a blob missing (a bounded trace outside its window) throws.
-  return encodedBatch(loader, index, [&](const Hash128& h, uint64_t size) { return stream_->readBlob(h, size); });
-}
-
-const std::vector<uint8_t>* ReplaySession::encodedBatch(uint32_t loader, uint64_t index, const BlobLoader& blob) {
-  std::lock_guard<std::mutex> lk(mu_);
-  auto it = batches_.find({loader, index});
-  if (it == batches_.end()) return nullptr;
-  BatchRecord& rec = it->second;
-  if (rec.encoded.empty()) {
-    std::vector<uint8_t> out;
-    encodeValue(rec.event->getRoot<schema::Event>().asReader().getBatch().getValue(), blob, out);
-    rec.encoded = std::move(out);
-  }
-  return &rec.encoded;
-}
-
-namespace {
-// Every tensor blob of a value, depth first.
-void forEachTensor(schema::Value::Reader v, const std::function<void(schema::TensorRef::Reader)>& fn, int depth = 0) {
-  if (depth > 64) return;
-  switch (v.which()) {
-    case schema::Value::TENSOR:
-      fn(v.getTensor());
-      break;
-    case schema::Value::LIST:
-      for (auto c : v.getList()) forEachTensor(c, fn, depth + 1);
-      break;
-    case schema::Value::TUPLE:
-      for (auto c : v.getTuple()) forEachTensor(c, fn, depth + 1);
-      break;
-    case schema::Value::DICT:
-      for (auto e : v.getDict()) forEachTensor(e.getValue(), fn, depth + 1);
-      break;
-    default:
-      break;
-  }
-}
-
-struct Remade {
-  bool active = false;
-  uint32_t loader = 0;
-  uint64_t index = 0;
-  BatchDigest digest;
-};
-thread_local Remade tRemade;
-}  // namespace
-
-int ReplaySession::batchKind(uint32_t loader, uint64_t index) {
-  std::lock_guard<std::mutex> lk(mu_);
-  auto it = batches_.find({loader, index});
-  if (it == batches_.end()) return 0;
-  BatchRecord& rec = it->second;
-  if (!rec.byReference) return 1;
-  if (rec.bytes < 0) {
-    bool all = true;
-    forEachTensor(rec.event->getRoot<schema::Event>().asReader().getBatch().getValue(),
-                  [&](schema::TensorRef::Reader t) {
-                    auto ref = t.getData();
-                    if (all && ref.getSize() > 0) all = stream_->hasBlob(Hash128{ref.getHashLo(), ref.getHashHi()});
-                  });
-    rec.bytes = all ? 1 : 0;
-  }
-  return rec.bytes ? 2 : 3;
-}
-
-const std::vector<uint8_t>* ReplaySession::batchStandIn(uint32_t loader, uint64_t index) {
-  // Only for a batch whose bytes the trace lacks (batchKind 3): batch() cannot encode it, so the
-  // cached encoding shared with batch() is never a stand-in of a batch that has bytes.
-  return encodedBatch(loader, index, [&](const Hash128& h, uint64_t size) {
-    return stream_->hasBlob(h) ? stream_->readBlob(h, size) : std::vector<uint8_t>(size, 0);
-  });
+int ReplaySession::batchKind(uint32_t loader, uint64_t index) const {
+  const RecordingIndex::Batch* b = index_ ? index_->batch(loader, index) : nullptr;
+  if (!b) return 0;
+  if (!b->byReference) return 1;
+  return b->bytesInTrace ? 2 : 3;
 }
 
 void ReplaySession::remadeBegin(uint32_t loader, uint64_t index) {
-  uint64_t samples = 0;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    auto it = batches_.find({loader, index});
-    if (it != batches_.end()) samples = it->second.sampleIndices.size();
-  }
+  const RecordingIndex::Batch* b = index_ ? index_->batch(loader, index) : nullptr;
   tRemade.active = true;
   tRemade.loader = loader;
   tRemade.index = index;
-  tRemade.digest.begin(samples);
+  tRemade.digest.begin(b ? b->sampleIndices.size() : 0);
 }
 
 BatchDigest* ReplaySession::remadeDigest() { return tRemade.active ? &tRemade.digest : nullptr; }
@@ -429,13 +213,10 @@ int ReplaySession::remadeEnd(std::string& what, int64_t& samplePos) {
   samplePos = -1;
   if (!tRemade.active) return -1;
   tRemade.active = false;
-  std::lock_guard<std::mutex> lk(mu_);
-  auto it = batches_.find({tRemade.loader, tRemade.index});
-  if (it == batches_.end() || !it->second.byReference) return -1;
-  auto b = it->second.event->getRoot<schema::Event>().asReader().getBatch();
-  if (b.getDigest() == tRemade.digest.digest()) return 1;
-  std::vector<uint64_t> recorded;
-  for (auto d : b.getSampleDigests()) recorded.push_back(d);
+  const RecordingIndex::Batch* b = index_ ? index_->batch(tRemade.loader, tRemade.index) : nullptr;
+  if (!b || !b->byReference) return -1;
+  if (b->digest == tRemade.digest.digest()) return 1;
+  const std::vector<uint64_t>& recorded = b->sampleDigests;
   samplePos = BatchDigest::firstDifferentSample(recorded, tRemade.digest.samples());
   what = samplePos >= 0 ? "sample " + std::to_string(samplePos) + " of the batch differs from the recorded one"
          : recorded.size() == tRemade.digest.samples().size()
@@ -445,91 +226,89 @@ int ReplaySession::remadeEnd(std::string& what, int64_t& samplePos) {
   return 0;
 }
 
-BatchMap ReplaySession::batchMap() {
-  std::vector<std::pair<uint32_t, uint64_t>> keys;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    for (const auto& [k, rec] : batches_) keys.push_back(k);
+BatchMap ReplaySession::batchMap() const {
+  BatchMapBuilder m;
+  if (!index_) return m.build();
+  for (const auto& [key, b] : index_->batches()) {
+    int kind = batchKind(key.first, key.second);
+    m.batch(b.step >= 0 ? b.step : b.eventStep, kind >= 2, kind != 3);
   }
-  BatchMapBuilder b;
-  for (const auto& k : keys) {
-    int kind = batchKind(k.first, k.second);
-    std::lock_guard<std::mutex> lk(mu_);
-    const BatchRecord& rec = batches_[k];
-    b.batch(rec.step >= 0 ? rec.step : rec.eventStep, kind >= 2, kind != 3);
+  for (const auto& [step, ref] : index_->snapshots()) {
+    (void)ref;
+    m.snapshot(step);
   }
-  std::lock_guard<std::mutex> lk(mu_);
-  for (const auto& [step, rec] : snapshots_) {
-    (void)rec;
-    b.snapshot(step);
-  }
-  return b.build();
+  return m.build();
+}
+
+bool ReplaySession::snapshot(int64_t step, std::vector<uint8_t>& out) {
+  if (!index_ || !index_->snapshots().count(step)) return false;
+  out = index_->encodeSnapshot(step);
+  return true;
 }
 
 bool ReplaySession::batchMeta(uint32_t loader, uint64_t index, int64_t& step, bool& training,
-                              const std::vector<int64_t>*& indices) {
-  std::lock_guard<std::mutex> lk(mu_);
-  auto it = batches_.find({loader, index});
-  if (it == batches_.end()) return false;
+                              const std::vector<int64_t>*& indices) const {
+  const RecordingIndex::Batch* b = index_ ? index_->batch(loader, index) : nullptr;
+  if (!b) return false;
   // A batch's StepBegin precedes its Batch event (the step begins at the delivery): the step
   // the event was stamped with stands in where the StepBegin did not match it at load.
-  step = it->second.step >= 0 ? it->second.step : it->second.training ? it->second.eventStep : -1;
-  training = it->second.training;
-  indices = &it->second.sampleIndices;
+  step = b->step >= 0 ? b->step : b->training ? b->eventStep : -1;
+  training = b->training;
+  indices = &b->sampleIndices;
   return true;
 }
 
 int64_t ReplaySession::iteratorLength(uint32_t loader, uint32_t iteration) const {
-  std::lock_guard<std::mutex> lk(mu_);
-  auto it = iteratorLengths_.find({loader, iteration});
-  return it == iteratorLengths_.end() ? -1 : it->second;
+  return index_ ? index_->iteratorLength(loader, iteration) : -1;
 }
 
-const std::vector<uint8_t>* ReplaySession::rngBytes(std::vector<RngRecord>& list, int kind, int device) {
-  for (auto& r : list) {
+bool ReplaySession::rngBytes(const std::vector<RecordingIndex::RngRef>* list, int kind, int device,
+                             std::vector<uint8_t>& out) {
+  if (!list) return false;
+  for (const auto& r : *list) {
     if (r.kind != kind || r.device != device) continue;
-    if (r.bytes.empty() && r.size) r.bytes = stream_->readBlob(r.hash, r.size);
-    return &r.bytes;
+    out = r.size ? index_->readBlob(r.hash, r.size) : std::vector<uint8_t>{};
+    return true;
   }
-  return nullptr;
+  return false;
 }
 
-const std::vector<uint8_t>* ReplaySession::rngAtBatch(uint32_t loader, uint64_t index, int kind, int device) {
-  std::lock_guard<std::mutex> lk(mu_);
-  auto it = batches_.find({loader, index});
-  return it == batches_.end() ? nullptr : rngBytes(it->second.rng, kind, device);
+bool ReplaySession::rngAtBatch(uint32_t loader, uint64_t index, int kind, int device, std::vector<uint8_t>& out) {
+  const RecordingIndex::Batch* b = index_ ? index_->batch(loader, index) : nullptr;
+  return b && rngBytes(&b->rng, kind, device, out);
 }
 
-const std::vector<uint8_t>* ReplaySession::rngAtFork(int kind, int device) {
-  std::lock_guard<std::mutex> lk(mu_);
-  return rngBytes(forkRng_, kind, device);
+bool ReplaySession::rngAtStep(int64_t step, int kind, int device, std::vector<uint8_t>& out) {
+  return index_ && rngBytes(index_->rngAtStep(step), kind, device, out);
 }
 
-const std::vector<uint8_t>* ReplaySession::rngAtStep(int64_t step, int kind, int device) {
-  std::lock_guard<std::mutex> lk(mu_);
-  auto it = stepRng_.find(step);
-  return it == stepRng_.end() ? nullptr : rngBytes(it->second, kind, device);
+bool ReplaySession::rngAtFork(int kind, int device, std::vector<uint8_t>& out) {
+  return index_ && rngBytes(&index_->rngAtFork(), kind, device, out);
 }
 
 const char* ReplaySession::runtimeInfo(const std::string& key) const {
-  std::lock_guard<std::mutex> lk(mu_);
-  auto it = runtime_.find(key);
-  return it == runtime_.end() ? nullptr : it->second.c_str();
+  return index_ ? index_->runtimeInfo(key) : nullptr;
 }
 
 double ReplaySession::recordedLoss(int64_t step) const {
-  std::lock_guard<std::mutex> lk(mu_);
-  auto it = losses_.find(step);
-  return it == losses_.end() ? std::nan("") : it->second;
+  std::optional<double> l = index_ ? index_->loss(step) : std::nullopt;
+  return l ? *l : std::nan("");
 }
 
 void ReplaySession::stepBegin(int64_t step, uint32_t /*loader*/, uint64_t /*batchIndex*/, int64_t /*epoch*/,
                               StepRule /*rule*/) {
-  beginStep(step);
+  if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->stepBegan(step);
+  step_.store(step);
+  verifier_->beginStep(step);
 }
 
 void ReplaySession::stepEnd(int64_t step, double loss) {
-  endStep(step, loss);
+  if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->stepEnding(step);  // delivers its launches
+  if (verifier_->compares(step)) {
+    std::lock_guard<std::mutex> lk(mu_);
+    checkLaunchesLocked(step, true);
+  }
+  verifier_->endStep(step, loss);
   if (step >= jumpStep()) writeReport("running");  // a crash later still leaves the figures so far
 }
 
@@ -537,7 +316,12 @@ int ReplaySession::digest(int kind, const char* path, uint32_t callIndex, uint32
                           int /*ndim*/, const int64_t* /*shape*/, const void* data, uint64_t nbytes, bool /*keep*/,
                           DigestResult& out) {
   out = computeDigest(dtype ? dtype : "", data, data ? nbytes : 0);
-  return checkDigest(currentStep(), kind, path ? path : "", callIndex, output, out);
+  return verifier_->checkDigest(currentStep(), kind, path ? path : "", callIndex, output, 0, out);
+}
+
+int ReplaySession::digestValues(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* /*dtype*/,
+                                int /*ndim*/, const int64_t* /*shape*/, int algorithm, const DigestResult& d) {
+  return verifier_->checkDigest(currentStep(), kind, path ? path : "", callIndex, output, algorithm, d);
 }
 
 void ReplaySession::failureException(const char* type, const char* message, const char* where, int /*n*/,
@@ -547,124 +331,28 @@ void ReplaySession::failureException(const char* type, const char* message, cons
   fact("exception.where", where ? where : "");
 }
 
-int ReplaySession::checkDigest(int64_t step, int kind, const std::string& path, uint32_t callIndex, uint32_t output,
-                               const DigestResult& got) {
-  return checkDigestAlgorithm(step, kind, path, callIndex, output, 0, got);
-}
-
-int ReplaySession::checkDigestAlgorithm(int64_t step, int kind, const std::string& path, uint32_t callIndex,
-                                        uint32_t output, int algorithm, const DigestResult& got) {
-  std::lock_guard<std::mutex> lk(mu_);
-  if (step < jumpStep_) return 0;     // fast-forwarded: its compute was skipped, nothing to compare
-  if (step >= whatIfStep_) return 0;  // --what-if: changed on purpose, nothing to compare
-  auto it = digests_.find(DigestKey{step, kind, path, callIndex, output});
-  if (it == digests_.end()) return 2;
-  if (step == inStepNumber_) ++seenPerStep_[step];
-  const RecordedDigest& want = it->second;
-  if (want.algorithm != algorithm) return incomparableLocked(want.algorithm, algorithm);  // like with like
-  // rawHash: a trace recorded before NaNs were canonicalised in the hash (TensorDigest.h).
-  if (want.hash == got.hash || (got.nanCount && want.hash == got.rawHash)) return 0;
-  if (!divergence_) {
-    Divergence d;
-    d.step = step;
-    d.kind = kind;
-    d.path = path;
-    d.callIndex = callIndex;
-    d.output = output;
-    std::ostringstream o;
-    o << kindName(kind) << " " << (path.empty() ? "<root>" : path) << " (call " << callIndex << ", output " << output
-      << "): recorded hash " << hex(want.hash) << " NaN " << want.nanCount << " Inf " << want.infCount << " min "
-      << num(want.min) << " max " << num(want.max) << "; replayed hash " << hex(got.hash) << " NaN " << got.nanCount
-      << " Inf " << got.infCount << " min " << num(got.min) << " max " << num(got.max);
-    d.detail = o.str();
-    divergence_ = d;
-  }
-  return 1;
-}
-
 void ReplaySession::diverge(int64_t step, int kind, const std::string& path, const std::string& detail) {
-  std::lock_guard<std::mutex> lk(mu_);
-  if (divergence_) return;
   Divergence d;
   d.step = step;
   d.kind = kind;
   d.path = path;
   d.detail = detail;
-  divergence_ = d;
+  verifier_->diverge(d);
 }
 
-void ReplaySession::beginStep(int64_t step) {
-  if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->stepBegan(step);
-  std::lock_guard<std::mutex> lk(mu_);
-  step_.store(step);
-  inStepNumber_ = step;
-}
-
-int ReplaySession::endStep(int64_t step, double loss) {
-  if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->stepEnding(step);  // delivers its launches
-  std::lock_guard<std::mutex> lk(mu_);
-  if (step < jumpStep_ || step >= whatIfStep_) {  // fast-forwarded, or changed by --what-if: not checked
-    lastStepEnded_ = step;
-    inStepNumber_ = INT64_MIN;
-    return 0;
+void ReplaySession::recordedTensors(int64_t step, std::vector<uint8_t>& out) {
+  if (index_) {
+    out = index_->encodeKeptTensors(step);
+    return;
   }
-  checkLaunchesLocked(step, true);
-  lastStepEnded_ = step;
-  inStepNumber_ = INT64_MIN;
-  bool ok = !divergence_;
-  auto lit = losses_.find(step);
-  // A step whose end the trace does not hold (cut in it, or past its end) has nothing to be
-  // checked against: never counted verified.
-  if (lit == losses_.end()) return ok ? 0 : 1;
-  if (ok && lit != losses_.end() && !sameBits(lit->second, loss)) {
-    Divergence d;
-    d.step = step;
-    d.kind = static_cast<int>(schema::TensorDigest::Kind::LOSS);
-    d.path = "loss";
-    d.detail = "loss: recorded " + num(lit->second) + ", replayed " + num(loss);
-    divergence_ = d;
-    ok = false;
-  }
-  uint32_t want = digestsPerStep_.count(step) ? digestsPerStep_[step] : 0;
-  uint32_t seen = seenPerStep_.count(step) ? seenPerStep_[step] : 0;
-  if (ok && seen < want) {
-    Divergence d;
-    d.step = step;
-    d.detail = "step " + std::to_string(step) + " recomputed " + std::to_string(seen) + " of its " +
-               std::to_string(want) + " recorded digests (the replayed code took another path)";
-    divergence_ = d;
-    ok = false;
-  }
-  if (ok) ++verifiedSteps_;
-  return ok ? 0 : 1;
-}
-
-const std::vector<uint8_t>& ReplaySession::recordedTensors(int64_t step) {
-  std::lock_guard<std::mutex> lk(mu_);
-  auto cached = keptEncoded_.find(step);
-  if (cached != keptEncoded_.end()) return cached->second;
-  std::vector<uint8_t>& out = keptEncoded_[step];
-  auto it = kept_.find(step);
-  size_t n = it == kept_.end() ? 0 : it->second.size();
-  out.push_back('D');
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(n >> (8 * i)));
-  for (size_t i = 0; i < n; ++i) {
-    const KeptTensor& k = it->second[i];
-    for (int b = 0; b < 4; ++b) out.push_back(static_cast<uint8_t>(k.key.size() >> (8 * b)));
-    out.insert(out.end(), k.key.begin(), k.key.end());
-    capnp::MallocMessageBuilder v;
-    v.initRoot<schema::Value>().setTensor(k.msg->getRoot<schema::FullTensor>().asReader().getTensor());
-    encodeValue(
-        v.getRoot<schema::Value>().asReader(),
-        [&](const Hash128& h, uint64_t size) { return stream_->readBlob(h, size); }, out);
-  }
-  return out;
+  out.assign({'D', 0, 0, 0, 0});  // an empty dict
 }
 
 std::vector<ReplaySession::StepDigest> ReplaySession::recordedDigests(int64_t step) const {
-  std::lock_guard<std::mutex> lk(mu_);
   std::vector<StepDigest> out;
-  for (auto it = digests_.lower_bound(DigestKey{step, INT_MIN, "", 0, 0}); it != digests_.end(); ++it) {
+  if (!index_) return out;
+  const auto& all = index_->digests();
+  for (auto it = all.lower_bound(RecordingIndex::DigestKey{step, INT_MIN, "", 0, 0}); it != all.end(); ++it) {
     const auto& [s, kind, path, callIndex, output] = it->first;
     if (s != step) break;
     out.push_back(StepDigest{kind, path, callIndex, output, it->second});
@@ -672,45 +360,49 @@ std::vector<ReplaySession::StepDigest> ReplaySession::recordedDigests(int64_t st
   return out;
 }
 
-void ReplaySession::fact(const std::string& key, const std::string& value) {
-  std::lock_guard<std::mutex> lk(mu_);
-  if (key == "warning")
-    warnings_.push_back(value);
-  else if (!addHookFact(facts_, key, value))
-    warnings_.push_back("the Python hook sent a report fact this library does not know: " + key);
-}
-
 void ReplaySession::writeReport(const std::string& stopReason) {
   const char* reportEnv = std::getenv("DLRR_REPORT");
   if (!reportEnv || !*reportEnv) return;
-  const std::string path = std::string(reportEnv) + reportSuffix_;
   bool stopping = stopReason != "running" && stopReason != "exit";
   if (stopping)
     if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->flush();
-  std::lock_guard<std::mutex> lk(mu_);
-  if (stopping && inStepNumber_ != INT64_MIN) checkLaunchesLocked(inStepNumber_, false);
-  std::string reason = stopReason;
-  if (!finalStop_.empty())
-    reason = finalStop_;
-  else if (reason != "running" && reason != "exit")
-    finalStop_ = reason;
-  ReplayReport r = facts_;
-  r.attached = true;
-  r.stop = parseStop(reason);
-  r.target = target_.describe();
-  r.targetStep = target_.step;
-  r.targetWhere = target_.where;
-  r.verifiedSteps = verifiedSteps_;
-  r.recordedSteps = recordedSteps_;
-  r.lastStep = lastStepEnded_;
-  if (jumpStep_ >= 0) r.jumpStep = jumpStep_;
-  if (divergence_)
-    r.divergence = ReplayReport::Divergence{divergence_->step, kindName(divergence_->kind), divergence_->path,
-                                            divergence_->detail};
-  writeGpuReport(r);
-  writeDistReport(r);
-  r.warnings = warnings_;
-  writeReplayReportFile(path, r);  // under mu_: one writer at a time, the latest figures last
+  // One writer at a time, its figures gathered under it: the latest figures are written last.
+  std::lock_guard<std::mutex> wk(reportMu_);
+  ReplayReport gpu;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    int64_t open = verifier_->openStep();
+    if (stopping && open != INT64_MIN) checkLaunchesLocked(open, false);
+    gpuFigures(gpu);
+  }
+  ReplayVerifier::Figures v = verifier_->figures();
+  const RecordingIndex* idx = index_.get();
+  report_.write(stopReason, [&](ReplayReport& r) {
+    r.target = target_.describe();
+    r.targetStep = target_.step;
+    r.targetWhere = target_.where;
+    r.verifiedSteps = v.verifiedSteps;
+    r.recordedSteps = recordedSteps();
+    r.lastStep = v.lastStepEnded;
+    if (jumpStep_ >= 0) r.jumpStep = jumpStep_;
+    if (v.divergence)
+      r.divergence = ReplayReport::Divergence{v.divergence->step, digestKindName(v.divergence->kind),
+                                              v.divergence->path, v.divergence->detail};
+    // A text the hook said too keeps both, one a line (as the report always did).
+    auto say = [](std::optional<std::string>& field, const std::optional<std::string>& v) {
+      if (v) field = field ? *field + "\n" + *v : *v;
+    };
+    say(r.gpuCapture, gpu.gpuCapture);
+    say(r.gpuRecorded, gpu.gpuRecorded);
+    if (gpu.launches) r.launches = gpu.launches;
+    if (gpu.launchDivergence) r.launchDivergence = gpu.launchDivergence;
+    if (gpu.launchAtStop) r.launchAtStop = gpu.launchAtStop;
+    r.incomparableDigests = v.incomparableDigests;
+    size_t recordedCollectives = idx ? idx->collectives().size() : 0;
+    if (recordedCollectives || v.collectivesIssued)
+      r.dist = ReplayReport::Dist{recordedRank(), v.collectivesIssued, recordedCollectives, v.collectiveTensorsVerified,
+                                  collectiveResultsServed_.load()};
+  });
 }
 
 }  // namespace dlrr

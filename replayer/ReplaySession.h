@@ -2,9 +2,28 @@
 // One per replayed process: serves what the recording saw (entropy, batches, RNG states),
 // checks what the process recomputes against the recorded digests, and writes the report
 // that dlreplay shows. The Python hook drives it through the replay half of dlrr.h.
-#include <capnp/message.h>
-
+//
+// Composed of: the RecordingIndex (the stream read once: immutable facts, bulk read on
+// demand), the ReplayVerifier (the comparisons and the first divergence), and the
+// ReplayReportWriter (facts, warnings, the report file). The session itself keeps only the
+// cursors of serving (entropy) and the GPU launch comparison.
+//
+// Locks, always taken in this order (a lock is never taken while holding a later one):
+//   1. reportMu_   a report being written: its figures gathered, then the file
+//   2. mu_         the session's: entropy cursor, GPU launch state
+//   3. the verifier's
+//   4. the report writer's
+//   5. the index's reader lock (a leaf)
+// fork() (interpose/Interposer.cc's pthread_atfork handlers): beforeFork takes all five in
+// that order, afterForkParent and afterForkChild release them, so a child never inherits one
+// held by a thread it does not have. FileRedirect's lock is taken before them (the two never
+// nest).
+//
+// Bulk answers (batches, snapshots, RNG states, kept tensors) are encoded for each call into
+// the caller's buffer: nothing served is kept, so replay memory stays bounded by the index
+// (docs/replay.md, "Memory").
 #include <atomic>
+#include <climits>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -12,15 +31,15 @@
 #include <optional>
 #include <set>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "format/BatchMap.h"
 #include "format/Trace.h"
-#include "replayer/BatchEncoding.h"
 #include "replayer/LaunchCompare.h"
-#include "replayer/ReplayReport.h"
+#include "replayer/RecordingIndex.h"
+#include "replayer/ReplayReportWriter.h"
 #include "replayer/ReplayTarget.h"
+#include "replayer/ReplayVerifier.h"
 #include "schema/dlrr.capnp.h"
 #include "session/BatchDigest.h"
 #include "session/Config.h"
@@ -29,26 +48,6 @@
 #include "session/TensorDigest.h"
 
 namespace dlrr {
-
-struct RecordedDigest {
-  uint64_t hash = 0;
-  uint64_t nanCount = 0;
-  uint64_t infCount = 0;
-  double min = 0;
-  double max = 0;
-  std::string dtype;
-  std::vector<int64_t> shape;
-  int algorithm = 0;  // TensorDigest.Algorithm: 0 xxh3, 1 deviceSum
-};
-
-struct Divergence {
-  int64_t step = -1;
-  int kind = 0;  // schema TensorDigest.Kind
-  std::string path;
-  uint32_t callIndex = 0;
-  uint32_t output = 0;
-  std::string detail;  // "hash 0x.. != 0x..; NaN 0 vs 3; min/max ..."
-};
 
 // DLRR_REPLAY_STREAM value of dlreplay --all-ranks: each rank process replays its own stream.
 inline constexpr const char* kEachRank = "@rank";
@@ -64,10 +63,7 @@ class ReplaySession final : public ProcessSession {
   Mode mode() const noexcept override { return Mode::Replay; }
   bool active() const noexcept override { return active_; }
   void deactivate() noexcept { active_ = false; }
-  // fork() (interpose/Interposer.cc's pthread_atfork handlers): the prepare handler takes mu_
-  // (beforeFork), the parent's and the child's handlers release it, so a child never inherits
-  // it held by a thread it does not have. mu_ is the session's only lock; FileRedirect's is
-  // taken before it (the two never nest).
+  // fork(): see the lock order above.
   void beforeFork() noexcept;
   void afterForkParent() noexcept;
   // In a forked child: a multiprocessing.Process the job started (a Hogwild trainer) whose
@@ -86,14 +82,15 @@ class ReplaySession final : public ProcessSession {
   // Entropy: the next recorded bytes when the request matches the recording.
   bool serveEntropy(schema::Entropy::Source src, void* buf, size_t n, size_t& got);
 
-  // Batches, encoded for the hook (docs/replay.md, "batch encoding"). Null when not recorded.
-  const std::vector<uint8_t>* batch(uint32_t loader, uint64_t index);
+  // Batches, encoded for the hook into `out` (docs/replay.md, "batch encoding"). False when
+  // not recorded. Recorded: all its bytes from the trace (a blob missing throws). StandIn: for
+  // a fast-forwarded step's batch whose bytes are not in the trace, the recorded structure
+  // with zeros for the tensors' bytes (fast-forward computes nothing from them).
+  enum class BatchBytes { Recorded, StandIn };
+  bool batch(uint32_t loader, uint64_t index, BatchBytes which, std::vector<uint8_t>& out);
   // Bounded traces (docs/replay.md, "Bounded traces"). How a batch was recorded: 0 not at all,
   // 1 by value, 2 by reference with its bytes in the trace (the window), 3 by reference without.
-  int batchKind(uint32_t loader, uint64_t index);
-  // A stand-in for a fast-forwarded step's batch whose bytes are not in the trace: the recorded
-  // structure, zeros for the tensors' bytes (fast-forward computes nothing from them).
-  const std::vector<uint8_t>* batchStandIn(uint32_t loader, uint64_t index);
+  int batchKind(uint32_t loader, uint64_t index) const;
   // A batch the job's own pipeline re-made, digested as the recorder did (session/BatchDigest):
   // remadeBegin, the dlrr_val_* calls (fed to remadeDigest() on this thread), remadeEnd.
   void remadeBegin(uint32_t loader, uint64_t index);
@@ -102,57 +99,59 @@ class ReplaySession final : public ProcessSession {
   // differs, -1 unknown), -1 nothing to compare (not recorded by reference).
   int remadeEnd(std::string& what, int64_t& samplePos);
   // What the trace replays with and without the dataset.
-  BatchMap batchMap();
+  BatchMap batchMap() const;
   // Jump replay (DLRR_JUMP_STEP, set by dlreplay from its ReplayPlan): steps before it are
   // fast-forwarded and not verified; -1 when replaying from the start.
   int64_t jumpStep() const { return jumpStep_; }
   // dlreplay --what-if (DLRR_WHAT_IF_FROM): from this step the job runs with a change, so its
   // steps are neither verified nor counted (tools/dlreplay/WhatIf.h); INT64_MAX without one.
   int64_t whatIfStep() const { return whatIfStep_; }
-  // The recorded snapshot of `step`, encoded like a batch. Null when there is none.
-  const std::vector<uint8_t>* snapshot(int64_t step);
-  bool batchMeta(uint32_t loader, uint64_t index, int64_t& step, bool& training, const std::vector<int64_t>*& indices);
+  // The recorded snapshot of `step`, encoded like a batch into `out`. False when there is none.
+  bool snapshot(int64_t step, std::vector<uint8_t>& out);
+  // `indices` stays valid for the session's life (the index holds it).
+  bool batchMeta(uint32_t loader, uint64_t index, int64_t& step, bool& training,
+                 const std::vector<int64_t>*& indices) const;
   int64_t iteratorLength(uint32_t loader, uint32_t iteration) const;
-  const std::vector<uint8_t>* rngAtBatch(uint32_t loader, uint64_t index, int kind, int device);
-  const std::vector<uint8_t>* rngAtStep(int64_t step, int kind, int device);
-  // The states a forked trainer inherited, taken as it began its stream (RngState.atFork).
-  const std::vector<uint8_t>* rngAtFork(int kind, int device);
+  // RNG states into `out`: taken as a batch was delivered, as a step began, or inherited by a
+  // forked trainer (RngState.atFork). False when none of that kind and device.
+  bool rngAtBatch(uint32_t loader, uint64_t index, int kind, int device, std::vector<uint8_t>& out);
+  bool rngAtStep(int64_t step, int kind, int device, std::vector<uint8_t>& out);
+  bool rngAtFork(int kind, int device, std::vector<uint8_t>& out);
   const char* runtimeInfo(const std::string& key) const;
-  int64_t recordedSteps() const { return recordedSteps_; }
+  int64_t recordedSteps() const { return index_ ? index_->recordedSteps() : 0; }
   // The last step the recording began (-1: none): a replayed step after it is past the trace.
-  int64_t lastStepBegun() const { return lastStepBegun_; }
+  int64_t lastStepBegun() const { return index_ ? index_->lastStepBegun() : -1; }
   double recordedLoss(int64_t step) const;
 
-  // Verification. Returns 0 match, 1 differs (first divergence kept), 2 not in the recording.
-  int checkDigest(int64_t step, int kind, const std::string& path, uint32_t callIndex, uint32_t output,
-                  const DigestResult& got);
-  void beginStep(int64_t step);
-  int64_t currentStep() const noexcept override { return step_.load(); }
-  // Returns 0 when the step matched everywhere, 1 otherwise.
-  int endStep(int64_t step, double loss);
-
   // ---- The hook's calls that recording makes too (ProcessSession): here they check.
-  // beginStep(step); the rest of the step's description is the recording's.
-  void stepBegin(int64_t step, uint32_t loader, uint64_t batchIndex, int64_t epoch, StepRule rule) override;
-  // endStep, then the report so far (from the jump step on): a crash later still leaves it.
+  // The step begins (the rest of its description is the recording's).
+  void stepBegin(int64_t step, uint32_t loader, uint64_t batchIndex, int64_t epoch,
+                 StepRule rule = StepRule::Batch) override;
+  int64_t currentStep() const noexcept override { return step_.load(); }
+  // Checks the step's loss, digests and launches, then writes the report so far (from the
+  // jump step on): a crash later still leaves it.
   void stepEnd(int64_t step, double loss) override;
-  // Computes the digest into `out` and checks it at the current step (checkDigest); `keep`
-  // is recording's.
+  // Computes the digest into `out` and checks it at the current step: 0 match, 1 differs (first
+  // divergence kept), 2 not in the recording. `keep` is recording's.
   int digest(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype, int ndim,
              const int64_t* shape, const void* data, uint64_t nbytes, bool keep, DigestResult& out) override;
+  // A digest computed elsewhere (algorithm 0 on the host, 1 deviceSum on the GPU), checked at
+  // the current step like digest(), only against a recorded digest of the same algorithm.
+  int digestValues(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype, int ndim,
+                   const int64_t* shape, int algorithm, const DigestResult& d) override;
   // The exception and where it was raised, as facts of the report.
   void failureException(const char* type, const char* message, const char* where, int n, const char* const* files,
                         const int32_t* lines, const char* const* functions, const char* const* code) override;
-  const std::optional<Divergence>& divergence() const { return divergence_; }
+  std::optional<Divergence> divergence() const { return verifier_->divergence(); }
   // A divergence the hook found from values it computed (a recorded non-finite value computed
   // finite here, a step past the end of the trace): kept when it is the first.
   void diverge(int64_t step, int kind, const std::string& path, const std::string& detail);
 
   // The capture level of the recording (what digests exist to be checked).
   int captureLevel() const noexcept override { return captureLevel_; }
-  // Full tensors the recording kept for `step` (failure ring), encoded as a dict
-  // "kind:path#call.output" -> tensor (BatchEncoding); empty dict when none.
-  const std::vector<uint8_t>& recordedTensors(int64_t step);
+  // Full tensors the recording kept for `step` (failure ring), encoded into `out` as a dict
+  // "kind:path#call.output" -> tensor (BatchEncoding); an empty dict when none.
+  void recordedTensors(int64_t step, std::vector<uint8_t>& out);
   // The recorded digests of `step`, in (kind, path, call, output) order.
   struct StepDigest {
     int kind = 0;      // schema TensorDigest.Kind
@@ -163,13 +162,7 @@ class ReplaySession final : public ProcessSession {
   };
   std::vector<StepDigest> recordedDigests(int64_t step) const;
 
-  // GPU (ReplaySessionGpu.cc). A digest computed on the device (algorithm 1, deviceSum):
-  // compared like checkDigest, but only with a recorded digest of the same algorithm.
-  int checkDigestValues(int64_t step, int kind, const std::string& path, uint32_t callIndex, uint32_t output,
-                        int algorithm, const DigestResult& got);
-  // ProcessSession's: checkDigestValues at the current step.
-  int digestValues(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype, int ndim,
-                   const int64_t* shape, int algorithm, const DigestResult& d) override;
+  // ---- GPU (ReplaySessionGpu.cc).
   void setStepObserver(StepObserver* o) noexcept { observer_.store(o, std::memory_order_release); }
   // Whether this replay captures kernel launches ("" = on; else why not).
   void gpuCaptureOff(const std::string& why);
@@ -188,14 +181,10 @@ class ReplaySession final : public ProcessSession {
   // collective as in record; here it is numbered the same way and checked against the
   // recording: the op, what this rank sends (inputs) and, when peers really communicate
   // (--all-ranks), what it receives. Replaying one rank alone, results are served instead.
-  uint64_t beginCollective(const std::string& op);
-  // 0 matches, 1 differs (first divergence kept), 2 not in the recording.
-  int checkCollectiveTensor(uint64_t seq, bool result, const std::string& dtype, const std::vector<int64_t>& shape,
-                            const DigestResult& got);
-  // ProcessSession's: beginCollective(op) (the rest is the recording's), and the tensor's
-  // digest checked with checkCollectiveTensor.
+  // The op is checked (the rest of its description is the recording's).
   uint64_t collectiveBegin(const char* op, const char* group, const char* reduceOp, int peer, int bucket,
                            bool asyncOp) override;
+  // The tensor's digest checked: 0 matches, 1 differs (first divergence kept), 2 not recorded.
   int collectiveTensor(uint64_t seq, bool result, const char* dtype, int ndim, const int64_t* shape, const void* data,
                        uint64_t nbytes) override;
   // The recorded bytes of result `index` of collective `seq`: 1 (into out), 0 the recording
@@ -204,51 +193,15 @@ class ReplaySession final : public ProcessSession {
   int recordedRank() const;  // rank of the replayed stream (-1: not a rank)
 
   // One of the hook's facts for the report (addHookFact's keys; "warning" adds a warning).
-  void fact(const std::string& key, const std::string& value);
+  void fact(const std::string& key, const std::string& value) { report_.fact(key, value); }
   // Writes the report file now (at a stop, and again at exit with the final figures).
   void writeReport(const std::string& stopReason);
 
  private:
-  // batch() and batchStandIn(): the batch encoded once (cached), blobs read through `blob`.
-  const std::vector<uint8_t>* encodedBatch(uint32_t loader, uint64_t index, const BlobLoader& blob);
-  using DigestKey = std::tuple<int64_t, int, std::string, uint32_t, uint32_t>;
-  using BatchKey = std::pair<uint32_t, uint64_t>;
-  struct RngRecord {
-    int kind;
-    int device;
-    Hash128 hash;
-    uint64_t size;
-    std::vector<uint8_t> bytes;  // loaded on first use
-  };
-  struct BatchRecord {
-    std::unique_ptr<capnp::MallocMessageBuilder> event;  // deep copy of the Batch event
-    int64_t step = -1;
-    bool training = false;
-    std::vector<int64_t> sampleIndices;
-    std::vector<uint8_t> encoded;  // filled on first use
-    int64_t eventStep = -1;        // the step the Batch event was stamped with
-    bool byReference = false;
-    int bytes = -1;  // by reference: its bytes are in the trace (1), not (0), not checked yet (-1)
-    std::vector<RngRecord> rng;
-  };
-  struct EntropyRecord {
-    int source;
-    size_t requested;
-    std::vector<uint8_t> data;
-  };
-
   void load();
-  void loadCollective(schema::Event::Reader e);  // ReplaySessionDist.cc
-  void collectiveDivergenceLocked(uint64_t seq, int64_t step, const std::string& what);
-  void writeDistReport(ReplayReport& r);
-  void loadGpuEvent(schema::Event::Reader e);  // InternedString, CudaLaunch
-  void resolveKernelNames();
+  bool rngBytes(const std::vector<RecordingIndex::RngRef>* list, int kind, int device, std::vector<uint8_t>& out);
   void checkLaunchesLocked(int64_t step, bool complete, const std::string& until = "before the stop");
-  void writeGpuReport(ReplayReport& r);
-  int incomparableLocked(int recordedAlgorithm, int algorithm);
-  int checkDigestAlgorithm(int64_t step, int kind, const std::string& path, uint32_t callIndex, uint32_t output,
-                           int algorithm, const DigestResult& got);
-  const std::vector<uint8_t>* rngBytes(std::vector<RngRecord>& list, int kind, int device);
+  void gpuFigures(ReplayReport& r) const;  // under mu_
 
   Config cfg_;
   ReplayTarget target_;
@@ -258,67 +211,24 @@ class ReplaySession final : public ProcessSession {
   std::unique_ptr<Trace> trace_;
   StreamReader* stream_ = nullptr;
   bool active_ = false;
-  bool loaded_ = false;
   std::string identity_;  // DLRR_PROCESS_ID of this process ("" for the job's main process)
-  mutable std::mutex mu_;
-
-  std::vector<EntropyRecord> entropy_;
-  size_t entropyNext_ = 0;
-  std::map<BatchKey, BatchRecord> batches_;
-  std::map<int64_t, BatchRecord> snapshots_;  // by step; a periodic one wins over the failure one
+  int captureLevel_ = 1;
   int64_t jumpStep_ = -1;
   int64_t whatIfStep_ = INT64_MAX;
-  std::map<std::pair<uint32_t, uint32_t>, int64_t> iteratorLengths_;
-  std::map<int64_t, std::vector<RngRecord>> stepRng_;
-  std::vector<RngRecord> forkRng_;  // RngState.atFork
-  std::map<DigestKey, RecordedDigest> digests_;
-  std::map<int64_t, uint32_t> digestsPerStep_;
-  std::map<int64_t, uint32_t> seenPerStep_;
-  std::map<int64_t, double> losses_;
-  std::map<std::string, std::string> runtime_;
-  int64_t recordedSteps_ = 0;
-  int64_t lastStepBegun_ = -1;
-
-  std::optional<Divergence> divergence_;
-  int64_t verifiedSteps_ = 0;
-  int64_t lastStepEnded_ = -1;
-  int64_t inStepNumber_ = INT64_MIN;
   std::atomic<int64_t> step_{-1};
-  ReplayReport facts_;        // the hook's (fact()), but its warnings: those join warnings_
-  std::string reportSuffix_;  // --all-ranks: each rank writes DLRR_REPORT.rank<R>
-  std::string finalStop_;     // the first real stop reason sticks (later "exit" does not undo it)
-  int captureLevel_ = 1;
-  struct KeptTensor {
-    std::string key;
-    std::unique_ptr<capnp::MallocMessageBuilder> msg;  // a copy of the FullTensor event
-  };
-  std::map<int64_t, std::vector<KeptTensor>> kept_;
-  std::map<int64_t, std::vector<uint8_t>> keptEncoded_;
-  std::vector<std::string> warnings_;
 
-  // torch.distributed (ReplaySessionDist.cc).
-  struct RecordedCollectiveTensor {
-    std::string dtype;
-    std::vector<int64_t> shape;
-    uint64_t hash = 0, nanCount = 0, infCount = 0;
-    Hash128 blob{};
-    uint64_t blobSize = 0;  // 0: bytes not kept
-  };
-  struct RecordedCollective {
-    std::string op, group, reduceOp, status;
-    int peer = -1, bucket = -1;
-    int64_t step = -1;
-    std::vector<RecordedCollectiveTensor> inputs, results;
-  };
-  std::map<uint64_t, RecordedCollective> collectives_;
-  std::map<uint64_t, std::pair<uint32_t, uint32_t>> collectiveSeen_;  // inputs, results checked so far
-  uint64_t nextCollective_ = 0;
-  uint64_t collectivesIssued_ = 0, collectiveTensorsVerified_ = 0, collectiveResultsServed_ = 0;
+  ReplayReportWriter report_;  // before the verifier, which warns through it
+  // Set by load() before the session turns active (or in a forked child, alone); null when
+  // this process replays nothing.
+  std::unique_ptr<RecordingIndex> index_;
+  std::unique_ptr<ReplayVerifier> verifier_;
+  std::atomic<uint64_t> collectiveResultsServed_{0};
 
+  std::mutex reportMu_;
+  mutable std::mutex mu_;
+  size_t entropyNext_ = 0;
   // GPU (ReplaySessionGpu.cc).
   std::atomic<StepObserver*> observer_{nullptr};
-  std::map<uint32_t, std::string> kernelNames_;
-  std::map<int64_t, std::vector<KernelLaunch>> recordedLaunches_;
   std::map<int64_t, std::vector<KernelLaunch>> replayedLaunches_;
   std::set<int64_t> launchesChecked_;
   int64_t launchStepsChecked_ = 0;
@@ -328,7 +238,6 @@ class ReplaySession final : public ProcessSession {
   std::string launchAtStop_;
   bool gpuCaptureKnown_ = false;
   std::string gpuCaptureOff_;
-  uint64_t incomparableDigests_ = 0;
 };
 
 }  // namespace dlrr

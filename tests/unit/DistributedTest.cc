@@ -248,13 +248,15 @@ TEST(Distributed, RecordAndReplayAnswerTheSameCallsAsProcessSessions) {
   }
 }
 
+constexpr int64_t kFour[] = {4};
+
 TEST(Distributed, ReplayServesKeptResultsAndChecksWhatTheRankSends) {
   std::string dir = recordTwoRanks(true);
   {
     ReplaySession rep(replayConfig(dir, "rank0"), "end");
     ASSERT_TRUE(rep.active());
     EXPECT_EQ(rep.recordedRank(), 0);
-    uint64_t init = rep.beginCollective("ddp_init_sync");
+    uint64_t init = rep.collectiveBegin("ddp_init_sync", "", "", -1, -1, false);
     EXPECT_EQ(init, 0u);
     std::vector<uint8_t> bytes;
     ASSERT_EQ(rep.collectiveResult(init, 0, bytes), 1);
@@ -263,19 +265,19 @@ TEST(Distributed, ReplayServesKeptResultsAndChecksWhatTheRankSends) {
     std::memcpy(v, bytes.data(), 16);
     EXPECT_EQ(v[3], 4.0f);
     EXPECT_EQ(rep.collectiveResult(init, 1, bytes), -1);  // no second result
-    rep.beginStep(0);
-    uint64_t b = rep.beginCollective("ddp_bucket");
+    rep.stepBegin(0, 0, 0, 0, StepRule::Batch);
+    uint64_t b = rep.collectiveBegin("ddp_bucket", "", "", -1, -1, false);
     std::vector<float> ok{1, 2, 3, 4};
-    EXPECT_EQ(rep.checkCollectiveTensor(b, false, "float32", {4}, computeDigest("float32", ok.data(), 16)), 0);
+    EXPECT_EQ(rep.collectiveTensor(b, false, "float32", 1, kFour, ok.data(), 16), 0);
     ASSERT_EQ(rep.collectiveResult(b, 0, bytes), 1);
     std::memcpy(v, bytes.data(), 16);
     EXPECT_EQ(v[0], 2.0f);
     EXPECT_FALSE(rep.divergence());
     // Step 1: this rank sends something else than it did: a divergence naming the collective.
-    rep.beginStep(1);
-    uint64_t b1 = rep.beginCollective("ddp_bucket");
+    rep.stepBegin(1, 0, 1, 0, StepRule::Batch);
+    uint64_t b1 = rep.collectiveBegin("ddp_bucket", "", "", -1, -1, false);
     std::vector<float> other{1, 2, 3, 5};
-    EXPECT_EQ(rep.checkCollectiveTensor(b1, false, "float32", {4}, computeDigest("float32", other.data(), 16)), 1);
+    EXPECT_EQ(rep.collectiveTensor(b1, false, "float32", 1, kFour, other.data(), 16), 1);
     ASSERT_TRUE(rep.divergence());
     EXPECT_EQ(rep.divergence()->step, 1);
     EXPECT_NE(rep.divergence()->detail.find(
@@ -289,7 +291,7 @@ TEST(Distributed, ReplayServesKeptResultsAndChecksWhatTheRankSends) {
   {
     // The op itself differing is a divergence too.
     ReplaySession rep(replayConfig(dir, "rank1"), "end");
-    EXPECT_EQ(rep.beginCollective("all_reduce"), 0u);
+    EXPECT_EQ(rep.collectiveBegin("all_reduce", "", "", -1, -1, false), 0u);
     ASSERT_TRUE(rep.divergence());
     EXPECT_NE(rep.divergence()->detail.find("the recording issued ddp_init_sync"), std::string::npos);
   }
@@ -299,12 +301,11 @@ TEST(Distributed, ReplayServesKeptResultsAndChecksWhatTheRankSends) {
 TEST(Distributed, DigestOnlyRecordingsCannotServeResults) {
   std::string dir = recordTwoRanks(false);
   ReplaySession rep(replayConfig(dir, "rank1"), "end");
-  uint64_t init = rep.beginCollective("ddp_init_sync");
+  uint64_t init = rep.collectiveBegin("ddp_init_sync", "", "", -1, -1, false);
   std::vector<uint8_t> bytes;
   EXPECT_EQ(rep.collectiveResult(init, 0, bytes), 0);
   std::vector<float> ok{1, 2, 3, 4};
-  EXPECT_EQ(rep.checkCollectiveTensor(init, true, "float32", {4}, computeDigest("float32", ok.data(), 16)),
-            0);  // received: checked
+  EXPECT_EQ(rep.collectiveTensor(init, true, "float32", 1, kFour, ok.data(), 16), 0);  // received: checked
   testing::removeTree(dir.substr(0, dir.size() - 2));
 }
 
@@ -318,7 +319,7 @@ TEST(Distributed, EachRankReplaysItsOwnStreamUnderAllRanks) {
     ReplaySession rep(replayConfig(dir, kEachRank), "end");
     ASSERT_TRUE(rep.active());
     EXPECT_EQ(rep.recordedRank(), 1);
-    rep.beginCollective("ddp_init_sync");
+    rep.collectiveBegin("ddp_init_sync", "", "", -1, -1, false);
     rep.writeReport("exit");
   }
   ReplayReport r = readReplayReportFile(report + ".rank1");

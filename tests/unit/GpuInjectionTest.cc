@@ -67,12 +67,12 @@ const int kAdd = 0, kMul = 0, kDropout = 0;
 void runJob(gpu::LaunchTracker& t, RecordSession* rec, ReplaySession* rep, uint32_t gridAtStep1 = 8) {
   for (int step = 0; step < 3; ++step) {
     if (rec) rec->stepBegin(step, 0, static_cast<uint64_t>(step), 0);
-    if (rep) rep->beginStep(step);
+    if (rep) rep->stepBegin(step, 0, static_cast<uint64_t>(step), 0);
     launch(t, &kAdd, "_Z3addPfS_", 4);
     launch(t, &kDropout, "_Z7dropoutPfj", step == 1 ? gridAtStep1 : 8);
     launch(t, &kMul, "_Z3mulPf", 2);
     if (rec) rec->stepEnd(step, 1.0);
-    if (rep) rep->endStep(step, 1.0);
+    if (rep) rep->stepEnd(step, 1.0);
   }
 }
 
@@ -239,8 +239,8 @@ TEST(GpuInjection, ReplayWithoutGpuCaptureSaysLaunchesAreNotChecked) {
     api->subscribeResult = kErrorUnknown;
     GpuInjection inj(std::move(api));
     EXPECT_EQ(inj.start(nullptr, &rep, nullptr).rfind("off: CUPTI cannot initialise", 0), 0u);
-    rep.beginStep(0);
-    rep.endStep(0, 1.0);
+    rep.stepBegin(0, 0, 0, 0);
+    rep.stepEnd(0, 1.0);
     rep.writeReport("exit");
   }
   ReplayReport r = readReplayReportFile(report);
@@ -310,7 +310,7 @@ TEST(GpuInjection, AStopInsideAStepComparesTheLaunchesSoFar) {
     ReplaySession rep(c, "end");
     GpuInjection inj(std::make_unique<FakeCuptiApi>());
     ASSERT_EQ(inj.start(nullptr, &rep, nullptr).rfind("on:", 0), 0u);
-    rep.beginStep(0);
+    rep.stepBegin(0, 0, 0, 0);
     launch(inj.tracker(), &kAdd, "_Z3addPfS_", 4);
     launch(inj.tracker(), &kDropout, "_Z7dropoutPfj", 8);
     rep.writeReport("divergence");  // e.g. a module digest differed here: what ran so far matched
@@ -346,7 +346,7 @@ TEST(GpuInjection, LaunchesCheckedNowAreNotComparedAgainAtTheStop) {
     ReplaySession rep(c, "end");
     GpuInjection inj(std::make_unique<FakeCuptiApi>());
     ASSERT_EQ(inj.start(nullptr, &rep, nullptr).rfind("on:", 0), 0u);
-    rep.beginStep(0);
+    rep.stepBegin(0, 0, 0, 0);
     launch(inj.tracker(), &kAdd, "_Z3addPfS_", 4);
     launch(inj.tracker(), &kDropout, "_Z7dropoutPfj", 8);
     rep.checkLaunchesNow("before backward()");

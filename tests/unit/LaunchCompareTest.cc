@@ -163,19 +163,20 @@ TEST(DeviceDigests, RecordedWithTheirAlgorithmAndComparedLikeWithLike) {
   c.mode = Mode::Replay;
   c.traceDir = dir;
   ReplaySession rep(c, "end");
-  rep.beginStep(0);
-  EXPECT_EQ(rep.checkDigestValues(0, 0, "fc", 0, 0, 1, dev), 0);
+  rep.stepBegin(0, 0, 0, 0);
+  EXPECT_EQ(rep.digestValues(0, "fc", 0, 0, "float32", 2, shape, 1, dev), 0);
   DigestResult other = dev;
   other.hash = 0x9999;
   // Like with unlike is not a divergence: a device digest recorded, a host one recomputed.
   DigestResult hostDigest = computeDigest("float32", host, sizeof host);
-  EXPECT_EQ(rep.checkDigest(0, 0, "fc", 0, 0, hostDigest), 2);
-  EXPECT_EQ(rep.checkDigestValues(0, 0, "head", 0, 0, 1, dev), 2);
-  EXPECT_EQ(rep.checkDigest(0, 0, "head", 0, 0, hostDigest), 0);
+  EXPECT_EQ(rep.digestValues(0, "fc", 0, 0, "float32", 2, shape, 0, hostDigest), 2);
+  EXPECT_EQ(rep.digestValues(0, "head", 0, 0, "float32", 2, shape, 1, dev), 2);
+  EXPECT_EQ(rep.digestValues(0, "head", 0, 0, "float32", 2, shape, 0, hostDigest), 0);
   EXPECT_FALSE(rep.divergence());
-  EXPECT_EQ(rep.endStep(0, 1.0), 0);
-  rep.beginStep(1);
-  EXPECT_EQ(rep.checkDigestValues(1, 0, "fc", 0, 0, 1, other), 1);
+  rep.stepEnd(0, 1.0);
+  EXPECT_FALSE(rep.divergence());  // the step matched everywhere
+  rep.stepBegin(1, 0, 1, 0);
+  EXPECT_EQ(rep.digestValues(0, "fc", 0, 0, "float32", 2, shape, 1, other), 1);
   ASSERT_TRUE(rep.divergence());
   EXPECT_NE(rep.divergence()->detail.find("recorded hash 0x0000000000001234"), std::string::npos);
   testing::removeTree(root);

@@ -215,10 +215,14 @@ typedef struct dlrr_target {
 } dlrr_target_t;
 
 DLRR_API int dlrr_replay_target(dlrr_target_t* out);
-/* The recorded batch `index` (across iterations) of DataLoader `loader`, in the encoding of
- * replayer/BatchEncoding.h. *data stays valid for the life of the process. 1 ok, 0 none. */
+/* Replay answers that hand back bytes (*data, *n: batches, stand-ins, snapshots, RNG states,
+ * kept tensors, collective results) are valid until the calling thread's next call of the same
+ * function: copy them before that. Nothing served is kept longer (replay memory stays bounded).
+ * The recorded batch `index` (across iterations) of DataLoader `loader`, in the encoding of
+ * replayer/BatchEncoding.h. 1 ok, 0 none. */
 DLRR_API int dlrr_replay_batch(uint32_t loader, uint64_t index, const uint8_t** data, uint64_t* n);
-/* Which step the batch began (-1: not a training batch) and its dataset sample indices. */
+/* Which step the batch began (-1: not a training batch) and its dataset sample indices (valid
+ * while replaying: the index holds them). */
 DLRR_API int dlrr_replay_batch_meta(uint32_t loader, uint64_t index, int64_t* step, int* is_training,
                                     const int64_t** sample_indices, uint64_t* n_indices);
 /* Bounded traces. How batch `index` of `loader` was recorded: 0 not, 1 by value, 2 by
