@@ -313,6 +313,9 @@ class ReplaySession final : public ProcessSession {
   std::map<uint64_t, RecordedCollective> collectives_;
   std::map<uint64_t, std::pair<uint32_t, uint32_t>> collectiveSeen_;  // inputs, results checked so far
   uint64_t nextCollective_ = 0;
+  bool collectivesResynced_ = false;  // numbering set to the jump step's first recorded collective
+  // What a collective of a fast-forwarded step is numbered: no recorded collective has it.
+  static constexpr uint64_t kFastForwardedCollective = ~uint64_t{0};
   uint64_t collectivesIssued_ = 0, collectiveTensorsVerified_ = 0, collectiveResultsServed_ = 0;
 
   // GPU (ReplaySessionGpu.cc).

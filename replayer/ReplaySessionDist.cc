@@ -69,9 +69,21 @@ void ReplaySession::collectiveDivergenceLocked(uint64_t seq, int64_t step, const
 
 uint64_t ReplaySession::beginCollective(const std::string& op) {
   std::lock_guard<std::mutex> lk(mu_);
+  int64_t step = step_.load();
+  if (jumpStep_ > 0 && step < jumpStep_) return kFastForwardedCollective;  // before the jump: nothing served or checked
+  if (!collectivesResynced_ && jumpStep_ > 0) {
+    // A jump: the fast-forwarded steps issued what their stand-ins led to (a DDP whose forward
+    // was skipped reduces nothing), so numbering resumes at the recording's first collective
+    // of the jump step.
+    collectivesResynced_ = true;
+    for (const auto& [recordedSeq, rc] : collectives_)
+      if (rc.step >= jumpStep_) {
+        nextCollective_ = recordedSeq;
+        break;
+      }
+  }
   uint64_t seq = nextCollective_++;
   ++collectivesIssued_;
-  int64_t step = step_.load();
   auto it = collectives_.find(seq);
   if (it == collectives_.end()) {
     collectiveDivergenceLocked(seq, step,
@@ -140,7 +152,8 @@ int ReplaySession::collectiveResult(uint64_t seq, uint32_t index, std::vector<ui
     blob = r.blob;
     size = r.blobSize;
   }
-  out = stream_->readBlob(blob, size);  // checks the content hash
+  if (!stream_->hasBlob(blob)) return 0;  // kept with a --window the job outlived: digest only
+  out = stream_->readBlob(blob, size);    // checks the content hash
   std::lock_guard<std::mutex> lk(mu_);
   ++collectiveResultsServed_;
   return 1;
@@ -150,7 +163,10 @@ int ReplaySession::recordedRank() const { return stream_ ? stream_->header().get
 
 void ReplaySession::writeDistReport(ReplayReport& r) {
   if (collectives_.empty() && collectivesIssued_ == 0) return;
-  r.dist = ReplayReport::Dist{recordedRank(), collectivesIssued_, collectives_.size(), collectiveTensorsVerified_,
+  // A jump replay issues the collectives of the steps from the jump on.
+  uint64_t recorded = 0;
+  for (const auto& [seq, rc] : collectives_) recorded += jumpStep_ <= 0 || rc.step >= jumpStep_ ? 1 : 0;
+  r.dist = ReplayReport::Dist{recordedRank(), collectivesIssued_, recorded, collectiveTensorsVerified_,
                               collectiveResultsServed_};
 }
 

@@ -228,7 +228,8 @@ class DistHooks:
         rc = self._lib.dlrr_replay_collective_result(seq, index, ctypes.byref(data), ctypes.byref(n))
         if rc != 1:
             raise ServeError(
-                "collective #%d (%s): %s" % (seq, what, "the recording kept only its digests; record with "
+                "collective #%d (%s): %s" % (seq, what, "the recording kept only its digests (a recording with "
+                                             "--window keeps results for the failure window only); record with "
                                              "`dlrecord --collectives full` to replay one rank alone, or replay "
                                              "every rank with `dlreplay --all-ranks`" if rc == 0 else
                                              "the recording has no result %d" % index))
@@ -248,6 +249,8 @@ class DistHooks:
         the recorded results put in place (True); recording, their digests (bytes with
         --collectives full) and the collective's end (False)."""
         if self.replay_mode == DIST_REPLAY_ALONE:
+            if self._fast_forwarding():
+                return True  # the snapshot at the jump restores what these would have set
             try:
                 for i, t in enumerate(tensors):
                     self._serve(seq, i, t, what)
@@ -259,6 +262,12 @@ class DistHooks:
         if self.watch is not None:
             self.watch.complete(seq, what)
         return False
+
+    def _fast_forwarding(self):
+        """Replayed alone, before a jump's snapshot (replay.py): the steps' compute is skipped, so
+        a collective is neither checked nor served (a failure-window recording keeps no results
+        before the window) and leaves its tensors as the stand-in group does."""
+        return bool(getattr(self._rec, "fast_forwarding", False))
 
     def _unservable(self, exc):
         """Stops the replay: the rank cannot go on without its peers."""
@@ -415,14 +424,15 @@ class DistHooks:
         """Replay alone: the op and what is sent are checked; the results come from the trace."""
         async_op = bool(p.get("async_op")) or name in ("isend", "irecv")
         seq = self._begin(op, p.get("group"), None, -1, -1, async_op)
-        for t in inputs_of(p):
-            self._tensor(seq, 0, t)
-        try:
-            for i, t in enumerate(results_of(p)):
-                self._serve(seq, i, t, op)
-        except ServeError as exc:
-            self._unservable(exc)
-        self._received_nonfinite(seq, op, self._finite(inputs_of(p)), results_of(p))
+        if not self._fast_forwarding():
+            for t in inputs_of(p):
+                self._tensor(seq, 0, t)
+            try:
+                for i, t in enumerate(results_of(p)):
+                    self._serve(seq, i, t, op)
+            except ServeError as exc:
+                self._unservable(exc)
+            self._received_nonfinite(seq, op, self._finite(inputs_of(p)), results_of(p))
         if name == "recv":
             src = self._peer(p, "src")
             return src if src is not None else -1
@@ -665,11 +675,12 @@ class DistHooks:
         torch = self._torch
         seq, sent = self.bucket_begin(bucket)
         buffer = bucket.buffer()
-        try:
-            self._serve(seq, 0, buffer, "ddp_bucket %d" % (bucket.index() if hasattr(bucket, "index") else -1))
-        except ServeError as exc:
-            self._unservable(exc)
-        self._received_nonfinite(seq, "ddp_bucket", sent, [buffer])
+        if not self._fast_forwarding():
+            try:
+                self._serve(seq, 0, buffer, "ddp_bucket %d" % (bucket.index() if hasattr(bucket, "index") else -1))
+            except ServeError as exc:
+                self._unservable(exc)
+            self._received_nonfinite(seq, "ddp_bucket", sent, [buffer])
         fut = torch.futures.Future()
         fut.set_result(buffer)
         return fut
