@@ -637,11 +637,11 @@ void RecordSession::flushWindow(const char* why) noexcept {
                  std::to_string(batches) + " batches, " + std::to_string(bytes) + " bytes (peak held in memory " +
                  std::to_string(peak) + " bytes); data-less replay can start at step " +
                  (starts.empty() ? std::string("(none)") : starts) +
-                 (collectiveResults ? "; with it " + std::to_string(collectiveResults) +
-                                          " collective results of " + std::to_string(collectiveSteps) + " steps, " +
-                                          std::to_string(collectiveBytes) + " bytes (peak held " +
-                                          std::to_string(collectivePeak) + " bytes)"
-                                    : std::string()));
+                 (collectiveResults
+                      ? "; with it " + std::to_string(collectiveResults) + " collective results of " +
+                            std::to_string(collectiveSteps) + " steps, " + std::to_string(collectiveBytes) +
+                            " bytes (peak held " + std::to_string(collectivePeak) + " bytes)"
+                      : std::string()));
   } catch (...) {
   }
 }
