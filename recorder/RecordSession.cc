@@ -584,17 +584,18 @@ void RecordSession::flushWindow(const char* why) noexcept {
   if (!window_) return;
   try {
     std::deque<BatchWindow::Segment> segments;
-    uint64_t peak = 0;
+    uint64_t peak = 0, collectivePeak = 0;
     {
       std::lock_guard<std::mutex> lk(windowMu_);
       if (windowFlushed_.exchange(true)) return;
       peak = window_->peakBytes();
+      collectivePeak = window_->peakCollectiveBytes();
       segments = window_->take();
     }
     StreamWriter* w = openWriter();
     if (!w || disabled_.load()) return;
-    uint64_t bytes = 0;
-    size_t batches = 0;
+    uint64_t bytes = 0, collectiveBytes = 0;
+    size_t batches = 0, collectiveResults = 0, collectiveSteps = 0;
     std::string starts;
     // Blobs first, then the held snapshots that refer to them, then one commit: a reader finds
     // a snapshot's tensors wherever it finds the snapshot.
@@ -612,6 +613,15 @@ void RecordSession::flushWindow(const char* why) noexcept {
         }
         ++batches;
       }
+      for (auto& ofStep : s.collectives) {
+        for (auto& blob : ofStep.blobs) {
+          w->putBlob(blob.bytes.data(), blob.bytes.size(), blob.elemSize, false);
+          collectiveBytes += blob.bytes.size();
+          ++collectiveResults;
+          std::vector<uint8_t>().swap(blob.bytes);
+        }
+        collectiveSteps += s.startable ? 1 : 0;
+      }
       if (s.snapshot) {
         auto e = s.snapshot->getRoot<schema::Event>();
         e.setTNs(monoNs() - startNs_);
@@ -626,7 +636,12 @@ void RecordSession::flushWindow(const char* why) noexcept {
     reportStatus("batch window (--window " + std::to_string(window_->steps()) + ") written at " + why + ": " +
                  std::to_string(batches) + " batches, " + std::to_string(bytes) + " bytes (peak held in memory " +
                  std::to_string(peak) + " bytes); data-less replay can start at step " +
-                 (starts.empty() ? std::string("(none)") : starts));
+                 (starts.empty() ? std::string("(none)") : starts) +
+                 (collectiveResults
+                      ? "; with it " + std::to_string(collectiveResults) + " collective results of " +
+                            std::to_string(collectiveSteps) + " steps, " + std::to_string(collectiveBytes) +
+                            " bytes (peak held " + std::to_string(collectivePeak) + " bytes)"
+                      : std::string()));
   } catch (...) {
   }
 }

@@ -160,6 +160,9 @@ class RecordSession final : public ProcessSession {
   void reportStatus(const std::string& line) noexcept;
   void reportWriterFailure(StreamWriter& w) noexcept;
   int traceDirFd();  // caller holds mu_; throws TraceError
+  // Digest collectives with a window (--window K): a result's bytes kept with the window's
+  // segment of `step`, or written now for the failing step once the window was; false: neither.
+  bool keepCollectiveInWindow(int64_t step, const std::string& dtype, const void* data, uint64_t nbytes, BlobId& blob);
   // Keeps a tensor in the failure ring, or writes it at once when its step already failed.
   void keepInRing(int64_t step, int kind, const char* path, uint32_t callIndex, uint32_t output, std::string_view dtype,
                   const int64_t* shape, int ndim, const void* data, uint64_t nbytes);

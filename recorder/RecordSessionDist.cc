@@ -54,15 +54,19 @@ int RecordSession::collectiveTensor(uint64_t seq, bool result, const char* dtype
   t.digest = computeDigest(t.dtype, data, data ? nbytes : 0);
   size_t index;
   std::string op;
+  int64_t step;
   {
     std::lock_guard<std::mutex> lk(collMu_);
     auto it = collectives_.find(seq);
     if (it == collectives_.end()) return 0;
     index = result ? it->second.results.size() : it->second.inputs.size();
     op = it->second.op;
+    step = it->second.step;
   }
   if (result && data) {
-    if (cfg_.keepCollectives) {
+    if (!cfg_.keepCollectives && keepCollectiveInWindow(step, t.dtype, data, nbytes, t.blob)) {
+      // --window: the bytes are the window's (written with it at a failure), the event refers to them.
+    } else if (cfg_.keepCollectives) {
       // Bytes are hashed and queued (content-addressed: a result equal to an earlier one is
       // stored once); the writer thread compresses them.
       StreamWriter* w;
@@ -84,6 +88,33 @@ int RecordSession::collectiveTensor(uint64_t seq, bool result, const char* dtype
   if (it == collectives_.end()) return 0;
   (result ? it->second.results : it->second.inputs).push_back(std::move(t));
   return 0;
+}
+
+bool RecordSession::keepCollectiveInWindow(int64_t step, const std::string& dtype, const void* data, uint64_t nbytes,
+                                           BlobId& blob) {
+  if (!window_) return false;
+  Hash128 h = hash128(data, nbytes);
+  unsigned elemSize = dtypeElemSize(dtype);
+  {
+    std::lock_guard<std::mutex> lk(windowMu_);
+    if (!windowFlushed_.load()) {
+      if (!window_->keepCollective(step, h, data, nbytes, elemSize)) return false;
+      blob = BlobId{h, nbytes};
+      return true;
+    }
+  }
+  // The window was written at the failure: the failing step goes on (DDP's all-reduce after
+  // the forward's NaN), and a replay of the window replays it, so its results are written now.
+  int64_t failing;
+  if (!firstFailureStep(failing) || step != failing) return false;
+  StreamWriter* w;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    w = writer();
+  }
+  if (!w) return false;
+  blob = w->putBlob(data, nbytes, elemSize);
+  return true;
 }
 
 void RecordSession::collectiveEnd(uint64_t seq, const char* status) {

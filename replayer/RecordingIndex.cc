@@ -376,4 +376,9 @@ std::vector<uint8_t> RecordingIndex::readBlob(const Hash128& h, uint64_t size) c
   return stream_.readBlob(h, size);  // checks the content hash
 }
 
+bool RecordingIndex::hasBlob(const Hash128& h) const {
+  std::lock_guard<std::mutex> lk(readMu_);
+  return stream_.hasBlob(h);
+}
+
 }  // namespace dlrr

@@ -134,6 +134,8 @@ class RecordingIndex {
   // The kept tensors of `step` as a dict key -> tensor ('D' with no entries when none).
   std::vector<uint8_t> encodeKeptTensors(int64_t step) const;
   std::vector<uint8_t> readBlob(const Hash128& h, uint64_t size) const;
+  // Whether the stream holds that blob (a --window result the job outlived keeps only its digest).
+  bool hasBlob(const Hash128& h) const;
 
   // fork(): the reader lock is held across it so a child never inherits it held.
   void lockForFork() const noexcept { readMu_.lock(); }

@@ -376,7 +376,6 @@ void ReplaySession::writeReport(const std::string& stopReason) {
     gpuFigures(gpu);
   }
   ReplayVerifier::Figures v = verifier_->figures();
-  const RecordingIndex* idx = index_.get();
   report_.write(stopReason, [&](ReplayReport& r) {
     r.target = target_.describe();
     r.targetStep = target_.step;
@@ -398,7 +397,8 @@ void ReplaySession::writeReport(const std::string& stopReason) {
     if (gpu.launchDivergence) r.launchDivergence = gpu.launchDivergence;
     if (gpu.launchAtStop) r.launchAtStop = gpu.launchAtStop;
     r.incomparableDigests = v.incomparableDigests;
-    size_t recordedCollectives = idx ? idx->collectives().size() : 0;
+    // A jump replay issues the collectives of the steps from the jump on.
+    uint64_t recordedCollectives = verifier_ ? verifier_->recordedCollectivesFromJump() : 0;
     if (recordedCollectives || v.collectivesIssued)
       r.dist = ReplayReport::Dist{recordedRank(), v.collectivesIssued, recordedCollectives, v.collectiveTensorsVerified,
                                   collectiveResultsServed_.load()};

@@ -147,10 +147,22 @@ int ReplayVerifier::endStep(int64_t step, double loss) {
 
 uint64_t ReplayVerifier::beginCollective(const std::string& op, int64_t step) {
   std::lock_guard<std::mutex> lk(mu_);
-  uint64_t seq = nextCollective_++;
-  ++collectivesIssued_;
   static const std::map<uint64_t, RecordingIndex::Collective> kNone;
   const auto& recorded = index_ ? index_->collectives() : kNone;
+  if (jumpStep_ > 0 && step < jumpStep_) return kFastForwardedCollective;
+  if (jumpStep_ > 0 && !collectivesResynced_) {
+    // A jump: the fast-forwarded steps issued what their stand-ins led to (a DDP whose forward
+    // was skipped reduces nothing), so numbering resumes at the recording's first collective
+    // of the jump step.
+    collectivesResynced_ = true;
+    for (const auto& [recordedSeq, rc] : recorded)
+      if (rc.step >= jumpStep_) {
+        nextCollective_ = recordedSeq;
+        break;
+      }
+  }
+  uint64_t seq = nextCollective_++;
+  ++collectivesIssued_;
   auto it = recorded.find(seq);
   if (it == recorded.end())
     divergeLocked(collectiveDivergence(seq, step,
@@ -163,6 +175,13 @@ uint64_t ReplayVerifier::beginCollective(const std::string& op, int64_t step) {
                                            it->second.op + " (step " + std::to_string(it->second.step) +
                                            "), the replay " + op));
   return seq;
+}
+
+uint64_t ReplayVerifier::recordedCollectivesFromJump() const {
+  if (!index_) return 0;
+  uint64_t n = 0;
+  for (const auto& [seq, rc] : index_->collectives()) n += jumpStep_ <= 0 || rc.step >= jumpStep_ ? 1 : 0;
+  return n;
 }
 
 int ReplayVerifier::checkCollectiveTensor(uint64_t seq, bool result, const std::string& dtype,

@@ -49,8 +49,13 @@ class ReplayVerifier {
   void diverge(const Divergence& d);
   std::optional<Divergence> divergence() const;
 
-  // torch.distributed: collectives numbered in issue order, as in record.
+  // torch.distributed: collectives numbered in issue order, as in record. A jump replay numbers
+  // from the recording's first collective of the jump step; before it, every collective is
+  // kFastForwardedCollective (nothing served or checked).
+  static constexpr uint64_t kFastForwardedCollective = ~uint64_t{0};
   uint64_t beginCollective(const std::string& op, int64_t step);
+  // The recorded collectives a replay from the jump issues again (all without a jump).
+  uint64_t recordedCollectivesFromJump() const;
   int checkCollectiveTensor(uint64_t seq, bool result, const std::string& dtype, const std::vector<int64_t>& shape,
                             const DigestResult& got, int64_t step);
 
@@ -82,6 +87,7 @@ class ReplayVerifier {
   std::map<int64_t, uint32_t> seenPerStep_;
   uint64_t incomparableDigests_ = 0;
   uint64_t nextCollective_ = 0;
+  bool collectivesResynced_ = false;  // numbering set to the jump step's first recorded collective
   uint64_t collectivesIssued_ = 0;
   uint64_t collectiveTensorsVerified_ = 0;
   std::map<uint64_t, std::pair<uint32_t, uint32_t>> collectiveSeen_;  // inputs, results checked so far

@@ -51,6 +51,8 @@ RankReport analyzeRanks(Trace& t) {
     r.cleanClose = s->status().cleanClose;
     r.position.rank = r.rank;
     std::set<uint64_t> completed;
+    std::vector<std::pair<int64_t, Hash128>> refs;  // results kept by reference: (step, blob)
+    std::vector<int64_t> unkept;                    // steps of results whose bytes are not in the trace
     rep.worldSize = std::max(rep.worldSize, static_cast<int>(h.getWorldSize()));
     for (auto kv : h.getDistEnv())
       if (kv.getKey() == "LOCAL_WORLD_SIZE")
@@ -96,7 +98,10 @@ RankReport analyzeRanks(Trace& t) {
             }
             for (auto res : c.getResults()) {
               ++r.results;
-              if (res.hasData() && res.getData().getSize()) ++r.keptResults;
+              if (res.hasData() && res.getData().getSize())
+                refs.push_back({e.getStep(), Hash128{res.getData().getHashLo(), res.getData().getHashHi()}});
+              else
+                unkept.push_back(e.getStep());
             }
             if (r.receivedOp.empty() && !anyNonFinite(c.getInputs()) && anyNonFinite(c.getResults())) {
               r.receivedOp = c.getOp().cStr();
@@ -121,6 +126,25 @@ RankReport analyzeRanks(Trace& t) {
       });
     } catch (const TraceError&) {  // damaged: what precedes the damage counts
     }
+    // A reference is kept only when its blob is in the stream: a --window recording refers to
+    // results the window held, and writes only those of the window the job failed in.
+    for (const auto& [step, blob] : refs) {
+      bool present = false;
+      try {
+        present = s->hasBlob(blob);
+      } catch (const TraceError&) {
+      }
+      if (present)
+        ++r.keptResults;
+      else
+        unkept.push_back(step);
+    }
+    std::sort(unkept.begin(), unkept.end());
+    for (int64_t step : unkept)
+      if (!r.unkeptSteps.empty() && step <= r.unkeptSteps.back().second + 1)
+        r.unkeptSteps.back().second = std::max(r.unkeptSteps.back().second, step);
+      else
+        r.unkeptSteps.push_back({step, step});
     r.position.steps = static_cast<int64_t>(r.steps);
     r.position.exitCode = r.exitCode;
     rep.ranks.push_back(std::move(r));

@@ -22,6 +22,9 @@ struct RankStatus {
   uint64_t collectives = 0;
   uint64_t keptResults = 0;  // collective results whose bytes the trace holds
   uint64_t results = 0;      // collective results recorded (digest or bytes)
+  // The steps (ascending ranges, first and last included; -1: before the first step) with a
+  // collective result whose bytes the trace does not hold: a rank replays alone only where none.
+  std::vector<std::pair<int64_t, int64_t>> unkeptSteps;
   std::optional<int> exitCode;
   bool cleanClose = false;
   std::optional<FailureInfo> failure;  // the rank's first failure

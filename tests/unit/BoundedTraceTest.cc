@@ -67,6 +67,54 @@ TEST(BatchWindowTest, WithoutSnapshotsTheStartIsLost) {
   EXPECT_FALSE(segments[0].startable);
 }
 
+TEST(BatchWindowTest, CollectiveResultsGoWithTheSegmentOfTheirStep) {
+  BatchWindow w(2);
+  const uint8_t bytes[40] = {};
+  for (int64_t step = 0; step < 9; ++step) {
+    if (step > 0 && step % 2 == 0) w.endSnapshot(step, nullptr);
+    w.keep(Hash128{2, static_cast<uint64_t>(step)}, bytes, 10, 1);
+    w.endBatch(step);
+    EXPECT_TRUE(w.keepCollective(step, Hash128{4, static_cast<uint64_t>(step)}, bytes, 40, 4));
+    EXPECT_TRUE(w.keepCollective(step, Hash128{5, static_cast<uint64_t>(step)}, bytes, 4, 4));
+  }
+  EXPECT_EQ(w.collectiveBytesHeld(), 3u * 44);  // steps 6, 7 and 8: the two segments kept
+  EXPECT_EQ(w.peakCollectiveBytes(), 4u * 44);  // before a third segment pushed the oldest out
+  EXPECT_EQ(w.bytesHeld(), 3u * 10 + 3u * 44);
+  auto segments = w.take();
+  ASSERT_EQ(segments.size(), 2u);
+  ASSERT_EQ(segments[0].collectives.size(), 2u);
+  EXPECT_EQ(segments[0].collectives[0].step, 6);
+  EXPECT_EQ(segments[0].collectives[0].blobs.size(), 2u);
+  EXPECT_EQ(segments[0].collectives[0].blobs[0].elemSize, 4u);
+  EXPECT_EQ(segments[0].collectives[1].step, 7);
+  ASSERT_EQ(segments[1].collectives.size(), 1u);
+  EXPECT_EQ(segments[1].collectives[0].step, 8);
+  EXPECT_EQ(w.collectiveBytesHeld(), 0u);
+}
+
+TEST(BatchWindowTest, CollectiveResultsOfASegmentThatCannotStartAreDropped) {
+  // Batches without snapshots: past 2K batches the job's start is lost, and with it the
+  // results (no replay can start there to be served them).
+  BatchWindow w(1);
+  const uint8_t bytes[8] = {};
+  for (int64_t step = 0; step < 2; ++step) {
+    w.keep(Hash128{3, static_cast<uint64_t>(step)}, bytes, 8, 1);
+    w.endBatch(step);
+    EXPECT_TRUE(w.keepCollective(step, Hash128{6, static_cast<uint64_t>(step)}, bytes, 8, 4));
+  }
+  w.keep(Hash128{3, 2}, bytes, 8, 1);
+  w.endBatch(2);
+  EXPECT_EQ(w.collectiveBytesHeld(), 0u);
+  EXPECT_FALSE(w.keepCollective(2, Hash128{6, 2}, bytes, 8, 4));
+  EXPECT_EQ(w.bytesHeld(), 2u * 8);
+
+  // No batches at all (a loop without a DataLoader) and no snapshot: 2K steps from the start.
+  BatchWindow v(2);
+  for (int64_t step = 0; step < 4; ++step) EXPECT_TRUE(v.keepCollective(step, Hash128{7, 0}, bytes, 8, 4));
+  EXPECT_FALSE(v.keepCollective(4, Hash128{7, 4}, bytes, 8, 4));
+  EXPECT_EQ(v.collectiveBytesHeld(), 0u);
+}
+
 TEST(BatchMapTest, WithoutDataOnlyFromAStartWhoseBatchesAreHeld) {
   BatchMapBuilder b;
   for (int64_t s = 0; s < 10; ++s) b.batch(s, true, s >= 6);

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <limits>
 #include <string_view>
 
 #include "format/TraceError.h"
@@ -68,6 +69,39 @@ std::vector<SnapshotInfo> snapshotsOf(StreamReader& stream) {
   return snaps;
 }
 
+std::string stepsText(int64_t first, int64_t last) {
+  auto one = [](int64_t s) { return s < 0 ? std::string("start-up") : std::to_string(s); };
+  return first == last ? "step " + one(first) : "steps " + one(first) + "-" + one(last);
+}
+
+// A rank alone is served every collective result of the steps it verifies: from the jump
+// step (or the start) to the target's step (or the end). A recording with digest collectives
+// and a --window holds them for the failure window only (docs/distributed.md).
+bool rankCanRunAlone(const RankStatus& rk, int64_t jumpStep, int64_t targetStep, std::string& err) {
+  int64_t from = jumpStep > 0 ? jumpStep : std::numeric_limits<int64_t>::min();
+  int64_t to = targetStep >= 0 ? targetStep : std::numeric_limits<int64_t>::max();
+  for (const auto& [first, last] : rk.unkeptSteps) {
+    if (last < from || first > to) continue;
+    std::string kept;
+    int64_t prev = std::numeric_limits<int64_t>::min();
+    for (const auto& [f, l] : rk.unkeptSteps) {  // the kept steps lie between the unkept ranges
+      if (prev != std::numeric_limits<int64_t>::min() && f > prev + 1)
+        kept += (kept.empty() ? "" : ", ") + stepsText(prev + 1, f - 1);
+      prev = l;
+    }
+    err = "rank " + std::to_string(rk.rank) + " cannot run alone " +
+          (jumpStep > 0 ? "from the snapshot of step " + std::to_string(jumpStep) : std::string("from the start")) +
+          (targetStep >= 0 ? " to step " + std::to_string(targetStep) : std::string(" to the end")) +
+          ": the recording kept only the digests of its collective results of " + stepsText(first, last) +
+          (kept.empty() ? std::string()
+                        : " (digest collectives with --window: results kept for the failure window, " + kept + ")") +
+          "; replay the window from its snapshot (--from snapshot or --from step=N), record with "
+          "'dlrecord --collectives full', or replay every rank with --all-ranks";
+    return false;
+  }
+  return true;
+}
+
 // Distributed traces (docs/distributed.md): one rank alone, or all of them. Returns false
 // (with the refusal set) when the options ask for what the trace cannot give.
 bool chooseRank(Trace& trace, ReplayOptions& o, SelectionResult& r, ReplaySelection& s) {
@@ -114,7 +148,7 @@ bool chooseRank(Trace& trace, ReplayOptions& o, SelectionResult& r, ReplaySelect
                     std::to_string(ranks.ranks.back().rank) + "; see dltrace info)"}};
       return false;
     }
-    if (sel->keptResults != sel->results) {
+    if (sel->keptResults == 0 && sel->results != 0) {
       r.refusal = {kExitNotFound,
                    {"rank " + std::to_string(*o.rank) + " cannot run without its peers: the recording kept " +
                     std::to_string(sel->keptResults) + " of its " + std::to_string(sel->results) +
@@ -329,6 +363,8 @@ SelectionResult selectReplay(Trace& trace, const ReplayOptions& options, bool cu
     auto plan = planJump(snapshotsOf(*s.stream), s.target.kind, targetStep, o.from, o.check, err);
     if (!plan) return refuse(std::move(r), kExitNotFound, {err});
     s.jump = *plan;
+    if (s.rank && !rankCanRunAlone(*s.rank, s.jump.jumpStep, targetStep, err))
+      return refuse(std::move(r), kExitNotFound, {err});
   }
   if (!chooseCommand(trace, o, r, s)) return r;
   s.concurrencyCaveat = analyzeConcurrency(trace).caveat();
