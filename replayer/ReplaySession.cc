@@ -14,6 +14,7 @@
 
 #include "format/EntropyFlags.h"
 #include "format/TraceError.h"
+#include "format/ValueBlobs.h"
 #include "replayer/BatchEncoding.h"
 #include "replayer/ProcessMatch.h"
 #include "replayer/ReplayReport.h"
@@ -459,10 +460,9 @@ BatchMap ReplaySession::batchMap() {
     b.batch(rec.step >= 0 ? rec.step : rec.eventStep, kind >= 2, kind != 3);
   }
   std::lock_guard<std::mutex> lk(mu_);
-  for (const auto& [step, rec] : snapshots_) {
-    (void)rec;
-    b.snapshot(step);
-  }
+  for (const auto& [step, rec] : snapshots_)  // one whose tensors were dropped for the budget starts nothing
+    if (valueBlobsPresent(*stream_, rec.event->getRoot<schema::Event>().asReader().getSnapshot().getValue()))
+      b.snapshot(step);
   return b.build();
 }
 
