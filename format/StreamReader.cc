@@ -474,6 +474,13 @@ std::vector<std::string> StreamReader::bulkFiles() {
   return bulkNames_;
 }
 
+uint64_t StreamReader::bulkBytes() {
+  openBulk();
+  uint64_t n = 0;
+  for (auto& b : bulk_) n += b->status().fileSize;
+  return n;
+}
+
 bool StreamReader::hasBlob(const Hash128& h) {
   ensureBlobIndex();
   return blobOffsets_.count(h) != 0 || bulkWith(h) != nullptr;

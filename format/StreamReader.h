@@ -78,6 +78,7 @@ class StreamReader {
   std::vector<uint8_t> readBlob(const Hash128& h, uint64_t size);
   // The bulk files found next to the stream (opened on the first blob not in the stream).
   std::vector<std::string> bulkFiles();
+  uint64_t bulkBytes();  // their size on disk
 
   // Reads and checks every frame: CRCs, decodability, blob hashes, that every event parses.
   // Returns a list of problems (empty when intact; a torn tail is not a problem, see

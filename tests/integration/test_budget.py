@@ -50,6 +50,7 @@ class BudgetTest(unittest.TestCase):
         self.assertTrue(0 < len(bulk) < 7, os.listdir(self.trace))
         info = run([tool("dltrace"), "info", self.trace], check=True).stdout
         self.assertIn("dropped for the budget", info)
+        self.assertIn("in bulk files (snapshots of a budgeted trace", info)
         self.assertIn("without it only steps", info)
         self.assertRegex(info, r"\n  3 +periodic .*\(dropped\)\n")
         self.assertNotRegex(info, r"\n  27 +periodic .*\(dropped\)\n")

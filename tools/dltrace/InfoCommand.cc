@@ -60,6 +60,13 @@ std::vector<SnapshotRow> snapshotsOf(Trace& trace, const TraceSummary& s) {
   return rows;
 }
 
+// Bytes of the streams' bulk files (format/TraceDir.h): a budgeted trace's periodic snapshots.
+uint64_t bulkBytesOf(Trace& trace) {
+  uint64_t n = 0;
+  for (auto& st : trace.streams()) n += st->bulkBytes();
+  return n;
+}
+
 // Bounded traces: which steps replay with the dataset present and which without it.
 BatchMap batchMapOf(Trace& trace, const TraceSummary& s) {
   BatchMapBuilder b;
@@ -212,6 +219,7 @@ void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
   j.field("stored", s.bytes);
   j.field("raw", s.rawBytes);
   j.field("files", s.fileBytes);
+  j.field("bulk_files", bulkBytesOf(trace));
   j.field("ratio", s.bytes ? static_cast<double>(s.rawBytes) / static_cast<double>(s.bytes) : 0.0);
   j.endObject();
   j.key("notes").beginArray();
@@ -341,6 +349,8 @@ void writeText(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
   if (std::string c = conc.caveat(); !c.empty()) out.line("determinism " + printable(c));
   out.line("size        " + humanBytes(s.fileBytes) + " on disk; " + humanBytes(s.rawBytes) + " raw in " +
            humanBytes(s.bytes) + " stored (" + ratio(s.rawBytes, s.bytes) + ")");
+  if (uint64_t bulk = bulkBytesOf(trace))
+    out.line("            + " + humanBytes(bulk) + " in bulk files (snapshots of a budgeted trace, dlrecord --budget)");
   if (map.byReference)
     out.line("replay      " + map.describe() + " (" + std::to_string(map.byReference) + " batches by reference, " +
              std::to_string(map.bytesMissing) + " without their bytes)");
