@@ -1,7 +1,6 @@
 // recorder/TraceBudget: the oldest bulk files go first, the newest never; the trace's size is
 // measured on the directory (every file counts).
-#include "recorder/TraceBudget.h"
-
+#include <capnp/message.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -10,12 +9,11 @@
 #include <filesystem>
 #include <string>
 
-#include <capnp/message.h>
-
 #include "format/StreamHeaderBuilder.h"
 #include "format/StreamReader.h"
 #include "format/StreamWriter.h"
 #include "format/TraceDir.h"
+#include "recorder/TraceBudget.h"
 
 namespace dlrr {
 namespace {
@@ -79,7 +77,8 @@ TEST(TraceBudget, BulkFilesAreNamedAndListedInOrder) {
   EXPECT_EQ(c, "p7.bulk11.dlb");
   writeFile(dir.get(), "p7.bulkx.dlb", 1);  // not one of its names
   writeFile(dir.get(), "p70.bulk1.dlb", 1);
-  EXPECT_EQ(listBulkFiles(dir.get(), "p7"), (std::vector<std::string>{"p7.bulk9.dlb", "p7.bulk10.dlb", "p7.bulk11.dlb"}));
+  EXPECT_EQ(listBulkFiles(dir.get(), "p7"),
+            (std::vector<std::string>{"p7.bulk9.dlb", "p7.bulk10.dlb", "p7.bulk11.dlb"}));
   EXPECT_EQ(listStreams(dir.get()), std::vector<std::string>{});  // bulk files are not streams
 }
 
