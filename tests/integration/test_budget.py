@@ -84,6 +84,21 @@ class BudgetTest(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         self.assertIn("%d of %d recorded steps verified bit-exact" % (STEPS, STEPS), p.stderr)
 
+    def test_by_value_old_snapshots_dropped_while_running(self):
+        # Batches by value, a snapshot every 3 steps: the budget is reached during the run, and each
+        # new snapshot drops the oldest then (not only when the job ends).
+        trace = os.path.join(self.tmp, "byvalue")
+        p = run([tool("dlrecord"), "--snapshot-every", "3steps", "--budget", "4M", "-o", trace, "--"] + self.job)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertLessEqual(trace_bytes(trace), BUDGET)
+        events = run([tool("dltrace"), "events", trace], check=True).stdout
+        drops = [line for line in events.splitlines() if "budget: dropped the snapshot of step" in line]
+        self.assertTrue(drops, events[-2000:])
+        self.assertLess(int(drops[0].split()[1]), STEPS - 1)  # the step it happened in: mid-run
+        p = run([tool("dlreplay"), trace, "--until", "end", "--from", "step=27"])
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("3 of %d recorded steps verified bit-exact" % STEPS, p.stderr)
+
     def test_budget_too_small_for_every_step(self):
         trace = os.path.join(self.tmp, "small")
         plain = run(self.job)
