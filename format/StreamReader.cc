@@ -13,6 +13,7 @@
 #include "format/Check.h"
 #include "format/Codec.h"
 #include "format/Crc32c.h"
+#include "format/TraceDir.h"
 #include "format/TraceError.h"
 
 namespace dlrr {
@@ -107,6 +108,11 @@ std::unique_ptr<StreamReader> StreamReader::open(int dirFd, const std::string& f
   if (!S_ISREG(st.st_mode)) throw TraceError(ErrorKind::NotATrace, file + " is not a regular file");
   r->status_.fileSize = static_cast<uint64_t>(st.st_size);
   r->init(file);
+  if (file.size() > std::strlen(kStreamExt) &&
+      file.compare(file.size() - std::strlen(kStreamExt), std::strlen(kStreamExt), kStreamExt) == 0) {
+    r->dirFd_.reset(::fcntl(dirFd, F_DUPFD_CLOEXEC, 0));
+    r->stem_ = file.substr(0, file.size() - std::strlen(kStreamExt));
+  }
   return r;
 }
 
@@ -444,14 +450,48 @@ void StreamReader::ensureBlobIndex() {
   blobIndexReady_ = true;
 }
 
+void StreamReader::openBulk() {
+  if (bulkOpened_) return;
+  bulkOpened_ = true;
+  if (!dirFd_.valid()) return;
+  bulkNames_ = listBulkFiles(dirFd_.get(), stem_);
+  for (const auto& n : bulkNames_) {
+    try {
+      bulk_.push_back(open(dirFd_.get(), n, name_ + " (" + n + ")"));
+    } catch (const TraceError&) {  // unreadable or dropped meanwhile: its blobs are missing
+    }
+  }
+}
+
+StreamReader* StreamReader::bulkWith(const Hash128& h) {
+  openBulk();
+  for (auto& b : bulk_)
+    if (b->hasBlob(h)) return b.get();
+  return nullptr;
+}
+
+std::vector<std::string> StreamReader::bulkFiles() {
+  openBulk();
+  return bulkNames_;
+}
+
+uint64_t StreamReader::bulkBytes() {
+  openBulk();
+  uint64_t n = 0;
+  for (auto& b : bulk_) n += b->status().fileSize;
+  return n;
+}
+
 bool StreamReader::hasBlob(const Hash128& h) {
   ensureBlobIndex();
-  return blobOffsets_.count(h) != 0;
+  return blobOffsets_.count(h) != 0 || bulkWith(h) != nullptr;
 }
 
 std::vector<uint8_t> StreamReader::readBlob(const Hash128& h, uint64_t size) {
   ensureBlobIndex();
   auto it = blobOffsets_.find(h);
+  if (it == blobOffsets_.end())
+    if (StreamReader* b = bulkWith(h)) return b->readBlob(h, size);
   if (it == blobOffsets_.end())
     throw TraceError(ErrorKind::NotFound, name_ + ": blob " + blobName(h) + " is not in the stream (lost in a crash?)");
   std::vector<uint8_t> out;

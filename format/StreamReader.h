@@ -71,9 +71,14 @@ class StreamReader {
   // otherwise from one scan of the events, which keeps the steps before any damage.
   std::optional<uint64_t> stepFrameOffset(int64_t step);
 
+  // Blobs are looked up in the stream, then in its bulk files (`<name>.bulk<N>.dlb`, a
+  // budgeted trace's: format/TraceDir.h), which the recorder may have dropped whole.
   bool hasBlob(const Hash128& h);
   // Reassembles a blob from its chunks; verifies every chunk CRC and the content hash.
   std::vector<uint8_t> readBlob(const Hash128& h, uint64_t size);
+  // The bulk files found next to the stream (opened on the first blob not in the stream).
+  std::vector<std::string> bulkFiles();
+  uint64_t bulkBytes();  // their size on disk
 
   // Reads and checks every frame: CRCs, decodability, blob hashes, that every event parses.
   // Returns a list of problems (empty when intact; a torn tail is not a problem, see
@@ -89,6 +94,9 @@ class StreamReader {
   // Reads a frame's payload and checks its CRC; returns the decoded bytes (blob: chunk only).
   void readPayload(const FrameInfo& f, std::vector<uint8_t>& out, BlobPrefix* prefix = nullptr);
   void ensureBlobIndex();
+  // The bulk file holding `h` (nullptr: none).
+  StreamReader* bulkWith(const Hash128& h);
+  void openBulk();
 
   UniqueFd fd_;
   std::vector<uint8_t> mem_;  // the whole stream when opened with openBytes
@@ -106,6 +114,11 @@ class StreamReader {
   bool stepIndexReady_ = false;
   std::unordered_map<Hash128, uint64_t, Hash128Hasher> blobOffsets_;
   bool blobIndexReady_ = false;
+  UniqueFd dirFd_;    // the trace directory (a stream opened from one): where its bulk files are
+  std::string stem_;  // the stream file's name without ".dls"
+  std::vector<std::string> bulkNames_;
+  std::vector<std::unique_ptr<StreamReader>> bulk_;
+  bool bulkOpened_ = false;
   std::vector<uint8_t> scratch_;
   PayloadCodec codec_;
 };

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -91,6 +92,79 @@ std::vector<std::string> listStreams(int dirFd) {
     return a < b;
   });
   return names;
+}
+
+namespace {
+
+// Calls fn(name) for each entry of the directory; false when it cannot be read.
+template <typename Fn>
+bool forEachEntry(int dirFd, Fn&& fn) {
+  int dup = ::fcntl(dirFd, F_DUPFD_CLOEXEC, 0);
+  if (dup < 0) return false;
+  DIR* d = ::fdopendir(dup);
+  if (!d) {
+    ::close(dup);
+    return false;
+  }
+  ::rewinddir(d);
+  while (dirent* e = ::readdir(d)) fn(std::string(e->d_name));
+  ::closedir(d);
+  return true;
+}
+
+// N of `<stream>.bulk<N>.dlb`, or -1 when `file` is not one of stream's bulk files.
+int64_t bulkNumber(const std::string& file, const std::string& stream) {
+  std::string prefix = stream + ".bulk";
+  if (file.size() <= prefix.size() + std::strlen(kBulkExt) || file.compare(0, prefix.size(), prefix) != 0 ||
+      !endsWith(file, kBulkExt))
+    return -1;
+  std::string digits = file.substr(prefix.size(), file.size() - prefix.size() - std::strlen(kBulkExt));
+  if (digits.empty() || digits.size() > 15) return -1;
+  int64_t n = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return -1;
+    n = n * 10 + (c - '0');
+  }
+  return n;
+}
+
+}  // namespace
+
+UniqueFd createBulkFile(int dirFd, const std::string& stream, uint64_t first, std::string& nameOut) {
+  for (uint64_t n = first; n < first + 1000; ++n) {
+    std::string file = stream + ".bulk" + std::to_string(n) + kBulkExt;
+    int fd = ::openat(dirFd, file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      ::fchmod(fd, 0600);
+      nameOut = file;
+      return UniqueFd(fd);
+    }
+    if (errno != EEXIST) throwErrno("cannot create bulk file " + file, errno);
+  }
+  throw TraceError(ErrorKind::Io, "too many bulk files of " + stream);
+}
+
+std::vector<std::string> listBulkFiles(int dirFd, const std::string& stream) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  forEachEntry(dirFd, [&](const std::string& n) {
+    int64_t k = bulkNumber(n, stream);
+    if (k >= 0) found.emplace_back(k, n);
+  });
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> names;
+  for (auto& f : found) names.push_back(std::move(f.second));
+  return names;
+}
+
+uint64_t traceBytes(int dirFd) {
+  uint64_t total = 0;
+  forEachEntry(dirFd, [&](const std::string& n) {
+    struct stat st {};
+    if (n == "." || n == "..") return;
+    if (::fstatat(dirFd, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+      total += static_cast<uint64_t>(st.st_size);
+  });
+  return total;
 }
 
 }  // namespace dlrr

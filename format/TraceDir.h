@@ -3,6 +3,7 @@
 // the launcher, and each recorded process. Separate files mean processes never share a file
 // offset or a lock. All opens go through a directory fd with O_NOFOLLOW, so a symlink planted
 // in the trace directory is never followed.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,10 @@ namespace dlrr {
 
 inline constexpr const char* kStreamExt = ".dls";
 inline constexpr const char* kLauncherStream = "launcher";
+// Bulk files of a budgeted trace (docs/format.md, "Bulk files"): `<stream>.bulk<N>.dlb`, a
+// stream file of BLOB frames that its stream's events refer to, which the recorder may unlink
+// whole to stay within `dlrecord --budget`. Not streams: listStreams() does not list them.
+inline constexpr const char* kBulkExt = ".dlb";
 
 // Creates `path` (and no parents) private to the user, or opens it if it already exists as a
 // trace directory we own. Throws TraceError(Io/Usage) with a message naming the path.
@@ -25,5 +30,13 @@ UniqueFd createStreamFile(int dirFd, const std::string& base, std::string& nameO
 
 // Stream names (without extension) in the directory, sorted; the launcher first.
 std::vector<std::string> listStreams(int dirFd);
+
+// Creates `<stream>.bulk<N>.dlb` (O_EXCL, 0600) with the first free N >= `first`; `nameOut`
+// receives the file's name (with extension).
+UniqueFd createBulkFile(int dirFd, const std::string& stream, uint64_t first, std::string& nameOut);
+// The bulk files of `stream` in the directory (file names), in the order of their N.
+std::vector<std::string> listBulkFiles(int dirFd, const std::string& stream);
+// Bytes of the regular files in the directory (the whole trace, every process's files).
+uint64_t traceBytes(int dirFd);
 
 }  // namespace dlrr

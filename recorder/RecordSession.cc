@@ -11,8 +11,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -226,6 +228,8 @@ StreamWriter* RecordSession::writer() {
     protectFd(raw);  // before the writer holds it: the job's close() must never free the number
     try {
       writer_ = std::make_unique<StreamWriter>(std::move(fd), hm);
+      streamName_ = name;
+      if (cfg_.budget > 0) budget_ = std::make_unique<TraceBudget>(cfg_.budget, dir);
       openWriter_.store(writer_.get(), std::memory_order_release);
     } catch (...) {
       unprotectFd(raw);
@@ -358,11 +362,13 @@ void RecordSession::stepEnd(int64_t step, double loss, bool durableNow) {
       uint64_t ticket = w->commitAsync();
       uint64_t older = pendingCommit_.exchange(ticket);
       if (older > ticket) pendingCommit_.store(older);  // another thread's later one: keep the later
+      maybeCheckBudget();
       return;
     }
     w->commit(true);          // the commit point: durable before the job goes on
     reportWriterFailure(*w);  // a full disk says so while the job runs, not only at its exit
   }
+  maybeCheckBudget();
 }
 
 void RecordSession::waitStepDurable() noexcept {
@@ -404,7 +410,121 @@ void RecordSession::batchBegin(uint32_t loader, uint32_t iteration, uint64_t ind
 
 void RecordSession::snapshotBegin(int64_t step, bool failure, bool window) {
   // A held snapshot once the window was written is an ordinary periodic one.
-  batchBuilder().beginSnapshot(step, failure, window && windowActive());
+  bool held = window && windowActive();
+  batchBuilder().beginSnapshot(step, failure, held);
+  if (!failure && !held) openBulk();  // a budgeted trace's periodic snapshot: bulk, droppable
+}
+
+void RecordSession::openBulk() noexcept {
+  try {
+    StreamWriter* w = openWriter();
+    if (!w) {
+      std::lock_guard<std::mutex> lk(mu_);
+      w = writer();
+    }
+    if (!w || !budget_ || disabled_.load()) return;
+    std::lock_guard<std::mutex> lk(bulkMu_);
+    if (bulkWriter_) return;
+    std::string name;
+    UniqueFd fd = createBulkFile(dirFd_.get(), streamName_, bulkNext_, name);
+    fd.reset(moveAboveFdLimit(fd.release()));
+    ++bulkNext_;
+    capnp::MallocMessageBuilder hm;
+    initStreamHeader(hm, name.substr(0, name.size() - std::strlen(kBulkExt)), schema::StreamHeader::Role::PROCESS);
+    bulkWriter_ = std::make_unique<StreamWriter>(std::move(fd), hm);
+    bulkName_ = name;
+  } catch (...) {  // the snapshot goes into the stream, as without a budget
+    std::lock_guard<std::mutex> lk(bulkMu_);
+    bulkWriter_.reset();
+  }
+}
+
+bool RecordSession::closeBulk(int64_t step, bool keep) noexcept {
+  std::unique_ptr<StreamWriter> b;
+  std::string name;
+  {
+    std::lock_guard<std::mutex> lk(bulkMu_);
+    b = std::move(bulkWriter_);
+    name = std::move(bulkName_);
+  }
+  if (!b) return true;
+  try {
+    b->close();  // its blobs are in the kernel before the stream's event that refers to them
+    std::string why = b->failed() ? b->error() : "";
+    uint64_t bytes = b->stats().storedBytes;
+    b.reset();
+    if (keep && why.empty()) {
+      std::lock_guard<std::mutex> lk(budgetMu_);
+      budget_->addBulk({name, step, bytes});
+      return true;
+    }
+    ::unlinkat(dirFd_.get(), name.c_str(), 0);
+    if (!why.empty()) note(("snapshot of step " + std::to_string(step) + " not written: " + why).c_str());
+  } catch (...) {
+  }
+  return false;
+}
+
+static std::string budgetSize(uint64_t n) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  double v = static_cast<double>(n);
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[64];
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(n));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
+  return buf;
+}
+
+uint64_t RecordSession::enforceBudget(uint64_t extra, const char* where) noexcept {
+  if (!budget_ || budgetStopped_.load()) return 0;
+  try {
+    uint64_t used = 0;
+    std::vector<TraceBudget::Bulk> dropped;
+    {
+      std::lock_guard<std::mutex> lk(budgetMu_);
+      dropped = budget_->makeRoom(extra, used);
+      if (StreamWriter* w = openWriter()) budgetCheckedAt_ = w->stats().storedBytes;
+    }
+    // The stream says what was dropped, and why: dltrace info and dlreplay read the rest off
+    // the blobs that are missing.
+    for (const auto& d : dropped)
+      note(("budget: dropped the snapshot of step " + std::to_string(d.step) + " (" + d.file + ", " +
+            std::to_string(d.bytes) + " bytes) to stay within " + budgetSize(budget_->limit()))
+               .c_str());
+    if (used <= budget_->limit() || budgetStopped_.exchange(true)) return used;
+    // What is kept (every step's record, the latest snapshot) is over the budget: stop here,
+    // with what was committed, rather than grow past what the user allowed.
+    std::string msg = "trace budget (--budget " + budgetSize(budget_->limit()) + ") reached at " + where + " step " +
+                      std::to_string(step_.load()) + ": the trace holds " + budgetSize(used) +
+                      " of what every step records (and the latest snapshot), which is never dropped; recording "
+                      "stopped there (the job goes on); raise --budget, or record batches by reference "
+                      "(--window K)";
+    recorderStatus(false, msg.c_str());
+    if (StreamWriter* w = openWriter()) w->commit(true);
+    disabled_.store(true);
+    return used;
+  } catch (...) {
+    return 0;
+  }
+}
+
+void RecordSession::maybeCheckBudget() noexcept {
+  if (!budget_ || budgetStopped_.load()) return;
+  StreamWriter* w = openWriter();
+  if (!w) return;
+  uint64_t stride = std::max<uint64_t>(budget_->limit() / 64, 64u << 10);
+  uint64_t stored = w->stats().storedBytes;
+  {
+    std::lock_guard<std::mutex> lk(budgetMu_);
+    if (stored < budgetCheckedAt_ + stride) return;
+  }
+  enforceBudget(0, "the end of");
 }
 
 void RecordSession::batchByReference() { batchBuilder().setByReference(); }
@@ -419,6 +539,12 @@ void RecordSession::batchTensor(const char* dtype, uint32_t elemSize, int ndim, 
   // The writer thread is woken once, at the batch's end, not for each of its tensors.
   BatchBuilder& b = batchBuilder();
   bool toWindow = windowActive() && (b.byReference() || b.heldSnapshot());
+  StreamWriter* bulk = nullptr;  // a budgeted trace's periodic snapshot: its own bulk file
+  if (b.isSnapshot() && !b.heldSnapshot()) {
+    std::lock_guard<std::mutex> lk(bulkMu_);
+    bulk = bulkWriter_.get();
+  }
+  if (bulk) w = bulk;
   BatchBuilder::PutBlob put = [this, w, toWindow](const void* p, size_t n, unsigned es) {
     if (toWindow) {
       Hash128 h = hash128(p, n);
@@ -445,8 +571,10 @@ void RecordSession::batchEnd() {
   BatchBuilder& b = batchBuilder();
   bool byReference = b.byReference();
   bool held = b.heldSnapshot();
+  bool periodic = b.isSnapshot() && !held;
   auto msg = b.finish(err);
   if (!msg) {
+    if (periodic) closeBulk(-1, false);
     if (window_) {
       std::lock_guard<std::mutex> lk(windowMu_);
       window_->discardPending();
@@ -475,7 +603,9 @@ void RecordSession::batchEnd() {
     std::lock_guard<std::mutex> lk(mu_);
     w = writer();
   }
+  if (periodic && !closeBulk(e.getSnapshot().getStep(), w != nullptr)) return;
   if (w) w->append(*msg);
+  if (periodic) enforceBudget(0, "the snapshot of");
 }
 
 void RecordSession::loaderEnd(uint32_t loader, uint32_t iteration, uint64_t batches) {
@@ -594,6 +724,24 @@ void RecordSession::flushWindow(const char* why) noexcept {
     }
     StreamWriter* w = openWriter();
     if (!w || disabled_.load()) return;
+    std::string leftOut;
+    if (budget_) {
+      // Old snapshots go first; when the window alone is over the budget, its oldest segments
+      // (the newest starts at its own snapshot, so what is written still replays).
+      uint64_t need = 0;
+      for (const auto& s : segments) need += s.bytes;
+      uint64_t used = enforceBudget(need, "the window of");
+      if (disabled_.load()) return;
+      size_t cut = 0;
+      while (!segments.empty() && used + need > budget_->limit()) {
+        need -= segments.front().bytes;
+        segments.pop_front();
+        ++cut;
+      }
+      if (cut)
+        leftOut = "; " + std::to_string(cut) + " older window segment(s) left out to stay within the budget (" +
+                  budgetSize(budget_->limit()) + ")";
+    }
     uint64_t bytes = 0, collectiveBytes = 0;
     size_t batches = 0, collectiveResults = 0, collectiveSteps = 0;
     std::string starts;
@@ -641,7 +789,8 @@ void RecordSession::flushWindow(const char* why) noexcept {
                       ? "; with it " + std::to_string(collectiveResults) + " collective results of " +
                             std::to_string(collectiveSteps) + " steps, " + std::to_string(collectiveBytes) +
                             " bytes (peak held " + std::to_string(collectivePeak) + " bytes)"
-                      : std::string()));
+                      : std::string()) +
+                 leftOut);
   } catch (...) {
   }
 }
@@ -741,6 +890,10 @@ void RecordSession::afterForkChild() noexcept {
   ring_.resetAfterForkChild();
   if (window_) window_->take();  // the parent's batches: a trainer child holds its own
   windowMu_.unlock();
+  // The parent's bulk files are the parent's to drop: a trainer child keeps its own list.
+  if (bulkWriter_) bulkWriter_->afterForkChild();
+  (void)bulkWriter_.release();
+  budget_.reset();
   gpuMu_.unlock();
   collMu_.unlock();
   collectives_.clear();  // the parent's, in flight on the parent's process group

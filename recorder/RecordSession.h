@@ -19,6 +19,7 @@
 #include "recorder/BatchWindow.h"
 #include "recorder/CrashRecorder.h"
 #include "recorder/FailureRing.h"
+#include "recorder/TraceBudget.h"
 #include "recorder/TriageLog.h"
 #include "schema/dlrr.capnp.h"
 #include "session/Config.h"
@@ -221,6 +222,27 @@ class RecordSession final : public ProcessSession {
   std::atomic<int64_t> failureStep_{-1};
 
   // Full tensors of the last ringSteps steps, written out only when a failure happens.
+  // dlrecord --budget (recorder/TraceBudget.h): a periodic snapshot is written into a bulk file
+  // of its own (bulkWriter_, open while it is recorded, on the thread taking it), which the
+  // budget may drop later; the stream's own growth is checked every budgetStride_ bytes.
+  std::unique_ptr<TraceBudget> budget_;  // set with the writer, when cfg_.budget > 0
+  std::string streamName_;
+  std::mutex bulkMu_;  // a leaf: bulkWriter_ and its name
+  std::unique_ptr<StreamWriter> bulkWriter_;
+  std::string bulkName_;
+  uint64_t bulkNext_ = 1;
+  std::mutex budgetMu_;  // budget_'s drops and checks
+  uint64_t budgetCheckedAt_ = 0;
+  std::atomic<bool> budgetStopped_{false};
+  void openBulk() noexcept;
+  // Closes the bulk file of the snapshot just recorded: true when it is whole (its event may be
+  // written), false when it was removed (the snapshot is then not written).
+  bool closeBulk(int64_t step, bool keep) noexcept;
+  // Drops old bulk files so that the trace plus `extra` fits; when even what is kept exceeds
+  // the budget, recording stops (the job goes on). Returns the trace's bytes after.
+  uint64_t enforceBudget(uint64_t extra, const char* where) noexcept;
+  void maybeCheckBudget() noexcept;
+
   std::unique_ptr<BatchWindow> window_;  // cfg_.window > 0: batches by reference
   std::mutex windowMu_;                  // the window (batches, held snapshots, its flush)
   std::atomic<bool> windowFlushed_{false};

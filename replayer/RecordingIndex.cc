@@ -8,6 +8,7 @@
 
 #include "format/EntropyFlags.h"
 #include "format/TraceError.h"
+#include "format/ValueBlobs.h"
 #include "replayer/BatchEncoding.h"
 #include "schema/dlrr.capnp.h"
 
@@ -347,6 +348,16 @@ std::vector<uint8_t> RecordingIndex::encodeSnapshot(int64_t step) const {
         e.getSnapshot().getValue(), [&](const Hash128& h, uint64_t size) { return stream_.readBlob(h, size); }, out);
   });
   return out;
+}
+
+bool RecordingIndex::snapshotComplete(int64_t step) const {
+  auto it = snapshots_.find(step);
+  if (it == snapshots_.end()) return false;
+  std::lock_guard<std::mutex> lk(readMu_);
+  bool complete = false;
+  withEvent(it->second,
+            [&](schema::Event::Reader e) { complete = valueBlobsPresent(stream_, e.getSnapshot().getValue()); });
+  return complete;
 }
 
 std::vector<uint8_t> RecordingIndex::encodeKeptTensors(int64_t step) const {

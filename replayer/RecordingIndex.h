@@ -131,6 +131,9 @@ class RecordingIndex {
   // zeros of its size stand in (a fast-forwarded step's batch outside the window).
   std::vector<uint8_t> encodeBatch(const Batch& b, bool zerosForMissing) const;
   std::vector<uint8_t> encodeSnapshot(int64_t step) const;  // empty when none
+  // Whether every tensor of the snapshot of `step` is still in the trace: a budgeted trace drops
+  // old snapshots' bulk files (format/TraceDir.h), and such a snapshot starts no replay.
+  bool snapshotComplete(int64_t step) const;
   // The kept tensors of `step` as a dict key -> tensor ('D' with no entries when none).
   std::vector<uint8_t> encodeKeptTensors(int64_t step) const;
   std::vector<uint8_t> readBlob(const Hash128& h, uint64_t size) const;

@@ -233,15 +233,13 @@ BatchMap ReplaySession::batchMap() const {
     int kind = batchKind(key.first, key.second);
     m.batch(b.step >= 0 ? b.step : b.eventStep, kind >= 2, kind != 3);
   }
-  for (const auto& [step, ref] : index_->snapshots()) {
-    (void)ref;
-    m.snapshot(step);
-  }
+  for (const auto& [step, ref] : index_->snapshots())  // one whose tensors were dropped for the budget starts nothing
+    if (index_->snapshotComplete(step)) m.snapshot(step);
   return m.build();
 }
 
 bool ReplaySession::snapshot(int64_t step, std::vector<uint8_t>& out) {
-  if (!index_ || !index_->snapshots().count(step)) return false;
+  if (!index_ || !index_->snapshotComplete(step)) return false;
   out = index_->encodeSnapshot(step);
   return true;
 }

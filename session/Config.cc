@@ -33,6 +33,11 @@ Config Config::fromEnvironment() {
     long v = std::strtol(k, &end, 10);
     if (end != k && *end == '\0' && v >= 0 && v <= 4096) c.window = static_cast<int>(v);
   }
+  if (const char* b = std::getenv("DLRR_BUDGET")) {
+    char* end = nullptr;
+    unsigned long long v = std::strtoull(b, &end, 10);
+    if (end != b && *end == '\0' && b[0] != '-') c.budget = v;
+  }
   if (const char* fd = std::getenv("DLRR_STATUS_FD")) {
     char* end = nullptr;
     long v = std::strtol(fd, &end, 10);

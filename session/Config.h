@@ -1,6 +1,7 @@
 #pragma once
 // Settings the launcher hands to the preloaded library through the environment. Parsed once
 // at load; unknown or malformed values fall back to defaults (the job must run regardless).
+#include <cstdint>
 #include <string>
 
 namespace dlrr {
@@ -29,6 +30,7 @@ struct Config {
   unsigned long long statusIno = 0;  // the pipe's inode: fd FD is used only while it is that pipe
   bool keepCollectives = false;      // DLRR_COLLECTIVES=full: every collective's results in the trace
   int window = 0;                    // DLRR_WINDOW: batches by reference, bytes of the last K held (0: all by value)
+  uint64_t budget = 0;               // DLRR_BUDGET: bytes the whole trace may take (0: unbounded)
   std::string replayStream;          // DLRR_REPLAY_STREAM: stream to replay (replay mode)
 
   static Config fromEnvironment();

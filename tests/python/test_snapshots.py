@@ -6,7 +6,7 @@ import unittest
 from unittest import mock
 
 import fake_native  # noqa: F401  (puts the hook on sys.path)
-from dlrr_hook.snapshots import Registry, SnapshotTaker, build_tree, parse_cadence, restore_tree
+from dlrr_hook.snapshots import Registry, SnapshotTaker, build_tree, parse_cadence, restore_tree, tree_bytes
 
 import torch
 import torch.nn as nn
@@ -68,6 +68,22 @@ class TakerTest(unittest.TestCase):
         self.assertGreater(float(costs[-1].split()[0]), 0.0)
         self.assertAlmostEqual(float(costs[-1].split()[0]), taker.seconds, places=5)
 
+
+    def test_a_snapshot_over_a_quarter_of_the_budget_is_not_taken(self):
+        model, opt, sched, reg = make(0)
+        size = tree_bytes(build_tree(reg))
+        self.assertGreater(size, 0)
+        for budget, taken in ((4 * size, [2, 4]), (4 * size - 1, [])):
+            lib = fake_native.FakeLib()
+            with mock.patch.dict(os.environ, {"DLRR_SNAPSHOT_EVERY": "2steps", "DLRR_BUDGET": str(budget)}):
+                taker = SnapshotTaker(lib, mock.Mock(), reg)
+            for step in range(5):
+                taker.at_step_start(step)
+            self.assertEqual([c[1] for c in lib.calls if c[0] == "snapshot_begin"], taken)
+            notes = [c[2] for c in lib.calls if c[0] == "recorder_status"]
+            self.assertEqual(len(notes), 0 if taken else 1, notes)  # said once
+            if not taken:
+                self.assertIn("over a quarter of the trace's budget", notes[0])
 
     def test_no_model_seen_and_a_failing_state_dict_are_said_once(self):
         lib = fake_native.FakeLib()

@@ -33,6 +33,26 @@ TEST(RecordOptions, HangAfterIsSecondsOrOff) {
     EXPECT_THROW(parseRecordOptions({"--hang-after", bad, "--", "x"}), tools::UsageError) << bad;
 }
 
+TEST(RecordOptions, BudgetIsASize) {
+  EXPECT_EQ(parseRecordOptions({"--", "x"}).budget, 0u);  // dlrecord then takes defaultBudget()
+  EXPECT_EQ(parseRecordOptions({"--budget", "500M", "--", "x"}).budget, 500ull << 20);
+  EXPECT_EQ(parseRecordOptions({"--budget=20G", "--", "x"}).budget, 20ull << 30);
+  EXPECT_EQ(*parseSize("64KiB"), 64ull << 10);
+  EXPECT_EQ(*parseSize("3t"), 3ull << 40);
+  EXPECT_EQ(*parseSize("4096"), 4096u);
+  EXPECT_EQ(*parseSize("4096B"), 4096u);
+  for (const char* bad : {"0", "", "M", "-5M", "1.5G", "12Q", "5MX", "10 M", "99999999999999999999", "20000000T"}) {
+    EXPECT_FALSE(parseSize(bad)) << bad;
+    EXPECT_THROW(parseRecordOptions({"--budget", bad, "--", "x"}), tools::UsageError) << bad;
+  }
+}
+
+TEST(RecordOptions, DefaultBudgetIsHalfTheFreeSpace) {
+  uint64_t b = defaultBudget("/tmp/some.trace");
+  EXPECT_GE(b, 64ull << 20);
+  EXPECT_EQ(defaultBudget("/nonexistent-dir-dlrr/x.trace"), 64ull << 20);  // unknown: the floor
+}
+
 TEST(RecordOptions, ParsesAFullLine) {
   auto o = parseRecordOptions({"-o", "run.trace", "--capture=full", "--collectives", "full", "--ring-steps", "4",
                                "--redact", "+WANDB", "-q", "--", "python3", "train.py", "--", "-q"});

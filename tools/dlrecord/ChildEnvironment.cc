@@ -60,6 +60,7 @@ std::vector<std::string> childEnvironment(const std::vector<std::string>& ours, 
   env.push_back("DLRR_HANG_AFTER=" + o.hangAfter);
   // Batches by reference with a window of K steps; 0 (--batches all): every batch by value.
   env.push_back("DLRR_WINDOW=" + std::to_string(o.batches == "window" ? o.window : 0));
+  env.push_back("DLRR_BUDGET=" + std::to_string(o.budget));  // bytes; the library and snapshots.py
   if (!statusFd.empty()) env.push_back("DLRR_STATUS_FD=" + statusFd);
   return env;
 }

@@ -104,7 +104,7 @@ std::unique_ptr<StreamWriter> openLauncherStream(const RecordOptions& o, const s
   ti.setCpuCount(static_cast<uint32_t>(::sysconf(_SC_NPROCESSORS_ONLN)));
   ti.setKernel(kernelId());
   ti.setCaptureMode(o.capture);
-  auto opts = ti.initOptions(5);
+  auto opts = ti.initOptions(6);
   opts[0].setKey("ring_steps");
   opts[0].setValue(std::to_string(o.ringSteps));
   opts[1].setKey("collectives");
@@ -115,6 +115,8 @@ std::unique_ptr<StreamWriter> openLauncherStream(const RecordOptions& o, const s
   opts[3].setValue(o.batches);
   opts[4].setKey("window");
   opts[4].setValue(o.batches == "window" ? std::to_string(o.window) : "0");
+  opts[5].setKey("budget");
+  opts[5].setValue(std::to_string(o.budget));
   // The launcher's own name claims the trace (O_EXCL): a second dlrecord -o SAME started at
   // the same moment passed the check above too, but only one creates the name.
   std::string name;

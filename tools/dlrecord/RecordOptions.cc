@@ -1,6 +1,10 @@
 #include "tools/dlrecord/RecordOptions.h"
 
+#include <sys/statvfs.h>
+
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 
 namespace dlrr {
 
@@ -18,6 +22,62 @@ bool validSnapshotEvery(const std::string& v) {
       return false;
   }
   return dots <= 1 && n != "." && std::strtod(n.c_str(), nullptr) > 0;
+}
+
+std::optional<uint64_t> parseSize(const std::string& text) {
+  size_t i = 0;
+  uint64_t n = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
+    if (n > (UINT64_MAX - 9) / 10) return std::nullopt;
+    n = n * 10 + static_cast<uint64_t>(text[i++] - '0');
+  }
+  if (i == 0) return std::nullopt;
+  std::string unit = text.substr(i);
+  int shift = 0;
+  if (!unit.empty()) {
+    switch (unit[0]) {
+      case 'K':
+      case 'k':
+        shift = 10;
+        break;
+      case 'M':
+      case 'm':
+        shift = 20;
+        break;
+      case 'G':
+      case 'g':
+        shift = 30;
+        break;
+      case 'T':
+      case 't':
+        shift = 40;
+        break;
+      case 'B':
+      case 'b':
+        shift = -1;
+        break;
+      default:
+        return std::nullopt;
+    }
+    std::string rest = unit.substr(1);
+    if (shift < 0) {
+      if (!rest.empty()) return std::nullopt;
+      shift = 0;
+    } else if (!rest.empty() && rest != "B" && rest != "b" && rest != "iB" && rest != "ib") {
+      return std::nullopt;
+    }
+  }
+  if (n == 0 || (shift && n > (UINT64_MAX >> shift))) return std::nullopt;
+  return n << shift;
+}
+
+uint64_t defaultBudget(const std::string& trace) {
+  constexpr uint64_t kFloor = 64ull << 20;
+  std::filesystem::path parent = std::filesystem::path(trace).parent_path();
+  struct statvfs st {};
+  if (parent.empty() || ::statvfs(parent.c_str(), &st) != 0) return kFloor;
+  uint64_t freeBytes = static_cast<uint64_t>(st.f_bavail) * static_cast<uint64_t>(st.f_frsize);
+  return std::max(freeBytes / 2, kFloor);
 }
 
 const char* const kRecordUsage =
@@ -45,6 +105,11 @@ const char* const kRecordUsage =
     "                       bytes of the last K steps in memory, written at failure or exit\n"
     "  --window K           steps whose batch bytes are held (implies --batches window;\n"
     "                       default 16, 1..4096)\n"
+    "  --budget SIZE        the most the whole trace may take on disk (K, M, G, T: powers of\n"
+    "                       1024; default: half the space free on the trace's file system when\n"
+    "                       dlrecord starts); old periodic snapshots are dropped first, never\n"
+    "                       what every step records or the latest snapshot; if even that does\n"
+    "                       not fit, recording stops there and dlrecord says so (the job goes on)\n"
     "  --ring-steps K       module outputs and losses of the last K steps are kept in full in\n"
     "                       memory and written only when a failure happens (default 2, 0 = off)\n"
     "  --hang-after SECONDS torch.distributed jobs: a rank in one collective (or with none\n"
@@ -80,6 +145,7 @@ RecordOptions parseRecordOptions(const std::vector<std::string>& argv) {
                           {"--snapshot-every", T::Value},
                           {"--batches", T::Value},
                           {"--window", T::Value},
+                          {"--budget", T::Value},
                           {"--quiet", T::Flag, "-q"}},
                          tools::Args::Layout::Command);
   RecordOptions o;
@@ -109,6 +175,11 @@ RecordOptions parseRecordOptions(const std::vector<std::string>& argv) {
     o.window = static_cast<int>(*k);
     if (!args.value("--batches")) o.batches = "window";
     if (o.batches != "window") throw UsageError("--window needs --batches window (got --batches all)");
+  }
+  if (auto b = args.value("--budget")) {
+    auto n = parseSize(*b);
+    if (!n) throw UsageError("--budget must be a size in bytes, with K, M, G or T (e.g. 500M, 20G) (got '" + *b + "')");
+    o.budget = *n;
   }
   o.quiet = args.has("--quiet");
   // --help and --version end the parse where they stand: the options before them were checked.

@@ -67,6 +67,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   std::string trace = absolutePath(o.output.empty() ? defaultTraceName() : o.output);
+  if (o.budget == 0) o.budget = defaultBudget(trace);  // from the free space, before the job writes any
   std::vector<std::string> problems;
   std::vector<std::string> leftOut;  // secrets kept out of the launcher stream, for the summary
 

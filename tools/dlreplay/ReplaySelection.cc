@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "format/TraceError.h"
+#include "format/ValueBlobs.h"
 #include "tools/common/Text.h"
 #include "tools/dlreplay/ReplayOutcome.h"
 #include "triage/Classifier.h"
@@ -61,7 +62,8 @@ std::vector<SnapshotInfo> snapshotsOf(StreamReader& stream) {
   std::vector<SnapshotInfo> snaps;
   try {
     stream.forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
-      if (e.isSnapshot())
+      // A budgeted trace may have dropped a snapshot's tensors (its bulk file): a jump cannot start there.
+      if (e.isSnapshot() && valueBlobsPresent(stream, e.getSnapshot().getValue()))
         snaps.push_back({e.getSnapshot().getStep(), e.getSnapshot().getReason() == schema::Snapshot::Reason::FAILURE});
     });
   } catch (const TraceError&) {  // damage: the snapshots before it are usable

@@ -7,6 +7,7 @@
 #include "format/BatchMap.h"
 #include "format/Trace.h"
 #include "format/TraceError.h"
+#include "format/ValueBlobs.h"
 #include "tools/common/Json.h"
 #include "tools/common/Text.h"
 #include "tools/dltrace/Commands.h"
@@ -39,6 +40,7 @@ struct SnapshotRow {
   bool failure;
   uint64_t tensorBytes;
   uint64_t newBytes;
+  bool dropped;  // its tensors are gone (a budgeted trace dropped its bulk file): it starts nothing
 };
 
 // Jump replay's snapshots in the main stream (a damaged tail ends the list).
@@ -50,12 +52,19 @@ std::vector<SnapshotRow> snapshotsOf(Trace& trace, const TraceSummary& s) {
     r->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
       if (!e.isSnapshot()) return;
       auto sn = e.getSnapshot();
-      rows.push_back(
-          {sn.getStep(), sn.getReason() == schema::Snapshot::Reason::FAILURE, sn.getTensorBytes(), sn.getNewBytes()});
+      rows.push_back({sn.getStep(), sn.getReason() == schema::Snapshot::Reason::FAILURE, sn.getTensorBytes(),
+                      sn.getNewBytes(), !valueBlobsPresent(*r, sn.getValue())});
     });
   } catch (const TraceError&) {
   }
   return rows;
+}
+
+// Bytes of the streams' bulk files (format/TraceDir.h): a budgeted trace's periodic snapshots.
+uint64_t bulkBytesOf(Trace& trace) {
+  uint64_t n = 0;
+  for (auto& st : trace.streams()) n += st->bulkBytes();
+  return n;
 }
 
 // Bounded traces: which steps replay with the dataset present and which without it.
@@ -65,7 +74,8 @@ BatchMap batchMapOf(Trace& trace, const TraceSummary& s) {
   if (!r) return b.build();
   try {
     r->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
-      if (e.isSnapshot()) b.snapshot(e.getSnapshot().getStep());
+      // A snapshot whose tensors were dropped for the budget cannot start a data-less replay.
+      if (e.isSnapshot() && valueBlobsPresent(*r, e.getSnapshot().getValue())) b.snapshot(e.getSnapshot().getStep());
       if (!e.isBatch()) return;
       auto batch = e.getBatch();
       bool present = true;
@@ -140,6 +150,7 @@ void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
     j.field("reason", std::string(sn.failure ? "failure" : "periodic"));
     j.field("tensor_bytes", sn.tensorBytes);
     j.field("new_bytes", sn.newBytes);
+    j.field("dropped", sn.dropped);
     j.endObject();
   }
   j.endArray();
@@ -208,6 +219,7 @@ void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
   j.field("stored", s.bytes);
   j.field("raw", s.rawBytes);
   j.field("files", s.fileBytes);
+  j.field("bulk_files", bulkBytesOf(trace));
   j.field("ratio", s.bytes ? static_cast<double>(s.rawBytes) / static_cast<double>(s.bytes) : 0.0);
   j.endObject();
   j.key("notes").beginArray();
@@ -337,14 +349,22 @@ void writeText(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
   if (std::string c = conc.caveat(); !c.empty()) out.line("determinism " + printable(c));
   out.line("size        " + humanBytes(s.fileBytes) + " on disk; " + humanBytes(s.rawBytes) + " raw in " +
            humanBytes(s.bytes) + " stored (" + ratio(s.rawBytes, s.bytes) + ")");
+  if (uint64_t bulk = bulkBytesOf(trace))
+    out.line("            + " + humanBytes(bulk) + " in bulk files (snapshots of a budgeted trace, dlrecord --budget)");
   if (map.byReference)
     out.line("replay      " + map.describe() + " (" + std::to_string(map.byReference) + " batches by reference, " +
              std::to_string(map.bytesMissing) + " without their bytes)");
   if (!snaps.empty()) {
     uint64_t raw = 0, fresh = 0;
     for (const auto& sn : snaps) raw += sn.tensorBytes, fresh += sn.newBytes;
+    size_t dropped = 0;
+    for (const auto& sn : snaps) dropped += sn.dropped;
     out.line("snapshots   " + std::to_string(snaps.size()) + " (jump replay: dlreplay --from); tensors " +
-             humanBytes(raw) + ", " + humanBytes(fresh) + " new after dedup");
+             humanBytes(raw) + ", " + humanBytes(fresh) + " new after dedup" +
+             (dropped ? "; " + std::to_string(dropped) +
+                            " dropped for the budget (dlrecord --budget): they start no "
+                            "replay"
+                      : ""));
     out.line("  " + pad("STEP", 10) + pad("REASON", 10) + pad("TENSORS", 12) + "NEW");
     const size_t shown = 20;  // the first and the last ones
     for (size_t i = 0; i < snaps.size(); ++i) {
@@ -352,7 +372,7 @@ void writeText(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
       if (snaps.size() > shown && i >= shown / 2 && i < snaps.size() - shown / 2) continue;
       const auto& sn = snaps[i];
       out.line("  " + pad(std::to_string(sn.step), 10) + pad(sn.failure ? "failure" : "periodic", 10) +
-               pad(humanBytes(sn.tensorBytes), 12) + humanBytes(sn.newBytes));
+               pad(humanBytes(sn.tensorBytes), 12) + humanBytes(sn.newBytes) + (sn.dropped ? "  (dropped)" : ""));
     }
   }
   out.line("processes");

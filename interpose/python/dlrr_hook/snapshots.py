@@ -11,7 +11,10 @@ trace has them for every step already, and replay restores them there.
 
 Cadence (DLRR_SNAPSHOT_EVERY, set by `dlrecord --snapshot-every`): "off", "Nsteps" (every N
 steps), "S" (every S seconds), or "auto" (default): by time, the interval growing with the
-measured cost of a snapshot so that snapshots take about 1% of the job's time.
+measured cost of a snapshot so that snapshots take about 1% of the job's time.  Under a budget
+(DLRR_BUDGET, `dlrecord --budget`: each periodic snapshot then has a bulk file the recorder may
+drop) a periodic snapshot larger than a quarter of the budget is not taken (said once): the
+latest snapshot, the window and what every step records must fit together.
 
 A failure snapshot is taken once, in the step whose module output or loss is the first
 non-finite value: the optimizer has not stepped yet, so the state is still the step's start
@@ -32,6 +35,31 @@ from . import generators
 
 _AUTO_MIN_S = 30.0    # first auto snapshot after this long, and never more often
 _AUTO_COST = 100.0    # interval >= 100x the last snapshot's cost: ~1% of the job's time
+_BUDGET_SHARE = 4     # a periodic snapshot takes at most 1/4 of the trace's budget
+
+
+def parse_budget(text):
+    """DLRR_BUDGET: bytes the whole trace may take (0: no budget)."""
+    try:
+        return max(0, int(text or 0))
+    except ValueError:
+        return 0
+
+
+def tree_bytes(tree, depth=0):
+    """Raw bytes of the tensors in a snapshot tree (what its bulk file holds at most)."""
+    if depth > 64:
+        return 0
+    if isinstance(tree, dict):
+        return sum(tree_bytes(v, depth + 1) for v in tree.values())
+    if isinstance(tree, (list, tuple)):
+        return sum(tree_bytes(v, depth + 1) for v in tree)
+    if hasattr(tree, "element_size") and hasattr(tree, "numel"):
+        try:
+            return int(tree.numel()) * int(tree.element_size())
+        except Exception:
+            return 0
+    return 0
 
 
 def parse_cadence(text):
@@ -176,6 +204,8 @@ class SnapshotTaker:
         self._said_no_roots = False
         self.taken = 0
         self.window = window  # dlrecord --window K: a snapshot held with the window every K steps
+        self.budget = parse_budget(os.environ.get("DLRR_BUDGET"))
+        self._said_budget = False
         self.seconds = 0.0  # spent on the job's thread taking snapshots (dltrace env: snapshot.job_seconds)
 
     def at_step_start(self, step):
@@ -212,6 +242,16 @@ class SnapshotTaker:
             self._lib.dlrr_recorder_status(1, ("snapshots off at step %d: %s: %s" % (step, type(exc).__name__, exc))
                                            .encode("utf-8", "replace"))
             return
+        if self.budget and not failure and not held:
+            size = tree_bytes(tree)
+            if size * _BUDGET_SHARE > self.budget:
+                if not self._said_budget:
+                    self._said_budget = True
+                    self._lib.dlrr_recorder_status(1, ("no periodic snapshot from step %d: one holds %d bytes, over "
+                                                       "a quarter of the trace's budget (%d bytes); raise --budget "
+                                                       "for jump replay" % (step, size, self.budget)).encode())
+                self._last_t = time.monotonic()
+                return
         self._lib.dlrr_snapshot_begin(step, 2 if held else 1 if failure else 0)
         try:
             self._values.write(tree)

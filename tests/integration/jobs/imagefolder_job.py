@@ -1,7 +1,8 @@
 """A small vision job for bounded traces (test_bounded.py): torchvision ImageFolder over PNGs,
 random augmentation (RandomResizedCrop, RandomHorizontalFlip) in 2 DataLoader workers, a
-shuffled sampler, a tiny CNN. Usage: imagefolder_job.py DATA_DIR STEPS [wait]; `wait`: after
-the steps, say "ready" and wait to be killed (SIGTERM)."""
+shuffled sampler, a tiny CNN. Usage: imagefolder_job.py DATA_DIR STEPS [wait | wide=N]; `wait`:
+after the steps, say "ready" and wait to be killed (SIGTERM); `wide=N`: a hidden layer of N
+units, so that a snapshot (parameters and gradients) weighs about 56N bytes (test_budget.py)."""
 import sys
 import time
 
@@ -15,8 +16,10 @@ tf = transforms.Compose([transforms.RandomResizedCrop(16, scale=(0.5, 1.0)), tra
                          transforms.ToTensor()])
 ds = torchvision.datasets.ImageFolder(data, transform=tf)
 loader = torch.utils.data.DataLoader(ds, batch_size=4, shuffle=True, num_workers=2)
+wide = [int(a[5:]) for a in sys.argv[3:] if a.startswith("wide=")]
+head = [torch.nn.Linear(4, wide[0]), torch.nn.ReLU(), torch.nn.Linear(wide[0], 2)] if wide else [torch.nn.Linear(4, 2)]
 model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
-                            torch.nn.Flatten(), torch.nn.Linear(4, 2))
+                            torch.nn.Flatten(), *head)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 step = 0
 while step < steps:
