@@ -107,7 +107,7 @@ ReplaySession::ReplaySession(const Config& cfg, const std::string& until) : cfg_
   }
   if (StreamReader* l = trace_->launcher()) {
     std::string mode = l->header().getTrace().getCaptureMode().cStr();
-    captureLevel_ = mode == "minimal" ? 0 : mode == "full" ? 2 : 1;
+    captureLevel_ = mode == "process" ? -1 : mode == "minimal" ? 0 : mode == "full" ? 2 : 1;
   }
   if (const char* j = std::getenv("DLRR_JUMP_STEP"); j && *j) jumpStep_ = std::strtoll(j, nullptr, 10);
   if (const char* w = std::getenv("DLRR_WHAT_IF_FROM"); w && *w) whatIfStep_ = std::strtoll(w, nullptr, 10);
