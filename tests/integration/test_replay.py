@@ -376,6 +376,9 @@ class ReplayTinyJobTest(TraceTestCase):
         events = run([tool("dltrace"), "events", self.trace_path(), "--json"], check=True).stdout
         self.assertNotIn('"batch"', events)
         self.assertIn("torch", events)  # runtime facts: versions
+        triage = run([tool("dltrace"), "triage", self.trace_path()]).stdout
+        self.assertIn("where       not known (no steps are recorded under --capture process)", triage)
+        self.assertIn("of wall time since launch; steps not recorded (--capture process)", triage)
         r = run([tool("dlreplay"), self.trace_path(), "--until", "end"])
         # The job's own loop ran (nothing served) on the recorded entropy: its seeds, so its losses.
         self.assertEqual(r.stdout, p.stdout)

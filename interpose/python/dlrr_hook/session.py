@@ -324,7 +324,10 @@ class Session:
         # loads UCX, which re-raises with tgkill): ours back on top, theirs called from ours.
         self.failures.retake_first()
         if self.capture_level < native.CAPTURE_MINIMAL:
-            return  # --capture process: no step is recorded, so torch is left unpatched
+            # --capture process: no step is recorded, so torch is left unpatched; the fact tells
+            # triage that "no step began" means "none recorded"
+            self.lib.dlrr_runtime_info(b"capture.steps", b"not recorded (--capture process)")
+            return
         self._tensor_type = torch.Tensor
         dataloader = importlib.import_module("torch.utils.data.dataloader")
         worker = importlib.import_module("torch.utils.data._utils.worker")
