@@ -8,7 +8,8 @@ Shapes (bench/shape_job.py): *lm*, a 2-block transformer LM over np.memmap windo
 DataLoader (batch 16x32), and *cnn*, a small CNN on a synthetic Dataset through a DataLoader.
 Each round runs, in a shuffled order, the plain job and `dlrecord --capture C` for every C in
 --captures (and the --baseline build's dlrecord, `base-C`, for before/after in the same run),
-each for N steps and for 1 step.  The 1-step run is the start-up (interpreter, torch, the
+each for N steps and for 1 step.  `--captures hookless` adds dlrecord with the Python hook kept out
+(PYTHONPATH unset for the job): the preloaded library's own cost, the floor of every level.  The 1-step run is the start-up (interpreter, torch, the
 recorder's own start and end); the per-step figure of a variant in a round is
 ((its N-step run - its 1-step run) - (plain's N - plain's 1)) / (N - 1), and the ratio is
 (its N - its 1) / (plain's N - plain's 1).  Both are reported as the median over rounds, with
@@ -52,6 +53,10 @@ def variant_argv(variant, build, baseline, trace):
     if variant == "plain":
         return [PY, JOB]
     base, capture = (baseline, variant[5:]) if variant.startswith("base-") else (build, variant)
+    if capture == "hookless":
+        # The preloaded library alone (entropy, files, processes, signals), without the Python
+        # hook: the floor under every --capture level, which all load the hook.
+        return [os.path.join(base, "bin", "dlrecord"), "-q", "-o", trace, "--", "env", "-u", "PYTHONPATH", PY, JOB]
     return [os.path.join(base, "bin", "dlrecord"), "-q", "--capture", capture, "-o", trace, "--", PY, JOB]
 
 

@@ -98,7 +98,7 @@ ReplaySession::ReplaySession(const Config& cfg, const std::string& until)
   }
   if (StreamReader* l = trace_->launcher()) {
     std::string mode = l->header().getTrace().getCaptureMode().cStr();
-    captureLevel_ = mode == "minimal" ? 0 : mode == "full" ? 2 : 1;
+    captureLevel_ = mode == "process" ? -1 : mode == "minimal" ? 0 : mode == "full" ? 2 : 1;
   }
   if (active_) load();
 }

@@ -18,7 +18,9 @@ Config Config::fromEnvironment() {
     return c;
   c.traceDir = trace;
   if (const char* cap = std::getenv("DLRR_CAPTURE")) {
-    if (std::strcmp(cap, "minimal") == 0)
+    if (std::strcmp(cap, "process") == 0)
+      c.capture = CaptureLevel::Process;
+    else if (std::strcmp(cap, "minimal") == 0)
       c.capture = CaptureLevel::Minimal;
     else if (std::strcmp(cap, "full") == 0)
       c.capture = CaptureLevel::Full;
@@ -59,6 +61,8 @@ Config Config::fromEnvironment() {
 
 const char* captureLevelName(CaptureLevel c) noexcept {
   switch (c) {
+    case CaptureLevel::Process:
+      return "process";
     case CaptureLevel::Minimal:
       return "minimal";
     case CaptureLevel::Default:

@@ -7,7 +7,8 @@
 namespace dlrr {
 
 enum class Mode { Off = 0, Record = 1, Replay = 2 };
-enum class CaptureLevel { Minimal = 0, Default = 1, Full = 2 };
+// Process (-1): the native layer and the hook's process-wide parts only, no steps (docs/recording.md).
+enum class CaptureLevel { Process = -1, Minimal = 0, Default = 1, Full = 2 };
 
 // Set by the Python hook around multiprocessing's Process.start(): the child's identity, the
 // order its parent created it in (see StreamHeader.processIdentity).
@@ -24,7 +25,7 @@ inline bool isTrainerIdentity(const char* id) {
 struct Config {
   Mode mode = Mode::Off;
   std::string traceDir;                          // DLRR_TRACE (absolute)
-  CaptureLevel capture = CaptureLevel::Default;  // DLRR_CAPTURE=minimal|default|full
+  CaptureLevel capture = CaptureLevel::Default;  // DLRR_CAPTURE=process|minimal|default|full
   int ringSteps = 2;                             // DLRR_RING_STEPS: steps of full tensors kept for a failure
   int statusFd = -1;                 // DLRR_STATUS_FD=FD:INODE: pipe to dlrecord for "what was not recorded"
   unsigned long long statusIno = 0;  // the pipe's inode: fd FD is used only while it is that pipe

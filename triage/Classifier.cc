@@ -838,6 +838,10 @@ std::string whereText(const TriageInput& in, Phase& phase, int64_t& step) {
     if (t.lastStepEnded >= 0) s += ", after training step " + std::to_string(t.lastStepEnded);
     return s;
   }
+  if (t.stepsBegun == 0 && in.runtime.count("capture.steps")) {  // --capture process: none recorded
+    phase = Phase::None;
+    return "not known (no steps are recorded under --capture process)";
+  }
   if (t.stepsBegun == 0) {
     phase = Phase::Initialisation;
     return loadingBatch(in) ? "initialisation (loading the first batch, before the first training step)"
@@ -1140,11 +1144,14 @@ TriageResult classify(const TriageInput& in) {
     if (t.firstStepNs >= 0) {
       r.initSeconds = static_cast<double>(t.firstStepNs) / 1e9;
       r.trainingSeconds = static_cast<double>(std::max<int64_t>(0, end - t.firstStepNs)) / 1e9;
-    } else {
+    } else if (!in.runtime.count("capture.steps")) {  // under --capture process no step is known
       r.initSeconds = static_cast<double>(end) / 1e9;
     }
   }
   r.lost = lostText(r);
+  if (t.firstStepNs < 0 && in.runtime.count("capture.steps"))
+    r.lost = (r.wallSeconds >= 0 ? secondsText(r.wallSeconds) + " of wall time since launch; " : std::string()) +
+             "steps not recorded (--capture process)";
   if (hangFirst && !in.hang->location.empty())
     r.location = in.hang->location + " (rank " + std::to_string(in.hang->suspects.front()) + ")";
 

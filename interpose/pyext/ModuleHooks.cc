@@ -42,6 +42,10 @@ struct Names {
   PyObject* dict;
   PyObject* stack;
   PyObject* depth;
+  PyObject* layout;
+  PyObject* isCpu;
+  PyObject* detach;
+  PyObject* contiguous;
 };
 Names names;
 
@@ -194,13 +198,38 @@ PyObject* pre(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
-// The output's digest without Python: 1 done, 0 not this case (nothing done, no error set).
-int digestDense(ModuleHooks* h, PyObject* path, PyObject* output) {
-  if (!h->digest || Py_TYPE(output) != reinterpret_cast<PyTypeObject*>(h->tensorType) || !PyBytes_Check(path)) return 0;
-  DenseTensor t;
-  if (!t.read(output, h->dtypes, h->strided, &h->getters)) return 0;
+// `tensor` read as TensorMarshal.prepare reads it: itself when DenseTensor::read takes it, else,
+// for a strided CPU tensor that is not contiguous (MultiheadAttention's batch_first output),
+// tensor.detach().contiguous(), handed back in *copy (owned; the bytes live while it does).
+// false: not this case (nothing kept, no error set): the Python path decides.
+bool readHost(ModuleHooks* h, PyObject* tensor, DenseTensor& t, PyObject** copy) {
+  *copy = nullptr;
+  if (Py_TYPE(tensor) != reinterpret_cast<PyTypeObject*>(h->tensorType)) return false;
+  if (t.read(tensor, h->dtypes, h->strided, &h->getters)) return true;
+  PyObject* layout = PyObject_GetAttr(tensor, names.layout);
+  PyObject* cpu = layout == h->strided ? PyObject_GetAttr(tensor, names.isCpu) : nullptr;
+  const bool host = cpu == Py_True;
+  Py_XDECREF(layout);
+  Py_XDECREF(cpu);
+  PyObject* self = tensor;
+  PyObject* detached =
+      host ? PyObject_VectorcallMethod(names.detach, &self, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr) : nullptr;
+  PyObject* c =
+      detached ? PyObject_VectorcallMethod(names.contiguous, &detached, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr)
+               : nullptr;
+  Py_XDECREF(detached);
+  if (c && Py_TYPE(c) == reinterpret_cast<PyTypeObject*>(h->tensorType) && c != tensor &&
+      t.read(c, h->dtypes, h->strided, &h->getters)) {
+    *copy = c;
+    return true;
+  }
+  Py_XDECREF(c);
+  PyErr_Clear();
+  return false;
+}
 
-  // Recorder._on_output from here: the call index, the digest, the failure snapshot.
+// Recorder._on_output's call count of `path`: the index of this call, or -1 with an exception set.
+long long nextCall(ModuleHooks* h, PyObject* path) {
   PyObject* count = PyDict_GetItemWithError(h->calls, path);
   long long callIndex = count ? PyLong_AsLongLong(count) : 0;
   PyObject* next = (count || !PyErr_Occurred()) && callIndex >= 0 ? PyLong_FromLongLong(callIndex + 1) : nullptr;
@@ -209,22 +238,61 @@ int digestDense(ModuleHooks* h, PyObject* path, PyObject* output) {
     return -1;
   }
   Py_DECREF(next);
+  return callIndex;
+}
+
+// Session._digest of one host tensor: dlrr_digest, then the failure snapshot at a non-finite
+// value. 0, or -1 with an exception set.
+int digestOne(ModuleHooks* h, const char* where, long long callIndex, uint32_t output, const DenseTensor& t) {
   dlrr_digest_t out{};
-  const char* where = PyBytes_AS_STRING(path);
   if (t.nbytes() >= kReleaseGilBytes) {
-    Py_BEGIN_ALLOW_THREADS h->digest(DLRR_DIGEST_MODULE_OUTPUT, where, static_cast<uint32_t>(callIndex), 0, t.dtype(),
-                                     t.ndim(), t.shape(), t.data(), t.nbytes(), h->keep, &out);
+    Py_BEGIN_ALLOW_THREADS h->digest(DLRR_DIGEST_MODULE_OUTPUT, where, static_cast<uint32_t>(callIndex), output,
+                                     t.dtype(), t.ndim(), t.shape(), t.data(), t.nbytes(), h->keep, &out);
     Py_END_ALLOW_THREADS
   } else {
-    h->digest(DLRR_DIGEST_MODULE_OUTPUT, where, static_cast<uint32_t>(callIndex), 0, t.dtype(), t.ndim(), t.shape(),
-              t.data(), t.nbytes(), h->keep, &out);
+    h->digest(DLRR_DIGEST_MODULE_OUTPUT, where, static_cast<uint32_t>(callIndex), output, t.dtype(), t.ndim(),
+              t.shape(), t.data(), t.nbytes(), h->keep, &out);
   }
   if (out.nan_count || out.inf_count) {
     PyObject* r = PyObject_CallNoArgs(h->failureSnapshot);
     if (!r) return -1;
     Py_DECREF(r);
   }
-  return 1;
+  return 0;
+}
+
+constexpr Py_ssize_t kMaxTupleOutputs = 8;
+
+// The output's digest without Python: 1 done, 0 not this case (nothing done, no error set), -1
+// error. Native: one tensor, or a flat tuple of tensors and Nones (Recorder._on_output's walk
+// gives the same tensors the same indices), each one readHost takes. Every tensor is read
+// before anything is counted or digested, so a tuple that is not this case is left whole to
+// the Python path.
+int digestDense(ModuleHooks* h, PyObject* path, PyObject* output) {
+  if (!h->digest || !PyBytes_Check(path)) return 0;
+  const bool tuple = PyTuple_CheckExact(output);
+  const Py_ssize_t items = tuple ? PyTuple_GET_SIZE(output) : 1;
+  if (items < 1 || items > kMaxTupleOutputs) return 0;
+  DenseTensor ts[kMaxTupleOutputs];
+  PyObject* copies[kMaxTupleOutputs] = {};
+  int n = 0;
+  bool ok = true;
+  for (Py_ssize_t i = 0; i < items && ok; ++i) {
+    PyObject* item = tuple ? PyTuple_GET_ITEM(output, i) : output;
+    if (item == Py_None && tuple) continue;
+    ok = readHost(h, item, ts[n], &copies[n]);
+    if (ok) ++n;
+  }
+  int rc = ok && n > 0 ? 1 : 0;
+  if (rc == 1) {
+    long long callIndex = nextCall(h, path);
+    const char* where = PyBytes_AS_STRING(path);
+    if (callIndex < 0) rc = -1;
+    for (int i = 0; i < n && rc == 1; ++i)
+      if (digestOne(h, where, callIndex, static_cast<uint32_t>(i), ts[i]) < 0) rc = -1;
+  }
+  for (int i = 0; i < n; ++i) Py_XDECREF(copies[i]);
+  return rc;
 }
 
 // stack.pop() of a non-empty list, as list.pop does it (the size lowered, the item released
@@ -429,7 +497,9 @@ PyModuleDef moduleDef = {
 
 PyMODINIT_FUNC PyInit__dlrr_native(void) {
   if (!intern(names.active, "active") || !intern(names.dict, "__dict__") || !intern(names.stack, "stack") ||
-      !intern(names.depth, "depth") || dlrr::pyext::initDenseTensorNames() < 0)
+      !intern(names.depth, "depth") || !intern(names.layout, "layout") || !intern(names.isCpu, "is_cpu") ||
+      !intern(names.detach, "detach") || !intern(names.contiguous, "contiguous") ||
+      dlrr::pyext::initDenseTensorNames() < 0)
     return nullptr;
   PyObject* m = PyModule_Create(&moduleDef);
   if (!m) return nullptr;

@@ -362,6 +362,30 @@ class ReplayTinyJobTest(TraceTestCase):
                       "recorded under --capture minimal: whether one was non-finite first is not known)", r.stderr)
         self.assertNotIn("every module output was finite", r.stderr)
 
+    def test_process_capture_records_no_step_and_replay_compares_none(self):
+        # Issue 33: the cheapest level. The hook leaves torch unpatched (no batch, step, loss or
+        # digest); replay runs the job on its own data and says that no step was compared.
+        plain = run([PY, TINY, "--steps", "3", "--raise-at", "2"])
+        p = run([tool("dlrecord"), "--capture", "process", "-o", self.trace_path(), "--", PY, TINY, "--steps", "3",
+                 "--raise-at", "2"])
+        self.assertEqual(p.returncode, plain.returncode, p.stderr)
+        self.assertIn("no steps captured: --capture process records none", p.stderr)
+        i = info(self.trace_path())
+        self.assertEqual(sum(s["steps"] for s in i["processes"]), 0)
+        self.assertEqual(i["failure"]["kind"], "exception")  # process-wide hooks stay
+        events = run([tool("dltrace"), "events", self.trace_path(), "--json"], check=True).stdout
+        self.assertNotIn('"batch"', events)
+        self.assertIn("torch", events)  # runtime facts: versions
+        triage = run([tool("dltrace"), "triage", self.trace_path()]).stdout
+        self.assertIn("where       not known (no steps are recorded under --capture process)", triage)
+        self.assertIn("of wall time since launch; steps not recorded (--capture process)", triage)
+        r = run([tool("dlreplay"), self.trace_path(), "--until", "end"])
+        # The job's own loop ran (nothing served) on the recorded entropy: its seeds, so its losses.
+        self.assertEqual(r.stdout, p.stdout)
+        self.assertIn("step 1 loss", r.stdout)
+        self.assertIn("0 of 0 recorded steps verified", r.stderr)
+        self.assertIn("unverified: recorded with --capture process", r.stderr)
+
     def test_nan_in_a_parameter_first_stops_after_the_optimizer_step(self):
         # Steps counted by optimizer.step() (the step has ended when step() returns) and by batch.
         for extra in ((), ("--loader",)):

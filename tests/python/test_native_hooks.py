@@ -1,8 +1,9 @@
 """The native module hooks (_dlrr_native, interpose/pyext/ModuleHooks.cc) against the Python ones.
 
 The same job runs twice on the fake library, once with each kind of hook, and the calls the
-library sees must be identical, digests' bytes included: dense CPU outputs digested in C,
-everything else (tuples, non-contiguous and half/complex outputs, unnamed modules, modules run
+library sees must be identical, digests' bytes included: CPU outputs digested in C (a tensor, or
+a flat tuple of tensors and Nones; a non-contiguous one through its contiguous copy, as the
+Python path copies it), everything else (nested or half/complex outputs, unnamed modules, modules run
 while a batch is fetched, a forward that raises, a non-finite output and its failure snapshot,
 an internal error) through the Python functions the C hooks call.
 
@@ -60,6 +61,11 @@ class Pair(nn.Module):
         return x * 2, (x + 1).to(torch.float16)
 
 
+class TransposedAndNone(nn.Module):
+    def forward(self, x):
+        return x.t(), None  # as MultiheadAttention(batch_first=True) returns without weights
+
+
 class Nothing(nn.Module):
     def forward(self, x):
         return None
@@ -76,6 +82,7 @@ class Net(nn.Module):
         self.lin = nn.Linear(3, 4)
         self.seq = nn.Sequential(nn.ReLU(), Transposed(), Pair())
         self.nothing = Nothing()
+        self.transposed_and_none = TransposedAndNone()
         self.raises = Raises()
         self.big = nn.Linear(4, 8192)  # 128 KiB out per row of 4: digested without the GIL
 
@@ -83,6 +90,7 @@ class Net(nn.Module):
         y = self.lin(x)
         a, b = self.seq(y)
         self.nothing(y)
+        t, _ = self.transposed_and_none(y)
         nn.Identity()(y)  # a module the root does not own: path "<root>.<Identity>"
         try:
             self.raises(y)
@@ -90,7 +98,7 @@ class Net(nn.Module):
             pass
         c = self.big(y)
         d = y.to(torch.complex64) if hasattr(torch, "complex64") else y
-        return c.sum() + a.sum() + b.float().sum() + nn.Identity()(d).real.sum() + y.long().sum()
+        return c.sum() + a.sum() + t.sum() + b.float().sum() + nn.Identity()(d).real.sum() + y.long().sum()
 
 
 class Interleaved(nn.Module):
@@ -270,8 +278,10 @@ class NativeHooksTest(unittest.TestCase):
             rec.modules.install(__import__("torch.nn.modules.module", fromlist=["Module"]))
             job()
         self.record(True, action=counting_job)
-        self.assertIn(b"seq.1", seen)  # not contiguous: Python
+        self.assertIn(b"seq.2", seen)  # a tuple the C path does not take here (its float16 half): Python
         self.assertNotIn(b"lin", seen)  # dense float32: C
+        self.assertNotIn(b"seq.1", seen)  # not contiguous: its contiguous copy, in C
+        self.assertNotIn(b"transposed_and_none", seen)  # a tuple of a non-contiguous tensor and None: C
 
     def test_no_reference_leaks(self):
         """Hooks called directly many times leave every object's reference count as it was."""

@@ -170,6 +170,22 @@ class MinimalCaptureTest(RecorderTestCase):
         self.assert_steps_well_formed(2)
 
 
+class ProcessCaptureTest(RecorderTestCase):
+    capture_level = native.CAPTURE_PROCESS
+
+    def test_torch_left_unpatched(self):
+        from dlrr_hook.patching import original_of
+        model = small_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, _ in DataLoader(IndexDataset(8), batch_size=4):
+            train_step(model, optimizer, x.float().view(-1, 1).expand(-1, 3))
+        recorded = {c[0] for c in self.lib.calls}
+        self.assertFalse(recorded & {"step_begin", "step_end", "batch_begin", "digest", "rng_state", "rng_states"},
+                         recorded)
+        self.assertIs(original_of(torch.Tensor.backward), torch.Tensor.backward)
+        self.assertIsNone(self.rec.modules)
+
+
 class BackwardPassThroughTest(RecorderTestCase):
     def _grads(self, tensor_backward, autograd_backward):
         w = torch.tensor([1.0, 2.0], requires_grad=True)

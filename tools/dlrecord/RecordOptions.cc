@@ -87,7 +87,8 @@ const char* const kRecordUsage =
     "\n"
     "options:\n"
     "  -o, --output TRACE   trace directory to create (default: ./dlrr-YYYYmmdd-HHMMSS.trace)\n"
-    "  --capture LEVEL      minimal | default | full  (default: default)\n"
+    "  --capture LEVEL      process | minimal | default | full  (default: default)\n"
+    "                         process: entropy, files, processes, exceptions; no steps\n"
     "                         minimal: entropy, batches, RNG states, loss, failures\n"
     "                         default: + digests of module outputs, gradients, parameters\n"
     "                         full:    + every module output tensor of every step\n"
@@ -151,8 +152,8 @@ RecordOptions parseRecordOptions(const std::vector<std::string>& argv) {
   RecordOptions o;
   o.output = args.value("--output").value_or("");
   o.capture = args.value("--capture").value_or(o.capture);
-  if (o.capture != "minimal" && o.capture != "default" && o.capture != "full")
-    throw UsageError("--capture must be minimal, default or full (got '" + o.capture + "')");
+  if (o.capture != "process" && o.capture != "minimal" && o.capture != "default" && o.capture != "full")
+    throw UsageError("--capture must be process, minimal, default or full (got '" + o.capture + "')");
   o.collectives = args.value("--collectives").value_or(o.collectives);
   if (o.collectives != "digest" && o.collectives != "full")
     throw UsageError("--collectives must be digest or full (got '" + o.collectives + "')");

@@ -119,7 +119,7 @@ std::string page(Trace& trace, const ReportData& d, const triage::TriageResult& 
   for (const HeatMap* m : {&d.gradients, &d.activations}) {
     h += "<h2>" + htmlEscape(m->title) + (f ? ", steps before the failure" : ", last steps") + "</h2>";
     if (m->steps.empty()) {
-      h += "<p class=\"note\">No such digests recorded (dlrecord --capture minimal records none).</p>";
+      h += "<p class=\"note\">No such digests recorded (dlrecord --capture minimal and process record none).</p>";
       continue;
     }
     h += heatMapSvg(m == &d.gradients ? "heatmap gradients" : "heatmap activations", *m, f ? f->step : -1);

@@ -51,8 +51,9 @@ DLRR_API int dlrr_mode(void);
 /* Why recording is off or degraded ("" when all is well). */
 DLRR_API const char* dlrr_status(void);
 DLRR_API const char* dlrr_trace_dir(void);
-/* Capture level: 0 minimal (batches, RNG, loss, failures), 1 default (+ digests), 2 full
- * (+ every module output tensor every step). */
+/* Capture level: -1 process (no steps: entropy, files, processes, exceptions), 0 minimal
+ * (batches, RNG, loss, failures), 1 default (+ digests), 2 full (+ every module output tensor
+ * every step). */
 DLRR_API int dlrr_capture_level(void);
 /* The descriptor the hook points faulthandler at, so that a fatal signal's Python stack is
  * embedded in the trace by the native handler: the library's own (one descriptor for both,

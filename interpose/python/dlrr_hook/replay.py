@@ -49,6 +49,8 @@ _EXTREME = 1e6  # |x| above this in an input batch is named as extreme
 
 
 BATCH_VALUE, BATCH_REF_HELD, BATCH_REF = 1, 2, 3  # dlrr_replay_batch_kind
+PROCESS_CAPTURE_NOTE = ("recorded with --capture process: no steps, batches, losses or digests are in the trace; the "
+                        "job ran on its own data with the recorded entropy and files, and no step was compared")
 
 
 def _sample_file(dataset, index):
@@ -284,6 +286,11 @@ class Replayer(Session):
     def _on_torch(self, torch):
         self._restore_threads(torch)
         self._compare_runtime(torch)
+        if self.capture_level < native.CAPTURE_MINIMAL:
+            # No steps were recorded: the job runs on its own data, nothing is served or compared.
+            self._note_unverified("capture.process", PROCESS_CAPTURE_NOTE)
+            super()._on_torch(torch)
+            return
         self.decoder = BatchDecoder(torch)
         dataloader = __import__("torch.utils.data.dataloader", fromlist=["DataLoader"])
         replayer = self

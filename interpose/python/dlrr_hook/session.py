@@ -323,6 +323,11 @@ class Session:
         # Libraries torch loads may install fatal-signal handlers over ours (Debian 13's torch
         # loads UCX, which re-raises with tgkill): ours back on top, theirs called from ours.
         self.failures.retake_first()
+        if self.capture_level < native.CAPTURE_MINIMAL:
+            # --capture process: no step is recorded, so torch is left unpatched; the fact tells
+            # triage that "no step began" means "none recorded"
+            self.lib.dlrr_runtime_info(b"capture.steps", b"not recorded (--capture process)")
+            return
         self._tensor_type = torch.Tensor
         dataloader = importlib.import_module("torch.utils.data.dataloader")
         worker = importlib.import_module("torch.utils.data._utils.worker")
@@ -395,6 +400,10 @@ class Session:
             pass  # a torchrun agent: the ranks it started trained, each in its own stream
         elif self.torch is None:
             self._report(1, "no steps captured: torch was never imported")
+        elif self.capture_level < native.CAPTURE_MINIMAL:
+            self.guarded(self._send_runtime_info)
+            self._report(1, "no steps captured: --capture process records none (entropy, files, processes, "
+                            "exceptions and runtime facts only)")
         else:
             self.guarded(self.steps.on_exit)
             if self.active and self.steps.steps_begun == 0:
