@@ -284,7 +284,7 @@ class NativeHooksTest(unittest.TestCase):
             lin, pair = model[0], model[1]
             out, outs = lin(x), pair(x)
             path = rec.modules.paths.lookup(lin)
-            info = rec.marshal._dtypes[torch.float32]
+            info = rec.marshal.dtypes[torch.float32]
             watched = (model, lin, pair, x, out, outs, path, outs[0], info, info[0])
             hooks.pre(model, (x,))
             before = [sys.getrefcount(o) for o in watched]

@@ -262,7 +262,7 @@ class NativeValuesTest(unittest.TestCase):
         bad = [images, {"k": text}, Mapping({}, fail=True), labels]
         info = self.marshal.dtype_info(torch.float32)
         watched = [batch, bad, images, labels, inner, text, key, blob, big, info, info[0],
-                   self.native.native_walker, self.marshal._dtypes, torch.Tensor]
+                   self.native.native_walker, self.marshal.dtypes, torch.Tensor]
 
         def write_both():
             self.native.write(batch)

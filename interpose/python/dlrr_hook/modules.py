@@ -88,6 +88,11 @@ class ModulePaths:
         self.generation = 0
         self.tracks_registrations = False
 
+    @property
+    def table(self):
+        """id(module) -> (weakref, path bytes): the native hooks read it directly (ModuleHooks.cc)."""
+        return self._paths
+
     def lookup(self, module):
         entry = self._paths.get(id(module))
         if entry is not None and entry[0]() is module:
@@ -204,6 +209,10 @@ class ModuleTracker:
         """Forget the calling thread's stack (called where no forward can be running)."""
         self._local.__dict__.pop("stack", None)
 
+    def stack(self):
+        """The calling thread's executing modules, outermost first (None or empty: none runs)."""
+        return self._local.__dict__.get("stack")
+
     def install(self, module_module):
         rec = self._rec
         local = self._local
@@ -213,7 +222,7 @@ class ModuleTracker:
         on_root = self._on_root
         on_output = self._on_output
         digest_outputs = self._digest_outputs
-        path_entries = paths._paths.get  # the per-call lookup, inlined below (ModulePaths.lookup)
+        path_entries = paths.table.get  # the per-call lookup, inlined below (ModulePaths.lookup)
         fetch = _fetch
 
         # The hooks run for every module call of every step: lookups are bound once, and the
@@ -288,7 +297,7 @@ class ModuleTracker:
                 rec=rec, local=self._local, fetch=_fetch,
                 is_compiling=None,  # torch 2.x: asked by the Python shim, where torch.compile can see it
                 is_grad_enabled=self._torch.is_grad_enabled, on_root=self._on_root, on_output=self._on_output,
-                path_of=self.paths.path_of, paths=self.paths._paths, calls=digest.get("calls", {}),
+                path_of=self.paths.path_of, paths=self.paths.table, calls=digest.get("calls", {}),
                 tensor_type=self._torch.Tensor, strided=self._torch.strided, dtypes=digest.get("dtypes", {}),
                 failure_snapshot=digest.get("failure_snapshot", _nothing), internal_error=rec.internal_error,
                 digest_address=digest.get("address", 0), keep=digest.get("keep", 0),

@@ -114,7 +114,7 @@ class Recorder(Session):
         if address is None:
             return None
         return {"address": address, "keep": self._keep_outputs, "calls": self._module_calls,
-                "dtypes": self.marshal._dtypes, "failure_snapshot": self._failure_snapshot}
+                "dtypes": self.marshal.dtypes, "failure_snapshot": self._failure_snapshot}
 
     def snapshot_rng(self, step=None):
         """RNG states that will belong to optimizer-driven step `step` (see StepTracker)."""

@@ -112,7 +112,7 @@ class ReplayHelpers:
     def inputs(self):
         """nan target: the positional inputs of the failing module's call (re-run it with
         `module(*dlrr.inputs)` to step into it), else None."""
-        return self._rep._target_inputs
+        return self._rep.target_inputs
 
     def batch(self):
         """The batch of this step, as served to the job."""
@@ -193,7 +193,7 @@ class Replayer(Session):
         self._stopped = False
         self._armed = False
         self._nan_calls = {}
-        self._target_inputs = None  # the failing module's inputs at the nan target (dlrr.inputs)
+        self.target_inputs = None  # the failing module's inputs at the nan target (dlrr.inputs)
         self._rng_warned = False
         self._served_in_process = False  # a batch served where the job would have loaded it itself
         self._anomaly = None
@@ -330,7 +330,7 @@ class Replayer(Session):
         def wrap(original):
             def __call__(module, *args, **kwargs):
                 if not replayer.fast_forwarding or not replayer.active or fetching() or \
-                        replayer.modules._local.__dict__.get("stack") or replayer._last_fast_forwarded():
+                        replayer.modules.stack() or replayer._last_fast_forwarded():
                     return original(module, *args, **kwargs)
                 key = (id(module), module.training, torch.is_grad_enabled(), _shapes(args, kwargs, torch.Tensor))
                 template = templates.get(key)
@@ -441,7 +441,7 @@ class Replayer(Session):
     def make_iterator(self, loader, original=None):
         torch = self.torch
         iterator = ReplayIterator(self, loader)
-        state = self.loaders._loader_state(loader)
+        state = self.loaders.loader_state(loader)
         kind = self.lib.dlrr_replay_batch_kind(state.number, state.batches)
         if kind in (BATCH_REF_HELD, BATCH_REF) and not self.data_absent and original is not None:
             # Recorded by reference: the job's own iterator (its sampler, base seed, workers)
@@ -470,7 +470,7 @@ class Replayer(Session):
         return iterator
 
     def next_batch(self, iterator):
-        iteration = self.loaders._iteration_of(iterator)
+        iteration = self.loaders.iteration_of(iterator)
         loader = iteration.loader
         length = self.lib.dlrr_replay_iterator_length(loader.number, iteration.number)
         if 0 <= length <= iteration.count:
@@ -710,13 +710,7 @@ class Replayer(Session):
             return
         torch = self.torch
         samples = {t.data_ptr() for _, t in _tensors_with_paths(self.current_batch, torch.Tensor)}
-        training = self.training
-
-        def phase():
-            if training._backward_depth > 0:
-                return "backward"
-            return "optimizer" if training._local.__dict__.get("step", 0) > 0 else "forward"
-        self._explainer = Explainer(torch, phase, self._running_module, samples)
+        self._explainer = Explainer(torch, self.training.phase, self._running_module, samples)
         self._explainer.enter()
 
     def _what_if_step_end(self, step, loss):
@@ -750,7 +744,7 @@ class Replayer(Session):
 
     def _running_module(self):
         """Path of the innermost module running now (the replay's module stack), or None."""
-        stack = self.modules._local.__dict__.get("stack")
+        stack = self.modules.stack()
         if not stack:
             return None
         parent = stack[-2] if len(stack) > 1 else None
@@ -834,14 +828,14 @@ class Replayer(Session):
         if not self._armed or self._stopped or self.target.digest_kind != native.DIGEST_MODULE_OUTPUT:
             return None
         try:
-            stack = self.modules._local.__dict__.get("stack") or [module]
+            stack = self.modules.stack() or [module]
             parent = stack[-2] if len(stack) > 1 else None
             path = self.modules.paths.path_of(module, parent, stack[0]).decode("utf-8", "surrogatepass")
             shown = path or "<root>"
             n = self._nan_calls.get(shown, 0)
             self._nan_calls[shown] = n + 1
             if shown == self.target_where and n == self.target.call_index:
-                self._target_inputs = args
+                self.target_inputs = args
                 if self._explainer is not None and self._explainer.found is None:
                     self._look_ahead(module, args, shown)  # before the call; _on_output then stops
         except Exception as exc:

@@ -537,7 +537,7 @@ class Session:
         if address is None:
             return None
         try:
-            return make(digest_many_address=address, dtypes=self.marshal._dtypes,
+            return make(digest_many_address=address, dtypes=self.marshal.dtypes,
                         tensor_types=(torch.Tensor, torch.nn.Parameter), strided=torch.strided,
                         fallback=self._digest_alone)
         except Exception:  # an extension of another build

@@ -50,6 +50,12 @@ class TrainingPatches:
       after_step(optimizer)      after it returned normally
     """
 
+    def phase(self):
+        """What runs now: "backward", "optimizer" (this thread inside optimizer.step()) or "forward"."""
+        if self._backward_depth > 0:
+            return "backward"
+        return "optimizer" if self._local.__dict__.get("step", 0) > 0 else "forward"
+
     def __init__(self, recorder, torch, before_backward, after_backward, before_step, after_step):
         self._rec = recorder
         self._torch = torch

@@ -98,7 +98,7 @@ class ValueWriter:
             if not all(functions.values()):
                 return None
             return make(functions=functions, tensor_type=self._tensor_type, strided=torch.strided,
-                        dtypes=self._marshal._dtypes, cpu_device=self._marshal.device_name(torch.device("cpu")),
+                        dtypes=self._marshal.dtypes, cpu_device=self._marshal.device_name(torch.device("cpu")),
                         max_depth=MAX_DEPTH, fallback=self.write_python)
         except Exception:  # an extension of another build
             return None
