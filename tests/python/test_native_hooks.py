@@ -437,9 +437,9 @@ class NativeHooksTest(unittest.TestCase):
         digested_in_python = []
 
         def spied():
-            rec = dlrr_hook.current()
-            original = rec._digest
-            rec._digest = lambda kind, *a: (digested_in_python.append((kind, a[2], str(a[3].dtype))),
+            strategy = dlrr_hook.current().strategy
+            original = strategy.digest
+            strategy.digest = lambda kind, *a: (digested_in_python.append((kind, a[2], str(a[3].dtype))),
                                             original(kind, *a))[1]
             losses()
         self.record(True, action=spied)
@@ -453,7 +453,7 @@ class NativeHooksTest(unittest.TestCase):
         sys.modules[NAME] = self.module
         rec = dlrr_hook.install(lib=lib)
         self.assertIsNotNone(rec.modules.native_hooks)
-        self.assertIsNone(rec.native_digest())
+        self.assertIsNone(rec.strategy.native_digest())
         self.assertIsNone(rec.modules.native_hooks.loss(torch.ones(()), 0, 0))  # replay checks losses in Python
 
     def test_turned_off_by_the_environment(self):

@@ -92,7 +92,7 @@ class ServeError(Exception):
 
 
 class DistHooks:
-    """Installs the torch.distributed patches for a Recorder or a Replayer."""
+    """Installs the torch.distributed patches for the Session, recording or replaying."""
 
     def __init__(self, rec, torch, replay_mode=None):
         self._rec = rec
@@ -262,7 +262,7 @@ class DistHooks:
 
     def _unservable(self, exc):
         """Stops the replay: the rank cannot go on without its peers."""
-        self._rec.stop("unservable", str(exc), sys._getframe(2))
+        self._rec.strategy.stop("unservable", str(exc), sys._getframe(2))
         raise RuntimeError("dlrr: %s" % exc)
 
     def _finite(self, tensors):
@@ -283,7 +283,7 @@ class DistHooks:
             return
         if getattr(rec, "_stopped", True) or rec.steps.current != target.step or self._finite(results):
             return
-        rec.stop("target", "after collective #%d (%s) of step %d: its result holds the first non-finite values "
+        rec.strategy.stop("target", "after collective #%d (%s) of step %d: its result holds the first non-finite values "
                  "this rank saw, received from other ranks (dltrace info names the rank where they began; "
                  "replay that one with --rank)" % (seq, _display(op), target.step), sys._getframe(2))
 
@@ -504,7 +504,7 @@ class DistHooks:
         call = {"backend": "dlrr_replay", "store": self._torch.distributed.HashStore(), "rank": int(rank), "world_size": int(world)}
         if timeout is not None:
             call["timeout"] = timeout
-        self._rec.guarded(self._rec._fact, "dist.group",
+        self._rec.guarded(self._rec.strategy.fact, "dist.group",
                           "rank %s of %s replayed alone: collectives served from the trace" % (rank, world))
         return original(**call)
 
@@ -573,7 +573,7 @@ class DistHooks:
                 return original(ddp, state, hook)
             if hooks.replay_mode == DIST_REPLAY_ALONE:
                 # Alone, the job's hook would communicate: dlrr's serves its buckets instead.
-                hooks._rec.guarded(hooks._rec._fact, "dist.comm_hook",
+                hooks._rec.guarded(hooks._rec.strategy.fact, "dist.comm_hook",
                                    "the job's DDP comm hook %s is not run: its results are served from the trace"
                                    % getattr(hook, "__name__", "?"))
                 result = original(ddp, None, hooks._served_hook)

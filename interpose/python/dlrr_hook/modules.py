@@ -15,7 +15,7 @@ one dict lookup.
 torch.compile: a compiled model is an OptimizedModule wrapping the original as `_orig_mod`; that
 component is left out of paths and parameter names (shown as the original model's).  The
 hooks stay out of the compiled graph, so a compiled module's submodules are not seen at all
-(the recorder says so in the trace: Recorder._note_compiled).
+(the recorder says so in the trace: Session._note_compiled).
 
 Native hooks: where the `_dlrr_native` extension (interpose/pyext/ModuleHooks.cc, built for this
 interpreter next to these modules) imports, the two global hooks are its C functions: the same
@@ -189,7 +189,7 @@ class ModuleTracker:
 
     def __init__(self, recorder, torch, on_root, on_output, digest_outputs, native_digest=None, native=False):
         """native_digest: a dict of what the native hooks need to digest a dense CPU output
-        themselves (Recorder.native_digest), None to send every output to on_output.  native:
+        themselves (RecordStrategy.native_digest), None to send every output to on_output.  native:
         the extension module to use, False to look for it (native_extension()), None for none."""
         self._rec = recorder
         self._torch = torch

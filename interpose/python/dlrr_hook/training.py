@@ -225,7 +225,7 @@ class TrainingPatches:
                 # --what-if skip-step: the same, for the step the change starts at. A closure
                 # (LBFGS, skorch's step_fn) still runs once, as the job's code after the step
                 # expects (its loss returned, skorch's step accumulator filled).
-                if outermost and (rec.fast_forwarding or rec.skip_update):
+                if outermost and (rec.strategy.fast_forwarding or rec.strategy.skip_update):
                     closure = kwargs.get("closure", args[0] if args else None)
                     result = None
                     if callable(closure):
