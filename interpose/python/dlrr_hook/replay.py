@@ -80,15 +80,15 @@ class ReplayIterator:
 
     def __init__(self, replayer, loader):
         self._replayer = replayer
-        self._loader = loader
-        self._sampler_iter = None  # the loader's own index sampler, advanced batch by batch
-        self._real = None  # the loader's own iterator, re-making batches recorded by reference
+        self.loader = loader
+        self.sampler_iter = None  # the loader's own index sampler, advanced batch by batch
+        self.real = None  # the loader's own iterator, re-making batches recorded by reference
 
     def __iter__(self):
         return self
 
     def __len__(self):
-        return len(self._loader)
+        return len(self.loader)
 
     def __next__(self):
         return self._replayer.next_batch(self)
@@ -448,7 +448,7 @@ class ReplayStrategy(Strategy):
         if kind in (BATCH_REF_HELD, BATCH_REF) and not self.data_absent and original is not None:
             # Recorded by reference: the job's own iterator (its sampler, base seed, workers)
             # re-makes each batch, checked against the recorded digest (docs/replay.md).
-            iterator._real = original(loader)
+            iterator.real = original(loader)
             self.session.loaders.begin_iteration(loader, iterator)
             return iterator
         # The real iterator makes its index sampler's iterator, then draws its base seed from
@@ -458,9 +458,9 @@ class ReplayStrategy(Strategy):
         # (Mimicking RandomSampler alone left every other sampler's draws out: a faithful
         # replay warned that the job drew random numbers differently, issue 18.13.)
         try:
-            iterator._sampler_iter = iter(loader._index_sampler)
+            iterator.sampler_iter = iter(loader._index_sampler)
         except Exception:
-            iterator._sampler_iter = None
+            iterator.sampler_iter = None
         # A loader with persistent workers makes its iterator once and only resets it at later
         # epochs: a new sampler iterator, no new base seed (no draw then).
         persistent = getattr(loader, "persistent_workers", False) and getattr(loader, "num_workers", 0) > 0
@@ -478,20 +478,20 @@ class ReplayStrategy(Strategy):
         if 0 <= length <= iteration.count:
             self.session.loaders.stopped(iterator)
             raise StopIteration
-        if iterator._real is not None:
+        if iterator.real is not None:
             return self._remade_batch(iterator, loader)
         # A loader without workers loads in this process: what its Dataset or collate_fn drew
         # (augmentation) was drawn when recorded, not here, where the batch is served. The
         # recording says whether it drew (RecordStrategy._probe_load_draws): then the comparison at
         # this delivery would blame the job for that, and it is skipped.
-        self._served_in_process = getattr(iterator._loader, "num_workers", 0) == 0 and bool(
+        self._served_in_process = getattr(iterator.loader, "num_workers", 0) == 0 and bool(
             self.lib.dlrr_replay_runtime_info(native.text("rng.loader.%d.draws_while_loading" % loader.number)))
         kind = self.lib.dlrr_replay_batch_kind(loader.number, loader.batches)
-        if iterator._sampler_iter is not None:
+        if iterator.sampler_iter is not None:
             try:
-                next(iterator._sampler_iter)  # its random draws; the batch itself is served
+                next(iterator.sampler_iter)  # its random draws; the batch itself is served
             except Exception:
-                iterator._sampler_iter = None  # exhausted or failing: the recording decides
+                iterator.sampler_iter = None  # exhausted or failing: the recording decides
         ptr, n = ctypes.c_void_p(), ctypes.c_uint64()
         if kind == BATCH_REF and not self.fast_forwarding:
             self._refuse_dataless(loader, "its bytes are not in the trace (outside the window) and this replay runs "
@@ -549,7 +549,7 @@ class ReplayStrategy(Strategy):
 
     def _remade_batch(self, iterator, loader):
         """The next batch re-made by the job's own iterator, checked against the recorded digest."""
-        real = iterator._real
+        real = iterator.real
         try:
             with in_fetch():
                 data = real._next_data()
@@ -578,7 +578,7 @@ class ReplayStrategy(Strategy):
                 loader.batches, loader.number, step if step >= 0 else "-", what.value.decode("utf-8", "replace"))
             if 0 <= pos.value < len(indices):
                 detail += "; dataset index %d" % indices[pos.value]
-                path = _sample_file(getattr(iterator._loader, "dataset", None), indices[pos.value])
+                path = _sample_file(getattr(iterator.loader, "dataset", None), indices[pos.value])
                 if path:
                     detail += ", file %s" % path
             step = step if step >= 0 else self.steps.current
