@@ -30,7 +30,10 @@ class RecordStrategy(Strategy):
         self._pre_fetch = None  # (loader number, generator states) before an in-process load
 
     def after_torch(self, torch):
-        """What the main process reads (files.py), and the snapshots of what trains."""
+        """What the main process reads (files.py), and the snapshots of what trains; not in a
+        child the library no longer records (torch imported after a fork turned it off)."""
+        if self.lib.dlrr_mode() != native.MODE_RECORD:
+            return
         s = self.session
         FileCapture(s, self.lib).install(s.patcher, importlib.import_module("torch.utils.data.dataloader"))
         s.snapshots = SnapshotTaker(self.lib, s.values, s.registry, self.window)
