@@ -543,7 +543,7 @@ class Session:
         return self._digest_fn(kind, path, call_index, output, p[1], p[3], p[4], p[5], p[6], keep, self._digest_ref)
 
     def _digest_in_batch(self, kind, path, call_index, tensor):
-        """_digest(kind, path, call_index, 0, tensor, 0), CPU tensors gathered into one
+        """strategy.digest(kind, path, call_index, 0, tensor, 0), CPU tensors gathered into one
         dlrr_digest_many call that _flush_batch(kind) makes (the same events, in order)."""
         batch = self._batch
         g = self.gpu
@@ -666,7 +666,7 @@ class Session:
             g = self.gpu
             if self._inline_outputs and (g is None or self.capture_level >= native.CAPTURE_FULL or
                                          not g.applies(output)):
-                # record's _digest host path inlined: this runs for every module call of every step
+                # RecordStrategy.digest's host path inlined: this runs for every module call of every step
                 p = self._prepare(output)
                 if p is not None:
                     self._digest_fn(native.DIGEST_MODULE_OUTPUT, path, call_index, 0, p[1], p[3], p[4], p[5],
@@ -707,7 +707,7 @@ class Session:
         hooks = self.modules.native_hooks if self.modules is not None else None
         for index, tensor in enumerate(tensors):
             # The native module hooks digest a dense CPU loss themselves (record only: they
-            # answer None in replay, and for anything else), as _digest would, and read its value.
+            # answer None in replay, and for anything else), as strategy.digest would, and read its value.
             value = None if hooks is None else hooks.loss(tensor, call_index, index)
             if value is None:
                 host = self.strategy.digest(native.DIGEST_LOSS, b"loss", call_index, index, tensor,
