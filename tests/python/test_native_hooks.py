@@ -1,4 +1,4 @@
-"""The native module hooks (_dlrr_native, interpose/pyext/ModuleHooks.cc) against the Python ones.
+"""The native module hooks (_dlrr_native, pyhook/ext/ModuleHooks.cc) against the Python ones.
 
 The same job runs twice on the fake library, once with each kind of hook, and the calls the
 library sees must be identical, digests' bytes included: dense CPU outputs digested in C,

@@ -1,4 +1,4 @@
-"""The native batch value walk (_dlrr_native.ValueWriter, interpose/pyext/ValueWriter.cc) against
+"""The native batch value walk (_dlrr_native.ValueWriter, pyhook/ext/ValueWriter.cc) against
 the Python one (dlrr_hook/values.py).
 
 Each value is written twice on the fake library, by a ValueWriter without the extension and by

@@ -185,7 +185,7 @@ class ModeTest(unittest.TestCase):
             source = f.read()
         tables = source[source.index("kHookTexts[] = {"):source.index("}  // namespace", source.index("kHookLists"))]
         known = set(re.findall(r'\{"([a-z_.]+)", &ReplayReport::', tables))
-        hook_dir = os.path.join(fake_native.REPO, "interpose", "python", "dlrr_hook")
+        hook_dir = os.path.join(fake_native.REPO, "pyhook", "python", "dlrr_hook")
         sent = set()
         for name in os.listdir(hook_dir):
             if name.endswith(".py") and name != "preflight.py":  # preflight's facts are runtime info

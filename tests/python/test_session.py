@@ -8,7 +8,7 @@ import inspect
 import os
 import unittest
 
-import fake_native  # noqa: F401  (puts interpose/python on sys.path)
+import fake_native  # noqa: F401  (puts pyhook/python on sys.path)
 
 import dlrr_hook
 from dlrr_hook import native, session

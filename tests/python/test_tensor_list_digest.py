@@ -1,5 +1,5 @@
 """The native gradient and parameter digests (_dlrr_native.TensorListDigest,
-interpose/pyext/TensorListDigest.cc) against the Python loops of session.py.
+pyhook/ext/TensorListDigest.cc) against the Python loops of session.py.
 
 The same job runs twice on the fake library, with and without the extension, and the calls the
 library sees must be identical, digests' bytes included: dense CPU tensors gathered in C, the

@@ -17,7 +17,7 @@ component is left out of paths and parameter names (shown as the original model'
 hooks stay out of the compiled graph, so a compiled module's submodules are not seen at all
 (the recorder says so in the trace: Session._note_compiled).
 
-Native hooks: where the `_dlrr_native` extension (interpose/pyext/ModuleHooks.cc, built for this
+Native hooks: where the `_dlrr_native` extension (pyhook/ext/ModuleHooks.cc, built for this
 interpreter next to these modules) imports, the two global hooks are its C functions: the same
 steps as the Python hooks below, and in the common case (path known, one dense contiguous CPU
 tensor out) the output's digest itself, through dlrr_digest's address, with no Python frame and

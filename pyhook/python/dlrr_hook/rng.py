@@ -248,7 +248,7 @@ class RngCapture:
         self._native = self._native_states(native_extension() if native_ext is False else native_ext)
 
     def _native_states(self, ext):
-        """A _dlrr_native.RngStates (interpose/pyext/RngStates.cc) calling dlrr_rng_states through
+        """A _dlrr_native.RngStates (pyhook/ext/RngStates.cc) calling dlrr_rng_states through
         its address, or None: where write() would not make one dlrr_rng_states call of packed
         items, or without the extension."""
         make = getattr(ext, "RngStates", None)

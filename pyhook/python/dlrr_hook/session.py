@@ -561,7 +561,7 @@ class Session:
             self._batch.flush(kind)
 
     def _native_tensor_lists(self, torch):
-        """The `_dlrr_native` extension's TensorListDigest (interpose/pyext/TensorListDigest.cc):
+        """The `_dlrr_native` extension's TensorListDigest (pyhook/ext/TensorListDigest.cc):
         the gradient and parameter loops below in C, gathering dense contiguous CPU tensors into
         one dlrr_digest_many through its address and handing every other tensor, in order, to
         _digest_in_batch; or None (no extension, DLRR_NATIVE_HOOKS=0, no batch): the loops."""
