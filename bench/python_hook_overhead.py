@@ -27,7 +27,7 @@ import tempfile
 import textwrap
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HOOK_DIR = os.path.join(REPO, "interpose", "python")
+HOOK_DIR = os.path.join(REPO, "pyhook", "python")
 HEADER = os.path.join(REPO, "interpose", "include", "dlrr", "dlrr.h")
 
 JOB = textwrap.dedent("""

@@ -28,7 +28,7 @@ bash scripts/tsan.sh
 
 echo "== lint: clang-format (every C++ file), pyflakes (the hook, the env probe), clang-tidy (C++ files changed by the commit under test)"
 bash scripts/format.sh --check
-pyflakes3 interpose/python triage/env_probe.py
+pyflakes3 pyhook/python triage/env_probe.py
 bash scripts/tidy.sh --since "${DLRR_TIDY_SINCE:-HEAD~1}"
 
 if [ -x scripts/fuzz.sh ]; then

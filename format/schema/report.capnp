@@ -86,14 +86,14 @@ struct ReplayReport {
     exceptionWhere @10 :Text;
     distGroup @11 :Text;         # how the process group replays (a rank alone: served)
     distCommHook @12 :Text;      # the job's DDP comm hook, not run when served
-    # The failure explained (nan target, interpose/python/dlrr_hook/explain.py): the first op
+    # The failure explained (nan target, pyhook/python/dlrr_hook/explain.py): the first op
     # whose output was non-finite, where the job called it, its inputs, the cause, the build-up.
     explainOp @13 :Text;         # "aten::mul in forward (module fc1)"
     explainLine @14 :Text;       # the job's own source line that called it
     explainInputs @15 :Text;     # one input a line: finite?, max |x|, dtype max
     explainCause @16 :Text;      # the kind of fault, in words with the numbers
     explainHistory @17 :Text;    # the recorded steps before it: loss curve, gradients, LR
-    # dlreplay --what-if (interpose/python/dlrr_hook/whatif.py, tools/dlreplay/WhatIf.h).
+    # dlreplay --what-if (pyhook/python/dlrr_hook/whatif.py, tools/dlreplay/WhatIf.h).
     whatIfChange @18 :Text;      # the change and the step it started at
     whatIfVerdict @19 :Text;     # "recurred at step N: ..." or "did not recur: ..."
     whatIfLosses @20 :Text;      # one step a line: the recorded loss beside the replayed one

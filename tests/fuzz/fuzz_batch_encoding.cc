@@ -2,7 +2,7 @@
 // file's bytes (checksums repaired, as in fuzz_stream_reader) are opened; every Batch value
 // goes through encodeValue (replayer/BatchEncoding) with blobs loaded by the
 // reader, and the result must parse under the encoding's grammar, exactly as the Python
-// hook's decoder (interpose/python/dlrr_hook/batches.py) walks it. Only TraceError may come
+// hook's decoder (pyhook/python/dlrr_hook/batches.py) walks it. Only TraceError may come
 // out; a crash, a sanitizer report, an unbounded allocation or an encoding that does not
 // parse is a finding.
 #include <cstddef>

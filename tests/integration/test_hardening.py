@@ -762,7 +762,7 @@ class SecurityTest(TraceTestCase):
         forbidden_modules = {"pickle", "cPickle", "_pickle", "marshal", "shelve", "dill", "cloudpickle", "yaml",
                              "jsonpickle", "joblib"}
         forbidden_calls = {"eval", "exec", "compile", "execfile", "input"}
-        pydir = os.path.join(ROOT, "interpose", "python")
+        pydir = os.path.join(ROOT, "pyhook", "python")
         checked = 0
         for base, _, files in os.walk(pydir):
             for name in files:
@@ -811,7 +811,7 @@ class SecurityTest(TraceTestCase):
         loaders_allowed = {os.path.join("interpose", "SignalHandlers.cc"), os.path.join("interpose", "FileHooks.cc"),
                            os.path.join("interpose", "cupti", "CuptiApiReal.cc"),
                            os.path.join("interpose", "cuda", "DeviceDigestKernel.cc")}
-        for d in ("format", "recorder", "replayer", "interpose", "tools", "triage"):
+        for d in ("format", "recorder", "replayer", "interpose", "pyhook", "tools", "triage"):
             for base, _, files in os.walk(os.path.join(ROOT, d)):
                 for name in files:
                     if name.endswith((".cc", ".h")):

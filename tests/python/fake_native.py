@@ -13,7 +13,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-HOOK_DIR = os.path.join(REPO, "interpose", "python")
+HOOK_DIR = os.path.join(REPO, "pyhook", "python")
 if HOOK_DIR not in sys.path:
     sys.path.insert(0, HOOK_DIR)
 

@@ -3,7 +3,7 @@
 import math
 import unittest
 
-import fake_native  # noqa: F401  (puts interpose/python on sys.path)
+import fake_native  # noqa: F401  (puts pyhook/python on sys.path)
 import numpy as np
 import torch
 from torch import nn

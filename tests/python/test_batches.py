@@ -12,7 +12,7 @@ import random
 import struct
 import unittest
 
-import fake_native  # noqa: F401  (puts interpose/python on sys.path)
+import fake_native  # noqa: F401  (puts pyhook/python on sys.path)
 import numpy as np
 import torch
 

@@ -147,7 +147,7 @@ class CollectivesTest(RecorderTestCase):
 
 
 class _AloneStub:
-    """Just what DistHooks needs of a Replayer replaying one rank alone."""
+    """Just what DistHooks needs of a Session replaying one rank alone (it is its own strategy)."""
 
     def __init__(self, lib, torch_module):
         from dlrr_hook.tensors import TensorMarshal
@@ -155,6 +155,7 @@ class _AloneStub:
         self.marshal = TensorMarshal(torch_module)
         self.active = True
         self.stops = []
+        self.strategy = self
 
     def guarded(self, fn, *args):
         return fn(*args)

@@ -4,7 +4,7 @@ fault at a time; the history's spike; the explainer's own work and in-place ops.
 import math
 import unittest
 
-import fake_native  # noqa: F401  (puts interpose/python on sys.path)
+import fake_native  # noqa: F401  (puts pyhook/python on sys.path)
 import torch
 
 from dlrr_hook.explain import Explainer, history

@@ -1,4 +1,4 @@
-"""The native module hooks (_dlrr_native, interpose/pyext/ModuleHooks.cc) against the Python ones.
+"""The native module hooks (_dlrr_native, pyhook/ext/ModuleHooks.cc) against the Python ones.
 
 The same job runs twice on the fake library, once with each kind of hook, and the calls the
 library sees must be identical, digests' bytes included: CPU outputs digested in C (a tensor, or
@@ -294,7 +294,7 @@ class NativeHooksTest(unittest.TestCase):
             lin, pair = model[0], model[1]
             out, outs = lin(x), pair(x)
             path = rec.modules.paths.lookup(lin)
-            info = rec.marshal._dtypes[torch.float32]
+            info = rec.marshal.dtypes[torch.float32]
             watched = (model, lin, pair, x, out, outs, path, outs[0], info, info[0])
             hooks.pre(model, (x,))
             before = [sys.getrefcount(o) for o in watched]
@@ -447,9 +447,9 @@ class NativeHooksTest(unittest.TestCase):
         digested_in_python = []
 
         def spied():
-            rec = dlrr_hook.current()
-            original = rec._digest
-            rec._digest = lambda kind, *a: (digested_in_python.append((kind, a[2], str(a[3].dtype))),
+            strategy = dlrr_hook.current().strategy
+            original = strategy.digest
+            strategy.digest = lambda kind, *a: (digested_in_python.append((kind, a[2], str(a[3].dtype))),
                                             original(kind, *a))[1]
             losses()
         self.record(True, action=spied)
@@ -463,7 +463,7 @@ class NativeHooksTest(unittest.TestCase):
         sys.modules[NAME] = self.module
         rec = dlrr_hook.install(lib=lib)
         self.assertIsNotNone(rec.modules.native_hooks)
-        self.assertIsNone(rec.native_digest())
+        self.assertIsNone(rec.strategy.native_digest())
         self.assertIsNone(rec.modules.native_hooks.loss(torch.ones(()), 0, 0))  # replay checks losses in Python
 
     def test_turned_off_by_the_environment(self):

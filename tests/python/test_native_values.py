@@ -1,4 +1,4 @@
-"""The native batch value walk (_dlrr_native.ValueWriter, interpose/pyext/ValueWriter.cc) against
+"""The native batch value walk (_dlrr_native.ValueWriter, pyhook/ext/ValueWriter.cc) against
 the Python one (dlrr_hook/values.py).
 
 Each value is written twice on the fake library, by a ValueWriter without the extension and by
@@ -262,7 +262,7 @@ class NativeValuesTest(unittest.TestCase):
         bad = [images, {"k": text}, Mapping({}, fail=True), labels]
         info = self.marshal.dtype_info(torch.float32)
         watched = [batch, bad, images, labels, inner, text, key, blob, big, info, info[0],
-                   self.native.native_walker, self.marshal._dtypes, torch.Tensor]
+                   self.native.native_walker, self.marshal.dtypes, torch.Tensor]
 
         def write_both():
             self.native.write(batch)

@@ -11,7 +11,7 @@ import unittest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-import fake_native  # noqa: F401  (puts interpose/python on sys.path)
+import fake_native  # noqa: F401  (puts pyhook/python on sys.path)
 from dlrr_hook import preflight
 from dlrr_hook.patching import Patcher
 

@@ -4,7 +4,7 @@ os.fork() children) so that each records its own stream and replay can find it a
 import os
 import unittest
 
-import fake_native  # noqa: F401  (puts interpose/python on sys.path)
+import fake_native  # noqa: F401  (puts pyhook/python on sys.path)
 from dlrr_hook import processes
 
 

@@ -1,4 +1,4 @@
-"""_dlrr_native.RngStates (interpose/pyext/RngStates.cc) against RngCapture's Python path.
+"""_dlrr_native.RngStates (pyhook/ext/RngStates.cc) against RngCapture's Python path.
 
 A batch delivery writes RngCapture.write(snapshot()); RngStates does it in C.  Both must make
 the same C API calls with the same bytes, in every case the Python path handles: numpy and

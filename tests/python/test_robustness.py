@@ -145,11 +145,11 @@ class ModeTest(unittest.TestCase):
         self.assertEqual(lib.calls, [])
 
     def test_replay_mode_installs_the_replayer(self):
-        from dlrr_hook.replay import Replayer
+        from dlrr_hook.replay import ReplayStrategy
         hook = sys.excepthook
         try:
-            self.assertIsInstance(dlrr_hook.install(lib=fake_native.FakeLib(mode=native.MODE_REPLAY)),
-                                  Replayer)
+            self.assertIsInstance(dlrr_hook.install(lib=fake_native.FakeLib(mode=native.MODE_REPLAY)).strategy,
+                                  ReplayStrategy)
             self.assertIsNot(sys.excepthook, hook)
         finally:
             dlrr_hook.uninstall()
@@ -167,13 +167,13 @@ class ModeTest(unittest.TestCase):
         ]
         try:
             rep = dlrr_hook.install(lib=lib)
-            self.assertEqual(rep.recorded_digests(3), [
+            self.assertEqual(rep.strategy.recorded_digests(3), [
                 ("module output", "<root>", "0", "1", "0x00000000000000ab", "0", "0", "-0", "1.5e+10"),
                 ("gradient", "fc1.weight", "2", "0", "0xffffffffffffffff", "7", "1", "nan", "nan"),
                 ("tensor", "x", "0", "0", "0x0000000000000001", "0", "0", "0.333333333", "-inf"),
             ])
-            self.assertEqual(rep.recorded_digests(4), [])
-            self.assertEqual(rep.recorded_digests(None), [])
+            self.assertEqual(rep.strategy.recorded_digests(4), [])
+            self.assertEqual(rep.strategy.recorded_digests(None), [])
         finally:
             dlrr_hook.uninstall()
 
@@ -185,18 +185,18 @@ class ModeTest(unittest.TestCase):
             source = f.read()
         tables = source[source.index("kHookTexts[] = {"):source.index("}  // namespace", source.index("kHookLists"))]
         known = set(re.findall(r'\{"([a-z_.]+)", &ReplayReport::', tables))
-        hook_dir = os.path.join(fake_native.REPO, "interpose", "python", "dlrr_hook")
+        hook_dir = os.path.join(fake_native.REPO, "pyhook", "python", "dlrr_hook")
         sent = set()
         for name in os.listdir(hook_dir):
             if name.endswith(".py") and name != "preflight.py":  # preflight's facts are runtime info
                 with open(os.path.join(hook_dir, name)) as f:
-                    sent |= set(re.findall(r'_fact(?:\(|, )"([a-z_.]+)"', f.read()))
+                    sent |= set(re.findall(r'\bfact(?:\(|, )"([a-z_.]+)"', f.read()))
         self.assertIn("stop.where", sent)
         self.assertIn("dist.group", sent)
         self.assertEqual(sent - known, set())
 
     def test_digest_kind_names_are_the_librarys(self):
-        with open(os.path.join(fake_native.REPO, "replayer", "ReplaySession.cc")) as f:
+        with open(os.path.join(fake_native.REPO, "replayer", "RecordingIndex.cc")) as f:
             source = f.read()
         names = source[source.index("static const char* names[] = {") :].split("}", 1)[0]
         self.assertEqual(tuple(n for n in names.split('"')[1::2]), native.DIGEST_KIND_NAMES)

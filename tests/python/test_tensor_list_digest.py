@@ -1,5 +1,5 @@
 """The native gradient and parameter digests (_dlrr_native.TensorListDigest,
-interpose/pyext/TensorListDigest.cc) against the Python loops of session.py.
+pyhook/ext/TensorListDigest.cc) against the Python loops of session.py.
 
 The same job runs twice on the fake library, with and without the extension, and the calls the
 library sees must be identical, digests' bytes included: dense CPU tensors gathered in C, the
@@ -221,7 +221,7 @@ class TensorListDigestTest(unittest.TestCase):
             pairs = [(name.encode(), p) for name, p in params]
             names = {id(p): name for name, p in pairs}
             grads = [p.grad for _, p in pairs if p.grad is not None]
-            info = rec.marshal._dtypes[torch.float32]
+            info = rec.marshal.dtypes[torch.float32]
             watched = [p for _, p in pairs] + grads + [name for name, _ in pairs] + [info, info[0]]
             grad_calls, param_calls = {}, {}
             lists.gradients(GRADIENT, pairs, grad_calls)

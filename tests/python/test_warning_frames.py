@@ -5,7 +5,7 @@ import sys
 import unittest
 import warnings
 
-import fake_native  # noqa: F401  (puts interpose/python on sys.path)
+import fake_native  # noqa: F401  (puts pyhook/python on sys.path)
 from dlrr_hook import warning_frames
 from dlrr_hook.patching import Patcher
 

@@ -1,5 +1,5 @@
 // The replay side in parts: the RecordingIndex read once from a stream, the batch encoding
-// decoded as the Python hook decodes it (interpose/python/dlrr_hook/batches.py), and the
+// decoded as the Python hook decodes it (pyhook/python/dlrr_hook/batches.py), and the
 // ReplayVerifier and ReplaySession built on them.
 #include <gtest/gtest.h>
 

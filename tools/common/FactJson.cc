@@ -6,7 +6,7 @@
 namespace dlrr::tools {
 namespace {
 
-// The hook's flags (interpose/python/dlrr_hook/runtime.py, _flag of a bool).
+// The hook's flags (pyhook/python/dlrr_hook/runtime.py, _flag of a bool).
 constexpr std::string_view kFlags[] = {
     "torch.deterministic_algorithms",
     "torch.deterministic_algorithms.warn_only",

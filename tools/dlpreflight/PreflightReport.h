@@ -1,6 +1,6 @@
 #pragma once
 // What a preflight run did and whether the job passed, from its trace: the `preflight.*`
-// runtime facts the hook wrote (interpose/python/dlrr_hook/preflight.py) and the triage of
+// runtime facts the hook wrote (pyhook/python/dlrr_hook/preflight.py) and the triage of
 // its failure. Pure functions of their inputs, unit-tested (tests/unit/PreflightReportTest.cc).
 #include <cstdint>
 #include <map>

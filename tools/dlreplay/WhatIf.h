@@ -2,7 +2,7 @@
 // dlreplay --what-if INTERVENTION [--steps N]: the recorded failure replayed with one change.
 // The replay jumps as usual and verifies up to the step the change starts at (the failing
 // step, or the --from step); from there it applies the change (the Python hook,
-// interpose/python/dlrr_hook/whatif.py), replays N steps on the recorded data unverified, and
+// pyhook/python/dlrr_hook/whatif.py), replays N steps on the recorded data unverified, and
 // says whether a non-finite value (module output, loss, gradient or parameter) came back, with
 // the replayed loss beside the recorded one (whatif.* facts of the report). Divergence after
 // the change is expected and is never a verdict on the trace.

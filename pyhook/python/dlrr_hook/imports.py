@@ -22,7 +22,7 @@ class ImportWatcher:
         """Fires at once when the module is already imported, else waits for its import."""
         module = sys.modules.get(self._name)
         if module is not None and getattr(module, "__spec__", None) is not None:
-            self._fire(module)
+            self.fire(module)
         else:
             sys.meta_path.insert(0, self)
 
@@ -71,11 +71,11 @@ class ImportWatcher:
                 del loader.exec_module  # back to the class's method
             except AttributeError:
                 pass
-            watcher._fire(module)
+            watcher.fire(module)
 
         loader.exec_module = exec_module
 
-    def _fire(self, module):
+    def fire(self, module):
         if self._fired:
             return
         self._fired = True
@@ -96,7 +96,7 @@ class _LoaderProxy:
 
     def exec_module(self, module):
         self._loader.exec_module(module)
-        self._watcher._fire(module)
+        self._watcher.fire(module)
 
     def __getattr__(self, name):
         return getattr(self._loader, name)

@@ -1,9 +1,10 @@
-"""dlrr's Python hook: glue between a PyTorch job and the preloaded libdlrr.so.
+"""dlrr's Python hook: what a PyTorch job's objects mean to a recording, told to the preloaded
+libdlrr.so through its C API.
 
 sitecustomize.py calls install() at interpreter start.  The hook is active only when the
 native library is loaded and recording (dlrr_mode() == 1) or replaying (2); it then stays
-dormant until the job imports torch.  Record installs the Recorder, replay the Replayer:
-both are the session core (session.py) with a strategy, recording or serving and checking.
+dormant until the job imports torch.  Both modes run the session core (session.py) holding
+a strategy object: RecordStrategy (recorder.py) or ReplayStrategy (replay.py).
 
 Module map:
   native    ctypes binding (C API prototypes, constants)
@@ -18,10 +19,10 @@ Module map:
   rng       RNG state capture and (de)serialisation
   failures  excepthooks, faulthandler
   runtime   runtime facts (versions, threads, BLAS, determinism flags)
-  session   Session: the core of both modes, wiring all of the above
-  recorder  Recorder: record mode (the record strategy)
+  session   Session: the core of both modes, wiring all of the above; Strategy, its interface
+  recorder  RecordStrategy: record mode
   batches   decoding of batches served by the replayer
-  replay    Replayer: replay mode (the replay strategy)
+  replay    ReplayStrategy: replay mode (serve and check)
   dist      torch.distributed: collectives, DDP buckets, the stand-in group (docs/distributed.md)
   gpu       CUDA tensors digested on the device, device failure ring, out of memory (docs/gpu.md)
   triage    facts only Python sees: packages and versions (docs/triage.md)
@@ -31,11 +32,11 @@ Module map:
 
 from . import native
 
-_recorder = None  # the one Recorder or Replayer of this process
+_recorder = None  # the one Session of this process (its strategy: record or replay)
 
 
 def install(lib=None):
-    """Activates the hook for this process if libdlrr is recording it.  Returns the Recorder.
+    """Activates the hook for this process if libdlrr records or replays it.  Returns the Session.
 
     `lib` is for tests (a fake with the C API's function names); by default the preloaded
     library is looked up, and without it nothing at all happens.
@@ -48,12 +49,13 @@ def install(lib=None):
         if lib is None:
             return None
     mode = lib.dlrr_mode()
+    from .session import Session
     if mode == native.MODE_RECORD:
-        from .recorder import Recorder
-        recorder = Recorder(lib)
+        from .recorder import RecordStrategy
+        recorder = Session(lib, RecordStrategy)
     elif mode == native.MODE_REPLAY:
-        from .replay import Replayer
-        recorder = Replayer(lib)
+        from .replay import ReplayStrategy
+        recorder = Session(lib, ReplayStrategy)
     else:
         _name_children(lib)
         return None
@@ -94,5 +96,5 @@ def uninstall():
 
 
 def current():
-    """The Recorder of this process, or None."""
+    """The Session of this process, or None."""
     return _recorder

@@ -15,9 +15,9 @@ one dict lookup.
 torch.compile: a compiled model is an OptimizedModule wrapping the original as `_orig_mod`; that
 component is left out of paths and parameter names (shown as the original model's).  The
 hooks stay out of the compiled graph, so a compiled module's submodules are not seen at all
-(the recorder says so in the trace: Recorder._note_compiled).
+(the recorder says so in the trace: Session._note_compiled).
 
-Native hooks: where the `_dlrr_native` extension (interpose/pyext/ModuleHooks.cc, built for this
+Native hooks: where the `_dlrr_native` extension (pyhook/ext/ModuleHooks.cc, built for this
 interpreter next to these modules) imports, the two global hooks are its C functions: the same
 steps as the Python hooks below, and in the common case (path known, one dense contiguous CPU
 tensor out) the output's digest itself, through dlrr_digest's address, with no Python frame and
@@ -87,6 +87,11 @@ class ModulePaths:
         self._params = {}       # id(root) -> (weakref, generation, [(name bytes, param)])
         self.generation = 0
         self.tracks_registrations = False
+
+    @property
+    def table(self):
+        """id(module) -> (weakref, path bytes): the native hooks read it directly (ModuleHooks.cc)."""
+        return self._paths
 
     def lookup(self, module):
         entry = self._paths.get(id(module))
@@ -184,7 +189,7 @@ class ModuleTracker:
 
     def __init__(self, recorder, torch, on_root, on_output, digest_outputs, native_digest=None, native=False):
         """native_digest: a dict of what the native hooks need to digest a dense CPU output
-        themselves (Recorder.native_digest), None to send every output to on_output.  native:
+        themselves (RecordStrategy.native_digest), None to send every output to on_output.  native:
         the extension module to use, False to look for it (native_extension()), None for none."""
         self._rec = recorder
         self._torch = torch
@@ -204,6 +209,10 @@ class ModuleTracker:
         """Forget the calling thread's stack (called where no forward can be running)."""
         self._local.__dict__.pop("stack", None)
 
+    def stack(self):
+        """The calling thread's executing modules, outermost first (None or empty: none runs)."""
+        return self._local.__dict__.get("stack")
+
     def install(self, module_module):
         rec = self._rec
         local = self._local
@@ -213,7 +222,7 @@ class ModuleTracker:
         on_root = self._on_root
         on_output = self._on_output
         digest_outputs = self._digest_outputs
-        path_entries = paths._paths.get  # the per-call lookup, inlined below (ModulePaths.lookup)
+        path_entries = paths.table.get  # the per-call lookup, inlined below (ModulePaths.lookup)
         fetch = _fetch
 
         # The hooks run for every module call of every step: lookups are bound once, and the
@@ -288,7 +297,7 @@ class ModuleTracker:
                 rec=rec, local=self._local, fetch=_fetch,
                 is_compiling=None,  # torch 2.x: asked by the Python shim, where torch.compile can see it
                 is_grad_enabled=self._torch.is_grad_enabled, on_root=self._on_root, on_output=self._on_output,
-                path_of=self.paths.path_of, paths=self.paths._paths, calls=digest.get("calls", {}),
+                path_of=self.paths.path_of, paths=self.paths.table, calls=digest.get("calls", {}),
                 tensor_type=self._torch.Tensor, strided=self._torch.strided, dtypes=digest.get("dtypes", {}),
                 failure_snapshot=digest.get("failure_snapshot", _nothing), internal_error=rec.internal_error,
                 digest_address=digest.get("address", 0), keep=digest.get("keep", 0),

@@ -52,7 +52,7 @@ __all__ = ["DIST_REPLAY_ALL", "DIST_REPLAY_ALONE", "ArgumentBinder", "DistHooks"
 
 
 class DistHooks(CollectiveHooks, ServingHooks, DdpHooks):
-    """Installs the torch.distributed patches for a Recorder or a Replayer."""
+    """Installs the torch.distributed patches for the Session, recording or replaying."""
 
     def __init__(self, rec, torch, replay_mode=None):
         self._rec = rec

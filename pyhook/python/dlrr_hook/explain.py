@@ -1,7 +1,7 @@
 """Explaining a non-finite value at replay time: the first op that made it, the job's line
 that called it, why, and the build-up over the recorded steps.
 
-Replay only (the recording pays nothing for it).  The Replayer arms an Explainer at the start
+Replay only (the recording pays nothing for it).  The ReplayStrategy arms an Explainer at the start
 of the recorded failing step of a `--until nan` replay; from there every op runs under a
 TorchDispatchMode (torch 1.13 and 2.x) that checks each floating output and keeps the first
 one holding a NaN or an Inf: the op, the job's own frame that called it (dlrr's and torch's

@@ -168,7 +168,7 @@ def _user_frames(frame):
 
 
 class TriageFacts:
-    """The hook's part of triage, owned by the Recorder (and the Replayer)."""
+    """The hook's part of triage, owned by the Session (record and replay)."""
 
     def __init__(self, recorder, lib):
         self._rec = recorder
@@ -195,7 +195,7 @@ class TriageFacts:
         """GPU peaks and (once) packages; reason is "failure" or "exit".  Never raises."""
         if not self.recording:
             return
-        if not getattr(self._rec, "_runtime_sent", True) and not self._packages_sent:
+        if not getattr(self._rec, "runtime_sent", True) and not self._packages_sent:
             try:  # failed before the first step: the interpreter is all the runtime there is
                 info = self._lib.dlrr_runtime_info
                 info(b"python", native.text(sys.version.split()[0]))

@@ -130,6 +130,13 @@ class NumpyGlobalRng:
     def _read(self):
         return self._from_raw(self._raw_now())
 
+    def native_source(self):
+        """What RngStates.configure needs to read this state in C: (generator, bit generator,
+        state address, gaussian cache address), or False (the layout was not validated)."""
+        if self._address is None:
+            return False
+        return (self._rand, self._bitgen, self._address, self._gauss_address)
+
     def snapshot(self):
         """The serialised state (numpy_state_to_bytes layout), or None for other generators."""
         if self._address is not None and self._rand._bit_generator is self._bitgen:
@@ -181,6 +188,17 @@ class PythonGlobalRng:
         return (self._VERSION.pack(self._inst.VERSION) + raw[4:] + raw[:4]
                 + self._TAIL.pack(int(has_gauss), gauss_next if has_gauss else 0.0))
 
+    def native_source(self):
+        """What RngStates.configure needs to read this state in C: (module, Random instance,
+        state address), or False (the layout was not validated)."""
+        if self._address is None:
+            return False
+        return (self._rnd, self._inst, self._address)
+
+    def serves(self, rnd):
+        """Whether this reads the `random` module `rnd`."""
+        return self._rnd is rnd
+
     def snapshot(self):
         rnd = self._rnd
         inst = self._inst
@@ -230,7 +248,7 @@ class RngCapture:
         self._native = self._native_states(native_extension() if native_ext is False else native_ext)
 
     def _native_states(self, ext):
-        """A _dlrr_native.RngStates (interpose/pyext/RngStates.cc) calling dlrr_rng_states through
+        """A _dlrr_native.RngStates (pyhook/ext/RngStates.cc) calling dlrr_rng_states through
         its address, or None: where write() would not make one dlrr_rng_states call of packed
         items, or without the extension."""
         make = getattr(ext, "RngStates", None)
@@ -250,19 +268,8 @@ class RngCapture:
         """Hands RngStates what numpy_bytes and python_bytes use now: the validated addresses, or
         None (not imported yet) or False (their own path: get_state(), getstate())."""
         np_rng, py_rng = self._numpy, self._python
-        if np_rng is None:
-            numpy_source = None
-        elif np_rng._address is None:
-            numpy_source = False
-        else:
-            numpy_source = (np_rng._rand, np_rng._bitgen, np_rng._address, np_rng._gauss_address)
-        if py_rng is None:
-            python_source = None
-        elif py_rng._address is None:
-            python_source = False
-        else:
-            python_source = (py_rng._rnd, py_rng._inst, py_rng._address)
-        states.configure(numpy_source, python_source)
+        states.configure(None if np_rng is None else np_rng.native_source(),
+                         None if py_rng is None else py_rng.native_source())
 
     def write_snapshot(self):
         """write(snapshot()), the two back to back (a batch delivery): in C when RngStates can
@@ -306,7 +313,7 @@ class RngCapture:
         if rnd is None or not hasattr(rnd, "getstate"):
             return None
         python_rng = self._python
-        if python_rng is None or python_rng._rnd is not rnd:
+        if python_rng is None or not python_rng.serves(rnd):
             python_rng = self._python = PythonGlobalRng(rnd)
         return python_rng.snapshot()
 

@@ -116,7 +116,7 @@ class LoaderTracker:
         self._next_number = 0
 
     # -- state
-    def _loader_state(self, key):
+    def loader_state(self, key):
         state = self._loaders.get(key)
         if state is None:
             state = self._loaders[key] = LoaderState(self._next_number)
@@ -124,13 +124,13 @@ class LoaderTracker:
         return state
 
     def begin_iteration(self, loader, iterator):
-        state = self._loader_state(loader)
+        state = self.loader_state(loader)
         iteration = Iteration(state, state.iterations)
         state.iterations += 1
         iterator._dlrr_iteration = iteration
         return iteration
 
-    def _iteration_of(self, iterator):
+    def iteration_of(self, iterator):
         iteration = getattr(iterator, "_dlrr_iteration", None)
         if iteration is None:
             # An iterator made without DataLoader.__iter__ (a subclass that builds its own):
@@ -147,9 +147,9 @@ class LoaderTracker:
         return list(task_info)
 
     def after_next(self, iterator, data, in_flight):
-        iteration = getattr(iterator, "_dlrr_iteration", None)  # _iteration_of, a frame saved
+        iteration = getattr(iterator, "_dlrr_iteration", None)  # iteration_of, a frame saved
         if iteration is None:
-            iteration = self._iteration_of(iterator)
+            iteration = self.iteration_of(iterator)
         loader = iteration.loader
         info = BatchInfo(loader.number, iteration.number, loader.batches,
                          self._indices_of(iterator, in_flight), map_style(iterator))
@@ -158,7 +158,7 @@ class LoaderTracker:
         self._deliver(info, data)
 
     def stopped(self, iterator):
-        iteration = self._iteration_of(iterator)
+        iteration = self.iteration_of(iterator)
         if iteration.ended:
             return
         iteration.ended = True

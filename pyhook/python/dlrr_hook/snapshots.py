@@ -21,7 +21,7 @@ non-finite value: the optimizer has not stepped yet, so the state is still the s
 (except buffers a forward updates in place, e.g. BatchNorm running statistics), and the
 failing step can be replayed alone.  It is taken whatever the cadence.  An uncaught
 exception in a step that has run no backward() and no optimizer.step() yet takes it too, as
-it is reported (Recorder._exception_snapshot).
+it is reported (Session._exception_snapshot).
 
 Replay: Snapshots.restore(tree) loads the same objects, matched by creation order.
 """

@@ -1,12 +1,14 @@
 """The hook's session core: what record and replay do alike, turning what the job does into
 C API calls.
 
-The Session owns every patch and the only mutable state of the hook.  The parts it wires
+The Session owns every patch and the state the two modes share.  The parts it wires
 together serve both modes: LoaderTracker (which batch is which), StepTracker (step
 boundaries), ModuleTracker/ModulePaths (module paths and call indices), ValueWriter and
-TensorMarshal (values as C API arguments), RngCapture (generator states).  A mode is a
-subclass that implements the strategy methods (STRATEGY) and may extend the extension
-points (EXTENSIONS), nothing else: Recorder (recorder.py) and Replayer (replay.py).
+TensorMarshal (values as C API arguments), RngCapture (generator states).  What differs
+between record and replay is a strategy object the Session holds (`session.strategy`): a
+subclass of Strategy (below), RecordStrategy (recorder.py) or ReplayStrategy (replay.py).
+The core never asks which mode it is in; it calls the strategy at fixed points, and the
+strategy uses the Session through its public attributes and methods only.
 
 Never break the job: each hook body runs under guarded(); an internal error turns capture
 off for good (patches fall straight through to the originals), commits the open step, and
@@ -25,7 +27,6 @@ import weakref
 from . import gpu, native, processes, runtime, warning_frames
 from .digest_batch import DigestBatch
 from .dist import DistHooks
-from .files import FileCapture
 from .failures import FailureHooks
 from .imports import ImportWatcher
 from .loaders import LoaderTracker
@@ -33,7 +34,7 @@ from .modules import ModuleTracker, is_compiled, native_extension
 from .patching import Patcher
 from .preflight import Preflight, preflight_batches
 from .rng import RngCapture
-from .snapshots import Registry, SnapshotTaker
+from .snapshots import Registry
 from .steps import StepTracker
 from .tensors import TensorMarshal
 from .training import TrainingPatches
@@ -76,57 +77,126 @@ def compiled_function_note(name):
             "gradients, parameters)" % name)
 
 
-# The strategy interface: where the modes differ.  Each mode implements these (the Session
-# declares them); record's and replay's docstrings say what each does.
-STRATEGY = {
-    "dist_replay_mode": "how collectives are treated (dist.py)",
-    "_note_unverified": "what is not verified: said in the trace, or in replay's report",
-    "_on_batch": "a batch delivered: written with the RNG states, or (served) the recorded states restored",
-    "before_fetch": "a loader without workers is about to load a batch: the recorder learns whether "
-                    "loading draws random numbers (replay serves the batch: nothing)",
-    "snapshot_rng": "RNG states of an optimizer-counted step: taken, or the recorded ones restored",
-    "native_digest": "what the native module hooks need to digest an output themselves (record), or "
-                     "None: every output through _on_output (replay compares them there)",
-    "_digest": "one tensor's digest: recorded, or checked (stopping at a divergence).  In record, "
-               "_on_output's host path calls dlrr_digest itself, for speed (_inline_outputs)",
-}
-# Extension points: core methods a mode may extend (calling the Session's); what replay adds.
-EXTENSIONS = {
-    "install": "its excepthook (the stop at a recorded exception)",
-    "uninstall": "removes it (tests)",
-    "_on_torch": "first restores the recorded thread counts, compares the runtime and serves DataLoader "
-                 "iterators; then the target's pre-forward hook and fast-forward",
-    "begin_step": "compares the GPU up front, stops at or arms the target",
-    "end_step": "stops at the first divergence, shows progress",
-    "_on_output": "at a module-output target: stops once the output is computed, or names it a "
-                  "divergence when this replay computed it finite",
-    "_before_backward": "may stop before backward() (a loss target)",
-    "_after_backward": "skips gradient digests while fast-forwarding, then ends anomaly detection",
-    "_digest_parameters": "none while fast-forwarding",
-    "_before_optimizer_step": "--what-if: skips or changes the update (whatif.py)",
-    "_after_optimizer_step": "may stop after the update (a parameter target)",
-}
-
-
 COMPILED_COLLECTIVES_NOTE = (
     "torch.distributed collectives called inside torch.compile'd code run as functional collectives in "
     "the compiled graph, past dlrr's collective hooks: their results are not recorded or verified, and a "
     "rank replayed alone computes them from its own tensors only")
 
 
-def overridden_core_methods(cls):
-    """Methods of the Session that `cls` (a subclass) overrides outside STRATEGY and EXTENSIONS."""
-    return sorted(name for name, value in vars(cls).items()
-                  if name in vars(Session) and name not in STRATEGY and name not in EXTENSIONS
-                  and callable(value) and not (name.startswith("__") and name.endswith("__")))
-
-
 def _callable_name(fn):
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
 
 
+class Strategy:
+    """Where record and replay differ: the Session calls these at fixed points of the core.
+
+    A strategy is made with its Session (`strategy_class(session)`) and keeps it as
+    `self.session`; the lifecycle hooks default to nothing, the rest each mode implements.
+    """
+
+    # True: the Session's _on_output digests a dense host output itself, for speed (record's
+    # digest, inlined), and then calls neither digest() nor output_digested(); False: every
+    # output goes through digest(), then output_digested() (replay stops where it diverges).
+    inline_outputs = True
+    gpu_deferred = True  # device digests: one transfer per step (record); at once (replay, to stop there)
+    fast_forwarding = False  # replay (jump): before the jump step, compute is skipped
+    skip_update = False  # replay --what-if skip-step: this optimizer.step() is skipped (training.py)
+
+    def __init__(self, session):
+        self.session = session
+        self.lib = session.lib
+        self.steps = session.steps
+
+    # ------------------------------------------------------------------ what each mode implements
+    def dist_replay_mode(self):
+        """None records collectives; else how replay treats them (dist.DIST_REPLAY_*)."""
+        raise NotImplementedError
+
+    def note_unverified(self, key, note):
+        """Says that `note` (runtime fact `key`) is not verified: in the trace, or in replay's report."""
+        raise NotImplementedError
+
+    def on_batch(self, info, data):
+        """The LoaderTracker's sink: batch `info` delivered `data` (written with the RNG states, or,
+        served, the recorded states restored)."""
+        raise NotImplementedError
+
+    def snapshot_rng(self, step=None):
+        """The StepTracker's: RNG states that will belong to optimizer-driven step `step` (taken, or
+        the recorded ones restored)."""
+        raise NotImplementedError
+
+    def write_step_rng(self, rng):
+        """The states snapshot_rng gave, at the step's begin: written (record) or nothing (replay)."""
+        raise NotImplementedError
+
+    def native_digest(self):
+        """For the native module hooks (modules.py): a dict of what they need to digest a dense CPU
+        output themselves (record), or None to send every output to the Session's _on_output."""
+        raise NotImplementedError
+
+    def digest(self, kind, path, call_index, output, tensor, keep):
+        """dlrr_digest of one tensor, recorded or checked (stopping at a divergence); returns the
+        host tensor digested (None: skipped or on a GPU)."""
+        raise NotImplementedError
+
+    def commit_step(self, step, loss):
+        """The step's end to the library: dlrr_step_end, or (record, inside a batch delivery)
+        dlrr_step_end_deferred."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ lifecycle hooks (default: nothing)
+    def install(self):
+        """After the core's install()."""
+
+    def uninstall(self):
+        """Before the core's uninstall()."""
+
+    def before_torch(self, torch):
+        """torch imported, before the core patches it."""
+
+    def after_torch(self, torch):
+        """After the core patched torch."""
+
+    def before_fetch(self, iterator):
+        """A loader without workers is about to load a batch in this process (its sampler has drawn)."""
+
+    def before_step(self, step):
+        """A step is about to begin (before dlrr_step_begin)."""
+
+    def step_begun(self, step, by_optimizer):
+        """After the core began step `step`."""
+
+    def step_ended(self, step, loss):
+        """After the core ended step `step`."""
+
+    def output_digested(self, path, call_index, output):
+        """After the core digested a module's output (call `call_index` of `path` in the step)."""
+
+    def before_backward(self, tensors):
+        """backward() is about to run on `tensors` (before the loss digests)."""
+
+    def loss_digested(self, tensors):
+        """After the loss digests, before backward() runs."""
+
+    def backward_skipped(self):
+        """backward() returned while fast_forwarding: no gradient digests (the step still ends)."""
+
+    def after_backward(self):
+        """After the gradient digests of a backward()."""
+
+    def before_update(self, optimizer):
+        """optimizer.step() is about to run (after the core's bookkeeping)."""
+
+    def updated(self, optimizer):
+        """optimizer.step() returned, before the parameter digests."""
+
+    def after_update(self, optimizer, step):
+        """After the parameter digests; `step` is the step current before the update ended it."""
+
+
 class Session:
-    """The hook in a recorded or replayed process (the core; a mode subclasses it).  One per process.
+    """The hook in a recorded or replayed process: the core, holding its mode's Strategy.  One per process.
 
     DataLoader workers record nothing: batches are captured in the main process, after
     collation, which also makes replay independent of the worker count.  Forked children
@@ -136,41 +206,7 @@ class Session:
 
     """
 
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        accidental = overridden_core_methods(cls)
-        if accidental:
-            raise TypeError("%s overrides %s of the session core; a mode may change only the strategy methods "
-                            "and extension points (session.STRATEGY, EXTENSIONS)"
-                            % (cls.__name__, ", ".join(accidental)))
-
-    # ------------------------------------------------------------------ strategy (STRATEGY)
-    def dist_replay_mode(self):
-        """None records collectives; else how replay treats them (dist.DIST_REPLAY_*)."""
-        raise NotImplementedError
-
-    def _note_unverified(self, key, note):
-        """Says that `note` (runtime fact `key`) is not verified."""
-        raise NotImplementedError
-
-    def _on_batch(self, info, data):
-        """The LoaderTracker's sink: batch `info` delivered `data`."""
-        raise NotImplementedError
-
-    def snapshot_rng(self, step=None):
-        """The StepTracker's: RNG states that will belong to optimizer-driven step `step`."""
-        raise NotImplementedError
-
-    def _digest(self, kind, path, call_index, output, tensor, keep):
-        """dlrr_digest of one tensor; returns the host tensor digested (None: skipped or on a GPU)."""
-        raise NotImplementedError
-
-    def native_digest(self):
-        """For the native module hooks (modules.py): a dict of what they need to digest a dense CPU
-        output themselves, or None to send every output to _on_output."""
-        raise NotImplementedError
-
-    def __init__(self, lib):
+    def __init__(self, lib, strategy_class):
         self.lib = lib
         self.active = True
         self.torch = None
@@ -185,51 +221,40 @@ class Session:
         self.modules = None
         self.training = None
         self.dist = None
-        self._patcher = Patcher()
+        self.patcher = Patcher()
         self._watcher = None
-        self._runtime_sent = False
+        self.runtime_sent = False  # runtime facts sent (send_runtime_info)
         self._cuda_info_sent = False
-        self._step_end_deferred = False  # a step ending now is durable at the delivery's end
         self._sharing_noted = False  # torch.shared_parameters sent (at the first optimizer.step)
         self.registry = Registry()  # what trains: snapshots (record) and their restore (replay)
-        self.snapshots = None
-        self.fast_forwarding = False  # replay: before the jump step, compute is skipped
-        self.skip_update = False  # replay --what-if skip-step: this optimizer.step() is skipped
+        self.snapshots = None  # SnapshotTaker (record)
         self.gpu = None  # GpuDigests: CUDA tensors digested on their device (gpu.py)
-        self._gpu_deferred = True  # record: one transfer per step; replay checks at once
         self.error = None  # the internal error that disabled capture, if any
         self._digest_fn = lib.dlrr_digest
-        self._digest_out = native.DigestT()
-        self._digest_ref = ctypes.byref(self._digest_out)
-        self._keep_outputs = 1 if self.capture_level >= native.CAPTURE_DEFAULT else 0
+        self.last_digest = native.DigestT()  # what digest_prepared's call computed
+        self._digest_ref = ctypes.byref(self.last_digest)
+        self.keep_outputs = 1 if self.capture_level >= native.CAPTURE_DEFAULT else 0
         self._tensor_type = None
         self._prepare = None
         self._batch = DigestBatch(lib) if DigestBatch.usable else None  # gradients, parameters
         self._tensor_lists = None  # _dlrr_native.TensorListDigest: the same in C (_native_tensor_lists)
         # Per-step state (reset at step begin/end).
-        self._module_calls = {}
+        self.module_calls = {}  # path -> calls so far in the step (the native hooks count here too)
         self._grad_calls = {}
         self._param_calls = {}
         self._backwards = 0
         self._roots = {}
-        # dlrecord --window K: batches of map-style datasets by reference, bytes of the last K
-        # steps held in memory (docs/recording.md, "Batches by reference").
-        try:
-            self.window = max(0, int(os.environ.get("DLRR_WINDOW", "0") or 0))
-        except ValueError:
-            self.window = 0
-        self._by_value_said = set()
-        self._term_flush = None  # TermFlush (record, with a window), False: not here
         self._unverified_said = set()  # (key, note) pairs already said (_say_unverified)
-        # _on_output digests a host tensor itself (record's _digest, inlined for speed); replay
-        # sends every output through its _digest, which stops at a divergence where it happens.
-        self._inline_outputs = True
+        # _on_output digests a host tensor itself (record's digest, inlined for speed); replay
+        # sends every output through its digest, which stops at a divergence where it happens.
+        self._inline_outputs = strategy_class.inline_outputs
         self._compile_called = False  # torch.compile was called (note_compiled_collectives)
         self._collectives_noted = False
         self._parameters = None
         self._optimizer_numbers = weakref.WeakKeyDictionary()
         k = preflight_batches()
         self.preflight = Preflight(lib, k, self._preflight_fact) if k else None  # dlpreflight
+        self.strategy = strategy_class(self)  # record or replay: last, it may read all of the above
 
     # ------------------------------------------------------------------ lifecycle
     def install(self):
@@ -241,20 +266,22 @@ class Session:
             self.guarded(self.preflight.install)
         atexit.register(self._at_exit)
         self.process_identity = os.environ.get(processes.ENV, "")
-        self.guarded(processes.install, self._patcher)
-        self.guarded(warning_frames.install, self._patcher)  # warnings name the job's lines
+        self.guarded(processes.install, self.patcher)
+        self.guarded(warning_frames.install, self.patcher)  # warnings name the job's lines
         os.register_at_fork(after_in_child=lambda ref=weakref.ref(self): _disable_in_child(ref))
         self._watcher = ImportWatcher("torch", lambda module: self.guarded(self._on_torch, module))
         self._watcher.start()
+        self.strategy.install()
 
     def uninstall(self):
         """Undo everything (tests; a real job keeps the recorder to the end)."""
+        self.strategy.uninstall()
         self.active = False
         if self._watcher is not None:
             self._watcher.stop()
         if self.modules is not None:
             self.modules.uninstall()
-        self._patcher.restore()
+        self.patcher.restore()
         self.failures.uninstall()
         self.triage.uninstall()
         atexit.unregister(self._at_exit)
@@ -268,7 +295,7 @@ class Session:
         if self.rng is not None:
             self.rng.write(self.rng.snapshot(), at_fork=True)
         # Its stream's own runtime facts (the parent's went to the parent's stream).
-        self._runtime_sent = self._cuda_info_sent = self._sharing_noted = False
+        self.runtime_sent = self._cuda_info_sent = self._sharing_noted = False
 
     def disable_in_child(self):
         self.active = False
@@ -319,6 +346,7 @@ class Session:
 
     def _on_torch(self, torch):
         """torch finished importing: patch the DataLoader, modules, backward and optimizers."""
+        self.strategy.before_torch(torch)
         self.torch = torch
         # Libraries torch loads may install fatal-signal handlers over ours (Debian 13's torch
         # loads UCX, which re-raises with tgkill): ours back on top, theirs called from ours.
@@ -337,29 +365,27 @@ class Session:
         self._prepare = self.marshal.prepare
         self.values = ValueWriter(self.lib, self.marshal, torch.Tensor)
         self.rng = RngCapture(self.lib, torch)
-        self.gpu = gpu.GpuDigests(self.lib, torch, self.marshal, deferred=self._gpu_deferred,
-                                  keep_ring=bool(self._keep_outputs))
+        self.gpu = gpu.GpuDigests(self.lib, torch, self.marshal, deferred=self.strategy.gpu_deferred,
+                                  keep_ring=bool(self.keep_outputs))
         self._tensor_lists = self._native_tensor_lists(torch)
         if self.preflight is not None:  # inside the recorder's DataLoader patch: a cut is a pass end
-            self.preflight.install_torch(self._patcher, torch, dataloader)
-            self.preflight.install_cpu_fallback(self._patcher, torch)
-        self.loaders = LoaderTracker(self, self._on_batch, self._on_loader_end,
+            self.preflight.install_torch(self.patcher, torch, dataloader)
+            self.preflight.install_cpu_fallback(self.patcher, torch)
+        self.loaders = LoaderTracker(self, self.strategy.on_batch, self._on_loader_end,
                                      self.steps.note_loader_created)
-        self.loaders.install(self._patcher, dataloader, worker)
-        self.modules = ModuleTracker(self, torch, self._on_root, self._on_output,
+        self.loaders.install(self.patcher, dataloader, worker)
+        self.modules = ModuleTracker(self, torch, self.on_root, self._on_output,
                                      digest_outputs=self.capture_level >= native.CAPTURE_DEFAULT,
-                                     native_digest=self.native_digest())
+                                     native_digest=self.strategy.native_digest())
         self.modules.install(module_module)
         self.training = TrainingPatches(self, torch, self._before_backward, self._after_backward,
                                         self._before_optimizer_step, self._after_optimizer_step)
-        self.training.install(self._patcher)
+        self.training.install(self.patcher)
         self._patch_compile(torch)
-        self.dist = DistHooks(self, torch, self.dist_replay_mode())
-        self.dist.install(self._patcher)
+        self.dist = DistHooks(self, torch, self.strategy.dist_replay_mode())
+        self.dist.install(self.patcher)
         self._patch_state_owners(torch)
-        if self.lib.dlrr_mode() == native.MODE_RECORD:  # what the main process reads (files.py)
-            FileCapture(self, self.lib).install(self._patcher, dataloader)
-            self.snapshots = SnapshotTaker(self.lib, self.values, self.registry, self.window)
+        self.strategy.after_torch(torch)
 
     def _patch_state_owners(self, torch):
         """LR schedulers and grad scalers, in creation order (snapshots.py)."""
@@ -380,7 +406,7 @@ class Session:
                     if rec.active:
                         rec.guarded(note, self)
                 return __init__
-            self._patcher.wrap(cls, "__init__", wrap)
+            self.patcher.wrap(cls, "__init__", wrap)
 
     def _preflight_fact(self, key, value):
         self.lib.dlrr_runtime_info(native.text(key), native.text(value))
@@ -407,7 +433,7 @@ class Session:
         else:
             self.guarded(self.steps.on_exit)
             if self.active and self.steps.steps_begun == 0:
-                self.guarded(self._send_runtime_info)
+                self.guarded(self.send_runtime_info)
                 self._report(1, "no steps captured: no DataLoader batch with gradients enabled "
                                 "and no optimizer.step()")
         self.active = False  # nothing after the last commit
@@ -415,23 +441,30 @@ class Session:
     def before_fetch(self, iterator):
         """A loader without workers is about to load a batch in this process (its sampler has
         drawn): the recorder learns whether loading draws random numbers (recorder.py)."""
+        self.strategy.before_fetch(iterator)
+
+    def snapshot_rng(self, step=None):
+        """The StepTracker's: RNG states that will belong to optimizer-driven step `step`."""
+        return self.strategy.snapshot_rng(step)
 
     # ------------------------------------------------------------------ StepTracker sink
     def begin_step(self, step, loader, batch_index, epoch, by_optimizer, rng):
-        if not self._runtime_sent:  # a call saved per step: sent at the first
-            self._send_runtime_info()
+        self.strategy.before_step(step)
+        if not self.runtime_sent:  # a call saved per step: sent at the first
+            self.send_runtime_info()
         if not self._cuda_info_sent:
             self._send_cuda_info()
         self.lib.dlrr_step_begin(step, loader, batch_index, epoch, int(by_optimizer))
-        self._module_calls.clear()
+        self.module_calls.clear()
         self._grad_calls.clear()
         self._param_calls.clear()
         self._backwards = 0
         self._parameters = None
         if rng is not None:
-            self.rng.write(rng)
+            self.strategy.write_step_rng(rng)
         if self.snapshots is not None:
             self.snapshots.at_step_start(step)
+        self.strategy.step_begun(step, by_optimizer)
 
     def untrained_step(self, step):
         self.lib.dlrr_step_untrained(step)
@@ -444,20 +477,18 @@ class Session:
             gpu_loss = self._flush_gpu()
             if gpu_loss is not None:
                 loss = gpu_loss
-        if self._step_end_deferred:  # a batch delivery: durable at its dlrr_batch_end (recorder.py)
-            self.lib.dlrr_step_end_deferred(step, loss)
-        else:
-            self.lib.dlrr_step_end(step, loss)
+        self.strategy.commit_step(step, loss)
         self._roots.clear()
         self._parameters = None
         paths = self.modules.paths
         if not paths.tracks_registrations:
             paths.invalidate()  # no registration hooks (torch 1.x): names per step
+        self.strategy.step_ended(step, loss)
 
-    def _send_runtime_info(self):
-        if self._runtime_sent:
+    def send_runtime_info(self):
+        if self.runtime_sent:
             return
-        self._runtime_sent = True
+        self.runtime_sent = True
         info = self.lib.dlrr_runtime_info
         for key, value in runtime.collect(self.torch):
             info(native.text(key), native.text(value))
@@ -499,7 +530,7 @@ class Session:
         After either, the state has moved on and no snapshot is taken (one of another moment
         would make the replay of the step diverge)."""
         if self.steps.current_untrained:
-            self._failure_snapshot()
+            self.failure_snapshot()
 
     # ------------------------------------------------------------------ DataLoader
     def _on_loader_end(self, loader, iteration):
@@ -507,7 +538,7 @@ class Session:
         self.steps.on_loader_end(loader.number)
 
     # ------------------------------------------------------------------ digests
-    def _failure_snapshot(self):
+    def failure_snapshot(self):
         """The first non-finite forward value: the step's start state is still live (snapshots.py)."""
         s = self.snapshots
         step = self.steps.current
@@ -515,15 +546,20 @@ class Session:
             s.failure_taken = True
             s.take(step, True)
 
+    def digest_prepared(self, kind, path, call_index, output, p, keep):
+        """dlrr_digest of a tensor TensorMarshal.prepare()d: its return code (replay: 1 at a
+        divergence); the digest is in last_digest."""
+        return self._digest_fn(kind, path, call_index, output, p[1], p[3], p[4], p[5], p[6], keep, self._digest_ref)
+
     def _digest_in_batch(self, kind, path, call_index, tensor):
-        """_digest(kind, path, call_index, 0, tensor, 0), CPU tensors gathered into one
+        """strategy.digest(kind, path, call_index, 0, tensor, 0), CPU tensors gathered into one
         dlrr_digest_many call that _flush_batch(kind) makes (the same events, in order)."""
         batch = self._batch
         g = self.gpu
         if batch is None or (g is not None and g.applies(tensor)):
             if batch is not None:
                 batch.flush(kind)  # the events stay in call order
-            self._digest(kind, path, call_index, 0, tensor, 0)
+            self.strategy.digest(kind, path, call_index, 0, tensor, 0)
             return
         p = self._prepare(tensor)
         if p is not None:
@@ -534,7 +570,7 @@ class Session:
             self._batch.flush(kind)
 
     def _native_tensor_lists(self, torch):
-        """The `_dlrr_native` extension's TensorListDigest (interpose/pyext/TensorListDigest.cc):
+        """The `_dlrr_native` extension's TensorListDigest (pyhook/ext/TensorListDigest.cc):
         the gradient and parameter loops below in C, gathering dense contiguous CPU tensors into
         one dlrr_digest_many through its address and handing every other tensor, in order, to
         _digest_in_batch; or None (no extension, DLRR_NATIVE_HOOKS=0, no batch): the loops."""
@@ -546,7 +582,7 @@ class Session:
         if address is None:
             return None
         try:
-            return make(digest_many_address=address, dtypes=self.marshal._dtypes,
+            return make(digest_many_address=address, dtypes=self.marshal.dtypes,
                         tensor_types=(torch.Tensor, torch.nn.Parameter), strided=torch.strided,
                         fallback=self._digest_alone)
         except Exception:  # an extension of another build
@@ -569,7 +605,7 @@ class Session:
             return lists
         return None
 
-    def _on_root(self, module, grad_enabled):
+    def on_root(self, module, grad_enabled):
         if grad_enabled:
             self.registry.note_root(module)
         ref = self._roots.get(id(module))
@@ -586,12 +622,12 @@ class Session:
         self._say_unverified("unverified.compiled", compiled_note(path))
 
     def _say_unverified(self, key, note):
-        """The strategy's _note_unverified, once per (key, note): callers meet the same thing again
+        """The strategy's note_unverified, once per (key, note): callers meet the same thing again
         (a compiled root at every step, a function compiled twice) and the note must not repeat."""
         if (key, note) in self._unverified_said:
             return
         self._unverified_said.add((key, note))
-        self._note_unverified(key, note)
+        self.strategy.note_unverified(key, note)
 
     def _patch_compile(self, torch):
         """torch.compile of a plain function (not a module): module calls inside it are traced into
@@ -614,7 +650,7 @@ class Session:
                     recorder.guarded(recorder._note_compiled_function, _callable_name(model))
                 return result
             return compile
-        self._patcher.wrap(torch, "compile", wrap)
+        self.patcher.wrap(torch, "compile", wrap)
 
     def note_compiled_collectives(self):
         """torch.compile in a torch.distributed job: dynamo turns the collectives it traces into
@@ -631,7 +667,7 @@ class Session:
         self._say_unverified("unverified.compiled_function." + name, compiled_function_note(name))
 
     def _on_output(self, path, output):
-        calls = self._module_calls
+        calls = self.module_calls
         call_index = calls.get(path, 0)
         calls[path] = call_index + 1
         tensor_type = self._tensor_type
@@ -639,22 +675,23 @@ class Session:
             g = self.gpu
             if self._inline_outputs and (g is None or self.capture_level >= native.CAPTURE_FULL or
                                          not g.applies(output)):
-                # record's _digest host path inlined: this runs for every module call of every step
+                # RecordStrategy.digest's host path inlined: this runs for every module call of every step
                 p = self._prepare(output)
                 if p is not None:
                     self._digest_fn(native.DIGEST_MODULE_OUTPUT, path, call_index, 0, p[1], p[3], p[4], p[5],
-                                    p[6], self._keep_outputs, self._digest_ref)
-                    out = self._digest_out
+                                    p[6], self.keep_outputs, self._digest_ref)
+                    out = self.last_digest
                     if out.nan_count or out.inf_count:
-                        self._failure_snapshot()
+                        self.failure_snapshot()
                 return
-            self._digest(native.DIGEST_MODULE_OUTPUT, path, call_index, 0, output, self._keep_outputs)
-            return
-        for index, tensor in enumerate(_flat_tensors(output, tensor_type)):
-            self._digest(native.DIGEST_MODULE_OUTPUT, path, call_index, index, tensor,
-                         self._keep_outputs)
+            self.strategy.digest(native.DIGEST_MODULE_OUTPUT, path, call_index, 0, output, self.keep_outputs)
+        else:
+            for index, tensor in enumerate(_flat_tensors(output, tensor_type)):
+                self.strategy.digest(native.DIGEST_MODULE_OUTPUT, path, call_index, index, tensor,
+                                     self.keep_outputs)
+        self.strategy.output_digested(path, call_index, output)
 
-    def _step_parameters(self):
+    def step_parameters(self):
         """([(name bytes, parameter)], {id(parameter): name}) of the roots seen in this step."""
         if self._parameters is None:
             names = {}
@@ -672,23 +709,29 @@ class Session:
 
     # ------------------------------------------------------------------ backward / step
     def _before_backward(self, tensors):
+        self.strategy.before_backward(tensors)
         self.steps.on_backward()
         call_index = self._backwards
         self._backwards += 1
         hooks = self.modules.native_hooks if self.modules is not None else None
         for index, tensor in enumerate(tensors):
             # The native module hooks digest a dense CPU loss themselves (record only: they
-            # answer None in replay, and for anything else), as _digest would, and read its value.
+            # answer None in replay, and for anything else), as strategy.digest would, and read its value.
             value = None if hooks is None else hooks.loss(tensor, call_index, index)
             if value is None:
-                host = self._digest(native.DIGEST_LOSS, b"loss", call_index, index, tensor,
-                                    self._keep_outputs)
+                host = self.strategy.digest(native.DIGEST_LOSS, b"loss", call_index, index, tensor,
+                                    self.keep_outputs)
                 if index == 0 and host is not None and host.numel() == 1:
                     self.steps.on_loss(float(host.item()))  # a non-scalar root leaves it alone
             elif index == 0 and value is not False:
                 self.steps.on_loss(float(tensor.item()) if value is True else value)
+        self.strategy.loss_digested(tensors)
 
     def _after_backward(self):
+        if self.strategy.fast_forwarding:
+            self.strategy.backward_skipped()
+            self.steps.on_backward_end()
+            return
         if self.preflight is not None:
             self.preflight.on_update("backward")
         if self.dist is not None:
@@ -698,16 +741,17 @@ class Session:
         if self.capture_level >= native.CAPTURE_DEFAULT:
             lists = self._native_lists()
             if lists is not None:
-                lists.gradients(native.DIGEST_GRADIENT, self._step_parameters()[0], self._grad_calls)
+                lists.gradients(native.DIGEST_GRADIENT, self.step_parameters()[0], self._grad_calls)
             else:
                 self._digest_gradients()
         self.steps.on_backward_end()  # ends a step counted by backward()
+        self.strategy.after_backward()
 
     def _digest_gradients(self):
         calls = self._grad_calls
         digest = self._digest_in_batch
         try:
-            for name, param in self._step_parameters()[0]:
+            for name, param in self.step_parameters()[0]:
                 grad = param.grad
                 if grad is not None:
                     call_index = calls.get(name, 0)
@@ -718,16 +762,20 @@ class Session:
 
     def _before_optimizer_step(self, optimizer):
         self.steps.on_optimizer_step_begin()
+        self.strategy.before_update(optimizer)
 
     def _after_optimizer_step(self, optimizer):
+        step = self.steps.current  # a step counted by optimizer.step() ends below
+        self.strategy.updated(optimizer)
         if not self._sharing_noted:
             self._sharing_noted = True
             self.guarded(self._note_sharing, optimizer)
-        if self.capture_level >= native.CAPTURE_DEFAULT:
+        if self.capture_level >= native.CAPTURE_DEFAULT and not self.strategy.fast_forwarding:
             self._digest_parameters(optimizer)
         self.steps.on_optimizer_step_end()
         if self.preflight is not None:
             self.preflight.on_update("step")
+        self.strategy.after_update(optimizer, step)
 
     def _note_sharing(self, optimizer):
         """How many parameters the process updates in shared memory (model.share_memory(),
@@ -737,7 +785,7 @@ class Session:
         self.lib.dlrr_runtime_info(b"torch.shared_parameters", native.text("%d of %d" % (shared, len(params))))
 
     def _digest_parameters(self, optimizer):
-        names = self._step_parameters()[1]
+        names = self.step_parameters()[1]
         number = self._optimizer_numbers.get(optimizer)
         if number is None:
             number = self._optimizer_numbers[optimizer] = len(self._optimizer_numbers)

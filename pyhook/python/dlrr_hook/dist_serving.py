@@ -70,7 +70,7 @@ class ServingHooks:
 
     def _unservable(self, exc):
         """Stops the replay: the rank cannot go on without its peers."""
-        self._rec.stop("unservable", str(exc), sys._getframe(2))
+        self._rec.strategy.stop("unservable", str(exc), sys._getframe(2))
         raise RuntimeError("dlrr: %s" % exc)
 
     def _received_nonfinite(self, seq, op, sent_finite, results):
@@ -86,7 +86,7 @@ class ServingHooks:
             return
         if getattr(rec, "_stopped", True) or rec.steps.current != target.step or self._finite(results):
             return
-        rec.stop("target", "after collective #%d (%s) of step %d: its result holds the first non-finite values "
+        rec.strategy.stop("target", "after collective #%d (%s) of step %d: its result holds the first non-finite values "
                  "this rank saw, received from other ranks (dltrace info names the rank where they began; "
                  "replay that one with --rank)" % (seq, _display(op), target.step), sys._getframe(2))
 
@@ -150,7 +150,7 @@ class ServingHooks:
         call = {"backend": "dlrr_replay", "store": self._torch.distributed.HashStore(), "rank": int(rank), "world_size": int(world)}
         if timeout is not None:
             call["timeout"] = timeout
-        self._rec.guarded(self._rec._fact, "dist.group",
+        self._rec.guarded(self._rec.strategy.fact, "dist.group",
                           "rank %s of %s replayed alone: collectives served from the trace" % (rank, world))
         return original(**call)
 

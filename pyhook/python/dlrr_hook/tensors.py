@@ -16,19 +16,19 @@ class TensorMarshal:
 
     def __init__(self, torch):
         self._strided = torch.strided
-        self._dtypes = {}
+        self.dtypes = {}  # dtype -> dtype_info(); read by _dlrr_native (ValueWriter, ModuleHooks, TensorListDigest)
         self._shapes = {}
         self._devices = {}
 
     def dtype_info(self, dtype):
         """(name bytes without 'torch.', element size, needs the slow path) for a dtype."""
-        info = self._dtypes.get(dtype)
+        info = self.dtypes.get(dtype)
         if info is None:
             import torch  # already imported: we only run after torch's import
             name = str(dtype).replace("torch.", "").encode()
             probe = torch.empty((), dtype=dtype)
             special = probe.is_complex() or probe.is_quantized
-            info = self._dtypes[dtype] = (name, probe.element_size(), special)
+            info = self.dtypes[dtype] = (name, probe.element_size(), special)
         return info
 
     def shape_array(self, shape):
@@ -57,7 +57,7 @@ class TensorMarshal:
         (batches), never an error.  This is the hot path: one dtype lookup, three cheap
         attribute checks, no detach() unless a copy is needed.
         """
-        info = self._dtypes.get(tensor.dtype)
+        info = self.dtypes.get(tensor.dtype)
         if info is None:
             info = self.dtype_info(tensor.dtype)
         try:

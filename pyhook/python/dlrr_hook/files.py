@@ -43,7 +43,7 @@ def _byte_bounds(numpy):
 
 
 class FileCapture:
-    """Wires the record side of the file layer into a Recorder (record mode only)."""
+    """Wires the record side of the file layer into the Session (RecordStrategy only)."""
 
     def __init__(self, recorder, lib):
         self._rec = recorder

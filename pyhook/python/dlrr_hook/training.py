@@ -50,6 +50,12 @@ class TrainingPatches:
       after_step(optimizer)      after it returned normally
     """
 
+    def phase(self):
+        """What runs now: "backward", "optimizer" (this thread inside optimizer.step()) or "forward"."""
+        if self._backward_depth > 0:
+            return "backward"
+        return "optimizer" if self._local.__dict__.get("step", 0) > 0 else "forward"
+
     def __init__(self, recorder, torch, before_backward, after_backward, before_step, after_step):
         self._rec = recorder
         self._torch = torch
@@ -260,7 +266,7 @@ class TrainingPatches:
                 # --what-if skip-step: the same, for the step the change starts at. A closure
                 # (LBFGS, skorch's step_fn) still runs once, as the job's code after the step
                 # expects (its loss returned, skorch's step accumulator filled).
-                if outermost and (rec.fast_forwarding or rec.skip_update):
+                if outermost and (rec.strategy.fast_forwarding or rec.strategy.skip_update):
                     closure = kwargs.get("closure", args[0] if args else None)
                     result = None
                     if callable(closure):

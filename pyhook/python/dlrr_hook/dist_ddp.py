@@ -45,7 +45,7 @@ class DdpHooks:
                 return original(ddp, state, hook)
             if hooks.replay_mode == DIST_REPLAY_ALONE:
                 # Alone, the job's hook would communicate: dlrr's serves its buckets instead.
-                hooks._rec.guarded(hooks._rec._fact, "dist.comm_hook",
+                hooks._rec.guarded(hooks._rec.strategy.fact, "dist.comm_hook",
                                    "the job's DDP comm hook %s is not run: its results are served from the trace"
                                    % getattr(hook, "__name__", "?"))
                 result = original(ddp, None, hooks._served_hook)

@@ -12,7 +12,7 @@ value, whatever happens - a container announces len() children and then writes e
 and a child that cannot be written is written as opaque.
 
 Native walk: where the `_dlrr_native` extension imports (modules.native_extension: not with
-DLRR_NATIVE_HOOKS=0), ValueWriter.write is its ValueWriter (interpose/pyext/ValueWriter.cc),
+DLRR_NATIVE_HOOKS=0), ValueWriter.write is its ValueWriter (pyhook/ext/ValueWriter.cc),
 which makes the same calls from C for exact built-in values and dense contiguous CPU tensors,
 calling the library's functions through their addresses, and hands every other value to the
 Python write below (write_python), which writes that one value (its children through
@@ -98,7 +98,7 @@ class ValueWriter:
             if not all(functions.values()):
                 return None
             return make(functions=functions, tensor_type=self._tensor_type, strided=torch.strided,
-                        dtypes=self._marshal._dtypes, cpu_device=self._marshal.device_name(torch.device("cpu")),
+                        dtypes=self._marshal.dtypes, cpu_device=self._marshal.device_name(torch.device("cpu")),
                         max_depth=MAX_DEPTH, fallback=self.write_python)
         except Exception:  # an extension of another build
             return None

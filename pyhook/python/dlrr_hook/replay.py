@@ -1,10 +1,10 @@
 """Replay mode: the recorded job runs again, fed from the trace, checked step by step.
 
-The Replayer is the session core (session.py) with its sources swapped and its sink turned
-into checks, so step boundaries, loader numbering, module paths and call indices are
-computed by exactly the same code as at record time.  It implements the strategy methods
-(session.STRATEGY) and extends the extension points (session.EXTENSIONS), nothing else of
-the core.  What replay changes:
+The ReplayStrategy is the strategy the session core (session.py) holds in replay: the
+core's sources swapped and its sink turned into checks, so step boundaries, loader
+numbering, module paths and call indices are computed by exactly the same code as at record
+time.  It uses the Session through its public members and is called at the Strategy hooks
+only.  What replay changes:
 
   DataLoader.__iter__   returns a ReplayIterator: recorded batches, no workers, no dataset
   each delivery         RNG states (torch, NumPy, random) restored to the recorded ones;
@@ -41,7 +41,7 @@ from .batches import BatchDecoder
 from .explain import Explainer, history
 from .whatif import WhatIf
 from .modules import fetching, in_fetch
-from .session import Session, _flat_tensors
+from .session import Strategy, _flat_tensors
 from .snapshots import restore_tree
 
 _HOOK_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -82,15 +82,15 @@ class ReplayIterator:
 
     def __init__(self, replayer, loader):
         self._replayer = replayer
-        self._loader = loader
-        self._sampler_iter = None  # the loader's own index sampler, advanced batch by batch
-        self._real = None  # the loader's own iterator, re-making batches recorded by reference
+        self.loader = loader
+        self.sampler_iter = None  # the loader's own index sampler, advanced batch by batch
+        self.real = None  # the loader's own iterator, re-making batches recorded by reference
 
     def __iter__(self):
         return self
 
     def __len__(self):
-        return len(self._loader)
+        return len(self.loader)
 
     def __next__(self):
         return self._replayer.next_batch(self)
@@ -114,7 +114,7 @@ class ReplayHelpers:
     def inputs(self):
         """nan target: the positional inputs of the failing module's call (re-run it with
         `module(*dlrr.inputs)` to step into it), else None."""
-        return self._rep._target_inputs
+        return self._rep.target_inputs
 
     def batch(self):
         """The batch of this step, as served to the job."""
@@ -176,12 +176,16 @@ class _ClearsProgress:
         setattr(self._stream, name, value)
 
 
-class Replayer(Session):
-    """The hook in replay mode (dlrr_mode() == 2): the replay strategy (session.STRATEGY, EXTENSIONS)."""
+class ReplayStrategy(Strategy):
+    """The hook in replay mode (dlrr_mode() == 2): serves what was recorded and checks what is
+    computed (the Strategy hooks of session.py)."""
 
-    def __init__(self, lib):
-        super().__init__(lib)
-        self._inline_outputs = False  # module outputs through _digest: a divergence stops at the module
+    inline_outputs = False  # module outputs through digest(): a divergence stops at the module
+    gpu_deferred = False  # device digests checked at once, to stop at the divergence
+
+    def __init__(self, session):
+        super().__init__(session)
+        lib = self.lib
         self.target = native.TargetT()
         lib.dlrr_replay_target(ctypes.byref(self.target))
         self.target_where = native.decode(self.target.where)
@@ -195,7 +199,7 @@ class Replayer(Session):
         self._stopped = False
         self._armed = False
         self._nan_calls = {}
-        self._target_inputs = None  # the failing module's inputs at the nan target (dlrr.inputs)
+        self.target_inputs = None  # the failing module's inputs at the nan target (dlrr.inputs)
         self._rng_warned = False
         self._served_in_process = False  # a batch served where the job would have loaded it itself
         self._anomaly = None
@@ -214,7 +218,6 @@ class Replayer(Session):
                 sys.stdout = _ClearsProgress(sys.stdout, self._clear_progress, self._redraw_progress)
             if sys.stderr is not None:
                 sys.stderr = _ClearsProgress(sys.stderr, self._clear_progress, self._redraw_progress)
-        self._gpu_deferred = False  # device digests checked at once, to stop at the divergence
         self._gpu_checked = False
         self._cuda_rng_warned = False
         # Jump replay: steps before the jump step are fast-forwarded (see _install_fast_forward).
@@ -225,15 +228,14 @@ class Replayer(Session):
 
     # ------------------------------------------------------------------ set-up
     def install(self):
-        super().install()
         self._track_stderr()
         atexit.register(self._end_line)  # after the job's own exit handlers (registered later)
         previous = sys.excepthook
 
         def excepthook(exc_type, exc, tb):
             result = previous(exc_type, exc, tb)  # the job's traceback first, as it would print
-            if self.active and not issubclass(exc_type, SystemExit):
-                self.guarded(self.on_exception, exc_type, exc, tb)
+            if self.session.active and not issubclass(exc_type, SystemExit):
+                self.session.guarded(self.on_exception, exc_type, exc, tb)
             return result
         self._prev_excepthook = previous
         self._our_excepthook = excepthook
@@ -281,15 +283,14 @@ class Replayer(Session):
             del stream.write
         if sys.excepthook is getattr(self, "_our_excepthook", None):
             sys.excepthook = self._prev_excepthook
-        super().uninstall()
 
-    def _on_torch(self, torch):
+    def before_torch(self, torch):
         self._restore_threads(torch)
         self._compare_runtime(torch)
-        if self.capture_level < native.CAPTURE_MINIMAL:
-            # No steps were recorded: the job runs on its own data, nothing is served or compared.
-            self._note_unverified("capture.process", PROCESS_CAPTURE_NOTE)
-            super()._on_torch(torch)
+        if self.session.capture_level < native.CAPTURE_MINIMAL:
+            # No steps were recorded: the job runs on its own data, nothing is served or compared
+            # (the core leaves torch unpatched).
+            self.note_unverified("capture.process", PROCESS_CAPTURE_NOTE)
             return
         self.decoder = BatchDecoder(torch)
         dataloader = __import__("torch.utils.data.dataloader", fromlist=["DataLoader"])
@@ -297,17 +298,18 @@ class Replayer(Session):
 
         def make_iter(original):
             def __iter__(self):
-                if not replayer.active:
+                if not replayer.session.active:
                     return original(self)
                 # `is None`, not `or`: the truth of a ReplayIterator is its len(), which an
                 # IterableDataset without __len__ raises (and an empty loader's is 0).
-                iterator = replayer.guarded(replayer.make_iterator, self, original)
+                iterator = replayer.session.guarded(replayer.make_iterator, self, original)
                 return original(self) if iterator is None else iterator
             return __iter__
         # Ours takes the place of the LoaderTracker's __iter__ wrapper (the Patcher wraps a
         # method once), so make_iterator numbers the iteration itself.
-        self._patcher.wrap(dataloader.DataLoader, "__iter__", make_iter)
-        super()._on_torch(torch)
+        self.session.patcher.wrap(dataloader.DataLoader, "__iter__", make_iter)
+
+    def after_torch(self, torch):
         module_module = __import__("torch.nn.modules.module", fromlist=["Module"])
         self._pre_handle = module_module.register_module_forward_pre_hook(self._pre_forward)
         if self.fast_forwarding:
@@ -316,11 +318,11 @@ class Replayer(Session):
         if what_if:
             self._whatif = WhatIf(what_if, int(os.environ.get("DLRR_WHAT_IF_FROM", "0")),
                                   int(os.environ.get("DLRR_WHAT_IF_STEPS", "0") or 0), self.recorded_steps,
-                                  torch, self._patcher)
+                                  torch, self.session.patcher)
             if self._whatif.start == 0:
                 self._whatif.begin()
         elif self.target.kind == native.TARGET_NAN and self.target.step == 0:
-            self.guarded(self._arm_explainer)  # the first step: checked from the start
+            self.session.guarded(self._arm_explainer)  # the first step: checked from the start
         # A forked trainer attaching: the generator states it inherited come from a parent that
         # replay does not replay (its entropy is the OS's), so they are not the recording's.
         # The recording took them as the fork began (RngState.atFork): from here on they are,
@@ -339,22 +341,22 @@ class Replayer(Session):
 
         def wrap(original):
             def __call__(module, *args, **kwargs):
-                if not replayer.fast_forwarding or not replayer.active or fetching() or \
-                        replayer.modules._local.__dict__.get("stack") or replayer._last_fast_forwarded() or \
+                if not replayer.fast_forwarding or not replayer.session.active or fetching() or \
+                        replayer.session.modules.stack() or replayer._last_fast_forwarded() or \
                         replayer._in_functional_transform():
                     return original(module, *args, **kwargs)
                 key = (id(module), module.training, torch.is_grad_enabled(), _shapes(args, kwargs, torch.Tensor))
                 template = templates.get(key)
                 if template is None:
                     out = original(module, *args, **kwargs)
-                    templates[key] = replayer.guarded(_template, out, torch.Tensor) or False
+                    templates[key] = replayer.session.guarded(_template, out, torch.Tensor) or False
                     return out
-                replayer.guarded(replayer._on_root, module, torch.is_grad_enabled())
+                replayer.session.guarded(replayer.session.on_root, module, torch.is_grad_enabled())
                 if template is False or not replayer.fast_forwarding:  # the jump step began: compute
                     return original(module, *args, **kwargs)
                 return _instantiate(template, torch)
             return __call__
-        self._patcher.wrap(torch.nn.Module, "__call__", wrap)
+        self.session.patcher.wrap(torch.nn.Module, "__call__", wrap)
 
     def _in_functional_transform(self):
         """A torch.func transform runs the module (functional_call inside grad, vmap, ...): its
@@ -382,18 +384,18 @@ class Replayer(Session):
         self.fast_forwarding = False
         ptr, n = ctypes.c_void_p(), ctypes.c_uint64()
         if not self.lib.dlrr_replay_snapshot(step, ctypes.byref(ptr), ctypes.byref(n)):
-            self._fact("warning", "jump: the trace holds no snapshot of step %d" % step)
+            self.fact("warning", "jump: the trace holds no snapshot of step %d" % step)
             return
         with self._pausing():
             tree = self.decoder.decode(ctypes.string_at(ptr.value, n.value))
-            problems = restore_tree(self.registry, tree, self.torch)
-        self._fact("jump.restored", "step %d: %d module(s), %d optimizer(s), %d scheduler(s), %d grad scaler(s), "
+            problems = restore_tree(self.session.registry, tree, self.session.torch)
+        self.fact("jump.restored", "step %d: %d module(s), %d optimizer(s), %d scheduler(s), %d grad scaler(s), "
                    "%d generator(s) of the job's" % (
                        step, len(tree.get("modules", [])), len(tree.get("optimizers", [])),
                        len(tree.get("schedulers", [])), len(tree.get("scalers", [])),
                        len(tree.get("generators") or {})))
         for p in problems:
-            self._fact("warning", "jump: not restored: %s" % p)
+            self.fact("warning", "jump: not restored: %s" % p)
 
     def dist_replay_mode(self):
         """How collectives replay: with real peers (all) or served from the trace (alone)."""
@@ -404,7 +406,7 @@ class Replayer(Session):
     def _restore_threads(self, torch):
         want = native.decode(self.lib.dlrr_replay_runtime_info(b"torch.num_threads"))
         if want.isdigit() and int(want) != torch.get_num_threads():
-            self._fact("env.threads", "torch intra-op threads set to the recorded %s (this machine's default: %d)"
+            self.fact("env.threads", "torch intra-op threads set to the recorded %s (this machine's default: %d)"
                        % (want, torch.get_num_threads()))
             torch.set_num_threads(int(want))
         want = native.decode(self.lib.dlrr_replay_runtime_info(b"torch.num_interop_threads"))
@@ -412,7 +414,7 @@ class Replayer(Session):
             try:
                 torch.set_num_interop_threads(int(want))
             except RuntimeError:
-                self._fact("warning", "could not restore %s inter-op threads" % want)
+                self.fact("warning", "could not restore %s inter-op threads" % want)
 
     def _compare_runtime(self, torch):
         from . import runtime
@@ -428,13 +430,13 @@ class Replayer(Session):
             # Settings the job makes after import (deterministic algorithms, cudnn flags) and the
             # GPU are compared at the first step instead (_compare_gpu).
             if recorded != value and key in ("python", "torch", "numpy", "blas", "cuda.compiled"):
-                self._fact("warning", "%s differs: recorded %s, here %s; bit-exact replay may not hold"
+                self.fact("warning", "%s differs: recorded %s, here %s; bit-exact replay may not hold"
                            % (key, recorded, value))
 
     def _compare_gpu(self, step):
         """Up front (at the first steps): warn when this GPU, driver or library versions differ
         from the recording's, since kernels then need not compute the same bits."""
-        torch = self.torch
+        torch = self.session.torch
         cuda = getattr(torch, "cuda", None)
         recorded = lambda key: (lambda v: None if v is None else native.decode(v))(  # noqa: E731
             self.lib.dlrr_replay_runtime_info(native.text(key)))
@@ -446,30 +448,30 @@ class Replayer(Session):
         if initialized:
             here.update(gpu.cuda_facts(torch))
         for warning in gpu.compare_gpu(recorded, here):
-            self._fact("warning", warning)
+            self.fact("warning", warning)
         status = native.decode(self.lib.dlrr_gpu_capture_status())
         if status:
-            self._fact("gpu.capture_status", status)
+            self.fact("gpu.capture_status", status)
 
-    def _fact(self, key, value):
+    def fact(self, key, value):
         self.lib.dlrr_replay_fact(native.text(key), native.text(value))
 
-    def _note_unverified(self, key, note):
+    def note_unverified(self, key, note):
         """dlreplay prints every note, one per line ("unverified: ..." each): the report keeps every
         value of a repeated key (replayer/ReplayReport.h); Session._say_unverified sends each once."""
-        self._fact("verify.unverified", note)
+        self.fact("verify.unverified", note)
 
     # ------------------------------------------------------------------ batches
     def make_iterator(self, loader, original=None):
-        torch = self.torch
+        torch = self.session.torch
         iterator = ReplayIterator(self, loader)
-        state = self.loaders._loader_state(loader)
+        state = self.session.loaders.loader_state(loader)
         kind = self.lib.dlrr_replay_batch_kind(state.number, state.batches)
         if kind in (BATCH_REF_HELD, BATCH_REF) and not self.data_absent and original is not None:
             # Recorded by reference: the job's own iterator (its sampler, base seed, workers)
             # re-makes each batch, checked against the recorded digest (docs/replay.md).
-            iterator._real = original(loader)
-            self.loaders.begin_iteration(loader, iterator)
+            iterator.real = original(loader)
+            self.session.loaders.begin_iteration(loader, iterator)
             return iterator
         # The real iterator makes its index sampler's iterator, then draws its base seed from
         # the global generator; its samplers draw as batches are taken (RandomSampler,
@@ -478,9 +480,9 @@ class Replayer(Session):
         # (Mimicking RandomSampler alone left every other sampler's draws out: a faithful
         # replay warned that the job drew random numbers differently, issue 18.13.)
         try:
-            iterator._sampler_iter = iter(loader._index_sampler)
+            iterator.sampler_iter = iter(loader._index_sampler)
         except Exception:
-            iterator._sampler_iter = None
+            iterator.sampler_iter = None
         # A loader with persistent workers makes its iterator once and only resets it at later
         # epochs: a new sampler iterator, no new base seed (no draw then).
         persistent = getattr(loader, "persistent_workers", False) and getattr(loader, "num_workers", 0) > 0
@@ -488,30 +490,30 @@ class Replayer(Session):
             torch.empty((), dtype=torch.int64).random_(generator=loader.generator)
         if persistent:
             self._persistent_loaders.add(loader)
-        self.loaders.begin_iteration(loader, iterator)
+        self.session.loaders.begin_iteration(loader, iterator)
         return iterator
 
     def next_batch(self, iterator):
-        iteration = self.loaders._iteration_of(iterator)
+        iteration = self.session.loaders.iteration_of(iterator)
         loader = iteration.loader
         length = self.lib.dlrr_replay_iterator_length(loader.number, iteration.number)
         if 0 <= length <= iteration.count:
-            self.loaders.stopped(iterator)
+            self.session.loaders.stopped(iterator)
             raise StopIteration
-        if iterator._real is not None:
+        if iterator.real is not None:
             return self._remade_batch(iterator, loader)
         # A loader without workers loads in this process: what its Dataset or collate_fn drew
         # (augmentation) was drawn when recorded, not here, where the batch is served. The
-        # recording says whether it drew (Recorder._probe_load_draws): then the comparison at
+        # recording says whether it drew (RecordStrategy._probe_load_draws): then the comparison at
         # this delivery would blame the job for that, and it is skipped.
-        self._served_in_process = getattr(iterator._loader, "num_workers", 0) == 0 and bool(
+        self._served_in_process = getattr(iterator.loader, "num_workers", 0) == 0 and bool(
             self.lib.dlrr_replay_runtime_info(native.text("rng.loader.%d.draws_while_loading" % loader.number)))
         kind = self.lib.dlrr_replay_batch_kind(loader.number, loader.batches)
-        if iterator._sampler_iter is not None:
+        if iterator.sampler_iter is not None:
             try:
-                next(iterator._sampler_iter)  # its random draws; the batch itself is served
+                next(iterator.sampler_iter)  # its random draws; the batch itself is served
             except Exception:
-                iterator._sampler_iter = None  # exhausted or failing: the recording decides
+                iterator.sampler_iter = None  # exhausted or failing: the recording decides
         ptr, n = ctypes.c_void_p(), ctypes.c_uint64()
         if kind == BATCH_REF and not self.fast_forwarding:
             self._refuse_dataless(loader, "its bytes are not in the trace (outside the window) and this replay runs "
@@ -533,7 +535,7 @@ class Replayer(Session):
         with self._pausing():
             data = self.decoder.decode(ctypes.string_at(ptr.value, n.value) if n.value else b"")
         if self._explainer is not None:  # an input sample is a tensor of the batch served
-            self._explainer.samples = {t.data_ptr() for _, t in _tensors_with_paths(data, self.torch.Tensor)}
+            self._explainer.samples = {t.data_ptr() for _, t in _tensors_with_paths(data, self.session.torch.Tensor)}
         step, training = ctypes.c_int64(-1), ctypes.c_int(0)
         idx, nidx = ctypes.POINTER(ctypes.c_int64)(), ctypes.c_uint64()
         self.lib.dlrr_replay_batch_meta(loader.number, loader.batches, ctypes.byref(step), ctypes.byref(training),
@@ -541,7 +543,7 @@ class Replayer(Session):
         iterator._dlrr_index = [idx[i] for i in range(nidx.value)]
         self._batch_meta = (loader.number, loader.batches, iterator._dlrr_index)
         self.current_batch = data
-        self.loaders.after_next(iterator, data, None)
+        self.session.loaders.after_next(iterator, data, None)
         if self._whatif is not None and self._whatif.live:  # (after_next began the step: the change is on)
             data = self.current_batch = self._whatif.filter_batch(data, iterator._dlrr_index)
         return data
@@ -569,7 +571,7 @@ class Replayer(Session):
 
     def _remade_batch(self, iterator, loader):
         """The next batch re-made by the job's own iterator, checked against the recorded digest."""
-        real = iterator._real
+        real = iterator.real
         try:
             with in_fetch():
                 data = real._next_data()
@@ -586,7 +588,7 @@ class Replayer(Session):
         real._num_yielded += 1
         step, indices = self._batch_step(loader)
         self.lib.dlrr_replay_remade_begin(loader.number, loader.batches)
-        self.values.write(data)
+        self.session.values.write(data)
         what = ctypes.create_string_buffer(512)
         pos = ctypes.c_int64(-1)
         rc = self.lib.dlrr_replay_remade_end(what, len(what), ctypes.byref(pos))
@@ -598,7 +600,7 @@ class Replayer(Session):
                 loader.batches, loader.number, step if step >= 0 else "-", what.value.decode("utf-8", "replace"))
             if 0 <= pos.value < len(indices):
                 detail += "; dataset index %d" % indices[pos.value]
-                path = _sample_file(getattr(iterator._loader, "dataset", None), indices[pos.value])
+                path = _sample_file(getattr(iterator.loader, "dataset", None), indices[pos.value])
                 if path:
                     detail += ", file %s" % path
             step = step if step >= 0 else self.steps.current
@@ -607,7 +609,7 @@ class Replayer(Session):
                                           native.text(detail))
             self.stop("divergence", detail, sys._getframe(1), step=step)
             raise StopIteration
-        self.loaders.after_next(iterator, data, None)
+        self.session.loaders.after_next(iterator, data, None)
         return data
 
     def _crash_while_loading(self):
@@ -619,9 +621,9 @@ class Replayer(Session):
         self.lib.dlrr_replay_recorded_exception(ctypes.byref(loading))
         return bool(loading.value)
 
-    def _on_batch(self, info, data):
-        self.modules.reset_stack()
-        training = self.steps.on_batch(info.loader, info.index, info.iteration, self.torch.is_grad_enabled())
+    def on_batch(self, info, data):
+        self.session.modules.reset_stack()
+        training = self.steps.on_batch(info.loader, info.index, info.iteration, self.session.torch.is_grad_enabled())
         self._restore_rng(lambda kind, device, p, n: self.lib.dlrr_replay_rng_at_batch(
             info.loader, info.index, kind, device, p, n), "batch %d of loader %d" % (info.index, info.loader))
         step = self.steps.current
@@ -629,7 +631,7 @@ class Replayer(Session):
             self._at_step_start(step)
 
     def _restore_rng(self, fetch, what, compare=True):
-        torch = self.torch
+        torch = self.session.torch
         differed = []
         # Fast-forwarded steps skip their draws (dropout in a skipped forward): no drift to report.
         quiet = self.fast_forwarding or not compare or self._served_in_process
@@ -647,7 +649,7 @@ class Replayer(Session):
                 if not torch.cuda.is_available():
                     if not self._cuda_rng_warned:
                         self._cuda_rng_warned = True
-                        self._fact("warning", "the recording has CUDA RNG states but CUDA is not available here: "
+                        self.fact("warning", "the recording has CUDA RNG states but CUDA is not available here: "
                                    "GPU randomness (dropout on the GPU) cannot be replayed")
                     continue
                 if torch.cuda.is_initialized() and bytes(torch.cuda.get_rng_state(device).numpy().tobytes()) != data:
@@ -657,24 +659,24 @@ class Replayer(Session):
                 np = sys.modules.get("numpy")
                 if np is not None:
                     state = rngmod.numpy_state_from_bytes(data)
-                    if not quiet and self.rng.numpy_bytes() != data:
+                    if not quiet and self.session.rng.numpy_bytes() != data:
                         differed.append("numpy")
                     np.random.set_state(state)
             elif kind == native.RNG_PYTHON:
                 rnd = sys.modules.get("random")
                 if rnd is not None:
-                    if not quiet and self.rng.python_bytes() != data:
+                    if not quiet and self.session.rng.python_bytes() != data:
                         differed.append("random")
                     rnd.setstate(rngmod.python_state_from_bytes(data))
         if differed and not self._rng_warned and not quiet:
             self._rng_warned = True
-            self._fact("warning", "RNG state (%s) at %s differed from the recording before it was restored; "
+            self.fact("warning", "RNG state (%s) at %s differed from the recording before it was restored; "
                        "the job drew random numbers differently between steps" % (", ".join(differed), what))
 
     def _rng_slots(self):
         slots = [(native.RNG_TORCH_CPU, native.NO_DEVICE), (native.RNG_NUMPY, native.NO_DEVICE),
                  (native.RNG_PYTHON, native.NO_DEVICE)]
-        cuda = getattr(self.torch, "cuda", None)
+        cuda = getattr(self.session.torch, "cuda", None)
         if cuda is not None and cuda.is_available():
             slots += [(native.RNG_TORCH_CUDA, d) for d in range(cuda.device_count())]
         elif not self._cuda_rng_warned:
@@ -691,14 +693,21 @@ class Replayer(Session):
                           "step %d" % step)
         return ()  # "taken": the tracker must not ask again when the step is announced
 
-    def begin_step(self, step, loader, batch_index, epoch, by_optimizer, rng):
+    def write_step_rng(self, rng):
+        """Nothing: snapshot_rng restored the recorded states."""
+
+    def commit_step(self, step, loss):
+        self.lib.dlrr_step_end(step, loss)
+
+    def before_step(self, step):
         if step > self.last_step_begun and not self._stopped:
             # A loop without a DataLoader (or one past its last batch) goes on where the recorded
             # job was killed or its trace cut: nothing there to check, and nothing verified.
             self.stop("end-of-recording", "step %d is not in the recording: the trace ends %s" % (
                 step, "in step %d" % self.last_step_begun if self.last_step_begun >= 0 else "before the first step"),
                 sys._getframe(1), step=step)
-        super().begin_step(step, loader, batch_index, epoch, by_optimizer, None)
+
+    def step_begun(self, step, by_optimizer):
         if not self._gpu_checked:
             self._compare_gpu(step)
         self._nan_calls.clear()
@@ -722,7 +731,7 @@ class Replayer(Session):
                       sys._getframe(1))
         elif t.kind == native.TARGET_NAN and step == t.step:
             self._armed = True
-            self.guarded(self._arm_explainer)
+            self.session.guarded(self._arm_explainer)
             if t.digest_kind == native.DIGEST_GRADIENT:
                 self._arm_anomaly()
 
@@ -730,15 +739,9 @@ class Replayer(Session):
         """The failing step runs under the op-level check (explain.py); replay only."""
         if self._explainer is not None or self._stopped:
             return
-        torch = self.torch
+        torch = self.session.torch
         samples = {t.data_ptr() for _, t in _tensors_with_paths(self.current_batch, torch.Tensor)}
-        training = self.training
-
-        def phase():
-            if training._backward_depth > 0:
-                return "backward"
-            return "optimizer" if training._local.__dict__.get("step", 0) > 0 else "forward"
-        self._explainer = Explainer(torch, phase, self._running_module, samples)
+        self._explainer = Explainer(torch, self.session.training.phase, self._running_module, samples)
         self._explainer.enter()
 
     def _what_if_step_end(self, step, loss):
@@ -772,14 +775,13 @@ class Replayer(Session):
 
     def _running_module(self):
         """Path of the innermost module running now (the replay's module stack), or None."""
-        stack = self.modules._local.__dict__.get("stack")
+        stack = self.session.modules.stack()
         if not stack:
             return None
         parent = stack[-2] if len(stack) > 1 else None
-        return self.modules.paths.path_of(stack[-1], parent, stack[0]).decode("utf-8", "surrogatepass") or "<root>"
+        return self.session.modules.paths.path_of(stack[-1], parent, stack[0]).decode("utf-8", "surrogatepass") or "<root>"
 
-    def end_step(self, step, loss):
-        super().end_step(step, loss)
+    def step_ended(self, step, loss):
         if self._stopped:
             return
         divergence = native.decode(self.lib.dlrr_replay_divergence())
@@ -790,7 +792,7 @@ class Replayer(Session):
         elif self.target.kind == native.TARGET_NAN and step == self.target.step - 1:
             # From the end of the step before: the job's code between steps (a loop that scales
             # its batch before the first module call, which announces a step) is checked too.
-            self.guarded(self._arm_explainer)
+            self.session.guarded(self._arm_explainer)
         if self.progress:
             self._show_progress(step)
 
@@ -819,7 +821,7 @@ class Replayer(Session):
         the paths only)."""
         return None
 
-    def _digest(self, kind, path, call_index, output, tensor, keep):
+    def digest(self, kind, path, call_index, output, tensor, keep):
         if self.fast_forwarding:
             return None  # nothing to compare: the step's compute was skipped
         if self._explainer is not None:
@@ -834,20 +836,19 @@ class Replayer(Session):
             p = path.decode("utf-8", "surrogatepass") if isinstance(path, bytes) else str(path)
             w.note(self.steps.current, name if p == "loss" else "%s %s" % (name, p or "<root>"), tensor)
             return tensor.detach()
-        g = self.gpu
-        if g is not None and g.applies(tensor) and self.capture_level < native.CAPTURE_FULL:
+        g = self.session.gpu
+        if g is not None and g.applies(tensor) and self.session.capture_level < native.CAPTURE_FULL:
             rc = g.digest(kind, path, call_index, output, tensor, 0)  # like the recording: on the device
             if rc == 1 and not self._stopped:
                 self.stop("divergence", native.decode(self.lib.dlrr_replay_divergence()), sys._getframe(1))
             return tensor.detach()
-        prepared = self.marshal.prepare(tensor)
+        prepared = self.session.marshal.prepare(tensor)
         if prepared is None:
             return None
-        host, dtype, _, ndim, shape, ptr, nbytes = prepared
-        rc = self._digest_fn(kind, path, call_index, output, dtype, ndim, shape, ptr, nbytes, 0, self._digest_ref)
+        rc = self.session.digest_prepared(kind, path, call_index, output, prepared, 0)
         if rc == 1 and not self._stopped:
             self.stop("divergence", native.decode(self.lib.dlrr_replay_divergence()), sys._getframe(1))
-        return host
+        return prepared[0]
 
     def _pre_forward(self, module, args):
         """Counts the calls of the recorded failing module in the target step; at the recorded
@@ -856,23 +857,22 @@ class Replayer(Session):
         if not self._armed or self._stopped or self.target.digest_kind != native.DIGEST_MODULE_OUTPUT:
             return None
         try:
-            stack = self.modules._local.__dict__.get("stack") or [module]
+            stack = self.session.modules.stack() or [module]
             parent = stack[-2] if len(stack) > 1 else None
-            path = self.modules.paths.path_of(module, parent, stack[0]).decode("utf-8", "surrogatepass")
+            path = self.session.modules.paths.path_of(module, parent, stack[0]).decode("utf-8", "surrogatepass")
             shown = path or "<root>"
             n = self._nan_calls.get(shown, 0)
             self._nan_calls[shown] = n + 1
             if shown == self.target_where and n == self.target.call_index:
-                self._target_inputs = args
+                self.target_inputs = args
                 if self._explainer is not None and self._explainer.found is None:
                     self._look_ahead(module, args, shown)  # before the call; _on_output then stops
         except Exception as exc:
-            self.internal_error(exc)
+            self.session.internal_error(exc)
         return None
 
-    def _on_output(self, path, output):
-        call_index = self._module_calls.get(path, 0)
-        super()._on_output(path, output)  # digested and compared: a differing output stops there
+    def output_digested(self, path, call_index, output):
+        """Digested and compared already (a differing output stopped there): the nan target."""
         if not self._armed or self._stopped or self.target.digest_kind != native.DIGEST_MODULE_OUTPUT:
             return
         shown = path.decode("utf-8", "surrogatepass") or "<root>"
@@ -880,7 +880,7 @@ class Replayer(Session):
             return
         self._armed = False
         step = self.steps.current
-        counts = _non_finite(output, self.torch)
+        counts = _non_finite(output, self.session.torch)
         if counts is None:
             self._diverge(step, native.DIGEST_MODULE_OUTPUT, shown, "module %s (call %d) of step %s: the recording's "
                           "first non-finite value was this output; this replay computed it finite"
@@ -898,16 +898,17 @@ class Replayer(Session):
     def _look_ahead(self, module, args, path):
         """The first bad op lies inside the module the replay stops before: run its forward
         once, outside the replay (explain.py), so that the stop can name it."""
-        self.active = False  # dlrr's module hooks stand aside
+        self.session.active = False  # dlrr's module hooks stand aside
         try:
             self._explainer.look_ahead(module, args, path)
         finally:
-            self.active = True
+            self.session.active = True
 
-    def _before_backward(self, tensors):
+    def before_backward(self, tensors):
         if self._explainer is not None and self._armed and not self._stopped:
-            self.guarded(self._explainer.hook_graph, tensors)
-        super()._before_backward(tensors)
+            self.session.guarded(self._explainer.hook_graph, tensors)
+
+    def loss_digested(self, tensors):
         if self._anomaly is not None and not self._stopped:
             # Anomaly mode's checks launch kernels the recording cannot have, on autograd's
             # threads: the step's launches are compared up to here, and not past it.
@@ -915,11 +916,11 @@ class Replayer(Session):
                                                  b"begin")
         if self._armed and not self._stopped and self.target.digest_kind == native.DIGEST_LOSS:
             self._armed = False
-            if tensors and _non_finite(tensors[0], self.torch) is None:
+            if tensors and _non_finite(tensors[0], self.session.torch) is None:
                 self._diverge(self.steps.current, native.DIGEST_LOSS, "loss", "loss of step %s: recorded non-finite; "
                               "this replay computed it finite" % self.steps.current)
                 return
-            if self.capture_level <= native.CAPTURE_MINIMAL:
+            if self.session.capture_level <= native.CAPTURE_MINIMAL:
                 # Minimal capture digests no module outputs: whether one was non-finite is unknown.
                 what = ("the loss was not finite (module outputs were not recorded under --capture "
                         "minimal: whether one was non-finite first is not known)")
@@ -928,21 +929,19 @@ class Replayer(Session):
             self.stop("target", "before backward() of step %d: %s" % (self.steps.current, what), sys._getframe(1),
                       scan_batch=True)
 
-    def _after_backward(self):
-        if self.fast_forwarding:
-            # No gradients to digest: the step's compute was skipped. A step counted by
-            # backward() still ends here, and the hand-written update that follows reads .grad,
-            # which the stand-in outputs never reached: zeros keep it running (and change
-            # nothing; the snapshot restores the parameters at the jump).
-            if self.steps.current_rule == native.STEP_BY_BACKWARD:
-                for _, param in self._step_parameters()[0]:
-                    if param.grad is None and param.requires_grad:
-                        param.grad = self.torch.zeros_like(param)
-            self.steps.on_backward_end()
-            return
-        super()._after_backward()
+    def backward_skipped(self):
+        """No gradients to digest: the step's compute was skipped. A step counted by backward()
+        still ends (the core ends it), and the hand-written update that follows reads .grad,
+        which the stand-in outputs never reached: zeros keep it running (and change nothing;
+        the snapshot restores the parameters at the jump)."""
+        if self.steps.current_rule == native.STEP_BY_BACKWARD:
+            for _, param in self.session.step_parameters()[0]:
+                if param.grad is None and param.requires_grad:
+                    param.grad = self.session.torch.zeros_like(param)
+
+    def after_backward(self):
         if self._whatif is not None and self._whatif.live:
-            self._what_if_tensors("gradient", ((n, p.grad) for n, p in self._step_parameters()[0]))
+            self._what_if_tensors("gradient", ((n, p.grad) for n, p in self.session.step_parameters()[0]))
         if self._anomaly is not None:
             self._anomaly.__exit__(None, None, None)
             self._anomaly = None
@@ -952,21 +951,16 @@ class Replayer(Session):
             self.stop("target", "after backward() of step %d: the forward was finite, the gradient %s was not"
                       % (self.steps.current, self.target_where), sys._getframe(1), scan_batch=True)
 
-    def _digest_parameters(self, optimizer):
-        if not self.fast_forwarding:
-            super()._digest_parameters(optimizer)
-
-    def _before_optimizer_step(self, optimizer):
-        super()._before_optimizer_step(optimizer)
+    def before_update(self, optimizer):
         if self._whatif is not None and self._whatif.live:
             self._whatif.before_update(optimizer)
 
-    def _after_optimizer_step(self, optimizer):
-        step = self.steps.current  # a step counted by optimizer.step() ends in super()'s call
+    def updated(self, optimizer):
         if self._whatif is not None and self._whatif.live:
             self._whatif.after_update(optimizer)
-            self._what_if_tensors("parameter", self._step_parameters()[0])
-        super()._after_optimizer_step(optimizer)
+            self._what_if_tensors("parameter", self.session.step_parameters()[0])
+
+    def after_update(self, optimizer, step):
         if self._armed and not self._stopped and self.target.digest_kind == native.DIGEST_PARAMETER:
             self._armed = False
             if not self._parameter_non_finite(optimizer):
@@ -981,14 +975,14 @@ class Replayer(Session):
     def _parameter_non_finite(self, optimizer):
         """Whether the recorded failing parameter (else any of the optimizer's) is non-finite now."""
         name = self.target_where[len("param:"):] if self.target_where.startswith("param:") else self.target_where
-        for pname, param in self._step_parameters()[0]:
+        for pname, param in self.session.step_parameters()[0]:
             if pname.decode("utf-8", "surrogatepass") == name:
-                return _non_finite(param, self.torch) is not None
-        return any(_non_finite(p, self.torch) is not None
+                return _non_finite(param, self.session.torch) is not None
+        return any(_non_finite(p, self.session.torch) is not None
                    for group in optimizer.param_groups for p in group["params"])
 
     def _arm_anomaly(self):
-        torch = self.torch
+        torch = self.session.torch
         self._anomaly = torch.autograd.detect_anomaly()
         self._anomaly.__enter__()
         original = warnings.showwarning
@@ -1010,13 +1004,13 @@ class Replayer(Session):
             self.stop("target", "what-if %s: the job raised %s" % (self._whatif.text, text), None, tb=tb)
         elif t.kind == native.TARGET_NAN and t.digest_kind == native.DIGEST_GRADIENT and "returned nan" in str(exc):
             fn = str(exc).split("'")[1] if "'" in str(exc) else "?"
-            self._fact("backward.function", fn)
+            self.fact("backward.function", fn)
             forward = [w for w in self._anomaly_warnings if "Traceback of forward call" in w]
             if forward:
                 lines = [l.strip() for l in forward[-1].splitlines() if l.strip().startswith("File ")]
                 user = [l for l in lines if _HOOK_DIR not in l and "/torch/" not in l]
                 if user:
-                    self._fact("backward.forward_line", user[-1])
+                    self.fact("backward.forward_line", user[-1])
             self.stop("target", "backward of step %d: %s" % (self.steps.current, text), None, tb=tb,
                       scan_batch=True)
         elif t.kind == native.TARGET_CRASH:
@@ -1036,18 +1030,18 @@ class Replayer(Session):
             self._clear_progress()
         if step is None:
             step = self.steps.current
-        self._fact("stop.step", "-" if step is None else str(step))
-        self._fact("stop.where", detail)
+        self.fact("stop.step", "-" if step is None else str(step))
+        self.fact("stop.where", detail)
         if self._explainer is not None:
             self._explainer.exit()  # what follows is dlrr's work
-            self.guarded(self._explain_facts, step)
+            self.session.guarded(self._explain_facts, step)
         if self._whatif is not None and self._whatif.live:
             self._whatif.end()
             for key, text in self._whatif.facts(step, self.lib.dlrr_replay_recorded_loss):
-                self._fact(key, text)
+                self.fact(key, text)
         if scan_batch:
             for line in self._scan_batch():
-                self._fact("batch.samples", line)
+                self.fact("batch.samples", line)
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -1074,17 +1068,17 @@ class Replayer(Session):
             if key == "explain.cause" and found.kind == "non-finite input sample":
                 named = self._scan_batch()[:1]  # which sample: position and dataset index
                 text += "".join("; " + line for line in named)
-            self._fact(key, text)
+            self.fact(key, text)
         if found is None:
-            self._fact("explain.cause", "no op of the replayed step %s made a non-finite value under the op-level "
+            self.fact("explain.cause", "no op of the replayed step %s made a non-finite value under the op-level "
                        "check" % step)
         lrs = []
-        for opt in self.registry.live(self.registry.optimizers):
+        for opt in self.session.registry.live(self.session.registry.optimizers):
             lrs.extend("%.4g (%s)" % (g["lr"], type(opt).__name__) for g in opt.param_groups[:1]
                        if isinstance(g.get("lr"), (int, float)))
         text = history(self.recorded_digests, step, lrs) if step is not None else None
         if text:
-            self._fact("explain.history", text)
+            self.fact("explain.history", text)
 
     def _pdb(self, reason, detail, frame, tb):
         import pdb
@@ -1210,7 +1204,7 @@ class Replayer(Session):
     # ------------------------------------------------------------------ report helpers
     def _scan_batch(self):
         """Lines naming the samples of this step's batch with non-finite or extreme values."""
-        torch = self.torch
+        torch = self.session.torch
         if self.current_batch is None:
             return []
         indices = self._batch_meta[2] if self._batch_meta else []

@@ -1,47 +1,73 @@
-"""Record mode: the session core (session.py) with the record strategy: what the job does
-is written to the trace."""
+"""Record mode: the strategy that writes what the session core (session.py) sees to the trace."""
+
+import importlib
+import os
 
 from . import native
+from .files import FileCapture
 from .loaders import indices_pointer
-from .session import Session
+from .session import Strategy
+from .snapshots import SnapshotTaker
 
 
-class Recorder(Session):
+class RecordStrategy(Strategy):
     """The hook in record mode (dlrr_mode() == 1): writes what the session core sees."""
 
+    _LOAD_PROBES = 2  # batches of a loader looked at: augmentation draws at every one
+
+    def __init__(self, session):
+        super().__init__(session)
+        # dlrecord --window K: batches of map-style datasets by reference, bytes of the last K
+        # steps held in memory (docs/recording.md, "Batches by reference").
+        try:
+            self.window = max(0, int(os.environ.get("DLRR_WINDOW", "0") or 0))
+        except ValueError:
+            self.window = 0
+        self._by_value_said = set()
+        self._term_flush = None  # TermFlush (with a window), False: not here
+        self._delivering = False  # a step ending now is durable at the delivery's end (on_batch)
+        self._load_probes = {}  # loader number -> in-process loads looked at (_probe_load_draws)
+        self._pre_fetch = None  # (loader number, generator states) before an in-process load
+
+    def after_torch(self, torch):
+        """What the main process reads (files.py), and the snapshots of what trains; not in a
+        child the library no longer records (torch imported after a fork turned it off)."""
+        if self.lib.dlrr_mode() != native.MODE_RECORD:
+            return
+        s = self.session
+        FileCapture(s, self.lib).install(s.patcher, importlib.import_module("torch.utils.data.dataloader"))
+        s.snapshots = SnapshotTaker(self.lib, s.values, s.registry, self.window)
+
     def dist_replay_mode(self):
-        """None: record (the Replayer says how it replays collectives)."""
+        """None: record (the replay strategy says how it replays collectives)."""
         return None
 
-    def _note_unverified(self, key, note):
+    def note_unverified(self, key, note):
         """What is not verified, said in the trace (runtime fact `key`, recorder notes); replay
-        says it in its report instead (Replayer._note_unverified)."""
+        says it in its report instead (ReplayStrategy.note_unverified)."""
         text = native.text(note)
         self.lib.dlrr_runtime_info(native.text(key), text)
         self.lib.dlrr_recorder_status(1, text)
-
-    _LOAD_PROBES = 2  # batches of a loader looked at: augmentation draws at every one
 
     def before_fetch(self, iterator):
         """Takes the generators' states before an in-process load, for _probe_load_draws."""
         iteration = iterator.__dict__.get("_dlrr_iteration")
         if iteration is None:
             return
-        probes = self.__dict__.setdefault("_load_probes", {})
-        if probes.get(iteration.loader.number, 0) < self._LOAD_PROBES:
+        if self._load_probes.get(iteration.loader.number, 0) < self._LOAD_PROBES:
             self._pre_fetch = (iteration.loader.number, self._rng_bytes())
         else:
             self._pre_fetch = None
 
     def _rng_bytes(self):
-        return [p if isinstance(p, bytes) else p.numpy().tobytes() for _, _, p in self.rng.snapshot()]
+        return [p if isinstance(p, bytes) else p.numpy().tobytes() for _, _, p in self.session.rng.snapshot()]
 
     def _probe_load_draws(self, loader):
         """Says in the trace (runtime fact rng.loader.N.draws_while_loading) that loader N's Dataset
         or collate_fn drew random numbers as it loaded in this process: replay serves the batch
         and draws nothing there, so its states differ before they are restored at the delivery,
-        and that is not the job drawing differently (Replayer._restore_rng)."""
-        pre, self._pre_fetch = self.__dict__.get("_pre_fetch"), None
+        and that is not the job drawing differently (ReplayStrategy._restore_rng)."""
+        pre, self._pre_fetch = self._pre_fetch, None
         if pre is None or pre[0] != loader:
             return
         probes = self._load_probes
@@ -51,24 +77,24 @@ class Recorder(Session):
         else:
             probes[loader] = probes.get(loader, 0) + 1
 
-    def _on_batch(self, info, data):
-        self.modules.reset_stack()
-        if self.__dict__.get("_pre_fetch") is not None:
-            self.guarded(self._probe_load_draws, info.loader)
-        if not self._runtime_sent:
-            self._send_runtime_info()
+    def on_batch(self, info, data):
+        s = self.session
+        s.modules.reset_stack()
+        if self._pre_fetch is not None:
+            s.guarded(self._probe_load_draws, info.loader)
+        s.send_runtime_info()
         # A step that ends here is written by the library's writer thread while this delivery
         # records the next step's RNG states and batch; dlrr_batch_end returns once it is
         # durable, before the batch reaches the job: the commit point of the step is the end
         # of the delivery.
-        self._step_end_deferred = True
+        self._delivering = True
         try:
             try:
                 training = self.steps.on_batch(info.loader, info.index, info.iteration,
-                                               self.torch.is_grad_enabled())
+                                               s.torch.is_grad_enabled())
             finally:
-                self._step_end_deferred = False
-            self.rng.write_snapshot()
+                self._delivering = False
+            s.rng.write_snapshot()
             indices, count = indices_pointer(info.indices)
             self.lib.dlrr_batch_begin(info.loader, info.iteration, info.index, 1 if training else 0,
                                       indices, count)
@@ -77,12 +103,18 @@ class Recorder(Session):
                     self._start_term_flush()
                 self._by_reference(info, count)
             try:
-                self.values.write(data)
+                s.values.write(data)
             finally:
                 self.lib.dlrr_batch_end()
         except BaseException:
             self.lib.dlrr_step_wait_durable()  # the batch never ended: durable all the same
             raise
+
+    def commit_step(self, step, loss):
+        if self._delivering:  # a batch delivery: durable at its dlrr_batch_end (on_batch)
+            self.lib.dlrr_step_end_deferred(step, loss)
+        else:
+            self.lib.dlrr_step_end(step, loss)
 
     def _start_term_flush(self):
         """SIGTERM writes the window (term_flush.py); a distributed rank's hang watch does it there."""
@@ -103,37 +135,41 @@ class Recorder(Session):
         self._by_value_said.add(info.loader)
         why = ("an IterableDataset (its batches cannot be re-made from sample indices)" if not info.map_style
                else "no sample indices (a batch sampler that yields something else)")
-        self._note_unverified("batches.by_value", "loader %d: batches kept by value in the bounded trace: %s"
-                              % (info.loader, why))
+        self.note_unverified("batches.by_value", "loader %d: batches kept by value in the bounded trace: %s"
+                             % (info.loader, why))
 
     def native_digest(self):
         """What the native module hooks need to do _on_output's host path themselves (one dense
         contiguous CPU tensor: the call count, dlrr_digest through its address, the failure
         snapshot at a non-finite value), or None: every output through _on_output."""
-        address = native.address_of(self._digest_fn)
+        s = self.session
+        address = native.address_of(self.lib.dlrr_digest)
         if address is None:
             return None
-        return {"address": address, "keep": self._keep_outputs, "calls": self._module_calls,
-                "dtypes": self.marshal._dtypes, "failure_snapshot": self._failure_snapshot}
+        return {"address": address, "keep": s.keep_outputs, "calls": s.module_calls,
+                "dtypes": s.marshal.dtypes, "failure_snapshot": s.failure_snapshot}
 
     def snapshot_rng(self, step=None):
         """RNG states that will belong to optimizer-driven step `step` (see StepTracker)."""
-        return self.rng.snapshot()
+        return self.session.rng.snapshot()
 
-    def _digest(self, kind, path, call_index, output, tensor, keep):
+    def write_step_rng(self, rng):
+        self.session.rng.write(rng)
+
+    def digest(self, kind, path, call_index, output, tensor, keep):
         """dlrr_digest of one tensor; returns the host tensor digested (None: skipped or on a GPU)."""
-        g = self.gpu
-        if g is not None and g.applies(tensor) and self.capture_level < native.CAPTURE_FULL:
+        s = self.session
+        g = s.gpu
+        if g is not None and g.applies(tensor) and s.capture_level < native.CAPTURE_FULL:
             if kind == native.DIGEST_LOSS and output == 0:
                 g.note_loss(tensor)
             g.digest(kind, path, call_index, output, tensor, keep)
             return None
-        p = self._prepare(tensor)
+        p = s.marshal.prepare(tensor)
         if p is None:
             return None
-        self._digest_fn(kind, path, call_index, output, p[1], p[3], p[4], p[5], p[6], keep,
-                        self._digest_ref)
-        out = self._digest_out
+        s.digest_prepared(kind, path, call_index, output, p, keep)
+        out = s.last_digest
         if (out.nan_count or out.inf_count) and kind in (native.DIGEST_MODULE_OUTPUT, native.DIGEST_LOSS):
-            self._failure_snapshot()
+            s.failure_snapshot()
         return p[0]
