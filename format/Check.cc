@@ -20,7 +20,8 @@ std::string_view nextName(std::string_view& names) {
 void assertFailed(const char* file, int line, const char* cond, const std::string& context) {
   // The path from the source tree's root: the build may be anywhere.
   std::string_view f(file);
-  for (const char* root : {"/format/", "/recorder/", "/replayer/", "/interpose/", "/session/", "/triage/", "/tools/", "/tests/"}) {
+  for (const char* root :
+       {"/format/", "/recorder/", "/replayer/", "/interpose/", "/session/", "/triage/", "/tools/", "/tests/"}) {
     if (auto at = f.rfind(root); at != std::string_view::npos) {
       f.remove_prefix(at + 1);
       break;

@@ -66,16 +66,16 @@ std::string context(std::string_view names, const T&... values) {
 }  // namespace check_detail
 }  // namespace dlrr
 
-#define DLRR_ASSERT(cond, ...)                                                                   \
-  do {                                                                                           \
-    if (!(cond)) [[unlikely]]                                                                    \
-      ::dlrr::check_detail::assertFailed(                                                        \
-          __FILE__, __LINE__, #cond, ::dlrr::check_detail::context(#__VA_ARGS__ __VA_OPT__(, ) __VA_ARGS__)); \
+#define DLRR_ASSERT(cond, ...)                                                                                    \
+  do {                                                                                                            \
+    if (!(cond)) [[unlikely]]                                                                                     \
+      ::dlrr::check_detail::assertFailed(__FILE__, __LINE__, #cond,                                               \
+                                         ::dlrr::check_detail::context(#__VA_ARGS__ __VA_OPT__(, ) __VA_ARGS__)); \
   } while (0)
 
-#define DLRR_REQUIRE(cond, kind, what, ...)                                                       \
-  do {                                                                                            \
-    if (!(cond)) [[unlikely]]                                                                     \
-      ::dlrr::check_detail::requireFailed(                                                        \
-          kind, what, ::dlrr::check_detail::context(#__VA_ARGS__ __VA_OPT__(, ) __VA_ARGS__));    \
+#define DLRR_REQUIRE(cond, kind, what, ...)                                                                        \
+  do {                                                                                                             \
+    if (!(cond)) [[unlikely]]                                                                                      \
+      ::dlrr::check_detail::requireFailed(kind, what,                                                              \
+                                          ::dlrr::check_detail::context(#__VA_ARGS__ __VA_OPT__(, ) __VA_ARGS__)); \
   } while (0)
