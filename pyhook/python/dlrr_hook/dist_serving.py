@@ -66,7 +66,7 @@ class ServingHooks:
         """Replayed alone, before a jump's snapshot (replay.py): the steps' compute is skipped, so
         a collective is neither checked nor served (a failure-window recording keeps no results
         before the window) and leaves its tensors as the stand-in group does."""
-        return bool(getattr(self._rec, "fast_forwarding", False))
+        return bool(getattr(self._rec.strategy, "fast_forwarding", False))
 
     def _unservable(self, exc):
         """Stops the replay: the rank cannot go on without its peers."""
@@ -81,10 +81,10 @@ class ServingHooks:
         collective that delivered them.
         """
         rec = self._rec
-        target = getattr(rec, "target", None)
+        target = getattr(rec.strategy, "target", None)  # replaying: the strategy's --until
         if not sent_finite or not results or target is None or target.kind != native.TARGET_NAN:
             return
-        if getattr(rec, "_stopped", True) or rec.steps.current != target.step or self._finite(results):
+        if getattr(rec.strategy, "stopped", True) or rec.steps.current != target.step or self._finite(results):
             return
         rec.strategy.stop("target", "after collective #%d (%s) of step %d: its result holds the first non-finite values "
                  "this rank saw, received from other ranks (dltrace info names the rank where they began; "

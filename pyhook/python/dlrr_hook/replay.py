@@ -196,7 +196,7 @@ class ReplayStrategy(Strategy):
         self.decoder = None
         self.current_batch = None
         self._batch_meta = None
-        self._stopped = False
+        self.stopped = False
         self._armed = False
         self._nan_calls = {}
         self.target_inputs = None  # the failing module's inputs at the nan target (dlrr.inputs)
@@ -363,9 +363,10 @@ class ReplayStrategy(Strategy):
         output must be computed. A stand-in cannot take part in the transform (requires_grad_()
         is refused inside one), and what such a loop trains is its own dict of tensors, which no
         snapshot holds: only the real gradients bring it to the jump step as recorded."""
-        if self.training is not None and self.training.in_gradient_call():
+        training = self.session.training
+        if training is not None and training.in_gradient_call():
             return True
-        functorch = getattr(self.torch._C, "_functorch", None)
+        functorch = getattr(self.session.torch._C, "_functorch", None)
         level = getattr(functorch, "maybe_current_level", None)
         return level is not None and level() is not None
 
@@ -700,7 +701,7 @@ class ReplayStrategy(Strategy):
         self.lib.dlrr_step_end(step, loss)
 
     def before_step(self, step):
-        if step > self.last_step_begun and not self._stopped:
+        if step > self.last_step_begun and not self.stopped:
             # A loop without a DataLoader (or one past its last batch) goes on where the recorded
             # job was killed or its trace cut: nothing there to check, and nothing verified.
             self.stop("end-of-recording", "step %d is not in the recording: the trace ends %s" % (
@@ -718,7 +719,7 @@ class ReplayStrategy(Strategy):
         t = self.target
         if self.fast_forwarding and step >= self.jump_step:
             self._restore_jump(step)
-        if self._stopped:
+        if self.stopped:
             return
         if self._whatif is not None:  # no stop at the target: the change runs from its step
             if step >= self._whatif.start:
@@ -737,7 +738,7 @@ class ReplayStrategy(Strategy):
 
     def _arm_explainer(self):
         """The failing step runs under the op-level check (explain.py); replay only."""
-        if self._explainer is not None or self._stopped:
+        if self._explainer is not None or self.stopped:
             return
         torch = self.session.torch
         samples = {t.data_ptr() for _, t in _tensors_with_paths(self.current_batch, torch.Tensor)}
@@ -782,7 +783,7 @@ class ReplayStrategy(Strategy):
         return self.session.modules.paths.path_of(stack[-1], parent, stack[0]).decode("utf-8", "surrogatepass") or "<root>"
 
     def step_ended(self, step, loss):
-        if self._stopped:
+        if self.stopped:
             return
         divergence = native.decode(self.lib.dlrr_replay_divergence())
         if divergence:
@@ -806,7 +807,7 @@ class ReplayStrategy(Strategy):
         self._redraw_progress()
 
     def _redraw_progress(self):
-        if self._progress_text and not self._stopped:
+        if self._progress_text and not self.stopped:
             os.write(2, ("\r%s\x1b[K" % self._progress_text).encode())
             self._progress_shown = True
 
@@ -839,14 +840,14 @@ class ReplayStrategy(Strategy):
         g = self.session.gpu
         if g is not None and g.applies(tensor) and self.session.capture_level < native.CAPTURE_FULL:
             rc = g.digest(kind, path, call_index, output, tensor, 0)  # like the recording: on the device
-            if rc == 1 and not self._stopped:
+            if rc == 1 and not self.stopped:
                 self.stop("divergence", native.decode(self.lib.dlrr_replay_divergence()), sys._getframe(1))
             return tensor.detach()
         prepared = self.session.marshal.prepare(tensor)
         if prepared is None:
             return None
         rc = self.session.digest_prepared(kind, path, call_index, output, prepared, 0)
-        if rc == 1 and not self._stopped:
+        if rc == 1 and not self.stopped:
             self.stop("divergence", native.decode(self.lib.dlrr_replay_divergence()), sys._getframe(1))
         return prepared[0]
 
@@ -854,7 +855,7 @@ class ReplayStrategy(Strategy):
         """Counts the calls of the recorded failing module in the target step; at the recorded
         call, keeps its inputs (`dlrr.inputs` at the stop). The stop itself waits for the
         module's output (_on_output): reproduction is decided by values the replay computed."""
-        if not self._armed or self._stopped or self.target.digest_kind != native.DIGEST_MODULE_OUTPUT:
+        if not self._armed or self.stopped or self.target.digest_kind != native.DIGEST_MODULE_OUTPUT:
             return None
         try:
             stack = self.session.modules.stack() or [module]
@@ -873,7 +874,7 @@ class ReplayStrategy(Strategy):
 
     def output_digested(self, path, call_index, output):
         """Digested and compared already (a differing output stopped there): the nan target."""
-        if not self._armed or self._stopped or self.target.digest_kind != native.DIGEST_MODULE_OUTPUT:
+        if not self._armed or self.stopped or self.target.digest_kind != native.DIGEST_MODULE_OUTPUT:
             return
         shown = path.decode("utf-8", "surrogatepass") or "<root>"
         if shown != self.target_where or call_index != self.target.call_index:
@@ -905,16 +906,16 @@ class ReplayStrategy(Strategy):
             self.session.active = True
 
     def before_backward(self, tensors):
-        if self._explainer is not None and self._armed and not self._stopped:
+        if self._explainer is not None and self._armed and not self.stopped:
             self.session.guarded(self._explainer.hook_graph, tensors)
 
     def loss_digested(self, tensors):
-        if self._anomaly is not None and not self._stopped:
+        if self._anomaly is not None and not self.stopped:
             # Anomaly mode's checks launch kernels the recording cannot have, on autograd's
             # threads: the step's launches are compared up to here, and not past it.
             self.lib.dlrr_gpu_check_launches_now(b"before backward(), where anomaly mode's checks (replay only) "
                                                  b"begin")
-        if self._armed and not self._stopped and self.target.digest_kind == native.DIGEST_LOSS:
+        if self._armed and not self.stopped and self.target.digest_kind == native.DIGEST_LOSS:
             self._armed = False
             if tensors and _non_finite(tensors[0], self.session.torch) is None:
                 self._diverge(self.steps.current, native.DIGEST_LOSS, "loss", "loss of step %s: recorded non-finite; "
@@ -945,7 +946,7 @@ class ReplayStrategy(Strategy):
         if self._anomaly is not None:
             self._anomaly.__exit__(None, None, None)
             self._anomaly = None
-        if self._armed and not self._stopped and self.target.digest_kind == native.DIGEST_GRADIENT:
+        if self._armed and not self.stopped and self.target.digest_kind == native.DIGEST_GRADIENT:
             # Anomaly mode raises at a NaN only: an infinite gradient ends backward() normally.
             self._armed = False
             self.stop("target", "after backward() of step %d: the forward was finite, the gradient %s was not"
@@ -961,7 +962,7 @@ class ReplayStrategy(Strategy):
             self._what_if_tensors("parameter", self.session.step_parameters()[0])
 
     def after_update(self, optimizer, step):
-        if self._armed and not self._stopped and self.target.digest_kind == native.DIGEST_PARAMETER:
+        if self._armed and not self.stopped and self.target.digest_kind == native.DIGEST_PARAMETER:
             self._armed = False
             if not self._parameter_non_finite(optimizer):
                 self._diverge(step, native.DIGEST_PARAMETER, self.target_where, "%s after %s.step() of step %s: "
@@ -995,7 +996,7 @@ class ReplayStrategy(Strategy):
     # ------------------------------------------------------------------ failures
     def on_exception(self, exc_type, exc, tb):
         """Called from the excepthook wrapper before the job's own hook prints it."""
-        if self._stopped:
+        if self.stopped:
             return
         t = self.target
         text = "%s: %s" % (exc_type.__name__, exc)
@@ -1022,9 +1023,9 @@ class ReplayStrategy(Strategy):
 
     # ------------------------------------------------------------------ stopping
     def stop(self, reason, detail, frame, tb=None, scan_batch=False, step=None):
-        if self._stopped:
+        if self.stopped:
             return
-        self._stopped = True
+        self.stopped = True
         if self.progress:
             self._progress_shown = True
             self._clear_progress()

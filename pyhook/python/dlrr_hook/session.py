@@ -427,7 +427,7 @@ class Session:
         elif self.torch is None:
             self._report(1, "no steps captured: torch was never imported")
         elif self.capture_level < native.CAPTURE_MINIMAL:
-            self.guarded(self._send_runtime_info)
+            self.guarded(self.send_runtime_info)
             self._report(1, "no steps captured: --capture process records none (entropy, files, processes, "
                             "exceptions and runtime facts only)")
         else:
