@@ -152,6 +152,7 @@ std::vector<std::string> listBulkFiles(int dirFd, const std::string& stream) {
   });
   std::sort(found.begin(), found.end());
   std::vector<std::string> names;
+  names.reserve(found.size());
   for (auto& f : found) names.push_back(std::move(f.second));
   return names;
 }
