@@ -55,6 +55,7 @@ TEST(ReplaySessionFork, AChildNeverInheritsTheSessionLockHeld) {
   };
   std::atomic<bool> stop{false};
   std::vector<std::thread> busy;
+  busy.reserve(calls.size());
   for (const auto& call : calls)
     busy.emplace_back([&stop, &call] {
       while (!stop.load()) {
