@@ -442,6 +442,7 @@ bool StreamWriter::writeFrame(FrameKind kind, Codec codec, const uint8_t* prefix
   offset_ += sizeof hdr + h.storedLen;
   std::lock_guard<std::mutex> lk(mu_);
   stats_.storedBytes += sizeof hdr + h.storedLen;
+  storedBytes_.fetch_add(sizeof hdr + h.storedLen, std::memory_order_relaxed);
   ++stats_.frames;
   return true;
 }

@@ -106,6 +106,8 @@ class StreamWriter {
   bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
   std::string error() const;  // why writing stopped (e.g. "No space left on device")
   WriterStats stats() const;
+  // stats().storedBytes without the writer's lock: read at every step commit (the budget).
+  uint64_t storedBytes() const noexcept { return storedBytes_.load(std::memory_order_relaxed); }
   bool inert() const noexcept { return inert_; }
 
  private:
@@ -165,6 +167,7 @@ class StreamWriter {
   bool inert_ = false;
   bool closed_ = false;
   std::unique_ptr<std::thread> thread_;
+  std::atomic<uint64_t> storedBytes_{0};
 };
 
 }  // namespace dlrr

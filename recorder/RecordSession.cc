@@ -519,7 +519,7 @@ void RecordSession::maybeCheckBudget() noexcept {
   StreamWriter* w = openWriter();
   if (!w) return;
   uint64_t stride = std::max<uint64_t>(budget_->limit() / 64, 64u << 10);
-  uint64_t stored = w->stats().storedBytes;
+  uint64_t stored = w->storedBytes();
   {
     std::lock_guard<std::mutex> lk(budgetMu_);
     if (stored < budgetCheckedAt_ + stride) return;
