@@ -429,7 +429,7 @@ std::optional<uint64_t> StreamReader::stepFrameOffset(int64_t step) {
       forEachEvent([&](schema::Event::Reader e, const FrameInfo& f) {
         if (e.isStepBegin()) stepOffsets_.emplace(e.getStepBegin().getStep(), f.offset);
       });
-    } catch (const TraceError&) {  // damage: the steps before it stay indexed
+    } catch (const TraceError&) {  // best effort: damage: the steps before it stay indexed
     }
   }
   auto it = stepOffsets_.find(step);
@@ -458,7 +458,7 @@ void StreamReader::openBulk() {
   for (const auto& n : bulkNames_) {
     try {
       bulk_.push_back(open(dirFd_.get(), n, name_ + " (" + n + ")"));
-    } catch (const TraceError&) {  // unreadable or dropped meanwhile: its blobs are missing
+    } catch (const TraceError&) {  // best effort: unreadable or dropped meanwhile: its blobs are missing
     }
   }
 }

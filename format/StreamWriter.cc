@@ -128,7 +128,7 @@ StreamWriter::StreamWriter(UniqueFd fd, capnp::MessageBuilder& header, WriterOpt
 StreamWriter::~StreamWriter() {
   try {
     close();
-  } catch (...) {  // destructors must not throw; close() already recorded the error
+  } catch (...) {  // best effort: destructors must not throw; close() already recorded the error
   }
 }
 

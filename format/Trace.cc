@@ -99,7 +99,7 @@ StreamReader* Trace::mainStream() {
       uint64_t n = 0;
       try {
         s->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) { n += e.isStepBegin(); });
-      } catch (const TraceError&) {  // damaged streams still count what they hold
+      } catch (const TraceError&) {  // best effort: damaged streams still count what they hold
       }
       if (!best || n > bestSteps) {
         best = s.get();
@@ -258,7 +258,7 @@ TraceSummary Trace::summarize() {
       s->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
         if (e.isProcessExit()) launcherSaw[e.getProcessExit().getPid()] = e.getProcessExit().getExitCode();
       });
-    } catch (const TraceError&) {
+    } catch (const TraceError&) {  // best effort: a damaged launcher stream: its children keep their own codes
     }
   }
   for (auto& p : sum.processes) {

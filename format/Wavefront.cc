@@ -71,7 +71,7 @@ std::string innermostUserFrame(const std::string& stacks) {
     if (q == std::string::npos) continue;
     std::string file = line.substr(8, q - 8);
     if (file.find("/lib/python") != std::string::npos || file.find("-packages/") != std::string::npos ||
-        file.rfind("<", 0) == 0)
+        file.rfind('<', 0) == 0)
       continue;
     std::string rest = line.substr(q + 1);  // ', line N, in FN'
     size_t l = rest.find("line ");

@@ -47,7 +47,7 @@ void noteSwallowed(const char* where) noexcept {
       s->recorderStatus(false, gFirst);
     else if (ReplaySession* r = processReplayer())
       r->fact("warning", gFirst);
-  } catch (...) {  // the boundary itself never throws: the count stands
+  } catch (...) {  // best effort: the boundary itself never throws: the count stands
   }
 }
 

@@ -27,7 +27,7 @@ FILE* selfStatAsWithoutDlrr(const char* path, const char* mode, FILE* f) noexcep
     p = strchr(p, ' ');
   }
   if (field == nullptr || p == nullptr || !feof(f)) {  // not the layout we know: leave the file as it is
-    rewind(f);
+    fseek(f, 0, SEEK_SET);
     errno = savedErrno;
     return f;
   }
@@ -37,11 +37,11 @@ FILE* selfStatAsWithoutDlrr(const char* path, const char* mode, FILE* f) noexcep
   FILE* m = len > 0 ? fmemopen(nullptr, static_cast<size_t>(len) + 1, "w+") : nullptr;
   if (m == nullptr || fwrite(out, 1, static_cast<size_t>(len), m) != static_cast<size_t>(len)) {
     if (m) fclose(m);
-    rewind(f);
+    fseek(f, 0, SEEK_SET);
     errno = savedErrno;
     return f;
   }
-  rewind(m);
+  fseek(m, 0, SEEK_SET);
   fclose(f);
   errno = savedErrno;
   return m;

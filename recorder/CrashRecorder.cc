@@ -65,7 +65,7 @@ void CrashRecorder::write(StreamWriter& w, int64_t tNs, int64_t step, uint32_t t
     std::memcpy(out + kOneSegmentTableBytes, segs[0].begin(), segs[0].size() * sizeof(capnp::word));
     w.writeFromSignal(out, bytes);
   } catch (...) {
-    // The arena was too small or capnp refused: the crash still happens as it would have.
+    // best effort: the arena was too small or capnp refused: the crash still happens as it would have.
   }
 }
 

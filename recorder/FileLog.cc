@@ -107,7 +107,7 @@ void FileLog::statted(int dirfd, const char* path, const struct stat& st) noexce
     if (!fresh && s.size == size && s.mtimeNs == mtimeOf(st) && s.mode == st.st_mode) return;
     s = Seen{size, mtimeOf(st), st.st_mode, false, false};
     writeFact(abs, st, nullptr, 0, nullptr, 0);
-  } catch (...) {
+  } catch (...) {  // best effort: a fact lost (out of memory): a data-less replay that needs it fails at that read
   }
 }
 
@@ -144,7 +144,7 @@ void FileLog::opened(int dirfd, const char* path, int fd) noexcept {
     }
     s.whole = true;
     writeFact(abs, st, nullptr, 0, bytes.data(), size);
-  } catch (...) {
+  } catch (...) {  // best effort: a fact lost (out of memory): a data-less replay that needs it fails at that read
   }
 }
 
@@ -177,7 +177,7 @@ void FileLog::listed(int dirfd, const char* path) noexcept {
     }
     s = Seen{static_cast<uint64_t>(st.st_size), mtimeOf(st), st.st_mode, false, true};
     writeFact(abs, st, &entries, 0, nullptr, 0);
-  } catch (...) {
+  } catch (...) {  // best effort: a fact lost (out of memory): a data-less replay that needs it fails at that read
   }
 }
 
@@ -207,7 +207,7 @@ void FileLog::range(const char* path, uint64_t offset, const void* data, uint64_
     struct stat st {};
     if (::stat(abs.c_str(), &st) != 0) return;
     writeFact(abs, st, nullptr, offset, data, n);
-  } catch (...) {
+  } catch (...) {  // best effort: a fact lost (out of memory): a data-less replay that needs it fails at that read
   }
 }
 

@@ -150,7 +150,7 @@ const std::string& RecordSession::pystackPath() {
           break;
         }
       }
-    } catch (...) {
+    } catch (...) {  // best effort: no Python stack file: py-spy's dump is skipped, the run is not
     }
     if (pystackFd_ < 0) pystackPath_.clear();  // no file we control: faulthandler stays off
   }
@@ -175,7 +175,7 @@ void RecordSession::reportStatus(const std::string& line) noexcept {
   try {
     std::string msg = "pid " + std::to_string(::getpid()) + ": " + line + "\n";
     writeNoSigpipe(cfg_.statusFd, msg.data(), msg.size());
-  } catch (...) {
+  } catch (...) {  // best effort: the status pipe is dlrecord's: a failed write loses a line, never the job
   }
 }
 
@@ -183,7 +183,7 @@ void RecordSession::reportWriterFailure(StreamWriter& w) noexcept {
   if (!w.failed() || writerFailureReported_.exchange(true)) return;
   try {
     reportStatus("recording stopped: " + w.error() + "; the trace keeps what was committed before (trace incomplete)");
-  } catch (...) {
+  } catch (...) {  // best effort: the trace's own status event already holds the failure
   }
 }
 
@@ -379,7 +379,7 @@ void RecordSession::waitStepDurable() noexcept {
     if (!w) return;
     w->waitCommitted(ticket);
     reportWriterFailure(*w);
-  } catch (...) {
+  } catch (...) {  // best effort: never out of batchEnd's guard; a writer failure is reported by the writer
   }
 }
 
@@ -460,7 +460,7 @@ bool RecordSession::closeBulk(int64_t step, bool keep) noexcept {
     }
     ::unlinkat(dirFd_.get(), name.c_str(), 0);
     if (!why.empty()) note(("snapshot of step " + std::to_string(step) + " not written: " + why).c_str());
-  } catch (...) {
+  } catch (...) {  // best effort: the snapshot is optional: the previous one and the per-step record stand
   }
   return false;
 }
@@ -791,7 +791,7 @@ void RecordSession::flushWindow(const char* why) noexcept {
                             " bytes (peak held " + std::to_string(collectivePeak) + " bytes)"
                       : std::string()) +
                  leftOut);
-  } catch (...) {
+  } catch (...) {  // best effort: the window's summary line is informational; its bytes are written
   }
 }
 
@@ -872,7 +872,7 @@ void RecordSession::forked(int childPid) noexcept {
   // Hogwild parent waiting in join()) may be killed long before that.
   try {
     commitNow();
-  } catch (...) {  // never into the job
+  } catch (...) {  // best effort: never into the job
   }
 }
 
@@ -972,7 +972,7 @@ void RecordSession::onExit(bool exited, int code) noexcept {
     w->close();
     reportWriterFailure(*w);
     removeEmptyPystack();
-  } catch (...) {
+  } catch (...) {  // best effort: at exit: the writer's status already says what was not written
   }
 }
 

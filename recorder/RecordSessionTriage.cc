@@ -61,7 +61,7 @@ void RecordSession::failedLookup(int dirfd, const char* path, int error, LookupO
     }
     if (under(p, cfg_.traceDir)) return;  // the recorder's own files
     triage_.failedLookup(p, error, op, monoNow() - startNs_, step_.load(std::memory_order_relaxed));
-  } catch (...) {
+  } catch (...) {  // best effort: triage facts are informational: never into the job's failed lookup
   }
 }
 
@@ -72,7 +72,7 @@ void RecordSession::libraryLoadError(const char* name, const char* error) noexce
     if (::getpid() != ownerPid_) return;
     triage_.failedLibrary(name ? name : "(null)", error ? error : "", monoNow() - startNs_,
                           step_.load(std::memory_order_relaxed));
-  } catch (...) {
+  } catch (...) {  // best effort: triage facts are informational: never into the job's failed dlopen
   }
 }
 
@@ -112,7 +112,8 @@ void RecordSession::packages(const char* reason, int n, const char* const* names
       it.setPath(paths && paths[i] ? paths[i] : "");
     }
     w->append(msg);
-  } catch (...) {
+  } catch (
+      ...) {  // best effort: triage facts are informational: the step, the failure, the exit are recorded regardless
   }
 }
 
@@ -190,7 +191,7 @@ void RecordSession::writeTriage(StreamWriter& w, const char* reason, bool full) 
     }
     w.append(msg);
   } catch (...) {
-    // Triage facts are best effort: the step, the failure, the exit are recorded regardless.
+    // best effort: triage facts are best effort: the step, the failure, the exit are recorded regardless.
   }
 }
 

@@ -143,7 +143,7 @@ void fillLimits(ResourceSample& s) noexcept {
     if (!dir.empty())
       s.memoryLimit = parseMemoryLimit(readSmall(dir + (v2 ? "/memory.max" : "/memory.limit_in_bytes")));
     s.memTotal = parseStatusKb(readSmall("/proc/meminfo"), "MemTotal");
-  } catch (...) {
+  } catch (...) {  // best effort: limits unknown: reported as 0 (unknown)
   }
 }
 
@@ -154,7 +154,7 @@ ResourceSample sampleSelfFull() noexcept {
     s.vmPeakBytes = parseStatusKb(status, "VmPeak");
     uint64_t hwm = parseStatusKb(status, "VmHWM");
     if (hwm > s.maxRssBytes) s.maxRssBytes = hwm;
-  } catch (...) {
+  } catch (...) {  // best effort: usage unknown: reported as 0 (unknown)
   }
   fillLimits(s);
   return s;

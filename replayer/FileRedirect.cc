@@ -66,7 +66,8 @@ bool copyFile(const std::string& from, const std::string& to) {
   }
   char buf[1 << 16];
   for (;;) {
-    ssize_t n = ::read(in, buf, sizeof buf);
+    // Under the redirect lock on purpose: no thread may see the copy before it is whole.
+    ssize_t n = ::read(in, buf, sizeof buf);  // NOLINT(clang-analyzer-unix.BlockInCriticalSection)
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       ok = n == 0;
@@ -251,10 +252,13 @@ std::string FileRedirect::forWrite(const std::string& abs, int flags, int& err) 
   std::string src;
   mode_t m = 0;
   if (!gone) {
-    if ((m = statMode(abs)))
+    m = statMode(abs);
+    if (m) {
       src = abs;
-    else if (serve_ != ServeFiles::Never && (m = statMode(served(abs))))
-      src = served(abs);
+    } else if (serve_ != ServeFiles::Never) {
+      m = statMode(served(abs));
+      if (m) src = served(abs);
+    }
   }
   if (m && excl) {
     err = EEXIST;

@@ -18,7 +18,7 @@ void GpuReplayer::deliver() noexcept {
     for (auto& [step, launches] : pending_)
       if (step >= 0) session_.addReplayedLaunches(step, std::move(launches));
     pending_.clear();
-  } catch (...) {
+  } catch (...) {  // best effort: launches not delivered: the GPU comparison reports them missing
   }
 }
 

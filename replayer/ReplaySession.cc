@@ -133,7 +133,7 @@ void ReplaySession::afterForkChild() noexcept {
     if (!index_) load();
     active_ = true;
   } catch (...) {
-    // The child runs unreplayed; dlreplay reports that the stream was never attached.
+    // best effort: the child runs unreplayed; dlreplay reports that the stream was never attached.
   }
 }
 

@@ -4,7 +4,7 @@ set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config clang-14 llvm-14 libclang-rt-14-dev clang-format
       capnproto libcapnp-dev libzstd-dev libxxhash-dev libunwind-dev libgtest-dev
       python3 python3-dev python3-torch python3-numpy python3-torchvision python3-skorch libopenblas0 gdb procps util-linux
-      clang-tidy python3-pyflakes zstd chromium python3-pil python3-debugpy
+      clang-tidy-19 python3-pyflakes zstd chromium python3-pil python3-debugpy
       iproute2)  # test_dist_nodes: two machines as network namespaces
 missing=()
 for p in "${PKGS[@]}"; do

@@ -415,7 +415,7 @@ void LaunchTracker::beginStep(int64_t step) noexcept {
   try {
     epochs_[e] = step;
     while (epochs_.size() > 4096) epochs_.erase(epochs_.begin());
-  } catch (...) {
+  } catch (...) {  // best effort: out of memory: the epoch maps to no step, its launches count as outside steps
   }
   lastStep_ = step;
   epoch_.store(e, std::memory_order_relaxed);

@@ -898,8 +898,8 @@ TriageResult classify(const TriageInput& in) {
     detail = ec.detail;
     r.summary = clip(f->exceptionType + ": " + shownMessage(f->message), 240);
     // A NaN that came first and reached the loss explains a generic error that followed it.
-    if ((ec.category == C::OtherPythonError || ec.category == C::IllegalArgument) && nonfiniteIsDivergence(in) &&
-        in.nonfinite->tNs <= f->tNs) {
+    if ((ec.category == C::OtherPythonError || ec.category == C::IllegalArgument) && in.nonfinite &&
+        nonfiniteIsDivergence(in) && in.nonfinite->tNs <= f->tNs) {
       r.category = C::LossNaN;
       ev.push_back("the first non-finite value came before the exception: " + in.nonfinite->message + " at step " +
                    std::to_string(in.nonfinite->step));

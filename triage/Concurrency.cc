@@ -38,7 +38,7 @@ Concurrency analyzeConcurrency(Trace& trace) {
         if (e.isFork() && e.getFork().getKind() == schema::Fork::Kind::NATIVE)
           native.push_back({e.getFork().getChildPid(), s->name()});
       });
-    } catch (const TraceError&) {  // damage: what precedes it counts
+    } catch (const TraceError&) {  // best effort: damage: what precedes it counts
     }
     if (!trained || h.getRank() >= 0) continue;  // ranks of torch.distributed share no memory
     c.trainers.push_back(s->name());

@@ -124,7 +124,7 @@ RankReport analyzeRanks(Trace& t) {
             break;
         }
       });
-    } catch (const TraceError&) {  // damaged: what precedes the damage counts
+    } catch (const TraceError&) {  // best effort: damaged: what precedes the damage counts
     }
     // A reference is kept only when its blob is in the stream: a --window recording refers to
     // results the window held, and writes only those of the window the job failed in.
@@ -132,7 +132,7 @@ RankReport analyzeRanks(Trace& t) {
       bool present = false;
       try {
         present = s->hasBlob(blob);
-      } catch (const TraceError&) {
+      } catch (const TraceError&) {  // best effort: an unreadable stream: the blob counts as absent
       }
       if (present)
         ++r.keptResults;
@@ -160,7 +160,7 @@ RankReport analyzeRanks(Trace& t) {
         s->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
           if (e.isProcessExit()) launcherSaw[e.getProcessExit().getPid()] = e.getProcessExit().getExitCode();
         });
-      } catch (const TraceError&) {
+      } catch (const TraceError&) {  // best effort: a damaged launcher stream: its children keep their own codes
       }
     }
     for (auto& r : rep.ranks) {

@@ -123,7 +123,7 @@ RecordedEnvironment recordedEnvironment(Trace& trace) {
           p.peaks.push_back(rr);
         }
       });
-    } catch (const TraceError&) {
+    } catch (const TraceError&) {  // best effort: damage: the peaks read before it are what we have
     }
     if (p.runtime.empty() && p.packages.empty() && p.peaks.empty() && s != mainStream) continue;
     r.processes.push_back(std::move(p));

@@ -239,7 +239,7 @@ std::vector<std::string> scanStepBatch(StreamReader& s, int64_t step) {
         found = true;  // no batch for it
       }
     });
-  } catch (const TraceError&) {
+  } catch (const TraceError&) {  // best effort: damage: the batches read before it are what we have
   }
   uint64_t budget = 256ull << 20;
   for (const auto& t : tensors) {
@@ -290,7 +290,7 @@ TriageInput gatherFacts(Trace& trace) {
         if (e.isProcessExit()) in.exitCode = e.getProcessExit().getExitCode();
         if (e.isResourcePeak()) in.launcherPeak = toRecord(e.getResourcePeak());
       });
-    } catch (const TraceError&) {
+    } catch (const TraceError&) {  // best effort: a damaged launcher stream: the codes read before it are what we have
     }
   }
 
@@ -373,7 +373,7 @@ TriageInput gatherFacts(Trace& trace) {
         update(t, e);
       });
     } catch (const TraceError&) {
-      // A damaged stream: what precedes the damage is what we have.
+      // best effort: a damaged stream: what precedes the damage is what we have.
     }
     sc.atEnd = t;
     in.recordingEndRealNs = std::max(in.recordingEndRealNs, realNs(t.processStartRealNs, t.endNs));

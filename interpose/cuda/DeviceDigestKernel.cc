@@ -89,7 +89,7 @@ int DeviceDigestKernel::launch(const void* data, uint64_t nbytes, uint64_t numel
   }
   uint64_t words = (nbytes + 3) / 4;
   unsigned blocks = blocksFor(std::max(words, numel), k.multiprocessors);
-  void* params[] = {&data, &nbytes, &numel, &element, &out};
+  void* params[] = {static_cast<void*>(&data), &nbytes, &numel, &element, static_cast<void*>(&out)};
   return d_.launchKernel(k.function, blocks, 1, 1, kThreads, 1, 1, 0, stream, params, nullptr);
 }
 

@@ -19,6 +19,7 @@ FailureRing::Keep keepOne(FailureRing& r, int64_t step, const char* path, size_t
 
 std::vector<std::pair<int64_t, std::string>> order(const std::vector<KeptTensor>& v) {
   std::vector<std::pair<int64_t, std::string>> out;
+  out.reserve(v.size());
   for (const auto& k : v) out.emplace_back(k.step, k.path);
   return out;
 }

@@ -421,6 +421,7 @@ TEST(LaunchTracker, APausedThreadsLaunchesAreNotTheJobs) {
   ASSERT_EQ(s.launches.size(), 3u);
   for (auto& e : s.launches) EXPECT_EQ(s.nameOf(e), "job_kernel");
   std::vector<uint32_t> seqs;
+  seqs.reserve(s.launches.size());
   for (auto& e : s.launches) seqs.push_back(e.seq);
   std::sort(seqs.begin(), seqs.end());
   EXPECT_EQ(seqs, (std::vector<uint32_t>{0, 1, 2}));  // no holes where the hook's kernels ran

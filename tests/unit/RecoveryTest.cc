@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <bit>
 #include <cstring>
 #include <set>
 
@@ -23,8 +24,9 @@ using testing::writeFile;
 using testing::writeSampleTrace;
 
 bool sameStep(const StepInfo& a, const StepInfo& b) {
-  return a.step == b.step && std::memcmp(&a.loss, &b.loss, sizeof a.loss) == 0 && a.nonFinite == b.nonFinite &&
-         a.batchBytes == b.batchBytes && a.digests == b.digests && a.digestFingerprint == b.digestFingerprint;
+  return a.step == b.step && std::bit_cast<uint64_t>(a.loss) == std::bit_cast<uint64_t>(b.loss) &&
+         a.nonFinite == b.nonFinite && a.batchBytes == b.batchBytes && a.digests == b.digests &&
+         a.digestFingerprint == b.digestFingerprint;
 }
 
 // Steps of a stream read from memory, plus the error that stopped the read, if any.

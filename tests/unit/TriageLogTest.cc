@@ -89,6 +89,7 @@ TEST(TriageLog, LibrariesCappedAndCounted) {
 TEST(TriageLog, ThreadSafe) {
   TriageLog log(64);
   std::vector<std::thread> ts;
+  ts.reserve(4);
   for (int t = 0; t < 4; ++t)
     ts.emplace_back([&, t] {
       for (int i = 0; i < 1000; ++i) log.failedLookup("/p/" + std::to_string(i % 16), ENOENT, LookupOp::Open, t, -1);

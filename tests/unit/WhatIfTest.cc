@@ -31,11 +31,11 @@ TEST(WhatIf, OptionsGoWithTheNanTargetAlone) {
   EXPECT_EQ(o.whatIf, "lr-scale=0.5");
   EXPECT_EQ(o.until, "nan");
   EXPECT_EQ(o.whatIfSteps, 3);
-  for (std::vector<std::string> bad : {std::vector<std::string>{"t.trace", "--steps", "3"},
-                                       {"t.trace", "--what-if", "fp32", "--steps", "0"},
-                                       {"t.trace", "--what-if", "fp32", "--check"},
-                                       {"t.trace", "--what-if", "fp32", "--until", "end"},
-                                       {"t.trace", "--what-if", "fp32", "--debug", "pdb"}})
+  for (const std::vector<std::string>& bad : {std::vector<std::string>{"t.trace", "--steps", "3"},
+                                              {"t.trace", "--what-if", "fp32", "--steps", "0"},
+                                              {"t.trace", "--what-if", "fp32", "--check"},
+                                              {"t.trace", "--what-if", "fp32", "--until", "end"},
+                                              {"t.trace", "--what-if", "fp32", "--debug", "pdb"}})
     EXPECT_THROW(parseReplayOptions(bad), tools::UsageError);
 }
 

@@ -149,7 +149,7 @@ void appendJobResources(StreamWriter& w, const rusage& ru, int64_t oomKillsBefor
     rp.setCpuSystemNs(static_cast<uint64_t>(ru.ru_stime.tv_sec) * 1000000000ull +
                       static_cast<uint64_t>(ru.ru_stime.tv_usec) * 1000ull);
     w.append(m);
-  } catch (...) {
+  } catch (...) {  // best effort: the launcher's usage is informational; the job's own streams hold its record
   }
 }
 

@@ -298,7 +298,8 @@ int run(int argc, char** argv) {
   }
   const ReplaySelection& s = *selected.selection;
   int rankPort = 0;  // where hand-started ranks meet (MASTER_PORT): a free one here, not the recorded one
-  if (!s.rankLaunches.empty() && (rankPort = freeLocalPort()) <= 0) {
+  if (!s.rankLaunches.empty()) rankPort = freeLocalPort();
+  if (!s.rankLaunches.empty() && rankPort <= 0) {
     std::perror("dlreplay: no free local port for the ranks' rendezvous");
     return kExitIo;
   }
