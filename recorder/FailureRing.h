@@ -44,6 +44,19 @@ class FailureRing {
   // What happens to a tensor of `step`; copies it when the answer is Kept.
   Keep keep(int64_t step, int kind, std::string_view path, uint32_t callIndex, uint32_t output, std::string_view dtype,
             const int64_t* shape, int ndim, const void* data, uint64_t nbytes);
+  // keep() with the copy left to the caller: when the answer is Kept, and only then,
+  // `fill(uint8_t* dst)` is called under the ring's lock and must write the nbytes to dst
+  // (the digest's own pass over the tensor copies it: computeDigestAndCopy).
+  template <typename Fill>
+  Keep keepFilled(int64_t step, int kind, std::string_view path, uint32_t callIndex, uint32_t output,
+                  std::string_view dtype, const int64_t* shape, int ndim, uint64_t nbytes, Fill&& fill) {
+    if (steps_ <= 0) return Keep::Dropped;
+    std::lock_guard<std::mutex> lk(mu_);
+    Keep verdict = Keep::Dropped;
+    KeptTensor* k = reserveLocked(step, kind, path, callIndex, output, dtype, shape, ndim, nbytes, verdict);
+    if (k) fill(k->bytes.data());
+    return verdict;
+  }
 
   // A step begins: evicts the oldest steps so that at most steps-1 remain besides it.
   void stepBegan();
@@ -64,6 +77,10 @@ class FailureRing {
   void resetAfterForkChild() noexcept;
 
  private:
+  // The verdict for a tensor of `step`; when Kept, its entry, described and sized to nbytes
+  // (the caller fills the bytes under the same lock); null otherwise.
+  KeptTensor* reserveLocked(int64_t step, int kind, std::string_view path, uint32_t callIndex, uint32_t output,
+                            std::string_view dtype, const int64_t* shape, int ndim, uint64_t nbytes, Keep& verdict);
   KeptTensor spareLocked(size_t n);       // a recycled entry whose buffer fits, or a fresh one
   void recycleLocked(KeptTensor&& kept);  // frees when the spares are full
 

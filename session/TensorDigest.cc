@@ -9,6 +9,10 @@
 #include <type_traits>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "format/Hash.h"
 #include "format/XxhDispatch.h"
 
@@ -274,6 +278,40 @@ const Kernels& bestKernels() noexcept {
   return kernels;
 }
 
+// The failure ring's copy: the ring is read back only when the job fails, so its bytes are
+// written around the caches (non-temporal stores): no read of the destination's old lines
+// first, and the job's own working set stays cached. The caller fences (copyFence) once the
+// whole tensor is written. Small copies, and CPUs without SSE2, take memcpy.
+constexpr size_t kStreamMinBytes = 4096;
+
+void copyStreaming(uint8_t* dst, const uint8_t* src, size_t n) noexcept {
+#if defined(__SSE2__)
+  if (n >= kStreamMinBytes) {
+    const size_t head = (16 - (reinterpret_cast<uintptr_t>(dst) & 15)) & 15;
+    std::memcpy(dst, src, head);
+    dst += head, src += head, n -= head;
+    for (; n >= 64; dst += 64, src += 64, n -= 64) {
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16));
+      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 32));
+      const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst), a);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 16), b);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 32), c);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 48), d);
+    }
+  }
+#endif
+  if (n) std::memcpy(dst, src, n);
+}
+
+// Non-temporal stores are weakly ordered: fenced before the ring's lock is released.
+void copyFence() noexcept {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
 // Tensors from this size on are hashed and scanned in one pass of chunks that stay in the
 // first-level cache, instead of two passes over the whole tensor (the second one from L2 or
 // memory): a module output of a few hundred KB is read once.
@@ -282,8 +320,11 @@ constexpr size_t kChunkBytes = 16 << 10;
 
 // Hash and statistics of a float32/float64 tensor of nbytes (whole elements counted; trailing
 // bytes are hashed, as for every dtype).
+// `copyTo` (may be null): receives the nbytes, each chunk copied while it is still in the
+// first-level cache from the scan and the hash (the failure ring's copy without a third read
+// of the tensor from L2 or memory).
 template <typename F, typename U>
-void ieeeDigest(ScanFn<F, U> scan, const uint8_t* p, size_t nbytes, DigestResult& r) noexcept {
+void ieeeDigest(ScanFn<F, U> scan, const uint8_t* p, size_t nbytes, uint8_t* copyTo, DigestResult& r) noexcept {
   using B = IeeeBits<F, U>;
   using S = typename B::S;
   const size_t n = nbytes / sizeof(F);
@@ -303,6 +344,7 @@ void ieeeDigest(ScanFn<F, U> scan, const uint8_t* p, size_t nbytes, DigestResult
     // Under 64 bytes (a loss, a small layer's output): no vector part, so neither the
     // accumulators (2 x 256 bytes to set up and reduce) nor the scan call.
     r.hash = DLRR_XXH3_64(p, nbytes);
+    if (copyTo) copyStreaming(copyTo, p, nbytes);
   } else {
     IeeeAcc<F, U> acc;
     if (nbytes >= kFuseMinBytes) {
@@ -312,13 +354,16 @@ void ieeeDigest(ScanFn<F, U> scan, const uint8_t* p, size_t nbytes, DigestResult
         const size_t m = std::min(kChunkBytes, vecBytes - done);
         scan(p + done, m, acc);
         DLRR_XXH3_64_UPDATE(&state, p + done, m);
+        if (copyTo) copyStreaming(copyTo + done, p + done, m);
         done += m;
       }
       DLRR_XXH3_64_UPDATE(&state, p + vecBytes, nbytes - vecBytes);
+      if (copyTo) copyStreaming(copyTo + vecBytes, p + vecBytes, nbytes - vecBytes);
       r.hash = XXH3_64bits_digest(&state);
     } else {
       scan(p, vecBytes, acc);
       r.hash = DLRR_XXH3_64(p, nbytes);
+      if (copyTo) copyStreaming(copyTo, p, nbytes);  // under 64 KB: still in L1/L2 from the scan
     }
     for (size_t c = 0; c < IeeeAcc<F, U>::kChains; ++c) {
       for (size_t j = 0; j < IeeeAcc<F, U>::kSlots; ++j) {
@@ -418,15 +463,18 @@ bool dtypeIsFloat(std::string_view d) noexcept {
 
 namespace {
 
-DigestResult digestWith(const Kernels& k, std::string_view dtype, const void* data, size_t nbytes) noexcept {
+DigestResult digestWith(const Kernels& k, std::string_view dtype, const void* data, size_t nbytes,
+                        void* copyTo) noexcept {
   DigestResult r;
   const auto* p = static_cast<const uint8_t*>(data);
+  auto* dst = static_cast<uint8_t*>(copyTo);
   if (dtype == "float32") {
-    ieeeDigest<float, uint32_t>(k.f32, p, nbytes, r);
+    ieeeDigest<float, uint32_t>(k.f32, p, nbytes, dst, r);
   } else if (dtype == "float64") {
-    ieeeDigest<double, uint64_t>(k.f64, p, nbytes, r);
+    ieeeDigest<double, uint64_t>(k.f64, p, nbytes, dst, r);
   } else {
     r.hash = hash64(data, nbytes);
+    if (dst) copyStreaming(dst, p, nbytes);  // other dtypes: a second pass, as before
     if (dtype == "float16") {
       floatStats<uint16_t>(
           p, nbytes / 2, [](uint16_t v) { return static_cast<double>(halfToFloat(v)); }, r);
@@ -447,6 +495,7 @@ DigestResult digestWith(const Kernels& k, std::string_view dtype, const void* da
       r.min = r.max = std::numeric_limits<double>::quiet_NaN();
     }
   }
+  if (dst) copyFence();
   r.rawHash = r.hash;
   if (r.nanCount) {  // set by the float dtypes' statistics only
     if (dtype == "float32")
@@ -466,11 +515,16 @@ DigestResult digestWith(const Kernels& k, std::string_view dtype, const void* da
 std::vector<unsigned> digestVectorWidths() { return cpuWidths(); }
 
 DigestResult computeDigest(std::string_view dtype, const void* data, size_t nbytes) noexcept {
-  return digestWith(bestKernels(), dtype, data, nbytes);
+  return digestWith(bestKernels(), dtype, data, nbytes, nullptr);
 }
 
-DigestResult computeDigestWithWidth(unsigned width, std::string_view dtype, const void* data, size_t nbytes) noexcept {
-  return digestWith(kernelsOfWidth(width), dtype, data, nbytes);
+DigestResult computeDigestAndCopy(std::string_view dtype, const void* data, size_t nbytes, void* copyTo) noexcept {
+  return digestWith(bestKernels(), dtype, data, nbytes, copyTo);
+}
+
+DigestResult computeDigestWithWidth(unsigned width, std::string_view dtype, const void* data, size_t nbytes,
+                                    void* copyTo) noexcept {
+  return digestWith(kernelsOfWidth(width), dtype, data, nbytes, copyTo);
 }
 
 }  // namespace dlrr
