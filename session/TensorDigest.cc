@@ -153,7 +153,11 @@ struct IeeeAcc {
 };
 
 // The whole W-byte vectors in [p, p + nbytes) into acc (nbytes a multiple of 64).
-template <typename F, typename U, size_t W>
+// Exact = false, the first pass: min and max of every element through the float min/max
+// instructions (a NaN never replaces the accumulator: `x < l ? x : l` keeps l), correct only
+// while every element is finite, which the same pass counts; a tensor with any NaN or Inf is
+// scanned again with Exact = true, which masks them out. Half the operations per vector.
+template <typename F, typename U, size_t W, bool Exact>
 [[gnu::always_inline]] inline void ieeeScan(const uint8_t* p, size_t nbytes, IeeeAcc<F, U>& acc) noexcept {
   using V = IeeeVec<F, U, W>;
   using B = IeeeBits<F, U>;
@@ -182,10 +186,16 @@ template <typename F, typename U, size_t W>
     const VS finite = (bits & absMask) < infBits;  // all ones where finite
     finiteLane -= finite;
     const VF x = std::bit_cast<VF>(bits);
-    const VS below = finite & (x < std::bit_cast<VF>(l));  // strict: keeps l on ties
-    const VS above = finite & (x > std::bit_cast<VF>(h));
-    l = (bits & below) | (l & ~below);
-    h = (bits & above) | (h & ~above);
+    if constexpr (Exact) {
+      const VS below = finite & (x < std::bit_cast<VF>(l));  // strict: keeps l on ties
+      const VS above = finite & (x > std::bit_cast<VF>(h));
+      l = (bits & below) | (l & ~below);
+      h = (bits & above) | (h & ~above);
+    } else {  // minps/maxps (strict compares too: l on ties and NaN)
+      const VF lf = std::bit_cast<VF>(l), hf = std::bit_cast<VF>(h);
+      l = std::bit_cast<VS>(x < lf ? x : lf);
+      h = std::bit_cast<VS>(x > hf ? x : hf);
+    }
   };
   auto flush = [&] {  // lane counters are S-wide: into a 64-bit total before they could wrap
     for (size_t j = 0; j < V::kLanes; ++j) acc.finite += static_cast<U>(finiteLane[j]);
@@ -226,19 +236,19 @@ using ScanFn = void (*)(const uint8_t*, size_t, IeeeAcc<F, U>&) noexcept;
 #define DLRR_TARGET(isa)
 #define DLRR_WIDE_KERNELS 0
 #endif
-template <typename F, typename U>
+template <typename F, typename U, bool Exact>
 DLRR_TARGET("avx512f")
 void scan64(const uint8_t* p, size_t n, IeeeAcc<F, U>& acc) noexcept {
-  ieeeScan<F, U, 64>(p, n, acc);
+  ieeeScan<F, U, 64, Exact>(p, n, acc);
 }
-template <typename F, typename U>
+template <typename F, typename U, bool Exact>
 DLRR_TARGET("avx2")
 void scan32(const uint8_t* p, size_t n, IeeeAcc<F, U>& acc) noexcept {
-  ieeeScan<F, U, 32>(p, n, acc);
+  ieeeScan<F, U, 32, Exact>(p, n, acc);
 }
-template <typename F, typename U>
+template <typename F, typename U, bool Exact>
 void scan16(const uint8_t* p, size_t n, IeeeAcc<F, U>& acc) noexcept {
-  ieeeScan<F, U, 16>(p, n, acc);
+  ieeeScan<F, U, 16, Exact>(p, n, acc);
 }
 
 // The widths this CPU runs, widest first; found once (the CPU does not change).
@@ -256,9 +266,15 @@ const std::vector<unsigned>& cpuWidths() {
   return widths;
 }
 
+template <typename F, typename U>
+struct ScanPair {
+  ScanFn<F, U> fast;   // every element finite: exact; else the exact one runs again
+  ScanFn<F, U> exact;  // NaN and Inf masked out of min and max
+};
+
 struct Kernels {
-  ScanFn<float, uint32_t> f32;
-  ScanFn<double, uint64_t> f64;
+  ScanPair<float, uint32_t> f32;
+  ScanPair<double, uint64_t> f64;
 };
 
 // The kernels of `width`; the baseline's for a width this CPU cannot run (its instructions
@@ -267,10 +283,15 @@ Kernels kernelsOfWidth(unsigned width) noexcept {
   const auto& widths = cpuWidths();
   if (std::find(widths.begin(), widths.end(), width) == widths.end()) width = 16;
 #if DLRR_WIDE_KERNELS
-  if (width == 64) return {scan64<float, uint32_t>, scan64<double, uint64_t>};
-  if (width == 32) return {scan32<float, uint32_t>, scan32<double, uint64_t>};
+  if (width == 64)
+    return {{scan64<float, uint32_t, false>, scan64<float, uint32_t, true>},
+            {scan64<double, uint64_t, false>, scan64<double, uint64_t, true>}};
+  if (width == 32)
+    return {{scan32<float, uint32_t, false>, scan32<float, uint32_t, true>},
+            {scan32<double, uint64_t, false>, scan32<double, uint64_t, true>}};
 #endif
-  return {scan16<float, uint32_t>, scan16<double, uint64_t>};
+  return {{scan16<float, uint32_t, false>, scan16<float, uint32_t, true>},
+          {scan16<double, uint64_t, false>, scan16<double, uint64_t, true>}};
 }
 
 const Kernels& bestKernels() noexcept {
@@ -324,7 +345,8 @@ constexpr size_t kChunkBytes = 16 << 10;
 // first-level cache from the scan and the hash (the failure ring's copy without a third read
 // of the tensor from L2 or memory).
 template <typename F, typename U>
-void ieeeDigest(ScanFn<F, U> scan, const uint8_t* p, size_t nbytes, uint8_t* copyTo, DigestResult& r) noexcept {
+void ieeeDigest(ScanPair<F, U> kernels, const uint8_t* p, size_t nbytes, uint8_t* copyTo, DigestResult& r) noexcept {
+  const ScanFn<F, U> scan = kernels.fast;
   using B = IeeeBits<F, U>;
   using S = typename B::S;
   const size_t n = nbytes / sizeof(F);
@@ -364,6 +386,12 @@ void ieeeDigest(ScanFn<F, U> scan, const uint8_t* p, size_t nbytes, uint8_t* cop
       scan(p, vecBytes, acc);
       r.hash = DLRR_XXH3_64(p, nbytes);
       if (copyTo) copyStreaming(copyTo, p, nbytes);  // under 64 KB: still in L1/L2 from the scan
+    }
+    if (acc.finite != nvecElems) {  // a NaN or an Inf: the min and max again, without them
+      const uint64_t finite = acc.finite;
+      acc = IeeeAcc<F, U>();
+      kernels.exact(p, vecBytes, acc);
+      acc.finite = finite;
     }
     for (size_t c = 0; c < IeeeAcc<F, U>::kChains; ++c) {
       for (size_t j = 0; j < IeeeAcc<F, U>::kSlots; ++j) {
