@@ -40,7 +40,7 @@ KeptTensor* FailureRing::reserveLocked(int64_t step, int kind, std::string_view 
   k.output = output;
   k.dtype.assign(dtype);
   k.shape.assign(shape, shape + (ndim > 0 && shape ? ndim : 0));
-  // A recycled entry of the same tensor has this size already: nothing to zero-fill.
+  // Uninitialised growth (UninitAllocator): the caller writes all nbytes.
   k.bytes.resize(nbytes);
   k.step = step;
   ringBytes_ += nbytes;

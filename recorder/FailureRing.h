@@ -11,12 +11,38 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace dlrr {
+
+// An allocator whose resize() leaves new bytes uninitialised: a recycled buffer is resized to
+// the next tensor, which the digest's pass then writes whole; zero-filling it first would be
+// one more pass over the memory.
+template <typename T>
+struct UninitAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = UninitAllocator<U>;
+  };
+  UninitAllocator() noexcept = default;
+  template <typename U>
+  UninitAllocator(const UninitAllocator<U>&) noexcept {}
+  template <typename U>
+  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+    ::new (static_cast<void*>(p)) U;  // default-initialised: no zeroing
+  }
+  template <typename U, typename... A>
+  void construct(U* p, A&&... a) {
+    ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+  }
+};
+using KeptBytes = std::vector<uint8_t, UninitAllocator<uint8_t>>;
 
 struct KeptTensor {
   int kind = 0;  // schema TensorDigest.Kind
@@ -25,7 +51,7 @@ struct KeptTensor {
   uint32_t output = 0;
   std::string dtype;
   std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes;
+  KeptBytes bytes;
   int64_t step = -1;
 };
 

@@ -715,7 +715,7 @@ void RecordSession::recordNonFinite(int64_t step, int kind, const char* path, ui
                      static_cast<int>(k.shape.size()), k.bytes.data(), k.bytes.size());
     });
     if (i + 1 == ofStep) commitNow();
-    std::vector<uint8_t>().swap(kept[i].bytes);  // written: its memory goes back now
+    KeptBytes().swap(kept[i].bytes);  // written: its memory goes back now
   }
   commitNow();
   flushWindow("the failure");

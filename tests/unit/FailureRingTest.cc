@@ -154,8 +154,8 @@ TEST(FailureRing, KeepFilledAsksForTheBytesOnlyWhenItKeepsThem) {
   EXPECT_EQ(fills, 4);
   auto kept = r.takeForFailure(3);
   ASSERT_EQ(kept.size(), 2u);
-  EXPECT_EQ(kept[0].bytes, std::vector<uint8_t>(38, 3));
-  EXPECT_EQ(kept[1].bytes, std::vector<uint8_t>(22, 2));
+  EXPECT_EQ(std::vector<uint8_t>(kept[0].bytes.begin(), kept[0].bytes.end()), std::vector<uint8_t>(38, 3));
+  EXPECT_EQ(std::vector<uint8_t>(kept[1].bytes.begin(), kept[1].bytes.end()), std::vector<uint8_t>(22, 2));
   EXPECT_EQ(fillStep(3, 8), FailureRing::Keep::WriteNow);  // the failing step after the failure
   EXPECT_EQ(fillStep(2, 8), FailureRing::Keep::Dropped);
   EXPECT_EQ(fills, 4);
