@@ -117,9 +117,11 @@ def wrap_parts(t, rec, lib, torch, rng_module, module_module, files_module):
     tr._after_backward = t.wrap("after backward", tr._after_backward)
     tr._before_step = t.wrap("before optimizer step", tr._before_step)
     tr._after_step = t.wrap("after optimizer step", tr._after_step)
-    rec._digest = t.wrap(lambda kind, *a: "digest: " + DIGEST_KINDS.get(kind, str(kind)),
-                         rec._digest)
-    rec._prepare = t.wrap("prepare (host tensor)", rec._prepare)
+    if hasattr(rec, "_digest"):  # the per-tensor Python path of older hooks
+        rec._digest = t.wrap(lambda kind, *a: "digest: " + DIGEST_KINDS.get(kind, str(kind)),
+                             rec._digest)
+    if hasattr(rec, "_prepare"):
+        rec._prepare = t.wrap("prepare (host tensor)", rec._prepare)
     rec._digest_fn = t.wrap("dlrr_digest", rec._digest_fn)
     if getattr(rec, "_batch", None) is not None:  # gradients and parameters: one crossing each
         rec._batch._many = t.wrap("dlrr_digest_many", rec._batch._many)

@@ -1,6 +1,6 @@
 // dlrr_record_bench: what the native side of recording costs per step, without Python/torch.
-//   dlrr_record_bench [steps, default 400] [digest|session|modules|all, default all]
-//                     [ring steps (session, default 2) | modules (modules, default 64)]
+//   dlrr_record_bench [steps, default 400] [digest|session|modules|lm-outputs|all, default all]
+//                     [ring steps (session, lm-outputs: default 2) | modules (modules, default 64)]
 // 1. digest: computeDigest (XXH3-64 + NaN/Inf count + finite min/max) on float32 tensors of
 //    the sizes a small CNN produces, in MB/s for each kernel width this CPU runs, best of 5.
 // 2. session: a real RecordSession writing a temporary trace, fed what the Python hook feeds
@@ -13,6 +13,9 @@
 // 3. modules: the library's part of a module call (bench/module_call_ab.py measures it whole):
 //    a step of 64 tiny outputs (4 floats), each digested and kept in the failure ring, as
 //    dlrr_digest does for a module output; CPU ns per call (min, median, p90 over steps).
+// 4. lm-outputs: the module outputs of one step of bench/shape_job.py's lm shape (20 module
+//    calls, 4.75 MB of float32 a step: 128 KB and 512 KB activations), each digested and kept
+//    in the failure ring as dlrr_digest does; CPU us per step (min, median, p90 over steps).
 // docs/performance.md keeps the figures.
 #include <sys/stat.h>
 #include <time.h>
@@ -258,6 +261,62 @@ void benchModuleCalls(int steps, int modules) {
       modules, perCall.front() * 1e9, perCall[perCall.size() / 2] * 1e9, perCall[perCall.size() * 9 / 10] * 1e9);
 }
 
+// The lm shape's module outputs (bench/shape_job.py: batch 16x32, width 64, 4x MLP, vocab 256),
+// in call order, each digested and kept in the failure ring: the per-tensor part of its step.
+void benchLmOutputs(int steps, int ringSteps) {
+  const int64_t B = 16, T = 32, C = 64, H = 256, V = 256;
+  std::mt19937 rng(3);
+  std::vector<Tensor> outputs;
+  outputs.push_back(tensor("embed", {B, T, C}, "weights", rng));
+  for (const char* b : {"blocks.0", "blocks.1"}) {
+    (void)b;
+    outputs.push_back(tensor("ln1", {B, T, C}, "weights", rng));
+    outputs.push_back(tensor("attn", {B, T, C}, "weights", rng));
+    outputs.push_back(tensor("mlp.0", {B, T, H}, "weights", rng));
+    outputs.push_back(tensor("mlp.1", {B, T, H}, "relu", rng));
+    outputs.push_back(tensor("mlp.2", {B, T, C}, "weights", rng));
+    outputs.push_back(tensor("mlp", {B, T, C}, "weights", rng));
+    outputs.push_back(tensor("ln2", {B, T, C}, "weights", rng));
+    outputs.push_back(tensor("block", {B, T, C}, "weights", rng));
+  }
+  outputs.push_back(tensor("ln", {B, T, C}, "weights", rng));
+  outputs.push_back(tensor("head", {B, T, V}, "weights", rng));
+  outputs.push_back(tensor("", {B, T, V}, "weights", rng));
+  size_t bytes = 0;
+  for (const auto& t : outputs) bytes += t.data.size() * 4;
+  std::string dir =
+      (std::filesystem::temp_directory_path() / ("dlrr-record-bench-" + std::to_string(::getpid()))).string();
+  dlrr::Config cfg;
+  cfg.mode = dlrr::Mode::Record;
+  cfg.traceDir = dir + "/t";
+  cfg.ringSteps = ringSteps;
+  std::filesystem::create_directories(dir);
+  std::vector<double> perStep;
+  {
+    dlrr::RecordSession s(cfg);
+    dlrr::DigestResult r;
+    for (int step = 0; step < steps; ++step) {
+      for (auto& t : outputs) t.data[0] += 1.f;
+      s.stepBegin(step, 0, static_cast<uint64_t>(step), 0);
+      Mark t0 = mark();
+      for (auto& t : outputs)
+        s.digest(0, t.path, 0, 0, "float32", static_cast<int>(t.shape.size()), t.shape.data(), t.data.data(),
+                 t.data.size() * 4, true, r);
+      Mark t1 = mark();
+      s.stepEnd(step, 1.0);
+      if (step >= steps / 10) perStep.push_back(t1.cpu - t0.cpu);
+    }
+    s.onExit(true, 0);
+  }
+  std::filesystem::remove_all(dir);
+  std::sort(perStep.begin(), perStep.end());
+  std::printf(
+      "lm shape's module outputs, %zu tensors, %.2f MB a step, ring %d steps: CPU us per step min %.1f, "
+      "median %.1f, p90 %.1f\n",
+      outputs.size(), static_cast<double>(bytes) / 1e6, ringSteps, perStep.front() * 1e6,
+      perStep[perStep.size() / 2] * 1e6, perStep[perStep.size() * 9 / 10] * 1e6);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -266,6 +325,7 @@ int main(int argc, char** argv) {
   std::string what = argc > 2 ? argv[2] : "all";
   if (what == "all" || what == "digest") benchDigest();
   if (what == "all" || what == "session") benchSession(steps, argc > 3 ? std::atoi(argv[3]) : 2);
+  if (what == "lm-outputs") benchLmOutputs(steps, argc > 3 ? std::atoi(argv[3]) : 2);
   if (what == "all" || what == "modules") benchModuleCalls(steps, argc > 3 ? std::atoi(argv[3]) : 64);
   return 0;
 }

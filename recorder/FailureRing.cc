@@ -1,5 +1,6 @@
 #include "recorder/FailureRing.h"
 
+#include <cstring>
 #include <iterator>
 
 namespace dlrr {
@@ -7,14 +8,23 @@ namespace dlrr {
 FailureRing::Keep FailureRing::keep(int64_t step, int kind, std::string_view path, uint32_t callIndex, uint32_t output,
                                     std::string_view dtype, const int64_t* shape, int ndim, const void* data,
                                     uint64_t nbytes) {
-  if (steps_ <= 0 || !data) return Keep::Dropped;
-  std::lock_guard<std::mutex> lk(mu_);
+  if (!data) return Keep::Dropped;
+  return keepFilled(step, kind, path, callIndex, output, dtype, shape, ndim, nbytes, [&](uint8_t* dst) {
+    if (nbytes) std::memcpy(dst, data, nbytes);
+  });
+}
+
+KeptTensor* FailureRing::reserveLocked(int64_t step, int kind, std::string_view path, uint32_t callIndex,
+                                       uint32_t output, std::string_view dtype, const int64_t* shape, int ndim,
+                                       uint64_t nbytes, Keep& verdict) {
+  verdict = Keep::Dropped;
   if (failed_) {
-    if (step != failingStep_ || writtenAfterFailure_ + nbytes > capBytes_) return Keep::Dropped;
+    if (step != failingStep_ || writtenAfterFailure_ + nbytes > capBytes_) return nullptr;
     writtenAfterFailure_ += nbytes;
-    return Keep::WriteNow;
+    verdict = Keep::WriteNow;
+    return nullptr;
   }
-  if (ringBytes_ + nbytes > capBytes_) return Keep::Dropped;
+  if (ringBytes_ + nbytes > capBytes_) return nullptr;
   // The step's list: the one of the last keep (a map node stays put until erased), or a new
   // one sized like the last step's (the next step keeps the same tensors again).
   if (current_ == ring_.end() || current_->first != step) {
@@ -24,17 +34,18 @@ FailureRing::Keep FailureRing::keep(int64_t step, int kind, std::string_view pat
   }
   current_->second.push_back(spareLocked(nbytes));
   KeptTensor& k = current_->second.back();  // filled in place: no move of the whole entry
-  const auto* b = static_cast<const uint8_t*>(data);
   k.kind = kind;
   k.path.assign(path);
   k.callIndex = callIndex;
   k.output = output;
   k.dtype.assign(dtype);
   k.shape.assign(shape, shape + (ndim > 0 && shape ? ndim : 0));
-  k.bytes.assign(b, b + nbytes);
+  // Uninitialised growth (UninitAllocator): the caller writes all nbytes.
+  k.bytes.resize(nbytes);
   k.step = step;
   ringBytes_ += nbytes;
-  return Keep::Kept;
+  verdict = Keep::Kept;
+  return &k;
 }
 
 void FailureRing::stepBegan() {

@@ -11,12 +11,38 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace dlrr {
+
+// An allocator whose resize() leaves new bytes uninitialised: a recycled buffer is resized to
+// the next tensor, which the digest's pass then writes whole; zero-filling it first would be
+// one more pass over the memory.
+template <typename T>
+struct UninitAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = UninitAllocator<U>;
+  };
+  UninitAllocator() noexcept = default;
+  template <typename U>
+  UninitAllocator(const UninitAllocator<U>&) noexcept {}
+  template <typename U>
+  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+    ::new (static_cast<void*>(p)) U;  // default-initialised: no zeroing
+  }
+  template <typename U, typename... A>
+  void construct(U* p, A&&... a) {
+    ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+  }
+};
+using KeptBytes = std::vector<uint8_t, UninitAllocator<uint8_t>>;
 
 struct KeptTensor {
   int kind = 0;  // schema TensorDigest.Kind
@@ -25,7 +51,7 @@ struct KeptTensor {
   uint32_t output = 0;
   std::string dtype;
   std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes;
+  KeptBytes bytes;
   int64_t step = -1;
 };
 
@@ -44,6 +70,19 @@ class FailureRing {
   // What happens to a tensor of `step`; copies it when the answer is Kept.
   Keep keep(int64_t step, int kind, std::string_view path, uint32_t callIndex, uint32_t output, std::string_view dtype,
             const int64_t* shape, int ndim, const void* data, uint64_t nbytes);
+  // keep() with the copy left to the caller: when the answer is Kept, and only then,
+  // `fill(uint8_t* dst)` is called under the ring's lock and must write the nbytes to dst
+  // (the digest's own pass over the tensor copies it: computeDigestAndCopy).
+  template <typename Fill>
+  Keep keepFilled(int64_t step, int kind, std::string_view path, uint32_t callIndex, uint32_t output,
+                  std::string_view dtype, const int64_t* shape, int ndim, uint64_t nbytes, Fill&& fill) {
+    if (steps_ <= 0) return Keep::Dropped;
+    std::lock_guard<std::mutex> lk(mu_);
+    Keep verdict = Keep::Dropped;
+    KeptTensor* k = reserveLocked(step, kind, path, callIndex, output, dtype, shape, ndim, nbytes, verdict);
+    if (k) fill(k->bytes.data());
+    return verdict;
+  }
 
   // A step begins: evicts the oldest steps so that at most steps-1 remain besides it.
   void stepBegan();
@@ -64,6 +103,10 @@ class FailureRing {
   void resetAfterForkChild() noexcept;
 
  private:
+  // The verdict for a tensor of `step`; when Kept, its entry, described and sized to nbytes
+  // (the caller fills the bytes under the same lock); null otherwise.
+  KeptTensor* reserveLocked(int64_t step, int kind, std::string_view path, uint32_t callIndex, uint32_t output,
+                            std::string_view dtype, const int64_t* shape, int ndim, uint64_t nbytes, Keep& verdict);
   KeptTensor spareLocked(size_t n);       // a recycled entry whose buffer fits, or a fresh one
   void recycleLocked(KeptTensor&& kept);  // frees when the spares are full
 

@@ -620,17 +620,28 @@ void RecordSession::loaderEnd(uint32_t loader, uint32_t iteration, uint64_t batc
 int RecordSession::digest(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype, int ndim,
                           const int64_t* shape, const void* data, uint64_t nbytes, bool keep, DigestResult& out) {
   std::string_view dt = dtype ? dtype : "";
-  out = computeDigest(dt, data, data ? nbytes : 0);
   stepDigests_.fetch_add(1, std::memory_order_relaxed);
   int64_t step = step_.load();
   if (keep && data && cfg_.capture == CaptureLevel::Full) {
+    out = computeDigest(dt, data, nbytes);
     // Full capture: every kept tensor of every step goes to the trace now (content-addressed,
     // so repeats cost nothing); the failure ring is then redundant.
     emit([&](schema::Event::Builder e, StreamWriter& w) {
       fillFullTensor(e, w, kind, path ? path : "", callIndex, output, dt, shape, ndim, data, nbytes);
     });
-  } else if (keep) {
-    keepInRing(step, kind, path, callIndex, output, dt, shape, ndim, data, nbytes);
+  } else if (keep && data) {
+    // The ring's copy made by the digest's pass over the tensor (read once, not twice).
+    bool digested = false;
+    FailureRing::Keep verdict =
+        ring_.keepFilled(step, kind, path ? path : "", callIndex, output, dt, shape, ndim, nbytes, [&](uint8_t* dst) {
+          out = computeDigestAndCopy(dt, data, nbytes, dst);
+          digested = true;
+        });
+    if (!digested) out = computeDigest(dt, data, nbytes);
+    if (verdict == FailureRing::Keep::WriteNow)
+      writeFailingStepTensor(step, kind, path, callIndex, output, dt, shape, ndim, data, nbytes);
+  } else {
+    out = computeDigest(dt, data, data ? nbytes : 0);
   }
   emit([&](schema::Event::Builder e, StreamWriter&) {
     auto d = e.initDigest();
@@ -654,9 +665,14 @@ int RecordSession::digest(int kind, const char* path, uint32_t callIndex, uint32
 void RecordSession::keepInRing(int64_t step, int kind, const char* path, uint32_t callIndex, uint32_t output,
                                std::string_view dtype, const int64_t* shape, int ndim, const void* data,
                                uint64_t nbytes) {
-  if (ring_.keep(step, kind, path ? path : "", callIndex, output, dtype, shape, ndim, data, nbytes) !=
+  if (ring_.keep(step, kind, path ? path : "", callIndex, output, dtype, shape, ndim, data, nbytes) ==
       FailureRing::Keep::WriteNow)
-    return;
+    writeFailingStepTensor(step, kind, path, callIndex, output, dtype, shape, ndim, data, nbytes);
+}
+
+void RecordSession::writeFailingStepTensor(int64_t step, int kind, const char* path, uint32_t callIndex,
+                                           uint32_t output, std::string_view dtype, const int64_t* shape, int ndim,
+                                           const void* data, uint64_t nbytes) {
   // The failing step goes on after its failure: what it computes next is written at once and
   // made durable (the step may never end: a job that hangs there is killed by its `timeout`).
   appendEvent(step, [&](schema::Event::Builder e, StreamWriter& w) {
@@ -699,7 +715,7 @@ void RecordSession::recordNonFinite(int64_t step, int kind, const char* path, ui
                      static_cast<int>(k.shape.size()), k.bytes.data(), k.bytes.size());
     });
     if (i + 1 == ofStep) commitNow();
-    std::vector<uint8_t>().swap(kept[i].bytes);  // written: its memory goes back now
+    KeptBytes().swap(kept[i].bytes);  // written: its memory goes back now
   }
   commitNow();
   flushWindow("the failure");

@@ -167,6 +167,10 @@ class RecordSession final : public ProcessSession {
   // Keeps a tensor in the failure ring, or writes it at once when its step already failed.
   void keepInRing(int64_t step, int kind, const char* path, uint32_t callIndex, uint32_t output, std::string_view dtype,
                   const int64_t* shape, int ndim, const void* data, uint64_t nbytes);
+  // A tensor of the failing step kept after the failure (the ring's Keep::WriteNow): written now.
+  void writeFailingStepTensor(int64_t step, int kind, const char* path, uint32_t callIndex, uint32_t output,
+                              std::string_view dtype, const int64_t* shape, int ndim, const void* data,
+                              uint64_t nbytes);
   // The failure rule (the first non-finite digest of the process), shared by host and device
   // digests: writes the Failure event, then the failure ring, failing step first.
   void recordNonFinite(int64_t step, int kind, const char* path, uint32_t callIndex, const DigestResult& d,

@@ -9,6 +9,10 @@
 #include <type_traits>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "format/Hash.h"
 #include "format/XxhDispatch.h"
 
@@ -149,7 +153,11 @@ struct IeeeAcc {
 };
 
 // The whole W-byte vectors in [p, p + nbytes) into acc (nbytes a multiple of 64).
-template <typename F, typename U, size_t W>
+// Exact = false, the first pass: min and max of every element through the float min/max
+// instructions (a NaN never replaces the accumulator: `x < l ? x : l` keeps l), correct only
+// while every element is finite, which the same pass counts; a tensor with any NaN or Inf is
+// scanned again with Exact = true, which masks them out. Half the operations per vector.
+template <typename F, typename U, size_t W, bool Exact>
 [[gnu::always_inline]] inline void ieeeScan(const uint8_t* p, size_t nbytes, IeeeAcc<F, U>& acc) noexcept {
   using V = IeeeVec<F, U, W>;
   using B = IeeeBits<F, U>;
@@ -178,10 +186,16 @@ template <typename F, typename U, size_t W>
     const VS finite = (bits & absMask) < infBits;  // all ones where finite
     finiteLane -= finite;
     const VF x = std::bit_cast<VF>(bits);
-    const VS below = finite & (x < std::bit_cast<VF>(l));  // strict: keeps l on ties
-    const VS above = finite & (x > std::bit_cast<VF>(h));
-    l = (bits & below) | (l & ~below);
-    h = (bits & above) | (h & ~above);
+    if constexpr (Exact) {
+      const VS below = finite & (x < std::bit_cast<VF>(l));  // strict: keeps l on ties
+      const VS above = finite & (x > std::bit_cast<VF>(h));
+      l = (bits & below) | (l & ~below);
+      h = (bits & above) | (h & ~above);
+    } else {  // minps/maxps (strict compares too: l on ties and NaN)
+      const VF lf = std::bit_cast<VF>(l), hf = std::bit_cast<VF>(h);
+      l = std::bit_cast<VS>(x < lf ? x : lf);
+      h = std::bit_cast<VS>(x > hf ? x : hf);
+    }
   };
   auto flush = [&] {  // lane counters are S-wide: into a 64-bit total before they could wrap
     for (size_t j = 0; j < V::kLanes; ++j) acc.finite += static_cast<U>(finiteLane[j]);
@@ -222,19 +236,19 @@ using ScanFn = void (*)(const uint8_t*, size_t, IeeeAcc<F, U>&) noexcept;
 #define DLRR_TARGET(isa)
 #define DLRR_WIDE_KERNELS 0
 #endif
-template <typename F, typename U>
+template <typename F, typename U, bool Exact>
 DLRR_TARGET("avx512f")
 void scan64(const uint8_t* p, size_t n, IeeeAcc<F, U>& acc) noexcept {
-  ieeeScan<F, U, 64>(p, n, acc);
+  ieeeScan<F, U, 64, Exact>(p, n, acc);
 }
-template <typename F, typename U>
+template <typename F, typename U, bool Exact>
 DLRR_TARGET("avx2")
 void scan32(const uint8_t* p, size_t n, IeeeAcc<F, U>& acc) noexcept {
-  ieeeScan<F, U, 32>(p, n, acc);
+  ieeeScan<F, U, 32, Exact>(p, n, acc);
 }
-template <typename F, typename U>
+template <typename F, typename U, bool Exact>
 void scan16(const uint8_t* p, size_t n, IeeeAcc<F, U>& acc) noexcept {
-  ieeeScan<F, U, 16>(p, n, acc);
+  ieeeScan<F, U, 16, Exact>(p, n, acc);
 }
 
 // The widths this CPU runs, widest first; found once (the CPU does not change).
@@ -252,9 +266,15 @@ const std::vector<unsigned>& cpuWidths() {
   return widths;
 }
 
+template <typename F, typename U>
+struct ScanPair {
+  ScanFn<F, U> fast;   // every element finite: exact; else the exact one runs again
+  ScanFn<F, U> exact;  // NaN and Inf masked out of min and max
+};
+
 struct Kernels {
-  ScanFn<float, uint32_t> f32;
-  ScanFn<double, uint64_t> f64;
+  ScanPair<float, uint32_t> f32;
+  ScanPair<double, uint64_t> f64;
 };
 
 // The kernels of `width`; the baseline's for a width this CPU cannot run (its instructions
@@ -263,15 +283,54 @@ Kernels kernelsOfWidth(unsigned width) noexcept {
   const auto& widths = cpuWidths();
   if (std::find(widths.begin(), widths.end(), width) == widths.end()) width = 16;
 #if DLRR_WIDE_KERNELS
-  if (width == 64) return {scan64<float, uint32_t>, scan64<double, uint64_t>};
-  if (width == 32) return {scan32<float, uint32_t>, scan32<double, uint64_t>};
+  if (width == 64)
+    return {{scan64<float, uint32_t, false>, scan64<float, uint32_t, true>},
+            {scan64<double, uint64_t, false>, scan64<double, uint64_t, true>}};
+  if (width == 32)
+    return {{scan32<float, uint32_t, false>, scan32<float, uint32_t, true>},
+            {scan32<double, uint64_t, false>, scan32<double, uint64_t, true>}};
 #endif
-  return {scan16<float, uint32_t>, scan16<double, uint64_t>};
+  return {{scan16<float, uint32_t, false>, scan16<float, uint32_t, true>},
+          {scan16<double, uint64_t, false>, scan16<double, uint64_t, true>}};
 }
 
 const Kernels& bestKernels() noexcept {
   static const Kernels kernels = kernelsOfWidth(cpuWidths().front());
   return kernels;
+}
+
+// The failure ring's copy: the ring is read back only when the job fails, so its bytes are
+// written around the caches (non-temporal stores): no read of the destination's old lines
+// first, and the job's own working set stays cached. The caller fences (copyFence) once the
+// whole tensor is written. Small copies, and CPUs without SSE2, take memcpy.
+constexpr size_t kStreamMinBytes = 4096;
+
+void copyStreaming(uint8_t* dst, const uint8_t* src, size_t n) noexcept {
+#if defined(__SSE2__)
+  if (n >= kStreamMinBytes) {
+    const size_t head = (16 - (reinterpret_cast<uintptr_t>(dst) & 15)) & 15;
+    std::memcpy(dst, src, head);
+    dst += head, src += head, n -= head;
+    for (; n >= 64; dst += 64, src += 64, n -= 64) {
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16));
+      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 32));
+      const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst), a);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 16), b);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 32), c);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 48), d);
+    }
+  }
+#endif
+  if (n) std::memcpy(dst, src, n);
+}
+
+// Non-temporal stores are weakly ordered: fenced before the ring's lock is released.
+void copyFence() noexcept {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
 }
 
 // Tensors from this size on are hashed and scanned in one pass of chunks that stay in the
@@ -282,8 +341,12 @@ constexpr size_t kChunkBytes = 16 << 10;
 
 // Hash and statistics of a float32/float64 tensor of nbytes (whole elements counted; trailing
 // bytes are hashed, as for every dtype).
+// `copyTo` (may be null): receives the nbytes, each chunk copied while it is still in the
+// first-level cache from the scan and the hash (the failure ring's copy without a third read
+// of the tensor from L2 or memory).
 template <typename F, typename U>
-void ieeeDigest(ScanFn<F, U> scan, const uint8_t* p, size_t nbytes, DigestResult& r) noexcept {
+void ieeeDigest(ScanPair<F, U> kernels, const uint8_t* p, size_t nbytes, uint8_t* copyTo, DigestResult& r) noexcept {
+  const ScanFn<F, U> scan = kernels.fast;
   using B = IeeeBits<F, U>;
   using S = typename B::S;
   const size_t n = nbytes / sizeof(F);
@@ -303,6 +366,7 @@ void ieeeDigest(ScanFn<F, U> scan, const uint8_t* p, size_t nbytes, DigestResult
     // Under 64 bytes (a loss, a small layer's output): no vector part, so neither the
     // accumulators (2 x 256 bytes to set up and reduce) nor the scan call.
     r.hash = DLRR_XXH3_64(p, nbytes);
+    if (copyTo) copyStreaming(copyTo, p, nbytes);
   } else {
     IeeeAcc<F, U> acc;
     if (nbytes >= kFuseMinBytes) {
@@ -312,13 +376,22 @@ void ieeeDigest(ScanFn<F, U> scan, const uint8_t* p, size_t nbytes, DigestResult
         const size_t m = std::min(kChunkBytes, vecBytes - done);
         scan(p + done, m, acc);
         DLRR_XXH3_64_UPDATE(&state, p + done, m);
+        if (copyTo) copyStreaming(copyTo + done, p + done, m);
         done += m;
       }
       DLRR_XXH3_64_UPDATE(&state, p + vecBytes, nbytes - vecBytes);
+      if (copyTo) copyStreaming(copyTo + vecBytes, p + vecBytes, nbytes - vecBytes);
       r.hash = XXH3_64bits_digest(&state);
     } else {
       scan(p, vecBytes, acc);
       r.hash = DLRR_XXH3_64(p, nbytes);
+      if (copyTo) copyStreaming(copyTo, p, nbytes);  // under 64 KB: still in L1/L2 from the scan
+    }
+    if (acc.finite != nvecElems) {  // a NaN or an Inf: the min and max again, without them
+      const uint64_t finite = acc.finite;
+      acc = IeeeAcc<F, U>();
+      kernels.exact(p, vecBytes, acc);
+      acc.finite = finite;
     }
     for (size_t c = 0; c < IeeeAcc<F, U>::kChains; ++c) {
       for (size_t j = 0; j < IeeeAcc<F, U>::kSlots; ++j) {
@@ -418,15 +491,18 @@ bool dtypeIsFloat(std::string_view d) noexcept {
 
 namespace {
 
-DigestResult digestWith(const Kernels& k, std::string_view dtype, const void* data, size_t nbytes) noexcept {
+DigestResult digestWith(const Kernels& k, std::string_view dtype, const void* data, size_t nbytes,
+                        void* copyTo) noexcept {
   DigestResult r;
   const auto* p = static_cast<const uint8_t*>(data);
+  auto* dst = static_cast<uint8_t*>(copyTo);
   if (dtype == "float32") {
-    ieeeDigest<float, uint32_t>(k.f32, p, nbytes, r);
+    ieeeDigest<float, uint32_t>(k.f32, p, nbytes, dst, r);
   } else if (dtype == "float64") {
-    ieeeDigest<double, uint64_t>(k.f64, p, nbytes, r);
+    ieeeDigest<double, uint64_t>(k.f64, p, nbytes, dst, r);
   } else {
     r.hash = hash64(data, nbytes);
+    if (dst) copyStreaming(dst, p, nbytes);  // other dtypes: a second pass, as before
     if (dtype == "float16") {
       floatStats<uint16_t>(
           p, nbytes / 2, [](uint16_t v) { return static_cast<double>(halfToFloat(v)); }, r);
@@ -447,6 +523,7 @@ DigestResult digestWith(const Kernels& k, std::string_view dtype, const void* da
       r.min = r.max = std::numeric_limits<double>::quiet_NaN();
     }
   }
+  if (dst) copyFence();
   r.rawHash = r.hash;
   if (r.nanCount) {  // set by the float dtypes' statistics only
     if (dtype == "float32")
@@ -466,11 +543,16 @@ DigestResult digestWith(const Kernels& k, std::string_view dtype, const void* da
 std::vector<unsigned> digestVectorWidths() { return cpuWidths(); }
 
 DigestResult computeDigest(std::string_view dtype, const void* data, size_t nbytes) noexcept {
-  return digestWith(bestKernels(), dtype, data, nbytes);
+  return digestWith(bestKernels(), dtype, data, nbytes, nullptr);
 }
 
-DigestResult computeDigestWithWidth(unsigned width, std::string_view dtype, const void* data, size_t nbytes) noexcept {
-  return digestWith(kernelsOfWidth(width), dtype, data, nbytes);
+DigestResult computeDigestAndCopy(std::string_view dtype, const void* data, size_t nbytes, void* copyTo) noexcept {
+  return digestWith(bestKernels(), dtype, data, nbytes, copyTo);
+}
+
+DigestResult computeDigestWithWidth(unsigned width, std::string_view dtype, const void* data, size_t nbytes,
+                                    void* copyTo) noexcept {
+  return digestWith(kernelsOfWidth(width), dtype, data, nbytes, copyTo);
 }
 
 }  // namespace dlrr

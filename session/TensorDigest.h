@@ -26,12 +26,17 @@ unsigned dtypeElemSize(std::string_view dtype) noexcept;
 bool dtypeIsFloat(std::string_view dtype) noexcept;
 
 DigestResult computeDigest(std::string_view dtype, const void* data, size_t nbytes) noexcept;
+// computeDigest that also copies the nbytes to `copyTo` (the failure ring's buffer, not
+// overlapping `data`; null: no copy). float32/float64 tensors are read once: each chunk is
+// scanned, hashed and copied while it is in the first-level cache. Same result as computeDigest.
+DigestResult computeDigestAndCopy(std::string_view dtype, const void* data, size_t nbytes, void* copyTo) noexcept;
 
 // The float kernels' vector widths in bytes that this CPU runs, widest first (64: AVX-512,
 // 32: AVX2, 16: the baseline); computeDigest uses the first. computeDigestWithWidth runs the
 // kernel of one of them (any other width, one this CPU cannot run included: the baseline's),
 // so that tests can check that every width gives the same figures.
 std::vector<unsigned> digestVectorWidths();
-DigestResult computeDigestWithWidth(unsigned width, std::string_view dtype, const void* data, size_t nbytes) noexcept;
+DigestResult computeDigestWithWidth(unsigned width, std::string_view dtype, const void* data, size_t nbytes,
+                                    void* copyTo = nullptr) noexcept;
 
 }  // namespace dlrr

@@ -132,5 +132,39 @@ TEST(FailureRing, RecycledTensorsTakeEveryFieldOfTheNewOne) {
   }
 }
 
+TEST(FailureRing, KeepFilledAsksForTheBytesOnlyWhenItKeepsThem) {
+  // keepFilled (the digest writes the ring's copy) gives the verdicts keep() gives, and calls
+  // the fill exactly when the answer is Kept, with room for exactly nbytes.
+  FailureRing r(2, 100);
+  int64_t shape[1] = {4};
+  int fills = 0;
+  auto fillStep = [&](int64_t step, size_t n) {
+    return r.keepFilled(step, 0, "a", 0, 0, "float32", shape, 1, n, [&](uint8_t* dst) {
+      ++fills;
+      std::vector<uint8_t> v(n, static_cast<uint8_t>(step));
+      if (n) std::memcpy(dst, v.data(), n);
+    });
+  };
+  const size_t sizes[] = {24, 40, 22, 38};  // steps 2 and 3 reuse the buffers of 0 and 1, a little smaller
+  for (int64_t s = 0; s < 4; ++s) {
+    r.stepBegan();
+    EXPECT_EQ(fillStep(s, sizes[s]), FailureRing::Keep::Kept);
+  }
+  EXPECT_EQ(fills, 4);
+  EXPECT_EQ(fillStep(3, 80), FailureRing::Keep::Dropped);  // over the cap: no fill
+  EXPECT_EQ(fills, 4);
+  auto kept = r.takeForFailure(3);
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(std::vector<uint8_t>(kept[0].bytes.begin(), kept[0].bytes.end()), std::vector<uint8_t>(38, 3));
+  EXPECT_EQ(std::vector<uint8_t>(kept[1].bytes.begin(), kept[1].bytes.end()), std::vector<uint8_t>(22, 2));
+  EXPECT_EQ(fillStep(3, 8), FailureRing::Keep::WriteNow);  // the failing step after the failure
+  EXPECT_EQ(fillStep(2, 8), FailureRing::Keep::Dropped);
+  EXPECT_EQ(fills, 4);
+  FailureRing off(0);
+  EXPECT_EQ(off.keepFilled(0, 0, "a", 0, 0, "float32", shape, 1, 16, [&](uint8_t*) { ++fills; }),
+            FailureRing::Keep::Dropped);
+  EXPECT_EQ(fills, 4);
+}
+
 }  // namespace
 }  // namespace dlrr

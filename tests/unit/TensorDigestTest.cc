@@ -6,6 +6,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -294,6 +295,91 @@ TEST(TensorDigest, NanCanonicalHashOfALargeTensorIsThatOfItsCanonicalBytes) {
     EXPECT_NE(a.rawHash, b.rawHash) << w;
     EXPECT_EQ(b.hash, hash64(canonical.data(), canonical.size() * 4)) << w;
   }
+}
+
+// computeDigestAndCopy (the failure ring's copy made by the digest's pass) against the
+// separate routines: computeDigest, then a memcpy. Every figure, and the copied bytes, must be
+// the same for any size (around the 64-byte vector part, the 16 KB chunks and the 64 KB
+// one-pass size), any alignment of source and destination, any dtype, and a NaN or an Inf at
+// the first, a middle or the last element; nothing outside the destination is written.
+TEST(TensorDigest, DigestAndCopyMatchesDigestThenCopy) {
+  std::mt19937 rng(11);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  const uint32_t f32Specials[] = {0x7FC00000u, 0xFFC00123u, 0x7F800000u, 0xFF800000u};
+  const uint64_t f64Specials[] = {0x7FF8000000000000ull, 0x7FF0000000000000ull, 0xFFF0000000000000ull};
+  const uint16_t f16Specials[] = {0x7E00u, 0x7C00u, 0xFC00u, 0x7F80u, 0xFFC1u};
+  const size_t sizes[] = {0,     1,     3,     4,     8,     63,    64,    65,    100,   1000,  16383,
+                          16384, 16385, 65532, 65535, 65536, 65537, 65540, 81920, 81927, 300001};
+  size_t checked = 0;
+  for (const char* dtype : {"float32", "float64", "float16", "bfloat16", "int64", "int32", "uint8", "bool", "weird"}) {
+    const unsigned elem = std::max(1u, dtypeElemSize(dtype));
+    for (size_t nbytes : sizes) {
+      for (size_t srcOff : {size_t{0}, size_t{1}, size_t{4}, size_t{8}}) {
+        const size_t dstOff = (srcOff * 3 + nbytes) % 7;
+        const size_t n = nbytes / elem;
+        // -1: no special value; else the index of the element given one.
+        for (long at : {-1L, 0L, static_cast<long>(n / 2), static_cast<long>(n) - 1}) {
+          if (at >= static_cast<long>(n)) continue;
+          std::vector<uint8_t> src(srcOff + nbytes);
+          uint8_t* p = src.data() + srcOff;
+          for (size_t i = 0; i < n; ++i) {
+            const double g = normal(rng);
+            if (std::string_view(dtype) == "float32") {
+              float f = static_cast<float>(g);
+              std::memcpy(p + i * 4, &f, 4);
+            } else if (std::string_view(dtype) == "float64") {
+              std::memcpy(p + i * 8, &g, 8);
+            } else {
+              for (unsigned b = 0; b < elem; ++b) p[i * elem + b] = static_cast<uint8_t>(rng());
+            }
+          }
+          for (size_t i = n * elem; i < nbytes; ++i) p[i] = static_cast<uint8_t>(rng());  // trailing bytes
+          if (at >= 0) {
+            uint8_t* e = p + static_cast<size_t>(at) * elem;
+            if (elem == 4) std::memcpy(e, &f32Specials[rng() % std::size(f32Specials)], 4);
+            if (elem == 8) std::memcpy(e, &f64Specials[rng() % std::size(f64Specials)], 8);
+            if (elem == 2) std::memcpy(e, &f16Specials[rng() % std::size(f16Specials)], 2);
+          }
+          const std::string what = std::string(dtype) + " nbytes=" + std::to_string(nbytes) +
+                                   " srcOff=" + std::to_string(srcOff) + " at=" + std::to_string(at);
+          const DigestResult want = computeDigest(dtype, p, nbytes);
+          if (at >= 0 && (std::string_view(dtype) == "float32" || std::string_view(dtype) == "float64")) {
+            EXPECT_EQ(want.nanCount + want.infCount, 1u) << what;
+          }
+          std::vector<std::pair<std::string, DigestResult>> got;
+          std::vector<std::vector<uint8_t>> copies;
+          auto run = [&](const std::string& kernel, auto&& digest) {
+            std::vector<uint8_t> dst(dstOff + nbytes + 64, 0xA5);
+            got.emplace_back(kernel, digest(dst.data() + dstOff));
+            copies.push_back(std::move(dst));
+          };
+          run("computeDigestAndCopy", [&](uint8_t* d) { return computeDigestAndCopy(dtype, p, nbytes, d); });
+          for (unsigned w : digestVectorWidths())
+            run("width " + std::to_string(w),
+                [&](uint8_t* d) { return computeDigestWithWidth(w, dtype, p, nbytes, d); });
+          for (size_t k = 0; k < got.size(); ++k) {
+            const auto& [kernel, r] = got[k];
+            EXPECT_EQ(r.hash, want.hash) << what << ", " << kernel;
+            EXPECT_EQ(r.rawHash, want.rawHash) << what << ", " << kernel;
+            EXPECT_EQ(r.nanCount, want.nanCount) << what << ", " << kernel;
+            EXPECT_EQ(r.infCount, want.infCount) << what << ", " << kernel;
+            EXPECT_TRUE(sameBits(r.min, want.min)) << what << ", " << kernel;
+            EXPECT_TRUE(sameBits(r.max, want.max)) << what << ", " << kernel;
+            const std::vector<uint8_t>& dst = copies[k];
+            EXPECT_TRUE(std::equal(p, p + nbytes, dst.begin() + static_cast<long>(dstOff))) << what << ", " << kernel;
+            EXPECT_TRUE(
+                std::all_of(dst.begin(), dst.begin() + static_cast<long>(dstOff), [](uint8_t b) { return b == 0xA5; }))
+                << what << ", " << kernel << ": wrote before the destination";
+            EXPECT_TRUE(std::all_of(dst.begin() + static_cast<long>(dstOff + nbytes), dst.end(),
+                                    [](uint8_t b) { return b == 0xA5; }))
+                << what << ", " << kernel << ": wrote past the destination";
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 1000u);
 }
 
 }  // namespace
