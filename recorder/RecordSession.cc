@@ -448,6 +448,16 @@ bool RecordSession::closeBulk(int64_t step, bool keep) noexcept {
     name = std::move(bulkName_);
   }
   if (!b) return true;
+  bool kept = false;
+  struct Abandon {  // unless kept: the files the snapshot referred to are no longer pinned for it
+    RecordSession& s;
+    bool& kept;
+    ~Abandon() {
+      if (kept || !s.budget_) return;
+      std::lock_guard<std::mutex> lk(s.budgetMu_);
+      s.budget_->abandon();
+    }
+  } abandon{*this, kept};
   try {
     b->close();  // its blobs are in the kernel before the stream's event that refers to them
     std::string why = b->failed() ? b->error() : "";
@@ -456,6 +466,7 @@ bool RecordSession::closeBulk(int64_t step, bool keep) noexcept {
     if (keep && why.empty()) {
       std::lock_guard<std::mutex> lk(budgetMu_);
       budget_->addBulk({name, step, bytes});
+      kept = true;
       return true;
     }
     ::unlinkat(dirFd_.get(), name.c_str(), 0);
@@ -502,7 +513,8 @@ uint64_t RecordSession::enforceBudget(uint64_t extra, const char* where) noexcep
     // with what was committed, rather than grow past what the user allowed.
     std::string msg = "trace budget (--budget " + budgetSize(budget_->limit()) + ") reached at " + where + " step " +
                       std::to_string(step_.load()) + ": the trace holds " + budgetSize(used) +
-                      " of what every step records (and the latest snapshot), which is never dropped; recording "
+                      " of what every step records (and the latest snapshot, with the older bulk files it refers "
+                      "to), which is never dropped; recording "
                       "stopped there (the job goes on); raise --budget, or record batches by reference "
                       "(--window K)";
     recorderStatus(false, msg.c_str());
@@ -545,7 +557,20 @@ void RecordSession::batchTensor(const char* dtype, uint32_t elemSize, int ndim, 
     bulk = bulkWriter_.get();
   }
   if (bulk) w = bulk;
-  BatchBuilder::PutBlob put = [this, w, toWindow](const void* p, size_t n, unsigned es) {
+  BatchBuilder::PutBlob put = [this, w, toWindow, bulk](const void* p, size_t n, unsigned es) {
+    if (bulk && budget_) {  // a periodic snapshot: what a kept bulk file holds is referenced there
+      Hash128 h = hash128(p, n);
+      {
+        std::lock_guard<std::mutex> lk(budgetMu_);
+        if (budget_->reference(h)) return BlobId{h, n};
+      }
+      BlobId id = bulk->putBlob(p, n, es, false);
+      if (id.fresh) {
+        std::lock_guard<std::mutex> lk(budgetMu_);
+        budget_->wrote(id.hash);
+      }
+      return id;
+    }
     if (toWindow) {
       Hash128 h = hash128(p, n);
       std::lock_guard<std::mutex> lk(windowMu_);
