@@ -19,6 +19,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "format/Frame.h"
 #include "format/Redact.h"
 #include "format/StreamHeaderBuilder.h"
 #include "format/TraceDir.h"
@@ -425,13 +426,21 @@ void RecordSession::openBulk() noexcept {
     if (!w || !budget_ || disabled_.load()) return;
     std::lock_guard<std::mutex> lk(bulkMu_);
     if (bulkWriter_) return;
+    // The stream says format 2 before its first event that refers to a bulk file: a dlrr from
+    // before bulk files refuses it instead of misreading it (format/Frame.h). Fails: no bulk.
+    if (!bulkMarked_) {
+      setStreamFormatMajor(dirFd_.get(), streamName_ + kStreamExt, kFormatMajor);
+      bulkMarked_ = true;
+    }
     std::string name;
     UniqueFd fd = createBulkFile(dirFd_.get(), streamName_, bulkNext_, name);
     fd.reset(moveAboveFdLimit(fd.release()));
     ++bulkNext_;
     capnp::MallocMessageBuilder hm;
     initStreamHeader(hm, name.substr(0, name.size() - std::strlen(kBulkExt)), schema::StreamHeader::Role::PROCESS);
-    bulkWriter_ = std::make_unique<StreamWriter>(std::move(fd), hm);
+    auto bulk = std::make_unique<StreamWriter>(std::move(fd), hm);
+    setStreamFormatMajor(dirFd_.get(), name, kFormatMajor);  // its header is written: a bulk file is 2.x
+    bulkWriter_ = std::move(bulk);
     bulkName_ = name;
   } catch (...) {  // the snapshot goes into the stream, as without a budget
     std::lock_guard<std::mutex> lk(bulkMu_);
@@ -919,6 +928,7 @@ void RecordSession::afterForkChild() noexcept {
   if (bulkWriter_) bulkWriter_->afterForkChild();
   (void)bulkWriter_.release();
   budget_.reset();
+  bulkMarked_ = false;  // the child's own stream
   gpuMu_.unlock();
   collMu_.unlock();
   collectives_.clear();  // the parent's, in flight on the parent's process group

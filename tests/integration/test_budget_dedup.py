@@ -55,6 +55,7 @@ class BudgetDedupTest(unittest.TestCase):
         self.assertGreater(len(kept), 8, text)
         events = run([tool("dltrace"), "events", self.trace], check=True).stdout
         self.assertIn("budget: dropped the snapshot of step", events)
+        self.assertRegex(text, r"format +2\.0 .*2\.x: snapshots in bulk files")
         # The oldest kept (the pinned one) and a later kept one both replay bit-exactly.
         second = kept[1]
         for start in (kept[0], second, kept[-1]):
@@ -62,6 +63,18 @@ class BudgetDedupTest(unittest.TestCase):
             self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
             self.assertIn("jumping to the snapshot of step %d" % start, p.stderr)
             self.assertIn("%d of %d recorded steps verified bit-exact" % (STEPS - start, STEPS), p.stderr)
+
+    def test_format_major_per_stream(self):
+        majors = {}
+        for f in os.listdir(self.trace):
+            with open(os.path.join(self.trace, f), "rb") as fh:
+                head = fh.read(12)
+            majors[f] = int.from_bytes(head[8:10], "little")
+        process = [f for f in majors if f.endswith(".dls") and f != "launcher.dls"]
+        self.assertEqual(len(process), 1, majors)
+        self.assertEqual(majors[process[0]], 2, majors)  # it uses bulk files
+        self.assertEqual(majors["launcher.dls"], 1, majors)  # it does not: older dlrr reads it
+        self.assertTrue(all(v == 2 for f, v in majors.items() if f.endswith(".dlb")), majors)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 // Periodic snapshots of a budgeted trace in bulk files (recorder/TraceBudget.h): a tensor a kept
 // bulk file holds already is referenced there, not rewritten, and a kept snapshot never refers
-// to dropped bytes.
+// to dropped bytes; a stream that uses bulk files says format 2, others 1 (format/Frame.h).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -74,6 +74,12 @@ std::string record(const std::string& dir, uint64_t budget, int steps, bool snap
   return t->mainStream()->name() + kStreamExt;
 }
 
+uint16_t majorOf(const std::string& path) {
+  auto bytes = testing::readFile(path);
+  auto info = decodeFileHeader(bytes.data());
+  return info ? info->major : 0;
+}
+
 TEST(BulkSnapshot, FrozenTensorsStoredOnceAndKeptSnapshotsWhole) {
   std::string root = testing::makeTempDir("bulk");
   std::string dir = root + "/t";
@@ -134,6 +140,45 @@ TEST(BulkSnapshot, FrozenTensorsStoredOnceAndKeptSnapshotsWhole) {
   }
   EXPECT_EQ(holders, 1);
   EXPECT_EQ(bulk.front(), stem + ".bulk1.dlb");
+  testing::removeTree(root);
+}
+
+TEST(BulkSnapshot, FormatMajorTwoExactlyWhenBulkFilesAreUsed) {
+  std::string root = testing::makeTempDir("bulkv");
+  // Snapshots under a budget: bulk files, and the stream and they say 2.
+  std::string file = record(root + "/bulk", 64 << 20, 3);
+  EXPECT_EQ(majorOf(root + "/bulk/" + file), 2);
+  {
+    UniqueFd d = openTraceDir(root + "/bulk");
+    auto bulk = listBulkFiles(d.get(), file.substr(0, file.size() - std::strlen(kStreamExt)));
+    ASSERT_EQ(bulk.size(), 3u);
+    for (const auto& b : bulk) {
+      EXPECT_EQ(majorOf(root + "/bulk/" + b), 2) << b;
+    }
+  }
+  auto t = Trace::open(root + "/bulk");
+  EXPECT_EQ(t->summarize().formatVersion, "2.0");
+  // A budget but no snapshot, and snapshots without a budget (in the stream): 1, as before.
+  std::string plain = record(root + "/nosnap", 64 << 20, 3, false);
+  EXPECT_EQ(majorOf(root + "/nosnap/" + plain), 1);
+  std::string nobudget = record(root + "/nobudget", 0, 3);
+  EXPECT_EQ(majorOf(root + "/nobudget/" + nobudget), 1);
+  EXPECT_EQ(Trace::open(root + "/nobudget")->summarize().formatVersion, "1.0");
+  {
+    UniqueFd d = openTraceDir(root + "/nobudget");
+    EXPECT_TRUE(listBulkFiles(d.get(), nobudget.substr(0, nobudget.size() - std::strlen(kStreamExt))).empty());
+  }
+  // A reader from before bulk files (major 1) refuses the bulk stream, reads the others.
+  auto header = [](const std::string& path) { return *decodeFileHeader(testing::readFile(path).data()); };
+  try {
+    checkFormatVersion(header(root + "/bulk/" + file), file, 1);
+    ADD_FAILURE() << "a major-1 reader accepted a stream with bulk files";
+  } catch (const TraceError& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::FutureVersion);
+    EXPECT_NE(std::string(e.what()).find("upgrade dlrr"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(checkFormatVersion(header(root + "/nobudget/" + nobudget), nobudget, 1));
+  EXPECT_NO_THROW(checkFormatVersion(header(root + "/bulk/" + file), file));  // this reader: 2
   testing::removeTree(root);
 }
 
