@@ -5,12 +5,16 @@ the first snapshot's bulk file, which later snapshots refer to and which stays p
 are kept; old snapshots are dropped, and every kept one is whole: replay from the oldest kept and
 from the newest verifies. The stream that uses bulk files says format 2.0 (docs/format.md)."""
 import os
+import json
 import re
 import shutil
+import signal
+import subprocess
 import tempfile
+import time
 import unittest
 
-from harness import PY, ROOT, run, tool
+from harness import PY, ROOT, children, run, tool
 
 JOB = os.path.join(ROOT, "tests", "integration", "jobs", "frozen_job.py")
 STEPS = 40
@@ -75,6 +79,39 @@ class BudgetDedupTest(unittest.TestCase):
         self.assertEqual(majors[process[0]], 2, majors)  # it uses bulk files
         self.assertEqual(majors["launcher.dls"], 1, majors)  # it does not: older dlrr reads it
         self.assertTrue(all(v == 2 for f, v in majors.items() if f.endswith(".dlb")), majors)
+
+
+    def test_kill_9_leaves_kept_snapshots_whole(self):
+        # A snapshot every step: bulk files are created, referred to, pinned and dropped all the
+        # time; a kill -9 at any of those moments leaves a readable trace whose newest snapshot
+        # (which refers to the first one's file) is whole.
+        for at in (25, 41):
+            trace = os.path.join(self.tmp, "killed%d" % at)
+            p = subprocess.Popen([tool("dlrecord"), "-q", "--snapshot-every", "1steps", "--budget", "8M", "-o", trace,
+                                  "--", PY, JOB, "100000", "progress"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True,
+                                 start_new_session=True)
+            try:
+                for line in p.stdout:
+                    if line == "step %d\n" % at:
+                        for pid in children(p.pid):
+                            os.kill(pid, signal.SIGKILL)
+                        break
+                p.stdout.close()
+                self.assertEqual(p.wait(timeout=120), 128 + 9)
+            finally:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()
+            time.sleep(0.1)
+            v = run([tool("dltrace"), "verify", trace])
+            self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+            info = json.loads(run([tool("dltrace"), "info", "--json", trace], check=True).stdout)
+            snaps = info["snapshots"]
+            self.assertGreater(len(snaps), 20)
+            self.assertTrue(any(s["dropped"] for s in snaps))
+            self.assertFalse(snaps[-1]["dropped"], snaps[-1])  # it refers to the pinned first file
+            self.assertFalse(snaps[0]["dropped"], snaps[0])  # that file: pinned
 
 
 if __name__ == "__main__":

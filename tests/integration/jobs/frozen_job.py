@@ -1,6 +1,7 @@
 """Fine-tuning with a frozen part, for snapshot dedup under a budget (test_budget_dedup.py):
 a frozen embedding table (1 MiB) and a frozen projection feed a trainable head (about 260 KiB
-of parameters, as much again of gradients); only the head changes between snapshots. Usage: frozen_job.py STEPS [resnet18]; `resnet18`: torchvision's
+of parameters, as much again of gradients); only the head changes between snapshots. Usage: frozen_job.py STEPS [resnet18 | progress]; `progress`: print
+"step K" after each step (for a kill at a chosen step); `resnet18`: torchvision's
 resnet18 (no weights downloaded) frozen but for its fc layer, on 32x32 images, batch 8 (the
 measurement of docs/performance.md). Prints the final loss."""
 import sys
@@ -39,4 +40,6 @@ for step in range(steps):
     opt.zero_grad()
     loss.backward()
     opt.step()
+    if sys.argv[2:] == ["progress"]:
+        print("step %d" % step, flush=True)
 print("loss %.6f" % loss.item(), flush=True)
