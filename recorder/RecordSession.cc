@@ -567,7 +567,9 @@ void RecordSession::batchTensor(const char* dtype, uint32_t elemSize, int ndim, 
   }
   if (bulk) w = bulk;
   BatchBuilder::PutBlob put = [this, w, toWindow, bulk](const void* p, size_t n, unsigned es) {
-    if (bulk && budget_) {  // a periodic snapshot: what a kept bulk file holds is referenced there
+    // A periodic snapshot: what a kept bulk file holds is referenced there, but not a small
+    // tensor: rewriting it costs less than pinning a whole file for it (TraceBudget.h).
+    if (bulk && budget_ && n >= TraceBudget::kMinShared) {
       Hash128 h = hash128(p, n);
       {
         std::lock_guard<std::mutex> lk(budgetMu_);

@@ -35,6 +35,9 @@ class TraceBudget {
   // Bytes of every file in the trace directory now.
   uint64_t used() const;
 
+  // Smaller tensors are written again rather than referenced: a file pinned for one would keep
+  // its whole snapshot (often thousands of times the tensor's size) for a few bytes saved.
+  static constexpr uint64_t kMinShared = 64 << 10;
   // The snapshot being taken: true when a kept bulk file holds `h` (the snapshot refers to it
   // there and the file is pinned from now on); false when the snapshot must write it.
   bool reference(const Hash128& h);
