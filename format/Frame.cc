@@ -70,9 +70,9 @@ HeaderStatus decodeFrameHeader(const uint8_t in[kFrameHeaderSize], FrameHeader& 
   return HeaderStatus::Ok;
 }
 
-void encodeFileHeader(uint8_t out[kFileHeaderSize]) noexcept {
+void encodeFileHeader(uint8_t out[kFileHeaderSize], uint16_t major) noexcept {
   std::memcpy(out, kFileMagic, 8);
-  put16(out + 8, kFormatMajor);
+  put16(out + 8, major);
   put16(out + 10, kFormatMinor);
   put32(out + 12, 0);
 }

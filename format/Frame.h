@@ -17,8 +17,12 @@ namespace dlrr {
 inline constexpr char kFileMagic[8] = {'D', 'L', 'R', 'R', 'S', 'T', 'R', 'M'};
 inline constexpr char kTrailerMagic[8] = {'D', 'L', 'R', 'R', 'T', 'A', 'I', 'L'};
 inline constexpr uint32_t kFrameMagic = 0x46524C44;  // "DLRF" little-endian
-inline constexpr uint16_t kFormatMajor = 1;          // readers refuse a larger major
-inline constexpr uint16_t kFormatMinor = 0;          // additions only; readers accept any
+// Major 2: the stream's snapshots may live in bulk files (format/TraceDir.h), which a reader
+// of major 1 would not look in. Only such streams (and their bulk files) say 2; every other
+// stream says 1, so dlrr versions from before bulk files still read it (docs/format.md).
+inline constexpr uint16_t kFormatMajor = 2;        // the newest this dlrr writes; readers refuse a larger one
+inline constexpr uint16_t kFormatMajorNoBulk = 1;  // a stream without bulk files
+inline constexpr uint16_t kFormatMinor = 0;        // additions only; readers accept any
 
 inline constexpr size_t kFileHeaderSize = 16;
 inline constexpr size_t kFrameHeaderSize = 32;
@@ -66,7 +70,7 @@ enum class HeaderStatus { Ok, BadMagic, BadCrc, BadField };
 // Parses and validates 32 bytes (magic, header CRC, known kind and codec, length caps).
 HeaderStatus decodeFrameHeader(const uint8_t in[kFrameHeaderSize], FrameHeader& out) noexcept;
 
-void encodeFileHeader(uint8_t out[kFileHeaderSize]) noexcept;
+void encodeFileHeader(uint8_t out[kFileHeaderSize], uint16_t major = kFormatMajorNoBulk) noexcept;
 struct FileHeaderInfo {
   uint16_t major = 0;
   uint16_t minor = 0;

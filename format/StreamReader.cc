@@ -172,6 +172,14 @@ void validateHeader(schema::StreamHeader::Reader h, size_t wordsPresent) {
 
 }  // namespace
 
+void checkFormatVersion(const FileHeaderInfo& info, const std::string& file, uint16_t readerMajor) {
+  if (info.major > readerMajor)
+    throw TraceError(ErrorKind::FutureVersion, file + " uses trace format " + std::to_string(info.major) + "." +
+                                                   std::to_string(info.minor) + "; this dlrr reads format " +
+                                                   std::to_string(readerMajor) + ".x: upgrade dlrr");
+  if (info.major == 0) throw TraceError(ErrorKind::NotATrace, file + " has an invalid format version 0");
+}
+
 void StreamReader::init(const std::string& file) {
   if (status_.fileSize < kFileHeaderSize) {
     // A prefix of the magic (or nothing) is what a writer that died in its first write leaves.
@@ -189,11 +197,8 @@ void StreamReader::init(const std::string& file) {
   readExact(0, fh, sizeof fh);
   auto info = decodeFileHeader(fh);
   if (!info) throw TraceError(ErrorKind::NotATrace, file + " is not a dlrr stream (bad magic)");
-  if (info->major > kFormatMajor)
-    throw TraceError(ErrorKind::FutureVersion, file + " uses trace format " + std::to_string(info->major) + "." +
-                                                   std::to_string(info->minor) + "; this dlrr reads format " +
-                                                   std::to_string(kFormatMajor) + ".x: upgrade dlrr");
-  if (info->major == 0) throw TraceError(ErrorKind::NotATrace, file + " has an invalid format version 0");
+  checkFormatVersion(*info, file);
+  status_.formatMajor = info->major;
   status_.formatMinor = info->minor;
 
   // The header frame must be intact: without it we do not know what the stream is. Cut

@@ -37,11 +37,16 @@ struct StreamStatus {
   // disk full) leaves. Such a tail never holds a commit (a commit returns only once its frame
   // is whole in the file), so the stream is recovered, not damaged; `damage` says where.
   bool torn = false;
+  uint16_t formatMajor = 0;  // 2: its snapshots may be in bulk files (format/Frame.h)
   uint16_t formatMinor = 0;
   // From the footer (valid when cleanClose): what the writer says it wrote.
   uint64_t footerSteps = 0;
   uint64_t footerEvents = 0;
 };
+
+// Throws TraceError(FutureVersion) for a major above `readerMajor` (a parameter so that tests
+// can play a reader from before bulk files, which read major 1 only), NotATrace for major 0.
+void checkFormatVersion(const FileHeaderInfo& info, const std::string& file, uint16_t readerMajor = kFormatMajor);
 
 class StreamReader {
  public:

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <iterator>
 #include <map>
+#include <utility>
 
 #include "format/Hash.h"
 #include "format/TraceDir.h"
@@ -182,16 +183,21 @@ void Trace::forEachStep(StreamReader& s, const std::function<void(const StepInfo
 
 TraceSummary Trace::summarize() {
   TraceSummary sum;
+  // The newest format any stream uses (a process's that uses bulk files says 2).
+  const StreamStatus* newest = nullptr;
+  for (auto& s : streams_) {
+    const StreamStatus& st = s->status();
+    if (!newest || std::pair(st.formatMajor, st.formatMinor) > std::pair(newest->formatMajor, newest->formatMinor))
+      newest = &st;
+  }
+  if (newest) sum.formatVersion = std::to_string(newest->formatMajor) + "." + std::to_string(newest->formatMinor);
   if (StreamReader* l = launcher()) {
     auto h = l->header();
-    sum.formatVersion = "1." + std::to_string(l->status().formatMinor);
     auto ti = h.getTrace();
     for (auto a : ti.getCommand()) sum.command.emplace_back(a.cStr());
     sum.host = ti.getHost().cStr();
     sum.user = ti.getUser().cStr();
     sum.createdNs = ti.getCreatedNs();
-  } else if (!streams_.empty()) {
-    sum.formatVersion = "1." + std::to_string(streams_.front()->status().formatMinor);
   }
   StreamReader* mainS = mainStream();
   if (mainS) sum.mainStream = mainS->name();

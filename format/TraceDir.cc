@@ -144,6 +144,16 @@ UniqueFd createBulkFile(int dirFd, const std::string& stream, uint64_t first, st
   throw TraceError(ErrorKind::Io, "too many bulk files of " + stream);
 }
 
+void setStreamFormatMajor(int dirFd, const std::string& file, uint16_t major) {
+  // Not through the writer's O_APPEND fd (pwrite would append there): a second open. Two bytes
+  // at offset 8 of the header, which holds no checksum; the page is written back with the
+  // stream's next commit (fdatasync writes back every dirty page of the file).
+  UniqueFd fd(::openat(dirFd, file.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) throwErrno("cannot open " + file, errno);
+  uint8_t v[2] = {static_cast<uint8_t>(major), static_cast<uint8_t>(major >> 8)};
+  if (::pwrite(fd.get(), v, sizeof v, 8) != static_cast<ssize_t>(sizeof v)) throwErrno("cannot write " + file, errno);
+}
+
 std::vector<std::string> listBulkFiles(int dirFd, const std::string& stream) {
   std::vector<std::pair<int64_t, std::string>> found;
   forEachEntry(dirFd, [&](const std::string& n) {

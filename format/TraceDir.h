@@ -34,6 +34,11 @@ std::vector<std::string> listStreams(int dirFd);
 // Creates `<stream>.bulk<N>.dlb` (O_EXCL, 0600) with the first free N >= `first`; `nameOut`
 // receives the file's name (with extension).
 UniqueFd createBulkFile(int dirFd, const std::string& stream, uint64_t first, std::string& nameOut);
+// Sets the format major in the file header of `file` (a stream or bulk file of the directory):
+// a stream says kFormatMajor once it uses bulk files, before any event refers to one, so that
+// readers from before bulk files refuse it rather than misread it (format/Frame.h). Throws
+// TraceError(Io).
+void setStreamFormatMajor(int dirFd, const std::string& file, uint16_t major);
 // The bulk files of `stream` in the directory (file names), in the order of their N.
 std::vector<std::string> listBulkFiles(int dirFd, const std::string& stream);
 // Bytes of the regular files in the directory (the whole trace, every process's files).

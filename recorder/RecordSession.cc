@@ -19,6 +19,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "format/Frame.h"
 #include "format/Redact.h"
 #include "format/StreamHeaderBuilder.h"
 #include "format/TraceDir.h"
@@ -425,13 +426,21 @@ void RecordSession::openBulk() noexcept {
     if (!w || !budget_ || disabled_.load()) return;
     std::lock_guard<std::mutex> lk(bulkMu_);
     if (bulkWriter_) return;
+    // The stream says format 2 before its first event that refers to a bulk file: a dlrr from
+    // before bulk files refuses it instead of misreading it (format/Frame.h). Fails: no bulk.
+    if (!bulkMarked_) {
+      setStreamFormatMajor(dirFd_.get(), streamName_ + kStreamExt, kFormatMajor);
+      bulkMarked_ = true;
+    }
     std::string name;
     UniqueFd fd = createBulkFile(dirFd_.get(), streamName_, bulkNext_, name);
     fd.reset(moveAboveFdLimit(fd.release()));
     ++bulkNext_;
     capnp::MallocMessageBuilder hm;
     initStreamHeader(hm, name.substr(0, name.size() - std::strlen(kBulkExt)), schema::StreamHeader::Role::PROCESS);
-    bulkWriter_ = std::make_unique<StreamWriter>(std::move(fd), hm);
+    auto bulk = std::make_unique<StreamWriter>(std::move(fd), hm);
+    setStreamFormatMajor(dirFd_.get(), name, kFormatMajor);  // its header is written: a bulk file is 2.x
+    bulkWriter_ = std::move(bulk);
     bulkName_ = name;
   } catch (...) {  // the snapshot goes into the stream, as without a budget
     std::lock_guard<std::mutex> lk(bulkMu_);
@@ -448,6 +457,16 @@ bool RecordSession::closeBulk(int64_t step, bool keep) noexcept {
     name = std::move(bulkName_);
   }
   if (!b) return true;
+  bool kept = false;
+  struct Abandon {  // unless kept: the files the snapshot referred to are no longer pinned for it
+    RecordSession& s;
+    bool& kept;
+    ~Abandon() {
+      if (kept || !s.budget_) return;
+      std::lock_guard<std::mutex> lk(s.budgetMu_);
+      s.budget_->abandon();
+    }
+  } abandon{*this, kept};
   try {
     b->close();  // its blobs are in the kernel before the stream's event that refers to them
     std::string why = b->failed() ? b->error() : "";
@@ -456,6 +475,7 @@ bool RecordSession::closeBulk(int64_t step, bool keep) noexcept {
     if (keep && why.empty()) {
       std::lock_guard<std::mutex> lk(budgetMu_);
       budget_->addBulk({name, step, bytes});
+      kept = true;
       return true;
     }
     ::unlinkat(dirFd_.get(), name.c_str(), 0);
@@ -502,7 +522,8 @@ uint64_t RecordSession::enforceBudget(uint64_t extra, const char* where) noexcep
     // with what was committed, rather than grow past what the user allowed.
     std::string msg = "trace budget (--budget " + budgetSize(budget_->limit()) + ") reached at " + where + " step " +
                       std::to_string(step_.load()) + ": the trace holds " + budgetSize(used) +
-                      " of what every step records (and the latest snapshot), which is never dropped; recording "
+                      " of what every step records (and the latest snapshot, with the older bulk files it refers "
+                      "to), which is never dropped; recording "
                       "stopped there (the job goes on); raise --budget, or record batches by reference "
                       "(--window K)";
     recorderStatus(false, msg.c_str());
@@ -545,7 +566,22 @@ void RecordSession::batchTensor(const char* dtype, uint32_t elemSize, int ndim, 
     bulk = bulkWriter_.get();
   }
   if (bulk) w = bulk;
-  BatchBuilder::PutBlob put = [this, w, toWindow](const void* p, size_t n, unsigned es) {
+  BatchBuilder::PutBlob put = [this, w, toWindow, bulk](const void* p, size_t n, unsigned es) {
+    // A periodic snapshot: what a kept bulk file holds is referenced there, but not a small
+    // tensor: rewriting it costs less than pinning a whole file for it (TraceBudget.h).
+    if (bulk && budget_ && n >= TraceBudget::kMinShared) {
+      Hash128 h = hash128(p, n);
+      {
+        std::lock_guard<std::mutex> lk(budgetMu_);
+        if (budget_->reference(h)) return BlobId{h, n};
+      }
+      BlobId id = bulk->putBlob(p, n, es, false);
+      if (id.fresh) {
+        std::lock_guard<std::mutex> lk(budgetMu_);
+        budget_->wrote(id.hash);
+      }
+      return id;
+    }
     if (toWindow) {
       Hash128 h = hash128(p, n);
       std::lock_guard<std::mutex> lk(windowMu_);
@@ -910,6 +946,7 @@ void RecordSession::afterForkChild() noexcept {
   if (bulkWriter_) bulkWriter_->afterForkChild();
   (void)bulkWriter_.release();
   budget_.reset();
+  bulkMarked_ = false;  // the child's own stream
   gpuMu_.unlock();
   collMu_.unlock();
   collectives_.clear();  // the parent's, in flight on the parent's process group

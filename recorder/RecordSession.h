@@ -235,7 +235,8 @@ class RecordSession final : public ProcessSession {
   std::unique_ptr<StreamWriter> bulkWriter_;
   std::string bulkName_;
   uint64_t bulkNext_ = 1;
-  std::mutex budgetMu_;  // budget_'s drops and checks
+  bool bulkMarked_ = false;  // the stream's header says kFormatMajor (it uses bulk files)
+  std::mutex budgetMu_;      // budget_'s drops and checks
   uint64_t budgetCheckedAt_ = 0;
   std::atomic<bool> budgetStopped_{false};
   void openBulk() noexcept;

@@ -243,7 +243,7 @@ expect 0 --help
 expect 0 info --help
 expect 0 help dump
 expect 0 --version
-grep -q 'trace format 1' "$OUT" || fail "--version does not name the trace format"
+grep -q 'trace format 2\.0' "$OUT" || fail "--version does not name the trace format"
 
 if [ "$failures" != 0 ]; then
   echo "$failures check(s) failed" >&2

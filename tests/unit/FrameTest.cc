@@ -91,8 +91,10 @@ TEST(Frame, FileHeaderAndTrailer) {
   EXPECT_EQ(std::memcmp(fh, "DLRRSTRM", 8), 0);
   auto info = decodeFileHeader(fh);
   ASSERT_TRUE(info);
-  EXPECT_EQ(info->major, kFormatMajor);
+  EXPECT_EQ(info->major, 1);  // a stream without bulk files: readable by dlrr before them
   EXPECT_EQ(info->minor, kFormatMinor);
+  encodeFileHeader(fh, kFormatMajor);
+  EXPECT_EQ(decodeFileHeader(fh)->major, 2);
   fh[0] = 'X';
   EXPECT_FALSE(decodeFileHeader(fh));
 

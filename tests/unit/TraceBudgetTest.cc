@@ -1,5 +1,5 @@
-// recorder/TraceBudget: the oldest bulk files go first, the newest never; the trace's size is
-// measured on the directory (every file counts).
+// recorder/TraceBudget: the oldest bulk files go first, the newest never, a referenced one not
+// while its referrers are kept; the trace's size is measured on the directory (every file counts).
 #include <capnp/message.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -63,6 +63,47 @@ TEST(TraceBudget, DropsOldestBulkKeepsNewest) {
   EXPECT_TRUE(exists(dir.get(), "p1.bulk3.dlb"));
   EXPECT_TRUE(b.makeRoom(1u << 30, used).empty());  // never the newest
   EXPECT_EQ(listBulkFiles(dir.get(), "p1"), std::vector<std::string>{"p1.bulk3.dlb"});
+}
+
+// A bulk file a kept snapshot refers to (a frozen tensor stored once) is pinned: the next
+// oldest goes instead, and it goes once nothing kept refers to it any more.
+TEST(TraceBudget, ReferencedBulkIsPinnedUntilItsReferrersGo) {
+  TempDir t;
+  UniqueFd dir(::open(t.path.c_str(), O_RDONLY | O_DIRECTORY));
+  TraceBudget b(2000, dir.get());
+  const Hash128 frozen{1, 2}, other{3, 4};
+  EXPECT_FALSE(b.reference(frozen));  // nothing kept holds it yet: the first snapshot writes it
+  b.wrote(frozen);
+  writeFile(dir.get(), "p1.bulk1.dlb", 800);
+  b.addBulk({"p1.bulk1.dlb", 10, 800});
+  for (int i = 2; i <= 3; ++i) {  // later snapshots refer to the frozen tensor in bulk1
+    EXPECT_TRUE(b.reference(frozen));
+    EXPECT_FALSE(b.reference(other));
+    std::string name = "p1.bulk" + std::to_string(i) + kBulkExt;
+    writeFile(dir.get(), name, 500);
+    b.addBulk({name, i * 10, 500});
+  }
+  EXPECT_EQ(b.pinned(), 1u);
+  uint64_t used = 0;
+  auto dropped = b.makeRoom(0, used);  // 1800: fits
+  EXPECT_TRUE(dropped.empty());
+  dropped = b.makeRoom(300, used);  // bulk1 is pinned: bulk2 goes, which releases its pin only
+  ASSERT_EQ(dropped.size(), 1u);
+  EXPECT_EQ(dropped[0].file, "p1.bulk2.dlb");
+  EXPECT_TRUE(exists(dir.get(), "p1.bulk1.dlb"));
+  EXPECT_TRUE(b.makeRoom(1u << 30, used).empty());  // pinned by bulk3, the newest: all needed
+  EXPECT_EQ(used, 1300u);
+  // A snapshot being taken pins what it refers to at once (another thread may drop meanwhile).
+  EXPECT_TRUE(b.reference(frozen));
+  b.abandon();  // not written after all: the pin goes with it
+  writeFile(dir.get(), "p1.bulk4.dlb", 500);
+  b.addBulk({"p1.bulk4.dlb", 40, 500});  // refers to nothing: bulk3 is the last referrer
+  dropped = b.makeRoom(1u << 30, used);
+  ASSERT_EQ(dropped.size(), 2u);  // bulk3, then bulk1 once bulk3 no longer pins it
+  EXPECT_EQ(dropped[0].file, "p1.bulk3.dlb");
+  EXPECT_EQ(dropped[1].file, "p1.bulk1.dlb");
+  EXPECT_FALSE(b.reference(frozen));  // its file is gone: a later snapshot writes it again
+  EXPECT_EQ(listBulkFiles(dir.get(), "p1"), std::vector<std::string>{"p1.bulk4.dlb"});
 }
 
 TEST(TraceBudget, BulkFilesAreNamedAndListedInOrder) {

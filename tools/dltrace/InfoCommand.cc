@@ -322,8 +322,10 @@ void writeText(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
                const std::string& dlrrVersion, const std::vector<SnapshotRow>& snaps,
                const std::vector<std::string>& culprits, const BatchMap& map) {
   out.line("trace       " + printable(trace.path()));
-  out.line("format      " + s.formatVersion +
-           (dlrrVersion.empty() ? "" : " (written by dlrr " + printable(dlrrVersion) + ")"));
+  out.line(
+      "format      " + s.formatVersion +
+      (dlrrVersion.empty() ? "" : " (written by dlrr " + printable(dlrrVersion) + ")") +
+      (s.formatVersion.rfind("2.", 0) == 0 ? "; 2.x: snapshots in bulk files, which dlrr before 2.x cannot read" : ""));
   out.line("command     " + (s.command.empty() ? std::string("(unknown: no launcher stream)") : joinArgv(s.command)));
   if (!s.host.empty() || !s.user.empty())
     out.line("host        " + printable(s.host) + " (user " + printable(s.user) + ")");
