@@ -67,13 +67,40 @@ class BoundedTraceTest(unittest.TestCase):
             self.assertIn("jumping to the snapshot of step", p.stderr)
             self.assertIn("1 of %d recorded steps verified bit-exact" % STEPS, p.stderr)
             p = run([tool("dlreplay"), self.trace, "--without-data", "--until", "step=1", "--from", "start"])
-            self.assertEqual(p.returncode, 10, p.stdout + p.stderr)  # the target was not reached
+            self.assertEqual(p.returncode, 7, p.stdout + p.stderr)  # refused before anything ran
+            self.assertIn("not replayable without the dataset: steps 0-1", p.stderr)
             self.assertIn("recorded by reference", p.stderr)
             self.assertIn("without it only steps", p.stderr)
+            self.assertNotIn("step 0 loss", p.stdout)  # the job never started
             # Without --without-data the missing dataset is said, not a crash.
             p = run([tool("dlreplay"), self.trace, "--until", "step=1"])
             self.assertNotEqual(p.returncode, 0, p.stdout + p.stderr)
             self.assertIn("--without-data", p.stderr)
+        finally:
+            os.rename(moved, self.data)
+
+    def test_without_data_refuses_a_snapshot_outside_the_window(self):
+        # 12 steps, --window 2 and a periodic snapshot every 3 steps: those of steps 3 and 9 are
+        # kept in bulk files beside the window's (8, 10). --until step=5 would jump to step 3, whose
+        # batches are by reference: refused before running, with the map, rather than replaying
+        # step 3 on a fast-forward stand-in batch (which diverged: a false divergence).
+        trace = os.path.join(self.tmp, "snapshots")
+        rec = run([tool("dlrecord"), "--window", "2", "--snapshot-every", "3steps", "-o", trace, "--", PY, JOB,
+                   self.data, "12"])
+        self.assertEqual(rec.returncode, 0, rec.stderr)
+        self.assertRegex(run([tool("dltrace"), "info", trace], check=True).stdout, r"\n  3 +periodic ")
+        moved = self.data + ".moved"
+        os.rename(self.data, moved)
+        try:
+            p = run([tool("dlreplay"), trace, "--without-data", "--until", "step=5"])
+            self.assertEqual(p.returncode, 7, p.stdout + p.stderr)
+            self.assertIn("not replayable without the dataset: steps 3-5 (from the snapshot of step 3)", p.stderr)
+            self.assertIn("without it only steps 8-11", p.stderr)
+            self.assertNotIn("diverge", p.stderr)
+            # Inside the window, from its own snapshot: replayed and verified.
+            p = run([tool("dlreplay"), trace, "--without-data", "--until", "end", "--from", "step=8"])
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            self.assertIn("4 of 12 recorded steps verified bit-exact", p.stderr)
         finally:
             os.rename(moved, self.data)
 

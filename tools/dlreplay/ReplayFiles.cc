@@ -136,7 +136,7 @@ ReplayFiles::~ReplayFiles() {
   if (ready_) {
     try {
       removeIfUnused(report());
-    } catch (...) {
+    } catch (...) {  // best effort: a leftover empty work directory; never out of a destructor
     }
   } else if (ownScratch_) {
     removeTree(scratch_);  // made, but the replay never got as far as the job

@@ -1,10 +1,12 @@
 #include "tools/dlreplay/ReplaySelection.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <limits>
 #include <string_view>
 
+#include "format/StreamBatchMap.h"
 #include "format/TraceError.h"
 #include "format/ValueBlobs.h"
 #include "tools/common/Text.h"
@@ -37,7 +39,7 @@ std::string gpuUsed(StreamReader& s) {
         if (k == "dist.backend") backend = v;
       }
     });
-  } catch (const TraceError&) {  // damaged: what precedes the damage tells
+  } catch (const TraceError&) {  // best effort: damaged: what precedes the damage tells
   }
   if (!initialised && backend != "nccl") return "";
   std::string what = device.empty() ? std::string("a CUDA device") : device;
@@ -52,7 +54,7 @@ bool recordsNonFinite(Trace& trace) {
       s->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
         any = any || (e.isFailure() && e.getFailure().getKind() == schema::Failure::Kind::NONFINITE);
       });
-    } catch (const TraceError&) {  // damage: what precedes it was searched
+    } catch (const TraceError&) {  // best effort: damage: what precedes it was searched
     }
   }
   return any;
@@ -66,7 +68,7 @@ std::vector<SnapshotInfo> snapshotsOf(StreamReader& stream) {
       if (e.isSnapshot() && valueBlobsPresent(stream, e.getSnapshot().getValue()))
         snaps.push_back({e.getSnapshot().getStep(), e.getSnapshot().getReason() == schema::Snapshot::Reason::FAILURE});
     });
-  } catch (const TraceError&) {  // damage: the snapshots before it are usable
+  } catch (const TraceError&) {  // best effort: damage: the snapshots before it are usable
   }
   return snaps;
 }
@@ -74,6 +76,26 @@ std::vector<SnapshotInfo> snapshotsOf(StreamReader& stream) {
 std::string stepsText(int64_t first, int64_t last) {
   auto one = [](int64_t s) { return s < 0 ? std::string("start-up") : std::to_string(s); };
   return first == last ? "step " + one(first) : "steps " + one(first) + "-" + one(last);
+}
+
+// --without-data: every batch from the start (the jump step, or the job's first step) to the
+// target (or the last batch) must have its bytes in the trace. Checked here, before anything
+// runs, rather than when the replay reaches a batch it cannot serve: a jump to a periodic
+// snapshot outside the window would otherwise start, and the job's own pipeline could not
+// re-make a batch whose dataset is gone.
+bool servableWithoutData(StreamReader& stream, int64_t jumpStep, int64_t targetStep, std::string& err) {
+  BatchMap map = batchMapOf(stream);
+  if (map.lastStep < 0 || map.bytesMissing == 0) return true;  // no batches, or every one held
+  int64_t from = jumpStep > 0 ? jumpStep : 0;
+  int64_t to = targetStep >= 0 ? std::min(targetStep, map.lastStep) : map.lastStep;
+  const BatchMap::Range* in = map.rangeOf(from);
+  if (in && to <= in->last) return true;
+  err = "not replayable without the dataset: " + stepsText(from, to) +
+        (from > 0 ? " (from the snapshot of step " + std::to_string(from) + ")" : "") +
+        " use batches recorded by reference whose bytes the trace does not hold. This trace: " + map.describe() +
+        ". Replay with the dataset present (without --without-data), or choose a start inside a range above "
+        "(--from step=N)";
+  return false;
 }
 
 // A rank alone is served every collective result of the steps it verifies: from the jump
@@ -319,7 +341,7 @@ SelectionResult selectReplay(Trace& trace, const ReplayOptions& options, bool cu
 
   try {
     s.facts = triage::gatherFacts(trace);
-  } catch (const std::exception&) {  // triage facts only sharpen the verdict
+  } catch (const std::exception&) {  // best effort: triage facts only sharpen the verdict
   }
   if (o.check && !s.summary.failure) {
     if (!s.facts.exitCode || *s.facts.exitCode == 0)
@@ -366,6 +388,8 @@ SelectionResult selectReplay(Trace& trace, const ReplayOptions& options, bool cu
     if (!plan) return refuse(std::move(r), kExitNotFound, {err});
     s.jump = *plan;
     if (s.rank && !rankCanRunAlone(*s.rank, s.jump.jumpStep, targetStep, err))
+      return refuse(std::move(r), kExitNotFound, {err});
+    if (o.withoutData && !servableWithoutData(*s.stream, s.jump.jumpStep, targetStep, err))
       return refuse(std::move(r), kExitNotFound, {err});
   }
   if (!chooseCommand(trace, o, r, s)) return r;

@@ -33,7 +33,7 @@ std::vector<std::string> changedSources(StreamReader& s) {
       std::string path = f.getPath().cStr();
       if (isJobSource(path)) recorded[path] = {f.getSize(), f.getMtimeNs()};
     });
-  } catch (const TraceError&) {  // damaged: what precedes the damage
+  } catch (const TraceError&) {  // best effort: damaged: what precedes the damage
   }
   std::vector<std::string> out;
   for (const auto& [path, was] : recorded) {

@@ -236,7 +236,8 @@ Recomputation recomputeFromSnapshot(Trace& trace, const ReplayOptions& o, Enviro
       try {
         child = tools::launch(spec);
         ran = child.execError == 0;
-      } catch (const std::system_error&) {
+      } catch (
+          const std::system_error&) {  // best effort: not started: `ran` stays false and the failure is reported below
       }
       files.discard();
     }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "format/BatchMap.h"
+#include "format/StreamBatchMap.h"
 #include "format/Trace.h"
 #include "format/TraceError.h"
 #include "format/ValueBlobs.h"
@@ -55,7 +56,7 @@ std::vector<SnapshotRow> snapshotsOf(Trace& trace, const TraceSummary& s) {
       rows.push_back({sn.getStep(), sn.getReason() == schema::Snapshot::Reason::FAILURE, sn.getTensorBytes(),
                       sn.getNewBytes(), !valueBlobsPresent(*r, sn.getValue())});
     });
-  } catch (const TraceError&) {
+  } catch (const TraceError&) {  // best effort: damage: the snapshots before it are listed
   }
   return rows;
 }
@@ -69,35 +70,8 @@ uint64_t bulkBytesOf(Trace& trace) {
 
 // Bounded traces: which steps replay with the dataset present and which without it.
 BatchMap batchMapOf(Trace& trace, const TraceSummary& s) {
-  BatchMapBuilder b;
   StreamReader* r = s.mainStream.empty() ? nullptr : trace.find(s.mainStream);
-  if (!r) return b.build();
-  try {
-    r->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
-      // A snapshot whose tensors were dropped for the budget cannot start a data-less replay.
-      if (e.isSnapshot() && valueBlobsPresent(*r, e.getSnapshot().getValue())) b.snapshot(e.getSnapshot().getStep());
-      if (!e.isBatch()) return;
-      auto batch = e.getBatch();
-      bool present = true;
-      std::function<void(schema::Value::Reader, int)> walk = [&](schema::Value::Reader v, int depth) {
-        if (depth > 64 || !present) return;
-        if (v.isTensor()) {
-          auto ref = v.getTensor().getData();
-          if (ref.getSize() > 0) present = r->hasBlob(Hash128{ref.getHashLo(), ref.getHashHi()});
-        } else if (v.isList()) {
-          for (auto c : v.getList()) walk(c, depth + 1);
-        } else if (v.isTuple()) {
-          for (auto c : v.getTuple()) walk(c, depth + 1);
-        } else if (v.isDict()) {
-          for (auto c : v.getDict()) walk(c.getValue(), depth + 1);
-        }
-      };
-      if (batch.getByReference()) walk(batch.getValue(), 0);
-      b.batch(e.getStep(), batch.getByReference(), present);
-    });
-  } catch (const TraceError&) {
-  }
-  return b.build();
+  return r ? batchMapOf(*r) : BatchMapBuilder().build();
 }
 
 std::string pad(const std::string& s, size_t w) { return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' '); }
@@ -428,7 +402,7 @@ int run(const Args& args, Output& out) {
     if (StreamReader* r = trace->find(f->stream)) {
       try {
         culprits = triage::nonFiniteSamples(*r, f->step);
-      } catch (const TraceError&) {  // damaged: info still reports the rest
+      } catch (const TraceError&) {  // best effort: damaged: info still reports the rest
       }
     }
   if (args.has("--json"))

@@ -25,7 +25,7 @@ int runRanks(Trace& trace, const RankReport& ranks, bool json, Output& out) {
       warnIfDamaged(*s);
       try {
         trace.forEachStep(*s, [&](const StepInfo& si) { steps.push_back(si); });
-      } catch (const TraceError&) {  // damaged: the steps before the damage
+      } catch (const TraceError&) {  // best effort: damaged: the steps before the damage
       }
     }
     for (const auto& si : steps) stepNumbers[si.step] = true;

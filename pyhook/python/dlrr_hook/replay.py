@@ -516,7 +516,9 @@ class ReplayStrategy(Strategy):
             except Exception:
                 iterator.sampler_iter = None  # exhausted or failing: the recording decides
         ptr, n = ctypes.c_void_p(), ctypes.c_uint64()
-        if kind == BATCH_REF and not self.fast_forwarding:
+        # The jump step's own batch comes while fast-forwarding still holds (its step begins at
+        # delivery): it must be served for real, never as a fast-forward stand-in.
+        if kind == BATCH_REF and (not self.fast_forwarding or self._batch_step(loader)[0] >= self.jump_step):
             self._refuse_dataless(loader, "its bytes are not in the trace (outside the window) and this replay runs "
                                   "without the dataset (--without-data)")
             raise StopIteration
