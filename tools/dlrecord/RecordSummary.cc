@@ -40,11 +40,13 @@ std::vector<std::string> recordSummary(const std::string& trace, const std::vect
   try {
     auto t = Trace::open(trace, OpenMode::Tolerant);
     TraceSummary s = t->summarize();
+    uint64_t bulk = 0;  // a budgeted trace's periodic snapshots, beside the streams (format/TraceDir.h)
+    for (auto& st : t->streams()) bulk += st->bulkBytes();
     std::string line = "dlrecord: trace " + tools::printable(trace) + ": " + std::to_string(s.steps) + " step" +
                        (s.steps == 1 ? "" : "s") +
                        // Steps that trained nothing (evaluation with gradients on): replay verifies them too.
                        (s.untrainedSteps ? " (+" + std::to_string(s.untrainedSteps) + " untrained)" : "") + ", " +
-                       tools::humanBytes(s.bytes);
+                       tools::humanBytes(s.bytes + bulk);
     RankReport ranks = analyzeRanks(*t);
     // One line whatever the job raised (a DataLoader worker's exception carries a traceback);
     // `dltrace info` / `events` show the whole message.
