@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
 
-# clang-tidy over every C++ file (scripts/tidy.sh, 10-30 CPU-minutes) runs beside every later
+# clang-tidy over every C++ file (scripts/tidy.sh, 15-30 CPU-minutes) runs beside every later
 # stage, niced: it takes the CPU they leave idle (tests waiting on child jobs and start-ups,
 # single-process fuzzing, the chroot's package downloads) and little else. Its verdict is read
 # at the end.
