@@ -8,6 +8,7 @@ and from the window's of step 24) and outside it (refused with the map, no jump 
 dataset from the start. A budget too small for what every step records stops the recording,
 said by dlrecord, and leaves the job alone; a bad --budget is a usage error."""
 import os
+import re
 import shutil
 import tempfile
 import unittest
@@ -44,6 +45,13 @@ class BudgetTest(unittest.TestCase):
 
     def test_within_budget_old_bulk_dropped(self):
         self.assertLessEqual(trace_bytes(self.trace), BUDGET)
+        # dlrecord's closing size counts the bulk files too (it once gave the streams' alone).
+        m = re.search(r"dlrecord: trace .*: %d steps, ([0-9.]+) (KiB|MiB)" % STEPS, self.rec.stderr)
+        self.assertIsNotNone(m, self.rec.stderr)
+        said = float(m.group(1)) * (1024 if m.group(2) == "KiB" else 1 << 20)
+        bulk = sum(os.path.getsize(os.path.join(self.trace, f)) for f in os.listdir(self.trace) if f.endswith(".dlb"))
+        self.assertGreater(bulk, 0)
+        self.assertGreater(said, bulk, self.rec.stderr)
         # Periodic snapshots at steps 3, 6, 9, 15, 18, 21, 27 (the window's own at 4, 8, ...): each
         # in a bulk file; the oldest are gone, the latest kept.
         bulk = [f for f in os.listdir(self.trace) if f.endswith(".dlb")]
