@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -261,8 +262,9 @@ double drainEncode(uint64_t n) {
     s.onExit(true, 0);
     s.setStepObserver(nullptr);
   }
-  std::string cmd = "rm -rf " + std::string(tmpl);
-  if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", tmpl);
+  std::error_code ec;
+  std::filesystem::remove_all(tmpl, ec);
+  if (ec) std::fprintf(stderr, "could not remove %s: %s\n", tmpl, ec.message().c_str());
   return ns;
 }
 

@@ -8,6 +8,7 @@
 #include <capnp/message.h>
 #include <sys/stat.h>
 
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -134,7 +135,11 @@ double codecMBps(const std::vector<std::vector<float>>& tensors, int level, uint
 }  // namespace
 
 int main(int argc, char** argv) {
-  size_t mib = argc > 1 ? static_cast<size_t>(std::atoi(argv[1])) : 32;
+  size_t mib = 32;
+  if (argc > 1 && (std::from_chars(argv[1], argv[1] + std::strlen(argv[1]), mib).ec != std::errc{} || mib == 0)) {
+    std::fprintf(stderr, "usage: format_bench [MIB]  (MiB of tensors to encode, default 32)\n");
+    return 2;
+  }
   size_t count = std::max<size_t>(1, (mib << 20) / kTensorBytes);
   std::mt19937 rng(1234);
   std::vector<DataSet> sets;

@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -317,15 +318,28 @@ void benchLmOutputs(int steps, int ringSteps) {
       perStep[perStep.size() / 2] * 1e6, perStep[perStep.size() * 9 / 10] * 1e6);
 }
 
+// argv[i] as a positive int, `fallback` when absent; 0 when it is not one.
+int intArg(int argc, char** argv, int i, int fallback) {
+  if (argc <= i) return fallback;
+  int v = 0;
+  auto [end, ec] = std::from_chars(argv[i], argv[i] + std::strlen(argv[i]), v);
+  return ec == std::errc{} && *end == '\0' && v > 0 ? v : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int steps = argc > 1 ? std::atoi(argv[1]) : 400;
-  if (steps < 10) steps = 10;
   std::string what = argc > 2 ? argv[2] : "all";
+  int steps = intArg(argc, argv, 1, 400);
+  int third = intArg(argc, argv, 3, what == "modules" ? 64 : 2);
+  if (steps == 0 || third == 0) {
+    std::fprintf(stderr, "usage: record_bench [STEPS [all|digest|session|lm-outputs|modules [N]]]\n");
+    return 2;
+  }
+  if (steps < 10) steps = 10;
   if (what == "all" || what == "digest") benchDigest();
-  if (what == "all" || what == "session") benchSession(steps, argc > 3 ? std::atoi(argv[3]) : 2);
-  if (what == "lm-outputs") benchLmOutputs(steps, argc > 3 ? std::atoi(argv[3]) : 2);
-  if (what == "all" || what == "modules") benchModuleCalls(steps, argc > 3 ? std::atoi(argv[3]) : 64);
+  if (what == "all" || what == "session") benchSession(steps, intArg(argc, argv, 3, 2));
+  if (what == "lm-outputs") benchLmOutputs(steps, third);
+  if (what == "all" || what == "modules") benchModuleCalls(steps, intArg(argc, argv, 3, 64));
   return 0;
 }

@@ -16,4 +16,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# clang-tidy-22 (Debian's, from bookworm-security) when the sources carry it: it no longer
+# matches inside system headers, ~2.4x less CPU than clang-tidy-19 here. scripts/tidy.sh takes
+# the newest present; 19 (bookworm main, above) is the fallback.
+if ! command -v clang-tidy-22 >/dev/null && apt-cache show clang-tidy-22 >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends clang-tidy-22 >/dev/null ||
+    echo "setup: clang-tidy-22 not installed; scripts/tidy.sh uses clang-tidy-19"
+fi
 echo "setup: all packages present"

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -16,7 +17,7 @@ using C = Category;
 using D = Dimension;
 using T = Determinism;
 
-const std::vector<CategoryInfo> kCategories = {
+constexpr CategoryInfo kCategories[] = {
     {C::None, "none", "No failure", D::None, T::Unknown, "", ""},
     {C::PathNotFound, "path_not_found", "Path not found", D::Environment, T::Deterministic,
      "fails the same way until the path exists where the job runs",
@@ -176,10 +177,10 @@ ExceptionClass make(Category c, std::string detail = "") { return {c, std::move(
 const CategoryInfo& categoryInfo(Category c) {
   for (const auto& i : kCategories)
     if (i.category == c) return i;
-  return kCategories.back();
+  return kCategories[std::size(kCategories) - 1];  // the last: Unknown
 }
 
-const std::vector<CategoryInfo>& allCategories() { return kCategories; }
+std::span<const CategoryInfo> allCategories() { return kCategories; }
 
 const char* dimensionId(Dimension d) {
   switch (d) {
@@ -333,7 +334,7 @@ bool parseWorkerException(const std::string& m, std::string& type, std::string& 
       Frame f;
       f.file = q == std::string::npos ? "" : l.substr(p + 6, q - p - 6);
       auto ln = l.find("line ", q == std::string::npos ? p : q);
-      if (ln != std::string::npos) f.line = std::atoi(l.c_str() + ln + 5);
+      if (ln != std::string::npos) std::from_chars(l.data() + ln + 5, l.data() + l.size(), f.line);  // else 0
       auto in = l.find(", in ");
       if (in != std::string::npos) f.function = l.substr(in + 5);
       frames.push_back(f);
@@ -384,7 +385,7 @@ std::string frameworkModuleOf(const ExceptionText& x) {  // "module 'torch.x' ha
 
 ExceptionClass clipped(Category c, const ExceptionText& x) { return make(c, clip(x.message, 160)); }
 
-const ExceptionRule kExceptionRules[] = {
+constexpr ExceptionRule kExceptionRules[] = {
     // ---- GPU
     {"GPU out of memory",
      [](const ExceptionText& x) {
@@ -655,7 +656,9 @@ std::string workerFrame(const std::string& m) {
   auto slash = file.rfind('/');
   std::string out = slash == std::string::npos ? file : file.substr(slash + 1);
   auto ln = m.find("line ", q);
-  if (ln != std::string::npos) out += ":" + std::to_string(std::atoi(m.c_str() + ln + 5));
+  int line = 0;
+  if (ln != std::string::npos && std::from_chars(m.data() + ln + 5, m.data() + m.size(), line).ec == std::errc{})
+    out += ":" + std::to_string(line);
   auto in = m.find(", in ", q);
   auto eol = m.find('\n', q);
   if (in != std::string::npos && (eol == std::string::npos || in < eol))

@@ -5,6 +5,7 @@
 // how much work it cost, and whether retrying can help. docs/triage.md explains the mapping
 // and the evidence rules; every rule here is unit-tested on synthetic records
 // (tests/unit/TriageClassifierTest.cc), GPU-only ones included.
+#include <span>
 #include <string>
 #include <vector>
 
@@ -64,7 +65,7 @@ struct CategoryInfo {
 };
 
 const CategoryInfo& categoryInfo(Category c);
-const std::vector<CategoryInfo>& allCategories();
+std::span<const CategoryInfo> allCategories();
 const char* dimensionId(Dimension d);      // "execution_environment"
 const char* dimensionName(Dimension d);    // "Execution environment"
 const char* determinismId(Determinism d);  // "deterministic" | "nondeterministic" | "unknown"

@@ -1,5 +1,6 @@
 #include "triage/Concurrency.h"
 
+#include <charconv>
 #include <cstdlib>
 #include <set>
 
@@ -34,7 +35,10 @@ Concurrency analyzeConcurrency(Trace& trace) {
         if (e.isStepBegin()) trained = true;
         if (e.isRuntimeInfo())
           for (auto kv : e.getRuntimeInfo().getItems())
-            if (kv.getKey() == "torch.shared_parameters") sharedParams = std::atoi(kv.getValue().cStr());
+            if (kv.getKey() == "torch.shared_parameters") {
+              auto v = kv.getValue();
+              std::from_chars(v.begin(), v.end(), sharedParams);  // not a number: stays "not said"
+            }
         if (e.isFork() && e.getFork().getKind() == schema::Fork::Kind::NATIVE)
           native.push_back({e.getFork().getChildPid(), s->name()});
       });

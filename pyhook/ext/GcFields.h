@@ -9,6 +9,14 @@
 
 namespace dlrr::pyext {
 
+// The consecutive PyObject* fields of `obj` from the one at byte offset `first` (offsetof),
+// addressed from the object itself as CPython's member tables do: indexing from the first
+// field's own address would step outside that field.
+template <typename T>
+PyObject** fieldsFrom(T* obj, size_t first) {
+  return reinterpret_cast<PyObject**>(reinterpret_cast<char*>(obj) + first);
+}
+
 template <typename T, PyObject** (*Fields)(T*, int&)>
 int traverseFields(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(Py_TYPE(self));  // a heap type

@@ -79,7 +79,7 @@ struct ModuleHooks {
 PyObject** fields(ModuleHooks* h, int& n) {
   static_assert(offsetof(ModuleHooks, fetchDict) - offsetof(ModuleHooks, rec) == 16 * sizeof(PyObject*));
   n = 17;
-  return &h->rec;
+  return dlrr::pyext::fieldsFrom(h, offsetof(ModuleHooks, rec));
 }
 
 // The exception being raised goes to Recorder.internal_error (capture off, reported once), as

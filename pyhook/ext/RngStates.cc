@@ -72,7 +72,7 @@ struct RngStates {
 PyObject** fields(RngStates* r, int& n) {
   static_assert(offsetof(RngStates, inst) - offsetof(RngStates, torch) == 5 * sizeof(PyObject*));
   n = 6;
-  return &r->torch;
+  return dlrr::pyext::fieldsFrom(r, offsetof(RngStates, torch));
 }
 
 // The torch states of one call, with a reference to each tensor until the call returns.

@@ -46,7 +46,7 @@ struct TensorListDigest {
 PyObject** fields(TensorListDigest* d, int& n) {
   static_assert(offsetof(TensorListDigest, fallback) - offsetof(TensorListDigest, dtypes) == 3 * sizeof(PyObject*));
   n = 4;
-  return &d->dtypes;
+  return dlrr::pyext::fieldsFrom(d, offsetof(TensorListDigest, dtypes));
 }
 
 // The items of one dlrr_digest_many, with a reference to every object they point into (names,

@@ -71,7 +71,7 @@ struct ValueWriter {
 PyObject** fields(ValueWriter* w, int& n) {
   static_assert(offsetof(ValueWriter, fallback) - offsetof(ValueWriter, tensorType) == 4 * sizeof(PyObject*));
   n = 5;
-  return &w->tensorType;
+  return dlrr::pyext::fieldsFrom(w, offsetof(ValueWriter, tensorType));
 }
 
 int writeValue(ValueWriter* w, PyObject* value, long depth);

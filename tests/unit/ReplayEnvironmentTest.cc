@@ -33,7 +33,11 @@ EnvLookup lookupIn(const std::map<std::string, std::string>& ours) {
   };
 }
 
-const InstallPaths kPaths{"/opt/dlrr/lib/dlrr/libdlrr.so", "/opt/dlrr/lib/dlrr/python"};
+// A function's static: an exception while it is made fails the test, not the binary's start.
+const InstallPaths& paths() {
+  static const InstallPaths v{"/opt/dlrr/lib/dlrr/libdlrr.so", "/opt/dlrr/lib/dlrr/python"};
+  return v;
+}
 
 TEST(ReplayEnvironment, RecordedValuesWithRedactedOnesFromOurs) {
   Recorded rec({{"HOME", "/home/rec"},
@@ -45,14 +49,14 @@ TEST(ReplayEnvironment, RecordedValuesWithRedactedOnesFromOurs) {
                {"API_TOKEN", "DB_PASSWORD"});
   std::map<std::string, std::string> ours = {{"API_TOKEN", "mine"}, {"TERM", "xterm"}, {"HOME", "/home/me"}};
   std::string note;
-  Environment env = recordedEnvironment(rec.ti.asReader(), kPaths, lookupIn(ours), note);
+  Environment env = recordedEnvironment(rec.ti.asReader(), paths(), lookupIn(ours), note);
   EXPECT_EQ(env["HOME"], "/home/rec");      // the recording's, not ours
   EXPECT_EQ(env["API_TOKEN"], "mine");      // redacted: ours
   EXPECT_EQ(env.count("DB_PASSWORD"), 0u);  // redacted and we have none: unset, never "<redacted>"
   EXPECT_EQ(env["TERM"], "xterm");          // the terminal is ours
-  EXPECT_EQ(env["LD_PRELOAD"], kPaths.library + ":/usr/lib/libjemalloc.so");
-  EXPECT_EQ(env["PYTHONPATH"], kPaths.pythonHook);  // an empty recorded value adds no ":"
-  EXPECT_EQ(env["CUDA_INJECTION64_PATH"], kPaths.library);
+  EXPECT_EQ(env["LD_PRELOAD"], paths().library + ":/usr/lib/libjemalloc.so");
+  EXPECT_EQ(env["PYTHONPATH"], paths().pythonHook);  // an empty recorded value adds no ":"
+  EXPECT_EQ(env["CUDA_INJECTION64_PATH"], paths().library);
   EXPECT_TRUE(note.empty());
 }
 
@@ -60,7 +64,7 @@ TEST(ReplayEnvironment, AnotherCudaInjectionLibraryIsKeptAndSaid) {
   Recorded rec({{"CUDA_INJECTION64_PATH", "/opt/nsight/libinject.so"}}, {});
   std::map<std::string, std::string> ours;
   std::string note;
-  Environment env = recordedEnvironment(rec.ti.asReader(), kPaths, lookupIn(ours), note);
+  Environment env = recordedEnvironment(rec.ti.asReader(), paths(), lookupIn(ours), note);
   EXPECT_EQ(env["CUDA_INJECTION64_PATH"], "/opt/nsight/libinject.so");
   EXPECT_NE(note.find("GPU capture off"), std::string::npos);
 }
@@ -78,7 +82,7 @@ TEST(ReplayEnvironment, SettingsReplaceWhatTheRecordingHad) {
   s.rankEnv = {{"RANK", "1"}, {"MASTER_ADDR", kRedacted}};
   s.until = "nan";
   s.reportPath = "/tmp/r";
-  s.library = kPaths.library;
+  s.library = paths().library;
   applyReplaySettings(env, s);
   EXPECT_EQ(env["DLRR_MODE"], "replay");
   EXPECT_EQ(env["DLRR_TRACE"], "/t/run.dlrr");
@@ -121,15 +125,15 @@ TEST(ReplayEnvironment, AForeignTracesExecutionVariablesAreOurs) {
   std::map<std::string, std::string> ours = {{"PATH", "/usr/bin"}};
   std::string note;
   std::vector<std::string> withheld;
-  Environment env = recordedEnvironment(r.ti.asReader(), kPaths, lookupIn(ours), note, false, &withheld);
+  Environment env = recordedEnvironment(r.ti.asReader(), paths(), lookupIn(ours), note, false, &withheld);
   EXPECT_EQ(env["PATH"], "/usr/bin");
-  EXPECT_EQ(env["PYTHONPATH"], kPaths.pythonHook);  // the hook alone
+  EXPECT_EQ(env["PYTHONPATH"], paths().pythonHook);  // the hook alone
   EXPECT_EQ(env.count("LD_LIBRARY_PATH"), 0u);
   EXPECT_EQ(env["OMP_NUM_THREADS"], "4");  // the rest is the recording's
   EXPECT_EQ(withheld.size(), 3u);
   // Trusted (the user's own trace, or --yes): the recording's.
-  env = recordedEnvironment(r.ti.asReader(), kPaths, lookupIn(ours), note);
-  EXPECT_EQ(env["PYTHONPATH"], kPaths.pythonHook + ":/attacker/lib");
+  env = recordedEnvironment(r.ti.asReader(), paths(), lookupIn(ours), note);
+  EXPECT_EQ(env["PYTHONPATH"], paths().pythonHook + ":/attacker/lib");
 }
 
 }  // namespace

@@ -10,9 +10,13 @@
 namespace dlrr {
 namespace {
 
-const std::vector<SnapshotInfo> kSnaps = {{100, false}, {200, false}, {300, false}, {340, true}};
+// A function's static: an exception while it is made fails the test, not the binary's start.
+const std::vector<SnapshotInfo>& snaps() {
+  static const std::vector<SnapshotInfo> v{{100, false}, {200, false}, {300, false}, {340, true}};
+  return v;
+}
 
-JumpPlan plan(ReplayTarget::Kind k, int64_t step, const std::string& from, const std::vector<SnapshotInfo>& s = kSnaps,
+JumpPlan plan(ReplayTarget::Kind k, int64_t step, const std::string& from, const std::vector<SnapshotInfo>& s = snaps(),
               bool useFailure = false) {
   std::string err;
   auto p = planJump(s, k, step, from, useFailure, err);
@@ -22,7 +26,7 @@ JumpPlan plan(ReplayTarget::Kind k, int64_t step, const std::string& from, const
 
 std::string error(ReplayTarget::Kind k, int64_t step, const std::string& from) {
   std::string err;
-  EXPECT_FALSE(planJump(kSnaps, k, step, from, false, err).has_value());
+  EXPECT_FALSE(planJump(snaps(), k, step, from, false, err).has_value());
   return err;
 }
 
@@ -35,7 +39,7 @@ TEST(ReplayPlan, PicksTheLatestSnapshotAtOrBeforeTheTarget) {
   EXPECT_EQ(plan(ReplayTarget::Kind::Nan, 340, "").jumpStep, 300);
   EXPECT_EQ(plan(ReplayTarget::Kind::Nan, 340, "snapshot").jumpStep, 340);
   EXPECT_EQ(plan(ReplayTarget::Kind::Step, 30, "", {{20, true}}).jumpStep, -1);
-  JumpPlan p = plan(ReplayTarget::Kind::Nan, 340, "", kSnaps, true);
+  JumpPlan p = plan(ReplayTarget::Kind::Nan, 340, "", snaps(), true);
   EXPECT_EQ(p.jumpStep, 340);
   EXPECT_NE(p.why.find("failure snapshot"), std::string::npos) << p.why;
   EXPECT_NE(p.why.find("steps 0-339 are fast-forwarded"), std::string::npos) << p.why;

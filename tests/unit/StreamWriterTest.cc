@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -270,8 +271,12 @@ TEST(StreamWriter, AsyncCommitIsDurableOnceWaitedFor) {
 int batchThreads() {
   int n = 0;
   if (DIR* d = opendir("/proc/self/task")) {
-    while (dirent* e = readdir(d))
-      if (e->d_name[0] != '.' && sched_getscheduler(static_cast<pid_t>(std::atoi(e->d_name))) == SCHED_BATCH) ++n;
+    while (dirent* e = readdir(d)) {
+      pid_t tid = 0;
+      if (std::from_chars(e->d_name, e->d_name + std::strlen(e->d_name), tid).ec == std::errc{} &&
+          sched_getscheduler(tid) == SCHED_BATCH)
+        ++n;
+    }
     closedir(d);
   }
   return n;

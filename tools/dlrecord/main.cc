@@ -126,10 +126,11 @@ int run(int argc, char** argv) {
   if (launcher) {
     // What the job's library reported (e.g. a full disk stopped its stream) is kept in the
     // launcher stream too, so `dltrace info` shows the trace is incomplete and why.
-    for (auto& line : status->readLines()) {
-      appendRecorderProblem(*launcher, line);
-      problems.push_back(std::move(line));
-    }
+    if (status)  // always here: made when recording
+      for (auto& line : status->readLines()) {
+        appendRecorderProblem(*launcher, line);
+        problems.push_back(std::move(line));
+      }
     appendProcessExit(*launcher, child.pid, child.waitStatus, exitCode, realNs() - launchNs);
     appendJobResources(*launcher, child.usage, oomKillsBefore, realNs() - launchNs);
     launcher->close();
