@@ -7,22 +7,28 @@
 # second platform (Debian 13: torch 2.6, Python 3.13, g++ 14) in a chroot (scripts/torch2.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+stage() { echo "== $* (at $((SECONDS / 60)) min $((SECONDS % 60)) s)"; }  # CI's log tells where the time went
+stage "setup: packages"
 bash scripts/setup.sh
+stage "build"
 bash scripts/build.sh
 
 # clang-tidy over every C++ file (scripts/tidy.sh, 15-30 CPU-minutes) runs beside every later
-# stage, niced: it takes the CPU they leave idle (tests waiting on child jobs and start-ups,
-# single-process fuzzing, the chroot's package downloads) and little else. Its verdict is read
-# at the end.
+# stage at the lowest priority: it takes the CPU they leave idle (tests waiting on child jobs and
+# start-ups, single-process fuzzing, the chroot's package downloads) and little else; its verdict
+# is read at the end. It runs in its own session so that its process group is stopped whole on a
+# failure. A session is also a scheduler autogroup (kernel.sched_autogroup_enabled, on in Debian's
+# kernels), and `nice` ranks a process only within its autogroup: the group itself is reniced too,
+# or it would take half the machine (it doubled ctest's wall time).
 TIDY_LOG=$(mktemp)
-setsid nice -n 10 bash scripts/tidy.sh >"$TIDY_LOG" 2>&1 &  # its own process group: stopped whole on a failure
+setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null || true; exec nice -n 19 bash scripts/tidy.sh' >"$TIDY_LOG" 2>&1 &
 TIDY_PID=$!
 trap 'kill -- "-$TIDY_PID" 2>/dev/null || true; rm -f "$TIDY_LOG"' EXIT
 
-echo "== unit, python and integration tests (ctest)"
+stage "unit, python and integration tests (ctest)"
 ctest --test-dir build --output-on-failure -j2 --timeout 900
 
-echo "== ASan+UBSan build of the unit tests"
+stage "ASan+UBSan build of the unit tests"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDLRR_SANITIZE=ON -DDLRR_WERROR=ON >/dev/null
 cmake --build build-asan -j"$(nproc)" --target dlrr_unit_tests
 # intercept_tls_get_addr=0: LSan's exit-time scan misreads dynamic TLS blocks on glibc >= 2.25
@@ -32,31 +38,31 @@ cmake --build build-asan -j"$(nproc)" --target dlrr_unit_tests
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:intercept_tls_get_addr=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j2 -L unit -LE python  # the hook's Python tests need no sanitizer build
 
-echo "== ThreadSanitizer build of the unit tests"
+stage "ThreadSanitizer build of the unit tests"
 bash scripts/tsan.sh
 
-echo "== lint: clang-format (every C++ file), pyflakes (the hook, the env probe); clang-tidy at the end"
+stage "lint: clang-format (every C++ file), pyflakes (the hook, the env probe); clang-tidy at the end"
 bash scripts/format.sh --check
 pyflakes3 pyhook/python triage/env_probe.py
 
 if [ -x scripts/fuzz.sh ]; then
-  echo "== fuzzing the trace reader (short run; scripts/fuzz.sh SECONDS for a long one)"
+  stage "fuzzing the trace reader (short run; scripts/fuzz.sh SECONDS for a long one)"
   bash scripts/fuzz.sh "${DLRR_FUZZ_SECONDS:-60}"
-  echo "== fuzzing the command-line parsers (short run; scripts/fuzz.sh SECONDS cli for a long one)"
+  stage "fuzzing the command-line parsers (short run; scripts/fuzz.sh SECONDS cli for a long one)"
   bash scripts/fuzz.sh "${DLRR_FUZZ_CLI_SECONDS:-20}" cli
-  echo "== fuzzing what replay does with a trace's batches (short run)"
+  stage "fuzzing what replay does with a trace's batches (short run)"
   bash scripts/fuzz.sh "${DLRR_FUZZ_BATCH_SECONDS:-15}" batch_encoding
 fi
-echo "== GPU checks (record/replay on a CUDA device; skipped without one)"
+stage "GPU checks (record/replay on a CUDA device; skipped without one)"
 PYTHON=${PYTHON:-/usr/bin/python3} bash scripts/gpu_check.sh
 
-echo "== torch 2.6 / Python 3.13 / g++ 14: the same suite in a cached Debian 13 chroot"
+stage "torch 2.6 / Python 3.13 / g++ 14: the same suite in a cached Debian 13 chroot"
 bash scripts/torch2.sh
 
-echo "== clang-tidy over every C++ file (started after the build, niced, beside every stage since)"
+stage "clang-tidy over every C++ file (started after the build, niced, beside every stage since)"
 tidy_rc=0
 wait "$TIDY_PID" || tidy_rc=$?
 cat "$TIDY_LOG"
 [ "$tidy_rc" -eq 0 ] || { echo "clang-tidy: findings above (scripts/tidy.sh FILE... reruns some)"; exit 1; }
 
-echo "== all tests passed"
+stage "all tests passed"
