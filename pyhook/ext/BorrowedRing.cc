@@ -92,7 +92,8 @@ int releaseBorrowed(int64_t floor, int64_t step) {
 
 Py_ssize_t heldBorrowed() {
   Py_ssize_t n = 0;
-  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(groups); ++i) n += PyList_GET_SIZE(PyList_GET_ITEM(PyList_GET_ITEM(groups, i), 1));
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(groups); ++i)
+    n += PyList_GET_SIZE(PyList_GET_ITEM(PyList_GET_ITEM(groups, i), 1));
   return n;
 }
 
