@@ -304,8 +304,8 @@ void benchLmOutputs(int steps, int ringSteps, bool borrowed) {
       int64_t borrowedStep = -1, floor = 0;
       for (auto& t : outputs)
         if (borrowed)
-          s.digestBorrowed(0, t.path, 0, 0, "float32", static_cast<int>(t.shape.size()), t.shape.data(),
-                           t.data.data(), t.data.size() * 4, r, borrowedStep, floor);
+          s.digestBorrowed(0, t.path, 0, 0, "float32", static_cast<int>(t.shape.size()), t.shape.data(), t.data.data(),
+                           t.data.size() * 4, r, borrowedStep, floor);
         else
           s.digest(0, t.path, 0, 0, "float32", static_cast<int>(t.shape.size()), t.shape.data(), t.data.data(),
                    t.data.size() * 4, true, r);

@@ -15,7 +15,7 @@ int checkVersions(PyObject* group) {
   for (Py_ssize_t i = 0; i < PyList_GET_SIZE(entries); ++i) {
     PyObject* e = PyList_GET_ITEM(entries, i);
     PyObject* version = PyTuple_GET_ITEM(e, 1);
-    if (version == Py_None) continue;  // our own copy
+    if (version == Py_None) continue;  // our own copy, or an inference tensor (no version counter)
     PyObject* now = PyObject_GetAttr(PyTuple_GET_ITEM(e, 0), versionName);
     if (!now) return -1;
     int same = PyObject_RichCompareBool(now, version, Py_EQ);
@@ -41,7 +41,16 @@ int holdBorrowed(PyObject* tensor, bool own, PyObject* path, int64_t step) {
   } else {
     PyObject* self = tensor;
     alias = PyObject_VectorcallMethod(detachName, &self, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
-    version = alias ? PyObject_GetAttr(alias, versionName) : nullptr;
+    if (!alias) {  // the ring already points at its bytes: hold the tensor itself, graph and all
+      PyErr_Clear();
+      alias = Py_NewRef(tensor);
+    }
+    version = PyObject_GetAttr(alias, versionName);
+    if (!version && PyErr_ExceptionMatches(PyExc_RuntimeError)) {
+      // An inference tensor has no version counter: not learnt, the failure's hash check alone.
+      PyErr_Clear();
+      version = Py_NewRef(Py_None);
+    }
   }
   PyObject* entry = version ? PyTuple_Pack(3, alias, version, path) : nullptr;
   Py_XDECREF(alias);

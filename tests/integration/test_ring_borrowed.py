@@ -62,6 +62,22 @@ class BorrowedRingTest(TraceTestCase):
         self.assertLessEqual(held, 3 * 5)
         self.assertIsNone(info(self.trace_path())["failure"])
 
+    def test_inference_tensors_are_borrowed_without_a_version_counter(self):
+        # torch.inference_mode's outputs have no `_version`: held all the same, capture stays on.
+        job = os.path.join(self.tmp, "infer.py")
+        with open(job, "w") as f:
+            f.write("import torch\nfrom torch import nn\nm = nn.Sequential(nn.Linear(8, 8), nn.ReLU())\n"
+                    "opt = torch.optim.SGD(m.parameters(), lr=0.1)\nfor step in range(4):\n"
+                    "    m(torch.randn(4, 8)).sum().backward(); opt.step(); opt.zero_grad()\n"
+                    "    with torch.inference_mode():\n        m(torch.randn(4, 8))\n"
+                    "from dlrr_hook import _dlrr_native\nprint('held', _dlrr_native.borrowed_state()[0])\n")
+        p = run([tool("dlrecord"), "-q", "-o", self.trace_path(), "--", PY, job])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertGreater(int(re.search(r"^held (\d+)$", p.stdout, re.M).group(1)), 0)
+        digests = events(self.trace_path(), kind="digest", step=3)
+        self.assertEqual(sum(e["event"]["digest"]["path"] == "1 (ReLU)" for e in digests), 2)  # train and eval
+        self.assertEqual(events(self.trace_path(), kind="recorderStatus"), [])
+
 
 if __name__ == "__main__":
     unittest.main()
