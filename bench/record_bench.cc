@@ -1,5 +1,5 @@
 // dlrr_record_bench: what the native side of recording costs per step, without Python/torch.
-//   dlrr_record_bench [steps, default 400] [digest|session|modules|lm-outputs|all, default all]
+//   dlrr_record_bench [steps, default 400] [digest|session|modules|lm-outputs[-borrowed]|all, default all]
 //                     [ring steps (session, lm-outputs: default 2) | modules (modules, default 64)]
 // 1. digest: computeDigest (XXH3-64 + NaN/Inf count + finite min/max) on float32 tensors of
 //    the sizes a small CNN produces, in MB/s for each kernel width this CPU runs, best of 5.
@@ -16,6 +16,8 @@
 // 4. lm-outputs: the module outputs of one step of bench/shape_job.py's lm shape (20 module
 //    calls, 4.75 MB of float32 a step: 128 KB and 512 KB activations), each digested and kept
 //    in the failure ring as dlrr_digest does; CPU us per step (min, median, p90 over steps).
+//    lm-outputs-borrowed: the same kept as dlrr_digest_borrowed keeps them (no copy: the ring
+//    holds their address and hash, FailureRing::keepBorrowed).
 // docs/performance.md keeps the figures.
 #include <sys/stat.h>
 #include <time.h>
@@ -264,7 +266,7 @@ void benchModuleCalls(int steps, int modules) {
 
 // The lm shape's module outputs (bench/shape_job.py: batch 16x32, width 64, 4x MLP, vocab 256),
 // in call order, each digested and kept in the failure ring: the per-tensor part of its step.
-void benchLmOutputs(int steps, int ringSteps) {
+void benchLmOutputs(int steps, int ringSteps, bool borrowed) {
   const int64_t B = 16, T = 32, C = 64, H = 256, V = 256;
   std::mt19937 rng(3);
   std::vector<Tensor> outputs;
@@ -300,9 +302,14 @@ void benchLmOutputs(int steps, int ringSteps) {
       for (auto& t : outputs) t.data[0] += 1.f;
       s.stepBegin(step, 0, static_cast<uint64_t>(step), 0);
       Mark t0 = mark();
+      int64_t borrowedStep = -1, floor = 0;
       for (auto& t : outputs)
-        s.digest(0, t.path, 0, 0, "float32", static_cast<int>(t.shape.size()), t.shape.data(), t.data.data(),
-                 t.data.size() * 4, true, r);
+        if (borrowed)
+          s.digestBorrowed(0, t.path, 0, 0, "float32", static_cast<int>(t.shape.size()), t.shape.data(), t.data.data(),
+                           t.data.size() * 4, r, borrowedStep, floor);
+        else
+          s.digest(0, t.path, 0, 0, "float32", static_cast<int>(t.shape.size()), t.shape.data(), t.data.data(),
+                   t.data.size() * 4, true, r);
       Mark t1 = mark();
       s.stepEnd(step, 1.0);
       if (step >= steps / 10) perStep.push_back(t1.cpu - t0.cpu);
@@ -333,13 +340,13 @@ int main(int argc, char** argv) {
   int steps = intArg(argc, argv, 1, 400);
   int third = intArg(argc, argv, 3, what == "modules" ? 64 : 2);
   if (steps == 0 || third == 0) {
-    std::fprintf(stderr, "usage: record_bench [STEPS [all|digest|session|lm-outputs|modules [N]]]\n");
+    std::fprintf(stderr, "usage: record_bench [STEPS [all|digest|session|lm-outputs|lm-outputs-borrowed|modules [N]]]\n");
     return 2;
   }
   if (steps < 10) steps = 10;
   if (what == "all" || what == "digest") benchDigest();
   if (what == "all" || what == "session") benchSession(steps, intArg(argc, argv, 3, 2));
-  if (what == "lm-outputs") benchLmOutputs(steps, third);
+  if (what == "lm-outputs" || what == "lm-outputs-borrowed") benchLmOutputs(steps, third, what == "lm-outputs-borrowed");
   if (what == "all" || what == "modules") benchModuleCalls(steps, intArg(argc, argv, 3, 64));
   return 0;
 }

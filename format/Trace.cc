@@ -287,6 +287,7 @@ FailureInfo failureInfo(schema::Failure::Reader f, const std::string& stream) {
   fi.signal = f.getSignal();
   fi.stream = stream;
   fi.ringTensors = f.getRingTensors();
+  fi.ringChanged = f.getRingChanged();
   return fi;
 }
 

@@ -25,6 +25,8 @@ struct FailureInfo {
   // of them reached the stream (fewer: the process ended while they were being written).
   uint32_t ringTensors = 0;
   uint32_t ringWritten = 0;
+  // Ring tensors (any step) left out: changed in place after their hook, not what it digested.
+  uint32_t ringChanged = 0;
 };
 
 struct StepInfo {

@@ -275,6 +275,32 @@ int dlrr_digest(int kind, const char* path, uint32_t call_index, uint32_t output
   return rc;
 }
 
+int dlrr_digest_borrowed(int kind, const char* path, uint32_t call_index, uint32_t output, const char* dtype, int ndim,
+                         const int64_t* shape, const void* data, uint64_t nbytes, dlrr_digest_t* out, int64_t* lease) {
+  int64_t step = -1, borrowed = -1, floor = INT64_MAX;  // not recorded: nothing to hold
+  int rc = -1;
+  if (kind >= 0 && kind <= kMaxDigestKind && ndim >= 0 && ndim <= kMaxTensorDims) {
+    withSession([&](ProcessSession& s) {
+      DigestResult r;
+      rc = s.digestBorrowed(kind, path, call_index, output, dtype, ndim, shape, data, nbytes, r, borrowed, floor);
+      step = borrowed >= 0 ? borrowed : s.currentStep();
+      if (out) {
+        out->hash = r.hash;
+        out->nan_count = r.nanCount;
+        out->inf_count = r.infCount;
+        out->min = r.min;
+        out->max = r.max;
+      }
+    });
+  }
+  if (lease) {
+    lease[0] = step;
+    lease[1] = borrowed >= 0 ? 1 : 0;
+    lease[2] = floor;
+  }
+  return rc;
+}
+
 int dlrr_digest_many(int kind, uint32_t n, const dlrr_digest_item_t* items) {
   if (!items && n) return -1;
   int differ = 0, rc = -1;

@@ -1,7 +1,11 @@
 #include "recorder/FailureRing.h"
 
+#include <algorithm>
+#include <climits>
 #include <cstring>
 #include <iterator>
+
+#include "session/TensorDigest.h"
 
 namespace dlrr {
 
@@ -14,9 +18,37 @@ FailureRing::Keep FailureRing::keep(int64_t step, int kind, std::string_view pat
   });
 }
 
+namespace {
+// What an entry would write: its copy, or the borrowed bytes.
+uint64_t sizeOf(const KeptTensor& k) { return k.borrowed ? k.borrowedBytes : k.bytes.size(); }
+}  // namespace
+
+FailureRing::Keep FailureRing::keepBorrowed(int64_t step, int kind, std::string_view path, uint32_t callIndex,
+                                            uint32_t output, std::string_view dtype, const int64_t* shape, int ndim,
+                                            const void* data, uint64_t nbytes, uint64_t hash) {
+  if (steps_ <= 0 || !data) return Keep::Dropped;
+  std::lock_guard<std::mutex> lk(mu_);
+  // A step already evicted (a thread that read the step before it ended): never kept, and its
+  // owner may already have let go of it.
+  if (!failed_ && step < floor_) return Keep::Dropped;
+  Keep verdict = Keep::Dropped;
+  KeptTensor* k = reserveLocked(step, kind, path, callIndex, output, dtype, shape, ndim, nbytes, verdict, true);
+  if (k) {
+    k->borrowed = data;
+    k->borrowedBytes = nbytes;
+    k->hookHash = hash;
+  }
+  return verdict;
+}
+
+int64_t FailureRing::borrowFloor() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return floor_;
+}
+
 KeptTensor* FailureRing::reserveLocked(int64_t step, int kind, std::string_view path, uint32_t callIndex,
                                        uint32_t output, std::string_view dtype, const int64_t* shape, int ndim,
-                                       uint64_t nbytes, Keep& verdict) {
+                                       uint64_t nbytes, Keep& verdict, bool borrow) {
   verdict = Keep::Dropped;
   if (failed_) {
     if (step != failingStep_ || writtenAfterFailure_ + nbytes > capBytes_) return nullptr;
@@ -32,7 +64,13 @@ KeptTensor* FailureRing::reserveLocked(int64_t step, int kind, std::string_view 
     if (fresh && current_ != ring_.end()) it->second.reserve(current_->second.size());
     current_ = it;
   }
-  current_->second.push_back(spareLocked(nbytes));
+  // A borrowed entry takes a spare without a buffer (or a fresh one): none is filled.
+  if (!borrow)
+    current_->second.push_back(spareLocked(nbytes));
+  else if (!spare_.empty() && spare_.front().bytes.capacity() == 0)
+    current_->second.push_back(spareLocked(0));
+  else
+    current_->second.emplace_back();
   KeptTensor& k = current_->second.back();  // filled in place: no move of the whole entry
   k.kind = kind;
   k.path.assign(path);
@@ -41,8 +79,11 @@ KeptTensor* FailureRing::reserveLocked(int64_t step, int kind, std::string_view 
   k.dtype.assign(dtype);
   k.shape.assign(shape, shape + (ndim > 0 && shape ? ndim : 0));
   // Uninitialised growth (UninitAllocator): the caller writes all nbytes.
-  k.bytes.resize(nbytes);
+  k.bytes.resize(borrow ? 0 : nbytes);
   k.step = step;
+  k.borrowed = nullptr;
+  k.borrowedBytes = 0;
+  k.hookHash = 0;
   ringBytes_ += nbytes;
   verdict = Keep::Kept;
   return &k;
@@ -52,36 +93,58 @@ void FailureRing::stepBegan() {
   std::lock_guard<std::mutex> lk(mu_);
   while (!ring_.empty() && static_cast<int64_t>(ring_.size()) >= steps_) {
     for (auto& k : ring_.begin()->second) {
-      ringBytes_ -= k.bytes.size();
+      ringBytes_ -= sizeOf(k);
+      k.borrowed = nullptr;  // its owner may let go of it from now on
       recycleLocked(std::move(k));
     }
+    floor_ = std::max(floor_, ring_.begin()->first + 1);
     if (current_ == ring_.begin()) current_ = ring_.end();
     ring_.erase(ring_.begin());
   }
 }
 
-std::vector<KeptTensor> FailureRing::takeForFailure(int64_t failingStep) {
+namespace {
+// A borrowed entry read into its own buffer and digested again: false when the bytes are not
+// the ones its hook digested (changed in place since), which are then never written.
+bool resolveBorrowed(KeptTensor& k) {
+  if (!k.borrowed) return true;
+  KeptBytes bytes(k.borrowedBytes);
+  DigestResult now = computeDigestAndCopy(k.dtype, k.borrowed, k.borrowedBytes, bytes.data());
+  k.borrowed = nullptr;
+  if (now.hash != k.hookHash) return false;  // not what the hook digested: never written
+  k.bytes = std::move(bytes);
+  return true;
+}
+}  // namespace
+
+RingForFailure FailureRing::takeForFailure(int64_t failingStep) {
+  RingForFailure out;
+  std::lock_guard<std::mutex> lk(mu_);
+  if (failed_) return out;
+  failed_ = true;
+  failingStep_ = failingStep;
   std::map<int64_t, std::vector<KeptTensor>> ring;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (failed_) return {};
-    failed_ = true;
-    failingStep_ = failingStep;
-    ring.swap(ring_);
-    current_ = ring_.end();
-    ringBytes_ = 0;
-    spare_.clear();  // nothing is kept any more
-    spareBytes_ = 0;
-  }
-  std::vector<KeptTensor> out;
+  ring.swap(ring_);
+  current_ = ring_.end();
+  ringBytes_ = 0;
+  spare_.clear();  // nothing is kept any more
+  spareBytes_ = 0;
+  // The borrowed bytes are read under the lock: no step is evicted, so the floor, and with it
+  // the owners' references, stay put until every entry holds its own copy.
   auto move = [&out](std::vector<KeptTensor>& v) {
-    out.insert(out.end(), std::make_move_iterator(v.begin()), std::make_move_iterator(v.end()));
+    for (auto& k : v) {
+      if (resolveBorrowed(k))
+        out.tensors.push_back(std::move(k));
+      else
+        ++out.changedAfterHook;
+    }
   };
   if (auto it = ring.find(failingStep); it != ring.end()) {
     move(it->second);
     ring.erase(it);
   }
   for (auto it = ring.rbegin(); it != ring.rend(); ++it) move(it->second);
+  floor_ = INT64_MAX;  // nothing is borrowed after the failure
   return out;
 }
 
@@ -102,7 +165,11 @@ size_t FailureRing::bytes() const {
 }
 
 void FailureRing::resetAfterForkChild() noexcept {
+  // The parent's borrowed entries are never read here: the child cannot vouch that the memory
+  // is still held (its hook's references are copies of the parent's, dropped at its own pace).
+  // The child's steps may start again below the parent's: its floor starts afresh.
   ring_.clear();
+  floor_ = failed_ ? INT64_MAX : INT64_MIN;
   current_ = ring_.end();
   ringBytes_ = 0;
   spare_.clear();

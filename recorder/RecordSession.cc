@@ -679,13 +679,42 @@ int RecordSession::digest(int kind, const char* path, uint32_t callIndex, uint32
   } else {
     out = computeDigest(dt, data, data ? nbytes : 0);
   }
+  recordDigest(step, kind, path, callIndex, output, dtype, ndim, shape, out);
+  return 0;
+}
+
+int RecordSession::digestBorrowed(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype,
+                                  int ndim, const int64_t* shape, const void* data, uint64_t nbytes, DigestResult& out,
+                                  int64_t& borrowedStep, int64_t& floor) {
+  borrowedStep = -1;
+  if (!data || cfg_.capture == CaptureLevel::Full) {
+    floor = ring_.borrowFloor();
+    return digest(kind, path, callIndex, output, dtype, ndim, shape, data, nbytes, true, out);
+  }
+  std::string_view dt = dtype ? dtype : "";
+  stepDigests_.fetch_add(1, std::memory_order_relaxed);
+  int64_t step = step_.load();
+  // The digest's pass without the ring's copy: the ring holds the caller's bytes and this hash.
+  out = computeDigest(dt, data, nbytes);
+  FailureRing::Keep verdict =
+      ring_.keepBorrowed(step, kind, path ? path : "", callIndex, output, dt, shape, ndim, data, nbytes, out.hash);
+  if (verdict == FailureRing::Keep::Kept) borrowedStep = step;
+  if (verdict == FailureRing::Keep::WriteNow)
+    writeFailingStepTensor(step, kind, path, callIndex, output, dt, shape, ndim, data, nbytes);
+  recordDigest(step, kind, path, callIndex, output, dtype, ndim, shape, out);
+  floor = ring_.borrowFloor();  // after a failure this digest raised: INT64_MAX
+  return 0;
+}
+
+void RecordSession::recordDigest(int64_t step, int kind, const char* path, uint32_t callIndex, uint32_t output,
+                                 const char* dtype, int ndim, const int64_t* shape, const DigestResult& out) {
   emit([&](schema::Event::Builder e, StreamWriter&) {
     auto d = e.initDigest();
     d.setKind(static_cast<schema::TensorDigest::Kind>(kind));
     d.setPath(path ? path : "");
     d.setCallIndex(callIndex);
     d.setOutput(output);
-    d.setDtype(dtype ? dtype : "");  // dt views it: NUL-terminated, no copy
+    d.setDtype(dtype ? dtype : "");  // NUL-terminated, no copy
     auto s = d.initShape(static_cast<unsigned>(ndim > 0 ? ndim : 0));
     for (int i = 0; i < ndim; ++i) s.set(static_cast<unsigned>(i), shape[i]);
     d.setHash(out.hash);
@@ -695,7 +724,6 @@ int RecordSession::digest(int kind, const char* path, uint32_t callIndex, uint32
     d.setMax(out.max);
   });
   recordNonFinite(step, kind, path, callIndex, out, false);
-  return 0;
 }
 
 void RecordSession::keepInRing(int64_t step, int kind, const char* path, uint32_t callIndex, uint32_t output,
@@ -728,7 +756,8 @@ void RecordSession::recordNonFinite(int64_t step, int kind, const char* path, ui
   NonFiniteFailure nf = describeNonFinite(kind, path ? path : "", callIndex, d.nanCount, d.infCount);
   // The failure first, then the failing step's ring tensors, each made durable before the
   // next: a job killed meanwhile (a `timeout`, a scheduler's SIGTERM) keeps what matters most.
-  std::vector<KeptTensor> kept = ring_.takeForFailure(step);
+  RingForFailure ring = ring_.takeForFailure(step);
+  std::vector<KeptTensor>& kept = ring.tensors;
   size_t ofStep = 0;
   while (ofStep < kept.size() && kept[ofStep].step == step) ++ofStep;
   appendEvent(step, [&](schema::Event::Builder e, StreamWriter&) {
@@ -740,6 +769,7 @@ void RecordSession::recordNonFinite(int64_t step, int kind, const char* path, ui
     f.setCallIndex(callIndex);
     f.setDigestKind(static_cast<schema::TensorDigest::Kind>(kind));
     f.setRingTensors(static_cast<uint32_t>(ofStep));
+    f.setRingChanged(ring.changedAfterHook);
   });
   if (flushObserver)
     if (StepObserver* o = observer_.load(std::memory_order_acquire)) o->flush();

@@ -88,6 +88,9 @@ class RecordSession final : public ProcessSession {
   // Computes and records a digest; returns 0 (recorded) or -1.
   int digest(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype, int ndim,
              const int64_t* shape, const void* data, uint64_t nbytes, bool keep, DigestResult& out) override;
+  int digestBorrowed(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype, int ndim,
+                     const int64_t* shape, const void* data, uint64_t nbytes, DigestResult& out, int64_t& borrowedStep,
+                     int64_t& floor) override;
   bool firstFailureStep(int64_t& step) const;
   void failureException(const char* type, const char* message, const char* where, int n, const char* const* files,
                         const int32_t* lines, const char* const* functions, const char* const* code) override;
@@ -171,6 +174,9 @@ class RecordSession final : public ProcessSession {
   void writeFailingStepTensor(int64_t step, int kind, const char* path, uint32_t callIndex, uint32_t output,
                               std::string_view dtype, const int64_t* shape, int ndim, const void* data,
                               uint64_t nbytes);
+  // The Digest event of a computed digest, then the failure rule.
+  void recordDigest(int64_t step, int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype,
+                    int ndim, const int64_t* shape, const DigestResult& d);
   // The failure rule (the first non-finite digest of the process), shared by host and device
   // digests: writes the Failure event, then the failure ring, failing step first.
   void recordNonFinite(int64_t step, int kind, const char* path, uint32_t callIndex, const DigestResult& d,

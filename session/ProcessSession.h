@@ -34,6 +34,17 @@ class ProcessSession {
   // match, 1 differs, 2 not in the recording.
   virtual int digest(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype, int ndim,
                      const int64_t* shape, const void* data, uint64_t nbytes, bool keep, DigestResult& out) = 0;
+  // digest() of a host tensor kept for the failure ring without a copy (record, default
+  // capture): the caller keeps `data` alive and unchanged-or-detected (FailureRing::keepBorrowed)
+  // while its step is >= *floor. *borrowedStep: the step it was borrowed under, -1 when it was
+  // not borrowed (copied, written, or not kept: nothing to hold). The default copies.
+  virtual int digestBorrowed(int kind, const char* path, uint32_t callIndex, uint32_t output, const char* dtype,
+                             int ndim, const int64_t* shape, const void* data, uint64_t nbytes, DigestResult& out,
+                             int64_t& borrowedStep, int64_t& floor) {
+    borrowedStep = -1;
+    floor = INT64_MAX;
+    return digest(kind, path, callIndex, output, dtype, ndim, shape, data, nbytes, true, out);
+  }
   // A digest computed elsewhere (on the device: `algorithm` 1 = TensorDigest.Algorithm.deviceSum).
   // Record: recorded like digest()'s, 0 or -1. Replay: checked at the current step against a
   // recorded digest of the same algorithm, answered like digest().

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <iterator>
 
+#include "BorrowedRing.h"
 #include "DenseTensor.h"
 #include "GcFields.h"
 #include "RngStates.h"
@@ -34,6 +35,8 @@ using dlrr::pyext::newHeapType;
 
 using DigestFn = int (*)(int, const char*, uint32_t, uint32_t, const char*, int, const int64_t*, const void*, uint64_t,
                          int, dlrr_digest_t*);
+using BorrowFn = int (*)(int, const char*, uint32_t, uint32_t, const char*, int, const int64_t*, const void*, uint64_t,
+                         dlrr_digest_t*, int64_t*);
 
 constexpr uint64_t kReleaseGilBytes = 1 << 16;  // hash large outputs without the GIL, as ctypes does
 
@@ -69,6 +72,7 @@ struct ModuleHooks {
   PyObject* localDict;          // local's dict for the thread localOwner (a cache; null: none)
   PyObject* fetchDict;          // fetch's dict for the thread fetchOwner (a cache; null: none)
   DigestFn digest;              // null: every output goes to onOutput (replay)
+  BorrowFn borrow;              // dlrr_digest_borrowed, or null: the ring copies (BorrowedRing.h)
   uint64_t localOwner;          // PyThreadState_GetID of the thread localDict belongs to
   uint64_t fetchOwner;
   dlrr::pyext::TensorGetters getters;  // torch.Tensor's getters for DenseTensor::read
@@ -242,16 +246,29 @@ long long nextCall(ModuleHooks* h, PyObject* path) {
 }
 
 // Session._digest of one host tensor: dlrr_digest, then the failure snapshot at a non-finite
-// value. 0, or -1 with an exception set.
-int digestOne(ModuleHooks* h, const char* where, long long callIndex, uint32_t output, const DenseTensor& t) {
+// value. Kept for the failure ring without a copy when it may be (BorrowedRing.h): `obj` is the
+// tensor t was read from, `own` when it is the hook's own contiguous copy. 0, or -1 with an
+// exception set.
+int digestOne(ModuleHooks* h, PyObject* path, long long callIndex, uint32_t output, const DenseTensor& t, PyObject* obj,
+              bool own) {
+  const char* where = PyBytes_AS_STRING(path);
   dlrr_digest_t out{};
-  if (t.nbytes() >= kReleaseGilBytes) {
-    Py_BEGIN_ALLOW_THREADS h->digest(DLRR_DIGEST_MODULE_OUTPUT, where, static_cast<uint32_t>(callIndex), output,
-                                     t.dtype(), t.ndim(), t.shape(), t.data(), t.nbytes(), h->keep, &out);
-    Py_END_ALLOW_THREADS
-  } else {
+  int borrow = h->borrow && h->keep ? dlrr::pyext::borrowable(path) : 0;
+  if (borrow < 0) return -1;
+  int64_t lease[3] = {-1, 0, INT64_MIN};  // step, borrowed, floor
+  const bool unlocked = t.nbytes() >= kReleaseGilBytes;
+  PyThreadState* saved = unlocked ? PyEval_SaveThread() : nullptr;
+  if (borrow)
+    h->borrow(DLRR_DIGEST_MODULE_OUTPUT, where, static_cast<uint32_t>(callIndex), output, t.dtype(), t.ndim(),
+              t.shape(), t.data(), t.nbytes(), &out, lease);
+  else
     h->digest(DLRR_DIGEST_MODULE_OUTPUT, where, static_cast<uint32_t>(callIndex), output, t.dtype(), t.ndim(),
               t.shape(), t.data(), t.nbytes(), h->keep, &out);
+  if (saved) PyEval_RestoreThread(saved);
+  if (borrow) {
+    // Held before anything is let go: the ring reads these bytes while the step is >= its floor.
+    if (lease[1] && dlrr::pyext::holdBorrowed(obj, own, path, lease[0]) < 0) return -1;
+    if (dlrr::pyext::releaseBorrowed(lease[2], lease[0]) < 0) return -1;
   }
   if (out.nan_count || out.inf_count) {
     PyObject* r = PyObject_CallNoArgs(h->failureSnapshot);
@@ -274,6 +291,7 @@ int digestDense(ModuleHooks* h, PyObject* path, PyObject* output) {
   const Py_ssize_t items = tuple ? PyTuple_GET_SIZE(output) : 1;
   if (items < 1 || items > kMaxTupleOutputs) return 0;
   DenseTensor ts[kMaxTupleOutputs];
+  PyObject* objs[kMaxTupleOutputs] = {};  // what each was read from (borrowed)
   PyObject* copies[kMaxTupleOutputs] = {};
   int n = 0;
   bool ok = true;
@@ -281,15 +299,15 @@ int digestDense(ModuleHooks* h, PyObject* path, PyObject* output) {
     PyObject* item = tuple ? PyTuple_GET_ITEM(output, i) : output;
     if (item == Py_None && tuple) continue;
     ok = readHost(h, item, ts[n], &copies[n]);
+    if (ok) objs[n] = copies[n] ? copies[n] : item;
     if (ok) ++n;
   }
   int rc = ok && n > 0 ? 1 : 0;
   if (rc == 1) {
     long long callIndex = nextCall(h, path);
-    const char* where = PyBytes_AS_STRING(path);
     if (callIndex < 0) rc = -1;
     for (int i = 0; i < n && rc == 1; ++i)
-      if (digestOne(h, where, callIndex, static_cast<uint32_t>(i), ts[i]) < 0) rc = -1;
+      if (digestOne(h, path, callIndex, static_cast<uint32_t>(i), ts[i], objs[i], copies[i] != nullptr) < 0) rc = -1;
   }
   for (int i = 0; i < n; ++i) Py_XDECREF(copies[i]);
   return rc;
@@ -398,13 +416,14 @@ int init(PyObject* self, PyObject* args, PyObject* kwargs) {
                                    "digest_address",
                                    "keep",
                                    "digest_outputs",
+                                   "borrow_address",
                                    nullptr};
   PyObject* o[15] = {};
-  unsigned long long address = 0;
+  unsigned long long address = 0, borrowAddress = 0;
   int keep = 0, digestOutputs = 1;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOOOOOOOOOKip", const_cast<char**>(keywords), &o[0], &o[1],
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOOOOOOOOOKip|K", const_cast<char**>(keywords), &o[0], &o[1],
                                    &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10], &o[11], &o[12],
-                                   &o[13], &o[14], &address, &keep, &digestOutputs))
+                                   &o[13], &o[14], &address, &keep, &digestOutputs, &borrowAddress))
     return -1;
   if (!PyDict_Check(o[8]) || !PyDict_Check(o[9]) || !PyDict_Check(o[12]) || !PyType_Check(o[10])) {
     PyErr_SetString(PyExc_TypeError, "paths, calls and dtypes must be dicts, tensor_type a type");
@@ -417,6 +436,7 @@ int init(PyObject* self, PyObject* args, PyObject* kwargs) {
   h->localOwner = h->fetchOwner = 0;
   h->getters = {};
   h->digest = reinterpret_cast<DigestFn>(static_cast<uintptr_t>(address));
+  h->borrow = h->digest ? reinterpret_cast<BorrowFn>(static_cast<uintptr_t>(borrowAddress)) : nullptr;
   h->keep = keep;
   h->digestOutputs = digestOutputs;
   return 0;
@@ -482,12 +502,22 @@ PyMethodDef methods[] = {{"pre", reinterpret_cast<PyCFunction>(reinterpret_cast<
                           "post(module, args, output): the global forward hook"},
                          {nullptr, nullptr, 0, nullptr}};
 
+// borrowed_state(): (tensors held for the failure ring's borrowed entries, the set of module
+// paths copied because they changed in place): what the tests check.
+PyObject* borrowedState(PyObject*, PyObject*) {
+  return Py_BuildValue("(nO)", dlrr::pyext::heldBorrowed(), dlrr::pyext::eagerPaths());
+}
+
+PyMethodDef moduleMethods[] = {{"borrowed_state", borrowedState, METH_NOARGS,
+                                "(tensors held for the failure ring, module paths copied as changed in place)"},
+                               {nullptr, nullptr, 0, nullptr}};
+
 PyModuleDef moduleDef = {
     PyModuleDef_HEAD_INIT,
     "_dlrr_native",
     "dlrr's global module forward hooks, gradient/parameter digests and batch values in C (dlrr_hook)",
     -1,
-    nullptr,
+    moduleMethods,
     nullptr,
     nullptr,
     nullptr,
@@ -499,7 +529,7 @@ PyMODINIT_FUNC PyInit__dlrr_native(void) {
   if (!intern(names.active, "active") || !intern(names.dict, "__dict__") || !intern(names.stack, "stack") ||
       !intern(names.depth, "depth") || !intern(names.layout, "layout") || !intern(names.isCpu, "is_cpu") ||
       !intern(names.detach, "detach") || !intern(names.contiguous, "contiguous") ||
-      dlrr::pyext::initDenseTensorNames() < 0)
+      dlrr::pyext::initDenseTensorNames() < 0 || dlrr::pyext::initBorrowedRing() < 0)
     return nullptr;
   PyObject* m = PyModule_Create(&moduleDef);
   if (!m) return nullptr;

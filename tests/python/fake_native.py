@@ -222,6 +222,13 @@ class FakeLib:
             out[0].max = math.nan
         return 0
 
+    def _dlrr_digest_borrowed(self, kind, path, call_index, output, dtype, ndim, shape, data, nbytes, out, lease):
+        # recorded as the dlrr_digest call with keep = 1 it stands for; never borrowed (copied)
+        rc = self._dlrr_digest(kind, path, call_index, output, dtype, ndim, shape, data, nbytes, 1, out)
+        if lease:
+            lease[0], lease[1], lease[2] = 0, 0, 2 ** 63 - 1
+        return rc
+
     def _dlrr_digest_many(self, kind, n, items):
         for i in range(n):  # recorded as the dlrr_digest calls it stands for
             it = items[i]

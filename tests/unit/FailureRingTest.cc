@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "recorder/FailureRing.h"
+#include "session/TensorDigest.h"
 
 namespace dlrr {
 namespace {
@@ -43,12 +44,12 @@ TEST(FailureRing, FailingStepFirstThenOlderStepsNewestFirst) {
     keepOne(r, s, "a");
     keepOne(r, s, "b");
   }
-  auto kept = r.takeForFailure(2);
+  auto kept = r.takeForFailure(2).tensors;
   std::vector<std::pair<int64_t, std::string>> want = {{2, "a"}, {2, "b"}, {1, "a"}, {1, "b"}, {0, "a"}, {0, "b"}};
   EXPECT_EQ(order(kept), want);
   EXPECT_EQ(kept[0].shape, std::vector<int64_t>{4});
   EXPECT_EQ(kept[0].bytes.size(), 16u);
-  EXPECT_TRUE(r.takeForFailure(2).empty()) << "the ring is handed over once";
+  EXPECT_TRUE(r.takeForFailure(2).tensors.empty()) << "the ring is handed over once";
   EXPECT_EQ(r.bytes(), 0u);
 }
 
@@ -78,7 +79,7 @@ TEST(FailureRing, OffKeepsNothing) {
   r.stepBegan();
   EXPECT_EQ(keepOne(r, 0, "a"), FailureRing::Keep::Dropped);
   EXPECT_EQ(keepOne(r, 0, "a"), FailureRing::Keep::Dropped);
-  EXPECT_TRUE(r.takeForFailure(0).empty());
+  EXPECT_TRUE(r.takeForFailure(0).tensors.empty());
 }
 
 TEST(FailureRing, EvictedBuffersAreReusedWithTheirContentReplaced) {
@@ -87,7 +88,7 @@ TEST(FailureRing, EvictedBuffersAreReusedWithTheirContentReplaced) {
   keepOne(r, 0, "a", 64);
   r.stepBegan();  // step 0 evicted: its buffer becomes a spare
   keepOne(r, 1, "a", 32);
-  auto kept = r.takeForFailure(1);
+  auto kept = r.takeForFailure(1).tensors;
   ASSERT_EQ(kept.size(), 1u);
   ASSERT_EQ(kept[0].bytes.size(), 32u);
   float v;
@@ -113,7 +114,7 @@ TEST(FailureRing, RecycledTensorsTakeEveryFieldOfTheNewOne) {
                 FailureRing::Keep::Kept);
     }
   }
-  auto kept = r.takeForFailure(5);
+  auto kept = r.takeForFailure(5).tensors;
   ASSERT_EQ(kept.size(), 3u);
   for (size_t i = 0; i < kept.size(); ++i) {
     const KeptTensor& k = kept[i];
@@ -153,7 +154,7 @@ TEST(FailureRing, KeepFilledAsksForTheBytesOnlyWhenItKeepsThem) {
   EXPECT_EQ(fills, 4);
   EXPECT_EQ(fillStep(3, 80), FailureRing::Keep::Dropped);  // over the cap: no fill
   EXPECT_EQ(fills, 4);
-  auto kept = r.takeForFailure(3);
+  auto kept = r.takeForFailure(3).tensors;
   ASSERT_EQ(kept.size(), 2u);
   EXPECT_EQ(std::vector<uint8_t>(kept[0].bytes.begin(), kept[0].bytes.end()), std::vector<uint8_t>(38, 3));
   EXPECT_EQ(std::vector<uint8_t>(kept[1].bytes.begin(), kept[1].bytes.end()), std::vector<uint8_t>(22, 2));
@@ -164,6 +165,72 @@ TEST(FailureRing, KeepFilledAsksForTheBytesOnlyWhenItKeepsThem) {
   EXPECT_EQ(off.keepFilled(0, 0, "a", 0, 0, "float32", shape, 1, 16, [&](uint8_t*) { ++fills; }),
             FailureRing::Keep::Dropped);
   EXPECT_EQ(fills, 4);
+}
+
+// A borrowed entry holds the caller's bytes and their hook-time hash: at the failure they are
+// read and digested again; bytes that changed since are never written, only counted.
+TEST(FailureRing, BorrowedEntriesAreWrittenOnlyWhenTheyStillHashAsAtTheirHook) {
+  FailureRing r(2);
+  const int64_t shape[1] = {4};
+  std::vector<float> a{1, 2, 3, 4}, b{5, 6, 7, 8}, c{9, 10, 11, 12};
+  auto borrow = [&](int64_t step, const char* path, const std::vector<float>& v) {
+    const uint64_t hash = computeDigest("float32", v.data(), 16).hash;
+    return r.keepBorrowed(step, 0, path, 0, 0, "float32", shape, 1, v.data(), 16, hash);
+  };
+  r.stepBegan();
+  EXPECT_EQ(borrow(0, "bn", a), FailureRing::Keep::Kept);
+  EXPECT_EQ(borrow(0, "relu", b), FailureRing::Keep::Kept);
+  r.stepBegan();
+  EXPECT_EQ(borrow(1, "bn", c), FailureRing::Keep::Kept);
+  EXPECT_EQ(r.bytes(), 48u) << "the byte cap counts what the ring would write";
+  a[0] = 0;  // an in-place change after the hook (ReLU(inplace=True) on BatchNorm's output)
+  RingForFailure taken = r.takeForFailure(1);
+  EXPECT_EQ(taken.changedAfterHook, 1u);
+  ASSERT_EQ(order(taken.tensors), (std::vector<std::pair<int64_t, std::string>>{{1, "bn"}, {0, "relu"}}));
+  for (const auto& k : taken.tensors) EXPECT_EQ(k.borrowed, nullptr);
+  auto floats = [](const KeptBytes& bytes) {
+    std::vector<float> out(bytes.size() / sizeof(float));
+    std::memcpy(out.data(), bytes.data(), bytes.size());
+    return out;
+  };
+  EXPECT_EQ(floats(taken.tensors[0].bytes), c) << "its own copy, read at the failure";
+  EXPECT_EQ(floats(taken.tensors[1].bytes), b);
+  c[0] = -1;
+  EXPECT_EQ(floats(taken.tensors[0].bytes)[0], 9.0f) << "the copy does not follow the caller's memory";
+  EXPECT_EQ(r.borrowFloor(), INT64_MAX) << "nothing is borrowed after the failure";
+  EXPECT_EQ(borrow(1, "late", b), FailureRing::Keep::WriteNow);
+  EXPECT_EQ(borrow(0, "late", b), FailureRing::Keep::Dropped);
+}
+
+// The floor the caller holds its references by: one past the last evicted step, never lower; a
+// keep for a step already evicted is never borrowed (its owner may have let go of it).
+TEST(FailureRing, TheBorrowFloorFollowsEviction) {
+  FailureRing r(2);
+  const int64_t shape[1] = {2};
+  std::vector<float> v{1, 2};
+  const uint64_t hash = computeDigest("float32", v.data(), 8).hash;
+  auto borrow = [&](int64_t step) {
+    return r.keepBorrowed(step, 0, "m", 0, 0, "float32", shape, 1, v.data(), 8, hash);
+  };
+  EXPECT_EQ(r.borrowFloor(), INT64_MIN);
+  for (int64_t s = 0; s < 2; ++s) {
+    r.stepBegan();
+    EXPECT_EQ(borrow(s), FailureRing::Keep::Kept);
+  }
+  EXPECT_EQ(r.borrowFloor(), INT64_MIN) << "two steps kept, none evicted";
+  r.stepBegan();
+  EXPECT_EQ(r.borrowFloor(), 1) << "step 0 evicted";
+  EXPECT_EQ(borrow(0), FailureRing::Keep::Dropped) << "a step already evicted";
+  EXPECT_EQ(borrow(2), FailureRing::Keep::Kept);
+  EXPECT_EQ(r.countForStep(0), 0u);
+  r.stepBegan();
+  EXPECT_EQ(r.borrowFloor(), 2);
+  // A forked child drops the parent's borrowed entries unread and starts its own floor.
+  r.lockForFork();
+  r.resetAfterForkChild();
+  EXPECT_EQ(r.bytes(), 0u);
+  EXPECT_EQ(r.borrowFloor(), INT64_MIN);
+  EXPECT_TRUE(r.takeForFailure(2).tensors.empty());
 }
 
 }  // namespace

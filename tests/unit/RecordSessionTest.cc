@@ -101,6 +101,54 @@ TEST(RecordSession, StepsDigestsFailureAndRing) {
   testing::removeTree(dir);
 }
 
+// The failure ring without copies (digestBorrowed): the ring holds the caller's tensors and
+// reads them at the failure. A tensor changed in place after its digest is left out and
+// counted (the failure's ringChanged); the others are written with the bytes digested.
+TEST(RecordSession, BorrowedRingTensorsAreWrittenAsDigestedOrLeftOut) {
+  std::string dir = testing::makeTempDir("rs") + "/t";
+  std::vector<std::vector<float>> bn(3), relu(3);  // the caller's tensors, alive past their steps
+  {
+    RecordSession s(recordConfig(dir));
+    int64_t shape[1] = {3};
+    for (int step = 0; step < 3; ++step) {
+      s.stepBegin(step, 0, static_cast<uint64_t>(step), 0);
+      bn[step] = {-1.f, 2.f, static_cast<float>(step)};
+      relu[step] = {0.f, 2.f, static_cast<float>(step)};
+      if (step == 2) relu[step][1] = std::nanf("");
+      DigestResult r;
+      int64_t borrowed = -1, floor = 0;
+      s.digestBorrowed(0, "bn", 0, 0, "float32", 1, shape, bn[step].data(), 12, r, borrowed, floor);
+      EXPECT_EQ(borrowed, step);
+      EXPECT_EQ(floor, step < 2 ? INT64_MIN : 1) << "one past the last evicted step";
+      bn[step][0] = 0.f;  // ReLU(inplace=True) on BatchNorm's output, after its hook
+      s.digestBorrowed(0, "relu", 0, 0, "float32", 1, shape, relu[step].data(), 12, r, borrowed, floor);
+      EXPECT_EQ(borrowed, step);
+      if (step == 2) {
+        EXPECT_EQ(floor, INT64_MAX) << "the failure took the ring: nothing is borrowed any more";
+      }
+      s.stepEnd(step, 1.0);
+    }
+    s.onExit(true, 0);
+  }
+  auto t = Trace::open(dir);
+  TraceSummary sum = t->summarize();
+  ASSERT_TRUE(sum.failure);
+  EXPECT_EQ(sum.failure->where, "relu");
+  EXPECT_EQ(sum.failure->ringChanged, 2u) << "bn of steps 1 and 2";
+  std::vector<std::pair<int64_t, std::string>> ring;
+  t->mainStream()->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
+    if (!e.isTensor()) return;
+    ring.emplace_back(e.getStep(), e.getTensor().getPath().cStr());
+    auto ref = e.getTensor().getTensor().getData();
+    std::vector<uint8_t> bytes = t->mainStream()->readBlob(Hash128{ref.getHashLo(), ref.getHashHi()}, ref.getSize());
+    const auto& want = relu[static_cast<size_t>(e.getStep())];
+    ASSERT_EQ(bytes.size(), 12u);
+    EXPECT_EQ(std::memcmp(bytes.data(), want.data(), 12), 0);
+  });
+  EXPECT_EQ(ring, (std::vector<std::pair<int64_t, std::string>>{{2, "relu"}, {1, "relu"}}));
+  testing::removeTree(dir);
+}
+
 // A process killed right after its failure event (the ring's tensors not yet written): the
 // summary says how many tensors the failure announced and how many reached the stream, so
 // `dltrace info` can say that the failing step's tensors are missing and why.

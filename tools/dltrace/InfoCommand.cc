@@ -92,6 +92,14 @@ std::string missingRingTensors(const TraceSummary& s) {
          std::to_string(f->step) + " written: " + why + " while they were being written";
 }
 
+// The failure-ring tensors left out because their bytes changed after their hook (an in-place
+// operation on a module output: the ring holds outputs by reference, docs/recording.md). "" when none.
+std::string changedRingTensors(const TraceSummary& s) {
+  if (!s.failure || !s.failure->ringChanged) return "";
+  return std::to_string(s.failure->ringChanged) +
+         " failure-ring tensors left out: changed in place after their module's hook (not the bytes it digested)";
+}
+
 void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankReport& ranks, const Concurrency& conc,
                const std::string& dlrrVersion, const std::vector<SnapshotRow>& snaps,
                const std::vector<std::string>& culprits, const BatchMap& map) {
@@ -142,6 +150,7 @@ void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
     j.field("ring_tensors", s.failure->ringTensors);
     j.field("ring_tensors_written", s.failure->ringWritten);
     j.field("ring_tensors_missing", missingRingTensors(s));
+    j.field("ring_tensors_changed", s.failure->ringChanged);
     j.endObject();
   } else {
     j.null();
@@ -322,6 +331,7 @@ void writeText(Output& out, Trace& trace, const TraceSummary& s, const RankRepor
     for (const auto& w : ranks.hang->wavefront) out.line("wavefront   " + printable(w));
   }
   if (std::string m = missingRingTensors(s); !m.empty()) out.line("tensors     " + m);
+  if (std::string m = changedRingTensors(s); !m.empty()) out.line("tensors     " + m);
   if (std::string c = conc.caveat(); !c.empty()) out.line("determinism " + printable(c));
   out.line("size        " + humanBytes(s.fileBytes) + " on disk; " + humanBytes(s.rawBytes) + " raw in " +
            humanBytes(s.bytes) + " stored (" + ratio(s.rawBytes, s.bytes) + ")");

@@ -151,6 +151,16 @@ DLRR_API void dlrr_loader_end(uint32_t loader, uint32_t iteration, uint64_t batc
  *   2 replay: the recording has no such digest,  -1 off or error. */
 DLRR_API int dlrr_digest(int kind, const char* path, uint32_t call_index, uint32_t output, const char* dtype, int ndim,
                          const int64_t* shape, const void* data, uint64_t nbytes, int keep, dlrr_digest_t* out);
+/* dlrr_digest of a host tensor with keep = 1, kept for the failure ring without a copy when
+ * recording at the default capture: the ring holds `data` and its hash, and at a failure reads
+ * the bytes again, keeping them only if they still hash as now. lease[0]: the step digested;
+ * lease[1]: 1 when the ring borrowed `data` (the caller must keep that memory alive while
+ * lease[0] >= the floor any later call answers), else 0 (copied, written or not kept); lease[2]:
+ * the floor, the lowest step whose borrowed memory the ring may still read (it only grows;
+ * INT64_MAX once the ring was written at a failure). Returns as dlrr_digest. */
+DLRR_API int dlrr_digest_borrowed(int kind, const char* path, uint32_t call_index, uint32_t output, const char* dtype,
+                                  int ndim, const int64_t* shape, const void* data, uint64_t nbytes, dlrr_digest_t* out,
+                                  int64_t* lease);
 /* One tensor of dlrr_digest_many: dlrr_digest's arguments without kind and out. */
 typedef struct dlrr_digest_item {
   const char* path;

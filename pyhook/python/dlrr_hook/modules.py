@@ -301,7 +301,7 @@ class ModuleTracker:
                 tensor_type=self._torch.Tensor, strided=self._torch.strided, dtypes=digest.get("dtypes", {}),
                 failure_snapshot=digest.get("failure_snapshot", _nothing), internal_error=rec.internal_error,
                 digest_address=digest.get("address", 0), keep=digest.get("keep", 0),
-                digest_outputs=bool(self._digest_outputs))
+                digest_outputs=bool(self._digest_outputs), borrow_address=digest.get("borrow_address", 0))
         except Exception:  # an extension of another build: the Python hooks do the same
             return None
 

@@ -140,6 +140,9 @@ SIGNATURES = {
     "dlrr_loader_end": (None, [c_uint32, c_uint32, c_uint64]),
     "dlrr_digest": (c_int, [c_int, c_char_p, c_uint32, c_uint32, c_char_p, c_int, POINTER(c_int64),
                             c_void_p, c_uint64, c_int, POINTER(DigestT)]),
+    # called by the _dlrr_native extension through its address (recorder.native_digest)
+    "dlrr_digest_borrowed": (c_int, [c_int, c_char_p, c_uint32, c_uint32, c_char_p, c_int, POINTER(c_int64),
+                                     c_void_p, c_uint64, POINTER(DigestT), POINTER(c_int64)]),
     "dlrr_digest_many": (c_int, [c_int, c_uint32, POINTER(DigestItemT)]),
     "dlrr_first_failure_step": (c_int, [POINTER(c_int64)]),
     "dlrr_failure_exception": (None, [c_char_p, c_char_p, c_char_p, c_int, _CHARPP,

@@ -146,7 +146,11 @@ class RecordStrategy(Strategy):
         address = native.address_of(self.lib.dlrr_digest)
         if address is None:
             return None
-        return {"address": address, "keep": s.keep_outputs, "calls": s.module_calls,
+        # The failure ring without a copy of each output (FailureRing.h: borrowed entries);
+        # DLRR_RING_COPY=1 copies them as before (the benches' A/B in one build).
+        borrow = 0 if os.environ.get("DLRR_RING_COPY") == "1" else \
+            native.address_of(getattr(self.lib, "dlrr_digest_borrowed", None)) or 0
+        return {"address": address, "borrow_address": borrow, "keep": s.keep_outputs, "calls": s.module_calls,
                 "dtypes": s.marshal.dtypes, "failure_snapshot": s.failure_snapshot}
 
     def snapshot_rng(self, step=None):
