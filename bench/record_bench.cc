@@ -340,13 +340,15 @@ int main(int argc, char** argv) {
   int steps = intArg(argc, argv, 1, 400);
   int third = intArg(argc, argv, 3, what == "modules" ? 64 : 2);
   if (steps == 0 || third == 0) {
-    std::fprintf(stderr, "usage: record_bench [STEPS [all|digest|session|lm-outputs|lm-outputs-borrowed|modules [N]]]\n");
+    std::fprintf(stderr,
+                 "usage: record_bench [STEPS [all|digest|session|lm-outputs|lm-outputs-borrowed|modules [N]]]\n");
     return 2;
   }
   if (steps < 10) steps = 10;
   if (what == "all" || what == "digest") benchDigest();
   if (what == "all" || what == "session") benchSession(steps, intArg(argc, argv, 3, 2));
-  if (what == "lm-outputs" || what == "lm-outputs-borrowed") benchLmOutputs(steps, third, what == "lm-outputs-borrowed");
+  if (what == "lm-outputs" || what == "lm-outputs-borrowed")
+    benchLmOutputs(steps, third, what == "lm-outputs-borrowed");
   if (what == "all" || what == "modules") benchModuleCalls(steps, intArg(argc, argv, 3, 64));
   return 0;
 }

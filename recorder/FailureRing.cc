@@ -1,6 +1,10 @@
 #include "recorder/FailureRing.h"
 
+#include <sys/uio.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstring>
 #include <iterator>
@@ -106,11 +110,35 @@ void FailureRing::stepBegan() {
 namespace {
 // A borrowed entry read into its own buffer and digested again: false when the bytes are not
 // the ones its hook digested (changed in place since), which are then never written.
+//
+// The bytes are copied with process_vm_readv on this process, not read: a storage the job freed
+// since (a module output `resize_`d larger) may be unmapped, and the syscall then reports EFAULT
+// where a load would kill the job at its failure. Where a seccomp filter forbids the syscall
+// (old container profiles: EPERM/ENOSYS) the bytes are read directly, as a copying ring would.
+bool copyOwnMemory(const void* src, uint64_t n, uint8_t* dst) {
+  uint64_t done = 0;
+  while (done < n) {
+    iovec local{dst + done, n - done};
+    iovec remote{const_cast<uint8_t*>(static_cast<const uint8_t*>(src)) + done, n - done};
+    ssize_t got = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0 && (errno == EPERM || errno == ENOSYS) && done == 0) {
+      std::memcpy(dst, src, n);
+      return true;
+    }
+    if (got <= 0) return false;  // EFAULT: part of it is not mapped any more
+    done += static_cast<uint64_t>(got);
+  }
+  return true;
+}
+
 bool resolveBorrowed(KeptTensor& k) {
   if (!k.borrowed) return true;
   KeptBytes bytes(k.borrowedBytes);
-  DigestResult now = computeDigestAndCopy(k.dtype, k.borrowed, k.borrowedBytes, bytes.data());
+  const bool readable = copyOwnMemory(k.borrowed, k.borrowedBytes, bytes.data());
   k.borrowed = nullptr;
+  if (!readable) return false;  // freed and unmapped since its hook: counted as changed
+  DigestResult now = computeDigest(k.dtype, bytes.data(), bytes.size());
   if (now.hash != k.hookHash) return false;  // not what the hook digested: never written
   k.bytes = std::move(bytes);
   return true;

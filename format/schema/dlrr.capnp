@@ -366,7 +366,7 @@ struct Failure {
   ringTensors @14 :UInt32;   # nonfinite: failure-ring tensors of this step written right after
                              # this event (fewer in the stream: the process ended first)
   ringChanged @15 :UInt32;   # nonfinite: failure-ring tensors (any step) left out because their
-                             # bytes changed after their hook (in place) and are not what it digested
+                             # bytes changed after their hook (in place, or freed) and are not what it digested
   enum Kind {
     nonfinite @0;
     exception @1;

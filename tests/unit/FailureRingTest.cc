@@ -1,6 +1,8 @@
 // The failure ring (recorder/FailureRing): which steps it keeps, its byte cap, the order in
 // which a failure hands its tensors over (failing step first), and what happens after.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <string>
@@ -200,6 +202,31 @@ TEST(FailureRing, BorrowedEntriesAreWrittenOnlyWhenTheyStillHashAsAtTheirHook) {
   EXPECT_EQ(r.borrowFloor(), INT64_MAX) << "nothing is borrowed after the failure";
   EXPECT_EQ(borrow(1, "late", b), FailureRing::Keep::WriteNow);
   EXPECT_EQ(borrow(0, "late", b), FailureRing::Keep::Dropped);
+}
+
+// A borrowed storage the job freed and unmapped since its hook (a module output `resize_`d
+// larger) is left out and counted at the failure: reading it must not fault the job.
+TEST(FailureRing, BorrowedMemoryUnmappedSinceItsHookIsLeftOutWithoutAFault) {
+  FailureRing r(2);
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* gone = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(gone, MAP_FAILED);
+  std::memset(gone, 0x3f, 2 * page);
+  std::vector<float> kept{1, 2, 3, 4};
+  const int64_t bigShape[1] = {static_cast<int64_t>(2 * page / sizeof(float))};
+  const int64_t shape[1] = {4};
+  r.stepBegan();
+  ASSERT_EQ(r.keepBorrowed(0, 0, "resized", 0, 0, "float32", bigShape, 1, gone, 2 * page,
+                           computeDigest("float32", gone, 2 * page).hash),
+            FailureRing::Keep::Kept);
+  ASSERT_EQ(r.keepBorrowed(0, 0, "kept", 0, 0, "float32", shape, 1, kept.data(), 16,
+                           computeDigest("float32", kept.data(), 16).hash),
+            FailureRing::Keep::Kept);
+  ASSERT_EQ(munmap(static_cast<char*>(gone) + page, page), 0);  // half of it gone: a partial read too
+  RingForFailure taken = r.takeForFailure(0);
+  EXPECT_EQ(taken.changedAfterHook, 1u);
+  ASSERT_EQ(order(taken.tensors), (std::vector<std::pair<int64_t, std::string>>{{0, "kept"}}));
+  ASSERT_EQ(munmap(gone, page), 0);
 }
 
 // The floor the caller holds its references by: one past the last evicted step, never lower; a

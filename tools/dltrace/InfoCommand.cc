@@ -97,7 +97,8 @@ std::string missingRingTensors(const TraceSummary& s) {
 std::string changedRingTensors(const TraceSummary& s) {
   if (!s.failure || !s.failure->ringChanged) return "";
   return std::to_string(s.failure->ringChanged) +
-         " failure-ring tensors left out: changed in place after their module's hook (not the bytes it digested)";
+         " failure-ring tensors left out: changed in place or freed after their module's hook (not the bytes it "
+         "digested)";
 }
 
 void writeJson(Output& out, Trace& trace, const TraceSummary& s, const RankReport& ranks, const Concurrency& conc,
