@@ -22,6 +22,7 @@
 #include "BorrowedRing.h"
 #include "DenseTensor.h"
 #include "GcFields.h"
+#include "ModuleTreeVersion.h"
 #include "RngStates.h"
 #include "TensorListDigest.h"
 #include "ValueWriter.h"
@@ -539,7 +540,7 @@ PyMODINIT_FUNC PyInit__dlrr_native(void) {
                                                             "the global forward hooks",
                                                             init, methods)) < 0 ||
       dlrr::pyext::addTensorListDigest(m) < 0 || dlrr::pyext::addValueWriter(m) < 0 ||
-      dlrr::pyext::addRngStates(m) < 0) {
+      dlrr::pyext::addRngStates(m) < 0 || dlrr::pyext::addModuleTreeVersion(m) < 0) {
     Py_DECREF(m);
     return nullptr;
   }

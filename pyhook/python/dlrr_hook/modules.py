@@ -77,16 +77,22 @@ class ModulePaths:
     """Module -> path bytes, with root naming as described in the module docstring.
 
     Also caches each root's named parameters.  On torch 2.x the global module/parameter
-    registration hooks tell us when any module tree changes, and the cache lives until then;
-    without them (1.x) it is rebuilt for every step (named_parameters() per root and step).
+    registration hooks tell us when any module tree changes, and the cache lives until then.
+    Without them (1.x) every step asks again: the extension's module_tree_version
+    (pyhook/ext/ModuleTreeVersion.cc) fingerprints the tree's `_parameters` and `_modules`
+    dicts in ~1 us, and the names are rebuilt only when it changed (named_parameters() cost
+    ~150 us a step on the lm shape of bench/shape_job.py; issue 33); without the extension,
+    or where it cannot tell, they are rebuilt for every step.
     """
 
-    def __init__(self):
+    def __init__(self, tree_version=None):
         self._paths = {}        # id(module) -> (weakref, path bytes)
         self._root_names = {}   # prefix -> weakref of the root that owns it
-        self._params = {}       # id(root) -> (weakref, generation, [(name bytes, param)])
+        # id(root) -> (weakref, generation, [(name bytes, param)], tree fingerprint, prefix)
+        self._params = {}
         self.generation = 0
         self.tracks_registrations = False
+        self._tree_version = tree_version  # root -> bytes or None (ModuleTreeVersion.cc)
 
     @property
     def table(self):
@@ -159,13 +165,22 @@ class ModulePaths:
     def parameters(self, root):
         """[(name bytes, parameter)] of a root, under its prefix."""
         entry = self._params.get(id(root))
-        if entry is not None and entry[1] == self.generation and entry[0]() is root:
-            return entry[2]
         prefix = self.lookup(root)
-        prefix = prefix.decode("utf-8", "surrogatepass") if prefix else ""
-        params = [((prefix + "." + visible_name(name) if prefix else visible_name(name)).encode("utf-8", "surrogatepass"), p)
+        fingerprint = None
+        if entry is not None and entry[0]() is root:
+            if entry[1] == self.generation:
+                return entry[2]
+            if self._tree_version is not None and entry[3] is not None and entry[4] == prefix:
+                fingerprint = self._tree_version(root)
+                if fingerprint == entry[3]:
+                    self._params[id(root)] = (entry[0], self.generation, entry[2], fingerprint, prefix)
+                    return entry[2]
+        if fingerprint is None and self._tree_version is not None and not self.tracks_registrations:
+            fingerprint = self._tree_version(root)  # before the walk: a change during it shows next time
+        text = prefix.decode("utf-8", "surrogatepass") if prefix else ""
+        params = [((text + "." + visible_name(name) if text else visible_name(name)).encode("utf-8", "surrogatepass"), p)
                   for name, p in root.named_parameters()]
-        self._params[id(root)] = (weakref.ref(root), self.generation, params)
+        self._params[id(root)] = (weakref.ref(root), self.generation, params, fingerprint, prefix)
         return params
 
 
@@ -199,7 +214,9 @@ class ModuleTracker:
         self._native_digest = native_digest
         self._native = native_extension() if native is False else native
         self.native_hooks = None  # the installed _dlrr_native.ModuleHooks, if any
-        self.paths = ModulePaths()
+        version = getattr(self._native, "module_tree_version", None)
+        module_type = torch.nn.Module
+        self.paths = ModulePaths(None if version is None else lambda root: version(root, module_type))
         self._local = threading.local()
         self._handles = []
         # torch.compile traces module calls: stay out of the graph (2.3+; None before).

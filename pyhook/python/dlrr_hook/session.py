@@ -251,6 +251,7 @@ class Session:
         self._compile_called = False  # torch.compile was called (note_compiled_collectives)
         self._collectives_noted = False
         self._parameters = None
+        self._last_parameters = None  # (the roots' lists, their step_parameters()): reused while the same
         self._optimizer_numbers = weakref.WeakKeyDictionary()
         k = preflight_batches()
         self.preflight = Preflight(lib, k, self._preflight_fact) if k else None  # dlpreflight
@@ -694,17 +695,26 @@ class Session:
     def step_parameters(self):
         """([(name bytes, parameter)], {id(parameter): name}) of the roots seen in this step."""
         if self._parameters is None:
-            names = {}
-            params = []
+            lists = []
             for ref in list(self._roots.values()):
                 root = ref()
-                if root is None:
-                    continue
-                for name, param in self.modules.paths.parameters(root):
+                if root is not None:
+                    lists.append(self.modules.paths.parameters(root))
+            last = self._last_parameters
+            # ModulePaths hands out the same list while a root's parameters are unchanged (and
+            # never changes one), so the same lists in the same order give the same answer.
+            if last is not None and len(last[0]) == len(lists) and all(a is b for a, b in zip(last[0], lists)):
+                self._parameters = last[1]
+                return self._parameters
+            names = {}
+            params = []
+            for root_params in lists:
+                for name, param in root_params:
                     if id(param) not in names:
                         names[id(param)] = name
                         params.append((name, param))
             self._parameters = (params, names)
+            self._last_parameters = (lists, self._parameters)
         return self._parameters
 
     # ------------------------------------------------------------------ backward / step
