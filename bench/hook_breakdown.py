@@ -20,6 +20,9 @@ process's other threads (the native writer thread: compression and writes).  Par
   before backward       loss digest and .item()
   after backward        gradient digests
   after optimizer step  parameter digests
+  memmap __getitem__    np.memmap.__getitem__ whole: numpy's own and the hook's wrapper (issue 33)
+    memmap ranges       its Python _used (with the native MemmapRanges: the cases it leaves)
+      dlrr_file_range   the library's call through ctypes (MemmapRanges calls it itself, untimed)
   digest: KIND          TensorMarshal.prepare (host copy when needed) + dlrr_digest, by kind
     dlrr_digest         the native part: hash, NaN/Inf/min/max scan, ring copy, event
     dlrr_digest_many    gradients and parameters, one crossing each (the Python loop's; the
@@ -126,6 +129,9 @@ def wrap_parts(t, rec, lib, torch, rng_module, module_module, files_module):
     if getattr(rec, "_batch", None) is not None:  # gradients and parameters: one crossing each
         rec._batch._many = t.wrap("dlrr_digest_many", rec._batch._many)
     files_module.FileCapture._used = t.wrap("memmap ranges", files_module.FileCapture._used)
+    memmap = getattr(sys.modules.get("numpy"), "memmap", None)
+    if memmap is not None:  # the hook's wrapper whole: MemmapRanges (C) calls no timed part
+        memmap.__getitem__ = t.wrap("memmap __getitem__", memmap.__dict__["__getitem__"])
     if hasattr(lib, "dlrr_file_range"):
         lib.dlrr_file_range = t.wrap("dlrr_file_range", lib.dlrr_file_range)
     for name in ("begin_step", "end_step"):  # optimizer-counted steps (no DataLoader) end here
@@ -184,6 +190,9 @@ def inner(argv):
         rec.loaders._deliver = sampled("deliver batch", rec.loaders._deliver, wall=True)
         rec.training._before_backward = sampled("before backward (loss digest)",
                                                 rec.training._before_backward)
+    elif parts == "memmap":  # np.memmap.__getitem__ whole (numpy's and the hook's), no timer inside
+        memmap = sys.modules["numpy"].memmap
+        memmap.__getitem__ = sampled("memmap __getitem__", memmap.__dict__["__getitem__"])
     elif parts == "digests":  # the gradient and parameter digests whole, no timer inside them
         tr = rec.training
         tr._after_backward = sampled("after backward", tr._after_backward)
@@ -227,13 +236,15 @@ def main():
                     help="shape-lm, shape-cnn: bench/shape_job.py's shapes (issue 33), 300 steps")
     ap.add_argument("--steps", type=int, default=300, help="steps of the shape-* jobs")
     ap.add_argument("--data", help="dataset of prepare_data.py (default: a clean one, made here)")
-    ap.add_argument("--parts", choices=("all", "deliver", "fixed", "digests"), default="all",
+    ap.add_argument("--parts", choices=("all", "deliver", "fixed", "digests", "memmap"), default="all",
                     help="deliver: one timer around the DataLoader's batch delivery only (the step "
                          "boundary without the other timers' cost); fixed: that one and one around the "
                          "hook before backward() (the loss digest), and their sum per step (issue 16's "
                          "fixed cost); digests: one around the gradient "
                          "digests after backward and one around the parameter digests after the "
-                         "optimizer step (their Python loop or the native TensorListDigest alike)")
+                         "optimizer step (their Python loop or the native TensorListDigest alike); "
+                         "memmap: one around np.memmap.__getitem__ (numpy's and the hook's, the Python "
+                         "wrapper or the native MemmapRanges alike)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="dlrr-breakdown-") as tmp:
         data = args.data or os.path.join(tmp, "data")
@@ -283,9 +294,10 @@ def main():
     for key, values in r["samples"].items():
         values = sorted(values[8:])  # the first batches warm the caches up
         if values:
-            print("%s, %s us per call over %d calls: min %.1f, p10 %.1f, median %.1f, p90 %.1f"
-                  % (key, "wall" if key.endswith("(wall)") else "CPU", len(values), values[0], values[len(values) // 10], statistics.median(values),
-                     values[len(values) * 9 // 10]))
+            print("%s, %s us per call over %d calls: min %.1f, p10 %.1f, median %.1f, p90 %.1f; all calls "
+                  "%.1f us per step" % (key, "wall" if key.endswith("(wall)") else "CPU", len(values), values[0],
+                                        values[len(values) // 10], statistics.median(values),
+                                        values[len(values) * 9 // 10], sum(r["samples"][key]) / steps))
     fixed = [r["samples"].get(k) for k in ("deliver batch", "before backward (loss digest)")]
     if all(fixed):
         medians = [statistics.median(sorted(v[8:])) for v in fixed]

@@ -8,7 +8,8 @@
 //
 // The module's other types: TensorListDigest (TensorListDigest.cc) digests a step's gradients and
 // parameters, ValueWriter (ValueWriter.cc) writes a batch's value tree, RngStates (RngStates.cc)
-// writes a batch delivery's RNG states.
+// writes a batch delivery's RNG states, MemmapRanges (MemmapRanges.cc) reports the np.memmap
+// windows a job slices.
 //
 // Built per interpreter (the module's file name carries the ABI tag); the hook falls back to
 // its Python hooks when this module cannot be imported.
@@ -22,6 +23,7 @@
 #include "BorrowedRing.h"
 #include "DenseTensor.h"
 #include "GcFields.h"
+#include "MemmapRanges.h"
 #include "ModuleTreeVersion.h"
 #include "RngStates.h"
 #include "TensorListDigest.h"
@@ -540,7 +542,8 @@ PyMODINIT_FUNC PyInit__dlrr_native(void) {
                                                             "the global forward hooks",
                                                             init, methods)) < 0 ||
       dlrr::pyext::addTensorListDigest(m) < 0 || dlrr::pyext::addValueWriter(m) < 0 ||
-      dlrr::pyext::addRngStates(m) < 0 || dlrr::pyext::addModuleTreeVersion(m) < 0) {
+      dlrr::pyext::addRngStates(m) < 0 || dlrr::pyext::addMemmapRanges(m) < 0 ||
+      dlrr::pyext::addModuleTreeVersion(m) < 0) {
     Py_DECREF(m);
     return nullptr;
   }

@@ -2,6 +2,7 @@
 while a DataLoader fetches a batch, and the byte ranges a job uses of an np.memmap."""
 import os
 import shutil
+import sys
 import tempfile
 import unittest
 
@@ -9,6 +10,7 @@ import numpy as np
 from torch.utils.data import DataLoader
 
 from support import IndexDataset, RecorderTestCase  # first: puts the hook on sys.path
+from test_native_hooks import EXT, NAME, load_extension
 
 
 class FileCaptureTest(RecorderTestCase):
@@ -110,6 +112,34 @@ class FileCaptureTest(RecorderTestCase):
         data = np.memmap(self.path, dtype=np.uint16, mode="r")
         self.assertEqual(data[[1, 5]].tolist(), [1, 5])
         self.assertEqual(self.ranges(), [])
+
+
+@unittest.skipUnless(EXT, "the native extension was not built for this interpreter (DLRR_TEST_NATIVE_EXT unset)")
+class NativeFileCaptureTest(FileCaptureTest):
+    """The same, with memmap.__getitem__ the extension's MemmapRanges."""
+
+    def setUp(self):
+        sys.modules[NAME] = load_extension()
+        self.addCleanup(sys.modules.pop, NAME, None)
+        super().setUp()
+        self.assertEqual(type(np.memmap.__getitem__).__name__, "MemmapRanges")
+
+    def tearDown(self):
+        self.assertEqual(getattr(np.memmap.__getitem__, "python_path", 0), 0)  # all decided in C
+        super().tearDown()
+
+    def test_turned_off_by_the_environment(self):
+        import dlrr_hook
+        dlrr_hook.uninstall()
+        os.environ["DLRR_NATIVE_HOOKS"] = "0"
+        try:
+            self.rec = dlrr_hook.install(lib=self.lib)
+            self.assertEqual(type(np.memmap.__getitem__).__name__, "function")
+            data = np.memmap(self.path, dtype=np.uint16, mode="r")
+            data[100:102]
+            self.assertEqual(self.ranges(), [(self.path, 200, np.arange(100, 102, dtype=np.uint16).tobytes())])
+        finally:
+            del os.environ["DLRR_NATIVE_HOOKS"]
 
 
 if __name__ == "__main__":

@@ -8,6 +8,11 @@ installation's or dlrr's own, and reports the byte ranges the job uses of an np.
 one kind of read no libc hook sees (a memory access).  Only slices (views into the mapping) and single elements are reported; a memmap
 read by fancy indexing or through another view (torch.from_numpy of the whole map) is not,
 and replay then reads zeros there (docs/replay.md "Files").
+
+Native windows: where the `_dlrr_native` extension imports (not with DLRR_NATIVE_HOOKS=0),
+memmap.__getitem__ is its MemmapRanges (pyhook/ext/MemmapRanges.cc): numpy's __getitem__, then
+_used's work in C, calling dlrr_file_range through its address with the same arguments; what
+it cannot decide exactly it hands to _used.  ~3 us a window in Python (issue 33).
 """
 
 import mmap
@@ -15,6 +20,9 @@ import os
 import site
 import sys
 import threading
+
+from . import native
+from .modules import native_extension
 
 
 def _installation_dirs():
@@ -40,6 +48,22 @@ def _byte_bounds(numpy):
         from numpy.lib import array_utils
         fn = array_utils.byte_bounds
     return fn
+
+
+def _layout_holds(wrapper, numpy):
+    """Whether MemmapRanges reads numpy's arrays as numpy describes them (its struct layout is
+    NumPy's public PyArrayObject_fields, checked here rather than trusted): contiguous and
+    strided probes, 1-D and 2-D, two item sizes, a negative stride."""
+    base = numpy.arange(24, dtype=numpy.uint16).reshape(4, 6)
+    probes = (base, base[1:3, ::2], base[::-1], numpy.arange(5, dtype=numpy.float64)[1:4], base[2])
+    for probe in probes:
+        interface = probe.__array_interface__
+        strides = interface["strides"] if interface["strides"] is not None else probe.strides
+        expected = (interface["data"][0], tuple(probe.shape), tuple(strides), bool(probe.flags.c_contiguous),
+                    probe.itemsize)
+        if wrapper.read(probe) != expected or expected[3] != (interface["strides"] is None):
+            return False
+    return True
 
 
 class FileCapture:
@@ -94,23 +118,43 @@ class FileCapture:
             self._patch_memmap(patcher, numpy)
 
     def _patch_memmap(self, patcher, numpy):
+        def wrap_getitem(original):
+            wrapper = self.native_getitem(original, numpy)
+            return wrapper if wrapper is not None else self.python_getitem(original, numpy)
+
+        patcher.wrap(numpy.memmap, "__getitem__", wrap_getitem)
+
+    def python_getitem(self, original, numpy):
+        """memmap.__getitem__ reporting through _used."""
         rec = self._rec
         capture = self
         paused = self._paused
         get_ident = threading.get_ident
 
-        def wrap_getitem(original):
-            def __getitem__(self, index):
-                result = original(self, index)
-                if rec.active and not (paused and get_ident() in paused):
-                    try:
-                        capture._used(self, index, result, numpy)
-                    except Exception:  # never the job's problem
-                        pass
-                return result
-            return __getitem__
+        def __getitem__(self, index):
+            result = original(self, index)
+            if rec.active and not (paused and get_ident() in paused):
+                try:
+                    capture._used(self, index, result, numpy)
+                except Exception:  # never the job's problem
+                    pass
+            return result
+        return __getitem__
 
-        patcher.wrap(numpy.memmap, "__getitem__", wrap_getitem)
+    def native_getitem(self, original, numpy, ext=False):
+        """The same as a _dlrr_native.MemmapRanges, or None: no extension (ext=False: look for
+        it, None: none), no C dlrr_file_range, or numpy's arrays not laid out as it reads them."""
+        ext = native_extension() if ext is False else ext
+        make = getattr(ext, "MemmapRanges", None)
+        address = native.address_of(getattr(self._lib, "dlrr_file_range", None))
+        if make is None or address is None:
+            return None
+        try:
+            wrapper = make(file_range_address=address, rec=self._rec, capture=self, paused=self._paused,
+                           original=original, numpy=numpy)
+            return wrapper if _layout_holds(wrapper, numpy) else None
+        except Exception:  # an extension of another build
+            return None
 
     def _facts_of(self, mmap_array, mm, numpy):
         """(path bytes, file offset where the mapping begins, its address, its size) of the
