@@ -15,6 +15,9 @@ process's other threads (the native writer thread: compression and writes).  Par
     rng write           dlrr_rng_states (hash, copy, event per generator; one crossing)
     rng snapshot + write  both, back to back at a delivery (RngCapture.write_snapshot: in C,
                         _dlrr_native.RngStates, when it can; the two above otherwise)
+    rng step snapshot   an optimizer-counted step's states, taken where the previous step ended
+    rng step write      and written as it begins (RngCapture.step_snapshot / write_step: in C,
+                        _dlrr_native.RngSnapshot, when it can; rng snapshot / rng write otherwise)
     batch values        dlrr_val_* calls (tensor bytes hashed and copied into blobs)
   module hooks          global forward pre/post hooks (stack, paths, output digests)
   before backward       loss digest and .item()
@@ -107,6 +110,9 @@ def wrap_parts(t, rec, lib, torch, rng_module, module_module, files_module):
     rec.rng.write = t.wrap("rng write", rec.rng.write)
     if hasattr(rec.rng, "write_snapshot"):  # both in one, in C (RngStates) when it can: issue 16
         rec.rng.write_snapshot = t.wrap("rng snapshot + write", rec.rng.write_snapshot)
+    if hasattr(rec.rng, "step_snapshot"):  # optimizer-counted steps, in C (RngSnapshot) when it can: issue 33
+        rec.rng.step_snapshot = t.wrap("rng step snapshot", rec.rng.step_snapshot)
+        rec.rng.write_step = t.wrap("rng step write", rec.rng.write_step)
     torch.get_rng_state = t.wrap("torch.get_rng_state", torch.get_rng_state)
     rng_module.PythonGlobalRng.snapshot = t.wrap("random state bytes", rng_module.PythonGlobalRng.snapshot)
     rng_module.NumpyGlobalRng.snapshot = t.wrap("numpy state bytes",

@@ -281,6 +281,27 @@ class RngCapture:
         if states is not None:  # numpy or random seen (again): RngStates reads them from now on
             self._configure_native(states)
 
+    def step_snapshot(self):
+        """An optimizer-counted step's states, taken now for write_step() at its begin (steps.py):
+        a _dlrr_native.RngSnapshot when RngStates can take them (the same states, read now, and
+        the same dlrr_rng_states call later), else snapshot()."""
+        states = self._native
+        if states is not None:
+            taken = states.snapshot()
+            if taken is not None:
+                return taken
+        taken = self.snapshot()
+        if states is not None:  # numpy or random seen (again): RngStates reads them from now on
+            self._configure_native(states)
+        return taken
+
+    def write_step(self, taken):
+        """Writes what step_snapshot() took."""
+        if type(taken) is list:
+            self.write(taken)
+        else:
+            taken.write()
+
     def snapshot(self):
         """[(kind, device, payload)]; payload is bytes or a CPU uint8 tensor."""
         torch = self._torch
