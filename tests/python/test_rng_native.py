@@ -151,6 +151,23 @@ class RngStatesTest(unittest.TestCase):
         finally:
             sys.modules.update(saved)
 
+    def test_a_generator_imported_later_takes_one_python_step_snapshot(self):
+        saved = sys.modules.pop("random")
+        try:
+            python, fast = self.captures()
+            self.assertIs(type(fast.step_snapshot()), list)  # the first: numpy found in Python
+            self.assertIs(type(fast.step_snapshot()), self.ext.RngSnapshot)
+        finally:
+            sys.modules["random"] = saved
+        taken = fast.step_snapshot()  # random seen: the Python path, and RngStates told where it is
+        self.assertIs(type(taken), list)
+        expected = self.calls_of(python)
+        self.assertEqual([c[1] for c in expected], [native.RNG_TORCH_CPU, native.RNG_NUMPY, native.RNG_PYTHON])
+        fast.write_step(taken)
+        self.assertEqual(self.lib.calls, expected)
+        self.assertIs(type(fast.step_snapshot()), self.ext.RngSnapshot)  # in C from then on
+        self.assert_same(python, fast)
+
     def test_a_replaced_numpy_bit_generator(self):
         python, fast = self.captures()
         self.assert_same(python, fast)
