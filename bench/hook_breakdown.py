@@ -12,7 +12,8 @@ process's other threads (the native writer thread: compression and writes).  Par
                         begins the next, RNG snapshot + write, batch value tree
     dlrr_step_end       the commit point: waits until the step is in the kernel
     rng snapshot        torch.get_rng_state, numpy and random state serialisation
-    rng write           dlrr_rng_states (hash, copy, event per generator; one crossing)
+    rng write           dlrr_rng_states (hash, copy, event per generator; one crossing;
+                        dlrr_rng_states_queued for an optimizer-counted step: no writer wake)
     rng snapshot + write  both, back to back at a delivery (RngCapture.write_snapshot: in C,
                         _dlrr_native.RngStates, when it can; the two above otherwise)
     rng step snapshot   an optimizer-counted step's states, taken where the previous step ended
@@ -99,12 +100,14 @@ DIGEST_KINDS = {0: "module output", 1: "gradient", 2: "parameter", 3: "loss", 4:
 def wrap_parts(t, rec, lib, torch, rng_module, module_module, files_module):
     """Timers around each part of the hook (they cost a few us each)."""
     for fn in ("dlrr_step_end", "dlrr_step_end_deferred", "dlrr_step_begin", "dlrr_batch_begin", "dlrr_batch_end",
-               "dlrr_rng_state", "dlrr_rng_states"):
-        if hasattr(lib, fn):  # dlrr_rng_states: since issue 16's second pass
+               "dlrr_rng_state", "dlrr_rng_states", "dlrr_rng_states_queued"):
+        if hasattr(lib, fn):  # dlrr_rng_states: since issue 16's second pass; _queued: issue 33
             setattr(lib, fn, t.wrap(fn, getattr(lib, fn)))
     rec.rng._write = lib.dlrr_rng_state
     if getattr(rec.rng, "_write_many", None) is not None:
         rec.rng._write_many = lib.dlrr_rng_states
+    if getattr(rec.rng, "_write_queued", None) is not None:
+        rec.rng._write_queued = getattr(lib, "dlrr_rng_states_queued", lib.dlrr_rng_states)
     rec.loaders._deliver = t.wrap("deliver batch", rec.loaders._deliver)
     rec.rng.snapshot = t.wrap("rng snapshot", rec.rng.snapshot)
     rec.rng.write = t.wrap("rng write", rec.rng.write)

@@ -9,8 +9,9 @@
 // order: torch CPU, CUDA devices (when CUDA is initialised), numpy, python.
 //
 // snapshot() takes the same states at one moment into an RngSnapshot whose write() makes that
-// same call later: RngCapture.step_snapshot() and write_step(), an optimizer-counted step's
-// states, taken where the previous step ended and written as the next one begins (steps.py).
+// same call later, to dlrr_rng_states_queued (the writer thread not woken: the step commits on
+// this thread): RngCapture.step_snapshot() and write_step(), an optimizer-counted step's states,
+// taken where the previous step ended and written as the next one begins (steps.py).
 //
 // write() and snapshot() check, at every call, what the Python path checks (numpy's bit generator not
 // replaced, sys.modules' random module and its getstate still the validated ones, no module
@@ -66,6 +67,7 @@ struct RngStates {
   PyObject* randomModule;         // sys.modules["random"] as validated
   PyObject* inst;                 // random._inst
   RngStatesFn many;
+  RngStatesFn queued;  // dlrr_rng_states_queued: an RngSnapshot's write (many where not given)
   Source numpy;
   Source python;
   uintptr_t keyAddress;    // numpy: 624 key words and int pos
@@ -292,11 +294,12 @@ PyObject* snapshot(PyObject* self, PyObject* /*unused*/) {
     Py_DECREF(s);  // its references go with it
     return rc < 0 ? nullptr : Py_NewRef(Py_None);
   }
-  s->many = r->many;
+  s->many = r->queued;  // its step commits on this thread: the writer need not be woken
   return reinterpret_cast<PyObject*>(s);
 }
 
-// RngSnapshot.write(): the states it holds in one dlrr_rng_states call, as RngStates.write().
+// RngSnapshot.write(): the states it holds in one dlrr_rng_states_queued call (dlrr_rng_states
+// where RngStates was given no other), the same items as RngStates.write().
 PyObject* writeSnapshot(PyObject* self, PyObject* /*unused*/) {
   auto* s = reinterpret_cast<RngSnapshot*>(self);
   if (!s->many) {
@@ -372,11 +375,12 @@ PyObject* configure(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
 
 int init(PyObject* self, PyObject* args, PyObject* kwargs) {
   auto* r = reinterpret_cast<RngStates*>(self);
-  static const char* keywords[] = {"rng_states_address", "torch", "cuda", nullptr};
-  unsigned long long many = 0;
+  static const char* keywords[] = {"rng_states_address", "torch", "cuda", "rng_states_queued_address", nullptr};
+  unsigned long long many = 0, queued = 0;
   PyObject* torch = nullptr;
   PyObject* cuda = nullptr;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "KOO", const_cast<char**>(keywords), &many, &torch, &cuda)) return -1;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "KOO|K", const_cast<char**>(keywords), &many, &torch, &cuda, &queued))
+    return -1;
   if (!many) {
     PyErr_SetString(PyExc_ValueError, "rng_states_address must be set");
     return -1;
@@ -387,6 +391,7 @@ int init(PyObject* self, PyObject* args, PyObject* kwargs) {
   r->torch = Py_NewRef(torch);
   r->cuda = Py_NewRef(cuda);
   r->many = reinterpret_cast<RngStatesFn>(static_cast<uintptr_t>(many));
+  r->queued = queued ? reinterpret_cast<RngStatesFn>(static_cast<uintptr_t>(queued)) : r->many;
   r->numpy = r->python = Source::slow;  // until configure()
   return 0;
 }
@@ -418,8 +423,8 @@ int addRngStates(PyObject* module) {
   if (addType(module, "RngSnapshot", Py_NewRef(type)) < 0) return -1;  // snapshotType keeps its own
   return addType(module, "RngStates",
                  newHeapType<RngStates, fields>("_dlrr_native.RngStates",
-                                                "RngStates(rng_states_address, torch, cuda): a batch "
-                                                "delivery's RNG states",
+                                                "RngStates(rng_states_address, torch, cuda, "
+                                                "rng_states_queued_address=0): a batch delivery's RNG states",
                                                 init, methods));
 }
 
