@@ -12,9 +12,13 @@ process's other threads (the native writer thread: compression and writes).  Par
                         begins the next, RNG snapshot + write, batch value tree
     dlrr_step_end       the commit point: waits until the step is in the kernel
     rng snapshot        torch.get_rng_state, numpy and random state serialisation
-    rng write           dlrr_rng_states (hash, copy, event per generator; one crossing)
+    rng write           dlrr_rng_states (hash, copy, event per generator; one crossing;
+                        dlrr_rng_states_queued for an optimizer-counted step: no writer wake)
     rng snapshot + write  both, back to back at a delivery (RngCapture.write_snapshot: in C,
                         _dlrr_native.RngStates, when it can; the two above otherwise)
+    rng step snapshot   an optimizer-counted step's states, taken where the previous step ended
+    rng step write      and written as it begins (RngCapture.step_snapshot / write_step: in C,
+                        _dlrr_native.RngSnapshot, when it can; rng snapshot / rng write otherwise)
     batch values        dlrr_val_* calls (tensor bytes hashed and copied into blobs)
   module hooks          global forward pre/post hooks (stack, paths, output digests)
   before backward       loss digest and .item()
@@ -99,17 +103,22 @@ DIGEST_KINDS = {0: "module output", 1: "gradient", 2: "parameter", 3: "loss", 4:
 def wrap_parts(t, rec, lib, torch, rng_module, module_module, files_module):
     """Timers around each part of the hook (they cost a few us each)."""
     for fn in ("dlrr_step_end", "dlrr_step_end_deferred", "dlrr_step_begin", "dlrr_batch_begin", "dlrr_batch_end",
-               "dlrr_rng_state", "dlrr_rng_states"):
-        if hasattr(lib, fn):  # dlrr_rng_states: since issue 16's second pass
+               "dlrr_rng_state", "dlrr_rng_states", "dlrr_rng_states_queued"):
+        if hasattr(lib, fn):  # dlrr_rng_states: since issue 16's second pass; _queued: issue 33
             setattr(lib, fn, t.wrap(fn, getattr(lib, fn)))
     rec.rng._write = lib.dlrr_rng_state
     if getattr(rec.rng, "_write_many", None) is not None:
         rec.rng._write_many = lib.dlrr_rng_states
+    if getattr(rec.rng, "_write_queued", None) is not None:
+        rec.rng._write_queued = getattr(lib, "dlrr_rng_states_queued", lib.dlrr_rng_states)
     rec.loaders._deliver = t.wrap("deliver batch", rec.loaders._deliver)
     rec.rng.snapshot = t.wrap("rng snapshot", rec.rng.snapshot)
     rec.rng.write = t.wrap("rng write", rec.rng.write)
     if hasattr(rec.rng, "write_snapshot"):  # both in one, in C (RngStates) when it can: issue 16
         rec.rng.write_snapshot = t.wrap("rng snapshot + write", rec.rng.write_snapshot)
+    if hasattr(rec.rng, "step_snapshot"):  # optimizer-counted steps, in C (RngSnapshot) when it can: issue 33
+        rec.rng.step_snapshot = t.wrap("rng step snapshot", rec.rng.step_snapshot)
+        rec.rng.write_step = t.wrap("rng step write", rec.rng.write_step)
     torch.get_rng_state = t.wrap("torch.get_rng_state", torch.get_rng_state)
     rng_module.PythonGlobalRng.snapshot = t.wrap("random state bytes", rng_module.PythonGlobalRng.snapshot)
     rng_module.NumpyGlobalRng.snapshot = t.wrap("numpy state bytes",

@@ -168,15 +168,27 @@ void dlrr_rng_state_at_fork(int kind, int device, const void* data, uint64_t n) 
   withRecorder([&](RecordSession& s) { s.rngState(kind, device, data, n, true); });
 }
 
-void dlrr_rng_states(uint32_t n, const dlrr_rng_item_t* items) {
+namespace {
+
+void rngStates(uint32_t n, const dlrr_rng_item_t* items, bool wake, const char* where) {
   if (!items) return;
-  withRecorder([&](RecordSession& s) {
-    for (uint32_t i = 0; i < n; ++i) {
-      const dlrr_rng_item_t& it = items[i];
-      if (it.kind >= 0 && it.kind <= kMaxRngKind) s.rngState(it.kind, it.device, it.data, it.n, false, false);
-    }
-    s.wakeWriter();  // once for all the states
-  });
+  withRecorder(
+      [&](RecordSession& s) {
+        for (uint32_t i = 0; i < n; ++i) {
+          const dlrr_rng_item_t& it = items[i];
+          if (it.kind >= 0 && it.kind <= kMaxRngKind) s.rngState(it.kind, it.device, it.data, it.n, false, false);
+        }
+        if (wake) s.wakeWriter();  // once for all the states
+      },
+      where);
+}
+
+}  // namespace
+
+void dlrr_rng_states(uint32_t n, const dlrr_rng_item_t* items) { rngStates(n, items, true, "dlrr_rng_states"); }
+
+void dlrr_rng_states_queued(uint32_t n, const dlrr_rng_item_t* items) {
+  rngStates(n, items, false, "dlrr_rng_states_queued");
 }
 
 void dlrr_batch_begin(uint32_t loader, uint32_t iteration, uint64_t index, int is_training,

@@ -8,9 +8,14 @@
 // address (the preloaded library's symbol or a test double's ctypes callback), in the same
 // order: torch CPU, CUDA devices (when CUDA is initialised), numpy, python.
 //
-// write() checks, at every call, what the Python path checks (numpy's bit generator not
+// snapshot() takes the same states at one moment into an RngSnapshot whose write() makes that
+// same call later, to dlrr_rng_states_queued (the writer thread not woken: the step commits on
+// this thread): RngCapture.step_snapshot() and write_step(), an optimizer-counted step's states,
+// taken where the previous step ended and written as the next one begins (steps.py).
+//
+// write() and snapshot() check, at every call, what the Python path checks (numpy's bit generator not
 // replaced, sys.modules' random module and its getstate still the validated ones, no module
-// newly imported) and returns False before calling anything when one does not hold, or when
+// newly imported) and return False / None before calling anything when one does not hold, or when
 // the states are not the common case (a non-contiguous tensor, more than 8 items): the caller
 // then takes the Python path, which handles it as before.
 #include "RngStates.h"
@@ -62,6 +67,7 @@ struct RngStates {
   PyObject* randomModule;         // sys.modules["random"] as validated
   PyObject* inst;                 // random._inst
   RngStatesFn many;
+  RngStatesFn queued;  // dlrr_rng_states_queued: an RngSnapshot's write (many where not given)
   Source numpy;
   Source python;
   uintptr_t keyAddress;    // numpy: 624 key words and int pos
@@ -75,58 +81,60 @@ PyObject** fields(RngStates* r, int& n) {
   return dlrr::pyext::fieldsFrom(r, offsetof(RngStates, torch));
 }
 
-// The torch states of one call, with a reference to each tensor until the call returns.
-class Tensors {
- public:
-  Tensors() = default;
-  Tensors(const Tensors&) = delete;
-  Tensors& operator=(const Tensors&) = delete;
-  ~Tensors() {
-    for (int i = 0; i < n_; ++i) Py_DECREF(refs_[i]);
-  }
-
-  // Takes `tensor` (owned) into items[n]: 1 done, 0 not the common case, -1 error (set).
-  int add(PyObject* tensor, dlrr_rng_item_t* items, int n, int kind, int device) {
-    if (n_ >= kMaxItems || n >= kMaxItems) {
-      Py_DECREF(tensor);
-      return 0;
-    }
-    refs_[n_++] = tensor;
-    if (PyBytes_Check(tensor)) return 0;  // a state given as bytes: RngCapture.write's own case
-    PyObject* contiguous = PyObject_CallMethodNoArgs(tensor, names.isContiguous);
-    if (!contiguous) return -1;
-    int isContiguous = PyObject_IsTrue(contiguous);
-    Py_DECREF(contiguous);
-    if (isContiguous <= 0) return isContiguous;  // a copy is the Python path's business
-    unsigned long long data = 0;
-    long long count = 0, size = 0;
-    if (!callUnsigned(tensor, names.dataPtr, data) || !callSigned(tensor, names.numel, count) ||
-        !callSigned(tensor, names.elementSize, size))
-      return -1;
-    items[n] = dlrr_rng_item_t{reinterpret_cast<const void*>(static_cast<uintptr_t>(data)),
-                               static_cast<uint64_t>(count) * static_cast<uint64_t>(size), kind, device};
-    return 1;
-  }
-
- private:
-  static bool callUnsigned(PyObject* o, PyObject* name, unsigned long long& out) {
-    PyObject* r = PyObject_CallMethodNoArgs(o, name);
-    if (!r) return false;
-    out = PyLong_AsUnsignedLongLong(r);
-    Py_DECREF(r);
-    return !PyErr_Occurred();
-  }
-  static bool callSigned(PyObject* o, PyObject* name, long long& out) {
-    PyObject* r = PyObject_CallMethodNoArgs(o, name);
-    if (!r) return false;
-    out = PyLong_AsLongLong(r);
-    Py_DECREF(r);
-    return !PyErr_Occurred();
-  }
-
-  PyObject* refs_[kMaxItems] = {};
-  int n_ = 0;
+// One reading of every generator: the items of a dlrr_rng_states call and what they point at (the
+// torch states' tensors, referenced until released; numpy's and random's bytes, built here).
+struct Taken {
+  PyObject* refs[kMaxItems];  // first: RngSnapshot's GC fields (fields of a zeroed object: null)
+  dlrr_rng_item_t items[kMaxItems];
+  int nRefs;
+  int n;
+  unsigned char numpyBytes[kNumpyBytes];
+  unsigned char pythonBytes[kPythonBytes];
 };
+
+void release(Taken& t) {
+  for (int i = 0; i < t.nRefs; ++i) Py_CLEAR(t.refs[i]);
+  t.nRefs = 0;
+}
+
+bool callUnsigned(PyObject* o, PyObject* name, unsigned long long& out) {
+  PyObject* r = PyObject_CallMethodNoArgs(o, name);
+  if (!r) return false;
+  out = PyLong_AsUnsignedLongLong(r);
+  Py_DECREF(r);
+  return !PyErr_Occurred();
+}
+
+bool callSigned(PyObject* o, PyObject* name, long long& out) {
+  PyObject* r = PyObject_CallMethodNoArgs(o, name);
+  if (!r) return false;
+  out = PyLong_AsLongLong(r);
+  Py_DECREF(r);
+  return !PyErr_Occurred();
+}
+
+// Takes `tensor` (owned) into t's next item: 1 done, 0 not the common case, -1 error (set).
+int addTensor(Taken& t, PyObject* tensor, int kind, int device) {
+  if (t.nRefs >= kMaxItems || t.n >= kMaxItems) {
+    Py_DECREF(tensor);
+    return 0;
+  }
+  t.refs[t.nRefs++] = tensor;
+  if (PyBytes_Check(tensor)) return 0;  // a state given as bytes: RngCapture.write's own case
+  PyObject* contiguous = PyObject_CallMethodNoArgs(tensor, names.isContiguous);
+  if (!contiguous) return -1;
+  int isContiguous = PyObject_IsTrue(contiguous);
+  Py_DECREF(contiguous);
+  if (isContiguous <= 0) return isContiguous;  // a copy is the Python path's business
+  unsigned long long data = 0;
+  long long count = 0, size = 0;
+  if (!callUnsigned(tensor, names.dataPtr, data) || !callSigned(tensor, names.numel, count) ||
+      !callSigned(tensor, names.elementSize, size))
+    return -1;
+  t.items[t.n++] = dlrr_rng_item_t{reinterpret_cast<const void*>(static_cast<uintptr_t>(data)),
+                                   static_cast<uint64_t>(count) * static_cast<uint64_t>(size), kind, device};
+  return 1;
+}
 
 // sys.modules.get(name) (borrowed), nullptr for None as for no entry (an import blocked);
 // false when sys.modules is not a dict (error cleared).
@@ -209,51 +217,107 @@ int pythonState(RngStates* r, unsigned char* out) {
   return 1;
 }
 
-// write(): True when the states were written, False when nothing was called (the Python path).
-PyObject* write(PyObject* self, PyObject* /*unused*/) {
-  auto* r = reinterpret_cast<RngStates*>(self);
+// Reads every generator's state into t, which must be empty (nRefs and n 0): 1 taken, 0 not the
+// common case (the Python path), -1 error (set). t's references are released by its owner.
+int take(RngStates* r, Taken& t) {
   if (!r->torch) {
     PyErr_SetString(PyExc_RuntimeError, "RngStates was not initialised");
-    return nullptr;
+    return -1;
   }
-  dlrr_rng_item_t items[kMaxItems] = {};
-  Tensors tensors;
-  int n = 0;
   PyObject* cpu = PyObject_CallMethodNoArgs(r->torch, names.getRngState);
-  if (!cpu) return nullptr;
-  int rc = tensors.add(cpu, items, n++, DLRR_RNG_TORCH_CPU, -1);
-  if (rc <= 0) return rc < 0 ? nullptr : Py_NewRef(Py_False);
+  if (!cpu) return -1;
+  int rc = addTensor(t, cpu, DLRR_RNG_TORCH_CPU, -1);
+  if (rc <= 0) return rc;
   if (r->cuda != Py_None) {
     PyObject* initialized = PyObject_CallMethodNoArgs(r->cuda, names.isInitialized);
     int yes = initialized ? PyObject_IsTrue(initialized) : -1;
     Py_XDECREF(initialized);
-    if (yes < 0) return nullptr;
+    if (yes < 0) return -1;
     if (yes) {
       PyObject* all = PyObject_CallMethodNoArgs(r->cuda, names.getRngStateAll);
       PyObject* list = all ? PySequence_Fast(all, "get_rng_state_all() must be a sequence") : nullptr;
       Py_XDECREF(all);
-      if (!list) return nullptr;
+      if (!list) return -1;
       for (Py_ssize_t i = 0; rc > 0 && i < PySequence_Fast_GET_SIZE(list); ++i) {
         if (i > INT32_MAX)
           rc = 0;
         else
-          rc = tensors.add(Py_NewRef(PySequence_Fast_GET_ITEM(list, i)), items, n++, DLRR_RNG_TORCH_CUDA,
-                           static_cast<int>(i));
+          rc = addTensor(t, Py_NewRef(PySequence_Fast_GET_ITEM(list, i)), DLRR_RNG_TORCH_CUDA, static_cast<int>(i));
       }
       Py_DECREF(list);
-      if (rc <= 0) return rc < 0 ? nullptr : Py_NewRef(Py_False);
+      if (rc <= 0) return rc;
     }
   }
-  unsigned char numpyBytes[kNumpyBytes];
-  unsigned char pythonBytes[kPythonBytes];
-  int hasNumpy = numpyState(r, numpyBytes);
-  int hasPython = hasNumpy < 0 ? -1 : pythonState(r, pythonBytes);
-  if (hasPython < 0 || n + hasNumpy + hasPython > kMaxItems) Py_RETURN_FALSE;
-  if (hasNumpy) items[n++] = dlrr_rng_item_t{numpyBytes, kNumpyBytes, DLRR_RNG_NUMPY, -1};
-  if (hasPython) items[n++] = dlrr_rng_item_t{pythonBytes, kPythonBytes, DLRR_RNG_PYTHON, -1};
-  r->many(static_cast<uint32_t>(n), items);  // a test double's callback reports its own errors
-  Py_RETURN_TRUE;
+  int hasNumpy = numpyState(r, t.numpyBytes);
+  int hasPython = hasNumpy < 0 ? -1 : pythonState(r, t.pythonBytes);
+  if (hasPython < 0 || t.n + hasNumpy + hasPython > kMaxItems) return 0;
+  if (hasNumpy) t.items[t.n++] = dlrr_rng_item_t{t.numpyBytes, kNumpyBytes, DLRR_RNG_NUMPY, -1};
+  if (hasPython) t.items[t.n++] = dlrr_rng_item_t{t.pythonBytes, kPythonBytes, DLRR_RNG_PYTHON, -1};
+  return 1;
 }
+
+// write(): True when the states were written, False when nothing was called (the Python path).
+PyObject* write(PyObject* self, PyObject* /*unused*/) {
+  auto* r = reinterpret_cast<RngStates*>(self);
+  Taken t;  // on the stack: only nRefs and n need a value
+  t.nRefs = t.n = 0;
+  int rc = take(r, t);
+  if (rc > 0) r->many(static_cast<uint32_t>(t.n), t.items);  // a test double's callback reports its own errors
+  release(t);
+  if (rc < 0) return nullptr;
+  return Py_NewRef(rc > 0 ? Py_True : Py_False);
+}
+
+// _dlrr_native.RngSnapshot: a Taken kept from RngStates.snapshot() to its write() (an
+// optimizer-counted step's states, taken where the previous step ended, written as the next
+// one begins). Its items point into the object itself (its bytes) and at its tensors' data.
+struct RngSnapshot {
+  PyObject_HEAD Taken taken;
+  RngStatesFn many;
+};
+
+PyTypeObject* snapshotType;  // the module holds a reference too
+
+PyObject** snapshotFields(RngSnapshot* s, int& n) {
+  n = kMaxItems;
+  return dlrr::pyext::fieldsFrom(s, offsetof(RngSnapshot, taken) + offsetof(Taken, refs));
+}
+
+// snapshot(): an RngSnapshot of every generator's state now, or None (the Python path: as write()
+// returning False).
+PyObject* snapshot(PyObject* self, PyObject* /*unused*/) {
+  auto* r = reinterpret_cast<RngStates*>(self);
+  auto* s = reinterpret_cast<RngSnapshot*>(PyType_GenericAlloc(snapshotType, 0));  // zeroed
+  if (!s) return nullptr;
+  int rc = take(r, s->taken);
+  if (rc <= 0) {
+    Py_DECREF(s);  // its references go with it
+    return rc < 0 ? nullptr : Py_NewRef(Py_None);
+  }
+  s->many = r->queued;  // its step commits on this thread: the writer need not be woken
+  return reinterpret_cast<PyObject*>(s);
+}
+
+// RngSnapshot.write(): the states it holds in one dlrr_rng_states_queued call (dlrr_rng_states
+// where RngStates was given no other), the same items as RngStates.write().
+PyObject* writeSnapshot(PyObject* self, PyObject* /*unused*/) {
+  auto* s = reinterpret_cast<RngSnapshot*>(self);
+  if (!s->many) {
+    PyErr_SetString(PyExc_RuntimeError, "an RngSnapshot is made by RngStates.snapshot()");
+    return nullptr;
+  }
+  s->many(static_cast<uint32_t>(s->taken.n), s->taken.items);
+  Py_RETURN_NONE;
+}
+
+int initSnapshot(PyObject* /*self*/, PyObject* /*args*/, PyObject* /*kwargs*/) {
+  PyErr_SetString(PyExc_TypeError, "an RngSnapshot is made by RngStates.snapshot()");
+  return -1;
+}
+
+PyMethodDef snapshotMethods[] = {
+    {"write", writeSnapshot, METH_NOARGS, "write(): the states taken, in one dlrr_rng_states call"},
+    {nullptr, nullptr, 0, nullptr}};
 
 // A source argument of configure(): None absent, False slow, a tuple of `count` items fast.
 bool parseSource(PyObject* arg, Py_ssize_t count, Source& source, PyObject* const*& tuple) {
@@ -311,11 +375,12 @@ PyObject* configure(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
 
 int init(PyObject* self, PyObject* args, PyObject* kwargs) {
   auto* r = reinterpret_cast<RngStates*>(self);
-  static const char* keywords[] = {"rng_states_address", "torch", "cuda", nullptr};
-  unsigned long long many = 0;
+  static const char* keywords[] = {"rng_states_address", "torch", "cuda", "rng_states_queued_address", nullptr};
+  unsigned long long many = 0, queued = 0;
   PyObject* torch = nullptr;
   PyObject* cuda = nullptr;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "KOO", const_cast<char**>(keywords), &many, &torch, &cuda)) return -1;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "KOO|K", const_cast<char**>(keywords), &many, &torch, &cuda, &queued))
+    return -1;
   if (!many) {
     PyErr_SetString(PyExc_ValueError, "rng_states_address must be set");
     return -1;
@@ -326,6 +391,7 @@ int init(PyObject* self, PyObject* args, PyObject* kwargs) {
   r->torch = Py_NewRef(torch);
   r->cuda = Py_NewRef(cuda);
   r->many = reinterpret_cast<RngStatesFn>(static_cast<uintptr_t>(many));
+  r->queued = queued ? reinterpret_cast<RngStatesFn>(static_cast<uintptr_t>(queued)) : r->many;
   r->numpy = r->python = Source::slow;  // until configure()
   return 0;
 }
@@ -333,6 +399,8 @@ int init(PyObject* self, PyObject* args, PyObject* kwargs) {
 PyMethodDef methods[] = {
     {"write", write, METH_NOARGS,
      "write(): the generators' states in one dlrr_rng_states call (True), or nothing (False: the Python path)"},
+    {"snapshot", snapshot, METH_NOARGS,
+     "snapshot(): the generators' states now as an RngSnapshot to write() later, or None (the Python path)"},
     {"configure", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(configure)), METH_FASTCALL,
      "configure(numpy, python): where numpy's and random's states are (None: not imported, False: Python path)"},
     {nullptr, nullptr, 0, nullptr}};
@@ -348,10 +416,15 @@ int addRngStates(PyObject* module) {
       !intern(names.gaussNext, "gauss_next") || !intern(names.version, "VERSION") || !intern(names.numpy, "numpy") ||
       !intern(names.random, "random"))
     return -1;
+  PyObject* type = newHeapType<RngSnapshot, snapshotFields>(
+      "_dlrr_native.RngSnapshot", "RngStates.snapshot()'s states, written by write()", initSnapshot, snapshotMethods);
+  if (!type) return -1;
+  snapshotType = reinterpret_cast<PyTypeObject*>(type);
+  if (addType(module, "RngSnapshot", Py_NewRef(type)) < 0) return -1;  // snapshotType keeps its own
   return addType(module, "RngStates",
                  newHeapType<RngStates, fields>("_dlrr_native.RngStates",
-                                                "RngStates(rng_states_address, torch, cuda): a batch "
-                                                "delivery's RNG states",
+                                                "RngStates(rng_states_address, torch, cuda, "
+                                                "rng_states_queued_address=0): a batch delivery's RNG states",
                                                 init, methods));
 }
 

@@ -14,6 +14,7 @@ TINY = os.path.join(HERE, "jobs", "tiny_train.py")
 RNN_LM = os.path.join(HERE, "jobs", "rnn_lm.py")
 NAN_THEN_HANG = os.path.join(HERE, "jobs", "nan_then_hang.py")
 NATIVE_PROBE = os.path.join(HERE, "jobs", "native_probe.py")
+RNG_STEPS = os.path.join(HERE, "jobs", "rng_steps.py")
 SEED_NAN_STEP = 30  # examples/README.md: --seed 8 puts the first NaN at step 30
 
 
@@ -297,6 +298,51 @@ class NativeHooksTest(TraceTestCase):
         for kind in ("gradient", "parameter"):  # TensorListDigest's
             self.assertGreater(len([b for k, b in native if k == "digest" and b["digest"]["kind"] == kind]), 64 * 3,
                                kind)
+
+
+class NativeRngStepsTest(TraceTestCase):
+    """Steps without a DataLoader (counted by backward(), then by optimizer.step()) take their RNG
+    states through _dlrr_native.RngSnapshot where the extension is built: taken where the previous
+    step ended, written as the step begins, as the Python path (DLRR_NATIVE_HOOKS=0) does, event for
+    event; the job draws after each step's end (jobs/rng_steps.py), which must not reach them.
+    Replay restores them and reproduces every step."""
+
+    STEPS = 12
+    KINDS = ("rngState", "stepBegin", "stepEnd", "digest")
+
+    def record(self, native):
+        trace = self.trace_path("native.trace" if native else "python.trace")
+        p = run([tool("dlrecord"), "-o", trace, "--", PY, NATIVE_PROBE, RNG_STEPS, str(self.STEPS)],
+                env={"DLRR_NATIVE_HOOKS": None if native else "0"})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        states = re.search(r"^dlrr-test: rng states (\w+)$", p.stderr, re.M).group(1)
+        kept = []
+        for e in events(trace):
+            if e["kind"] in self.KINDS and e["stream"] != "launcher":
+                body = dict(e["event"])
+                body.pop("tNs")
+                kept.append((e["kind"], body))
+        return trace, states, p.stdout, kept
+
+    def test_same_states_as_the_python_path_and_replayed(self):
+        trace, states, out, native = self.record(True)
+        if states != "native":
+            self.skipTest("the _dlrr_native extension was not built for %s" % PY)
+        _, python_states, python_out, python = self.record(False)
+        self.assertEqual(python_states, "python")
+        self.assertEqual(out, python_out)
+        self.assertEqual(len(native), len(python))
+        for i, (a, b) in enumerate(zip(native, python)):
+            self.assertEqual(a, b, "event %d differs" % i)
+        rules = {b["stepBegin"]["byOptimizer"] for k, b in native if k == "stepBegin"}
+        self.assertEqual(len(rules), 2, rules)  # backward(), then optimizer.step()
+        for step in range(self.STEPS):
+            kinds = sorted(e["event"]["rngState"]["kind"] for e in events(trace, kind="rngState", step=step))
+            self.assertEqual(kinds, sorted(["torchCpu", "numpy", "python"]), step)
+        r = run([tool("dlreplay"), trace, "--until", "end"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("%d of %d recorded steps verified" % (self.STEPS, self.STEPS), r.stderr)
+        self.assertEqual(r.stdout, out)
 
 
 if __name__ == "__main__":

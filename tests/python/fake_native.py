@@ -150,6 +150,10 @@ class FakeLib:
             it = items[i]
             self._dlrr_rng_state(it.kind, it.device, it.data, it.n)
 
+    def _dlrr_rng_states_queued(self, n, items):
+        self._dlrr_rng_states(n, items)
+        self.calls.append(("rng_states_queued", n))  # the writer not woken
+
     def _dlrr_rng_state_at_fork(self, kind, device, data, n):
         self.calls.append(("rng_state_at_fork", kind, device, _bytes_at(data, n)))
 

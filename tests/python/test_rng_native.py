@@ -1,14 +1,19 @@
 """_dlrr_native.RngStates (pyhook/ext/RngStates.cc) against RngCapture's Python path.
 
-A batch delivery writes RngCapture.write(snapshot()); RngStates does it in C.  Both must make
-the same C API calls with the same bytes, in every case the Python path handles: numpy and
-random imported or not, a replaced numpy bit generator or random generator, seeds changed,
-gaussian caches set, CUDA states (a stand-in torch.cuda), more states than one packed call.
+A batch delivery writes RngCapture.write(snapshot()); RngStates does it in C.  An
+optimizer-counted step takes RngCapture.step_snapshot() where the previous step ended and writes
+it with write_step() as it begins: an RngSnapshot in C.  Both paths must make the same C API calls
+with the same bytes, the states of the moment the snapshot was taken, in every case the Python
+path handles: numpy and random imported or not, a replaced numpy bit generator or random
+generator, seeds changed, gaussian caches set, CUDA states (a stand-in torch.cuda), more states
+than one packed call.
 
 The extension is the build's (DLRR_TEST_NATIVE_EXT, set by CMake when it was built for this
 interpreter); without it these tests are skipped, saying so.
 """
 
+import gc
+import os
 import random
 import sys
 import types
@@ -74,7 +79,41 @@ class RngStatesTest(unittest.TestCase):
             self.assertEqual(self.lib.calls, expected)
         else:
             self.assertEqual(self.lib.calls, [])
+        self.assert_same_steps(python, fast, expected, native_used)
         return expected
+
+    @staticmethod
+    def queued(calls):
+        """`calls` (a delivery's states) as write_step() makes them: one packed call (8 states at
+        most) to dlrr_rng_states_queued, the writer thread not woken; more, one call each as before."""
+        return calls + [("rng_states_queued", len(calls))] if len(calls) <= 8 else calls
+
+    def assert_same_steps(self, python, fast, expected, native_used):
+        """step_snapshot() now, then every generator drawn from, then write_step(): both paths write
+        `expected`, the states of the snapshot's moment, queued; in C when native_used."""
+        taken_python, taken_fast = python.step_snapshot(), fast.step_snapshot()
+        self.assertIs(type(taken_python), list)
+        self.assertIs(type(taken_fast), list if not native_used else self.ext.RngSnapshot)
+        generators = ((random._inst.getstate, random._inst.setstate),
+                      (np.random.mtrand._rand.get_state, np.random.mtrand._rand.set_state),
+                      (torch.get_rng_state, torch.set_rng_state))
+        saved = [get() for get, _ in generators]  # the caller's checks go on from these states
+        try:
+            random.gauss(0, 1)
+            torch.rand(1)
+            with warnings.catch_warnings():  # get_state()'s on another bit generator
+                warnings.simplefilter("ignore", RuntimeWarning)
+                np.random.standard_normal()
+                self.assertNotEqual(self.calls_of(python), expected)  # the generators did move
+            for capture, taken in ((python, taken_python), (fast, taken_fast)):
+                for _ in range(2):  # a snapshot can be written again: the same calls
+                    self.lib.clear()
+                    capture.write_step(taken)
+                    self.assertEqual(self.lib.calls, self.queued(expected))
+        finally:
+            for (_, set_state), state in zip(generators, saved):
+                set_state(state)
+            self.lib.clear()
 
     def test_every_generator_as_the_python_path(self):
         python, fast = self.captures()
@@ -117,6 +156,23 @@ class RngStatesTest(unittest.TestCase):
             self.assertEqual([c[1] for c in calls], [native.RNG_TORCH_CPU])
         finally:
             sys.modules.update(saved)
+
+    def test_a_generator_imported_later_takes_one_python_step_snapshot(self):
+        saved = sys.modules.pop("random")
+        try:
+            python, fast = self.captures()
+            self.assertIs(type(fast.step_snapshot()), list)  # the first: numpy found in Python
+            self.assertIs(type(fast.step_snapshot()), self.ext.RngSnapshot)
+        finally:
+            sys.modules["random"] = saved
+        taken = fast.step_snapshot()  # random seen: the Python path, and RngStates told where it is
+        self.assertIs(type(taken), list)
+        expected = self.calls_of(python)
+        self.assertEqual([c[1] for c in expected], [native.RNG_TORCH_CPU, native.RNG_NUMPY, native.RNG_PYTHON])
+        fast.write_step(taken)
+        self.assertEqual(self.lib.calls, self.queued(expected))
+        self.assertIs(type(fast.step_snapshot()), self.ext.RngSnapshot)  # in C from then on
+        self.assert_same(python, fast)
 
     def test_a_replaced_numpy_bit_generator(self):
         python, fast = self.captures()
@@ -189,6 +245,48 @@ class RngStatesTest(unittest.TestCase):
         calls = self.assert_same(python, fast, native_used=False)
         self.assertEqual(calls[1][1:], (native.RNG_TORCH_CUDA, 0, b"a state as bytes"))
 
+    def test_a_snapshot_keeps_its_states_alone(self):
+        python, fast = self.captures()
+        self.assert_same(python, fast)
+        taken = fast.step_snapshot()
+        expected = self.calls_of(python)
+        gc.collect()  # its torch state, held by the snapshot only, stays
+        torch.manual_seed(7)
+        np.random.seed(8)
+        random.seed(9)
+        self.lib.clear()
+        fast.write_step(taken)
+        self.assertEqual(self.lib.calls, self.queued(expected))
+        self.assertTrue(gc.is_tracked(taken))
+        del taken
+        gc.collect()
+        refs = sys.getrefcount(torch.get_rng_state())  # no reference leaked by the snapshot's tensor
+        for _ in range(3):
+            fast.step_snapshot()
+        self.assertEqual(sys.getrefcount(torch.get_rng_state()), refs)
+
+    def test_a_snapshot_written_in_a_forked_child(self):
+        python, fast = self.captures()
+        taken = fast.step_snapshot()
+        expected = self.calls_of(python)
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: the same snapshot, its memory copied
+            try:
+                os.close(read)
+                np.random.seed(4)
+                self.lib.clear()
+                fast.write_step(taken)
+                ok = self.lib.calls == self.queued(expected)
+                os.write(write, b"same" if ok else b"differ")
+            finally:
+                os._exit(0)
+        os.close(write)
+        with os.fdopen(read, "rb") as f:
+            said = f.read()
+        os.waitpid(pid, 0)
+        self.assertEqual(said, b"same")
+
     def test_errors_are_the_python_paths(self):
         def broken():
             raise RuntimeError("no state")
@@ -198,12 +296,22 @@ class RngStatesTest(unittest.TestCase):
             python.write_snapshot()
         with self.assertRaisesRegex(RuntimeError, "no state"):
             fast.write_snapshot()
+        for capture in (python, fast):
+            with self.assertRaisesRegex(RuntimeError, "no state"):
+                capture.step_snapshot()
         self.assertEqual(self.lib.calls, [])
 
     def test_uninitialised_and_bad_arguments(self):
         states = self.ext.RngStates.__new__(self.ext.RngStates)
         with self.assertRaises(RuntimeError):
             states.write()
+        with self.assertRaises(RuntimeError):
+            states.snapshot()
+        with self.assertRaises(TypeError):
+            self.ext.RngSnapshot()
+        with self.assertRaises(RuntimeError):  # not made by RngStates.snapshot(): nothing to write
+            self.ext.RngSnapshot.__new__(self.ext.RngSnapshot).write()
+        self.assertEqual(self.lib.calls, [])
         with self.assertRaises(ValueError):
             self.ext.RngStates(rng_states_address=0, torch=torch, cuda=None)
         python, fast = self.captures()

@@ -110,6 +110,10 @@ typedef struct dlrr_rng_item {
 /* dlrr_rng_state of n generators in one call (a step's states: one crossing instead of one
  * per generator), with the same effect as n calls in item order. */
 DLRR_API void dlrr_rng_states(uint32_t n, const dlrr_rng_item_t* items);
+/* dlrr_rng_states without waking the writer thread: the states of a step that commits on the
+ * calling thread (an optimizer-counted step: dlrr_step_end), written with that commit. Their
+ * events are only written at the commit either way; the wake cost the caller a futex call. */
+DLRR_API void dlrr_rng_states_queued(uint32_t n, const dlrr_rng_item_t* items);
 
 /* ---- batches: a structured value built depth-first. Containers announce their child
  * count; dict children are each preceded by dlrr_val_key. */

@@ -114,6 +114,7 @@ SIGNATURES = {
     "dlrr_rng_state": (None, [c_int, c_int, c_void_p, c_uint64]),
     "dlrr_rng_state_at_fork": (None, [c_int, c_int, c_void_p, c_uint64]),
     "dlrr_rng_states": (None, [c_uint32, POINTER(RngItemT)]),
+    "dlrr_rng_states_queued": (None, [c_uint32, POINTER(RngItemT)]),
     "dlrr_batch_begin": (None, [c_uint32, c_uint32, c_uint64, c_int, POINTER(c_int64), c_uint64]),
     "dlrr_val_list": (None, [c_uint32]),
     "dlrr_val_tuple": (None, [c_uint32]),

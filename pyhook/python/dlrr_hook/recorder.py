@@ -155,10 +155,10 @@ class RecordStrategy(Strategy):
 
     def snapshot_rng(self, step=None):
         """RNG states that will belong to optimizer-driven step `step` (see StepTracker)."""
-        return self.session.rng.snapshot()
+        return self.session.rng.step_snapshot()
 
     def write_step_rng(self, rng):
-        self.session.rng.write(rng)
+        self.session.rng.write_step(rng)
 
     def digest(self, kind, path, call_index, output, tensor, keep):
         """dlrr_digest of one tensor; returns the host tensor digested (None: skipped or on a GPU)."""

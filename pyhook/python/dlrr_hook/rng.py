@@ -241,6 +241,8 @@ class RngCapture:
         self._lib = lib
         self._write = lib.dlrr_rng_state
         self._write_many = getattr(lib, "dlrr_rng_states", None)
+        # A step's states written with its commit on this thread: the writer thread not woken.
+        self._write_queued = getattr(lib, "dlrr_rng_states_queued", None) or self._write_many
         self._torch = torch
         self._cuda = getattr(torch, "cuda", None)
         self._numpy = None
@@ -258,7 +260,9 @@ class RngCapture:
         if address is None:
             return None
         try:
-            states = make(rng_states_address=address, torch=self._torch, cuda=self._cuda)
+            queued = native.address_of(self._write_queued) or address
+            states = make(rng_states_address=address, torch=self._torch, cuda=self._cuda,
+                          rng_states_queued_address=queued)
             self._configure_native(states)
             return states
         except Exception:  # an extension of another build
@@ -280,6 +284,28 @@ class RngCapture:
         self.write(self.snapshot())
         if states is not None:  # numpy or random seen (again): RngStates reads them from now on
             self._configure_native(states)
+
+    def step_snapshot(self):
+        """An optimizer-counted step's states, taken now for write_step() at its begin (steps.py):
+        a _dlrr_native.RngSnapshot when RngStates can take them (the same states, read now, and
+        the same dlrr_rng_states call later), else snapshot()."""
+        states = self._native
+        if states is not None:
+            taken = states.snapshot()
+            if taken is not None:
+                return taken
+        taken = self.snapshot()
+        if states is not None:  # numpy or random seen (again): RngStates reads them from now on
+            self._configure_native(states)
+        return taken
+
+    def write_step(self, taken):
+        """Writes what step_snapshot() took, with dlrr_rng_states_queued: the step commits on this
+        thread (dlrr_step_end), which writes them; waking the writer for them cost a futex call."""
+        if type(taken) is list:
+            self.write(taken, queued=True)
+        else:
+            taken.write()
 
     def snapshot(self):
         """[(kind, device, payload)]; payload is bytes or a CPU uint8 tensor."""
@@ -317,7 +343,7 @@ class RngCapture:
             python_rng = self._python = PythonGlobalRng(rnd)
         return python_rng.snapshot()
 
-    def write(self, states, at_fork=False):
+    def write(self, states, at_fork=False, queued=False):
         if not at_fork and self._packed and self._write_many is not None and len(states) <= self._ITEMS._length_:
             items = self._ITEMS()
             copies = []  # contiguous copies, alive until the call returns (states holds the rest)
@@ -331,7 +357,7 @@ class RngCapture:
                         copies.append(payload)
                     _ITEM.pack_into(items, i * _ITEM.size, payload.data_ptr(),
                                     payload.numel() * payload.element_size(), kind, device)
-            self._write_many(len(states), items)
+            (self._write_queued if queued else self._write_many)(len(states), items)
             return
         write = self._lib.dlrr_rng_state_at_fork if at_fork else self._write
         for kind, device, payload in states:
