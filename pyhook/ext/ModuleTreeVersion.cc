@@ -98,7 +98,8 @@ class TreeWalk {
     // References held for the walk: the dicts and children are the job's, and nothing here runs
     // its code (the metaclass is `type`), but a held reference costs nothing.
     PyObject* params = Py_XNewRef(PyDict_GetItemWithError(dict, names.parameters));
-    PyObject* children = params || !PyErr_Occurred() ? Py_XNewRef(PyDict_GetItemWithError(dict, names.modules)) : nullptr;
+    PyObject* children =
+        params || !PyErr_Occurred() ? Py_XNewRef(PyDict_GetItemWithError(dict, names.modules)) : nullptr;
     Py_DECREF(dict);
     if (PyErr_Occurred()) w = Walked::kError;
     if (w == Walked::kOk) w = note(params);
