@@ -12,8 +12,9 @@
 // None where it cannot tell: a module type overriding named_parameters, _named_members or
 // named_modules, or a metaclass other than `type` (attribute lookups could run its code); a
 // `_parameters`/`_modules` that is not a dict; a child that is not a module_type; a tree deeper
-// than kMaxDepth or larger than kMaxDicts; and on Python 3.12+, where ma_version_tag is deprecated
-// (torch 2.x has registration hooks there, and the caller keeps its names per step otherwise).
+// than kMaxDepth or larger than kMaxDicts; a module whose attributes cannot be read; and on
+// Python 3.12+, where ma_version_tag is deprecated (torch 2.x has registration hooks there, and
+// the caller keeps its names per step otherwise).
 #include "ModuleTreeVersion.h"
 
 #include <cstdint>
@@ -138,7 +139,11 @@ PyObject* moduleTreeVersion(PyObject*, PyObject* const* args, Py_ssize_t nargs) 
     case Walked::kError:
       break;
   }
-  return nullptr;
+  // A module whose attributes could not be read (no __dict__, a failing lookup) is one more tree
+  // it cannot speak for: the names are walked as before. KeyboardInterrupt and the like go on.
+  if (!PyErr_ExceptionMatches(PyExc_Exception)) return nullptr;
+  PyErr_Clear();
+  Py_RETURN_NONE;
 }
 
 PyMethodDef functions[] = {
