@@ -4,7 +4,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 import unittest
 
 from harness import EXAMPLES, PY, TraceTestCase, children, dataset, events, info, run, steps, tool
@@ -16,6 +15,18 @@ NAN_THEN_HANG = os.path.join(HERE, "jobs", "nan_then_hang.py")
 NATIVE_PROBE = os.path.join(HERE, "jobs", "native_probe.py")
 RNG_STEPS = os.path.join(HERE, "jobs", "rng_steps.py")
 SEED_NAN_STEP = 30  # examples/README.md: --seed 8 puts the first NaN at step 30
+
+
+def job_events(trace, kinds):
+    """[(kind, event body without its time)] of the job's streams, of the given kinds, in order:
+    what two recordings of the same job must agree on."""
+    kept = []
+    for e in events(trace):
+        if e["kind"] in kinds and e["stream"] != "launcher":
+            body = dict(e["event"])
+            body.pop("tNs")
+            kept.append((e["kind"], body))
+    return kept
 
 
 def printed_losses(stdout):
@@ -273,12 +284,7 @@ class NativeHooksTest(TraceTestCase):
         self.assertEqual(lists, hooks)
         values = re.search(r"^dlrr-test: batch values (\w+)$", p.stderr, re.M).group(1)
         self.assertEqual(values, hooks)
-        kept = []
-        for e in events(trace):
-            if e["kind"] in self.KINDS and e["stream"] != "launcher":
-                body = dict(e["event"])
-                body.pop("tNs")
-                kept.append((e["kind"], body))
+        kept = job_events(trace, self.KINDS)
         return hooks, p.stdout, kept
 
     def test_same_events_as_the_python_hooks(self):
@@ -316,12 +322,7 @@ class NativeRngStepsTest(TraceTestCase):
                 env={"DLRR_NATIVE_HOOKS": None if native else "0"})
         self.assertEqual(p.returncode, 0, p.stderr)
         states = re.search(r"^dlrr-test: rng states (\w+)$", p.stderr, re.M).group(1)
-        kept = []
-        for e in events(trace):
-            if e["kind"] in self.KINDS and e["stream"] != "launcher":
-                body = dict(e["event"])
-                body.pop("tNs")
-                kept.append((e["kind"], body))
+        kept = job_events(trace, self.KINDS)
         return trace, states, p.stdout, kept
 
     def test_same_states_as_the_python_path_and_replayed(self):
