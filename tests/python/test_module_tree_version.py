@@ -17,9 +17,8 @@ import fake_native
 import torch
 from torch import nn
 
-import dlrr_hook
 from dlrr_hook import native
-from test_native_hooks import EXT, NAME, load_extension
+from test_native_hooks import EXT, WithExtension, load_extension
 
 HAS_TAGS = sys.version_info < (3, 12)  # ma_version_tag: deprecated from 3.12, where None is answered
 
@@ -172,23 +171,11 @@ def digests_per_step(calls, kind):
 
 
 @unittest.skipUnless(EXT, "the native extension was not built for this interpreter (DLRR_TEST_NATIVE_EXT unset)")
-class KeptParameterNamesTest(unittest.TestCase):
-    def setUp(self):
-        self.module = load_extension()
-        self.addCleanup(dlrr_hook.uninstall)
-        self.addCleanup(sys.modules.pop, NAME, None)
-
+class KeptParameterNamesTest(WithExtension, unittest.TestCase):
     def record(self, use_native, action):
-        if use_native:
-            sys.modules[NAME] = self.module
-        else:
-            sys.modules.pop(NAME, None)
         lib = fake_native.FakeLib()
-        rec = dlrr_hook.install(lib=lib)
-        try:
+        with self.installed(use_native, lib) as rec:
             return lib.calls, action(rec)
-        finally:
-            dlrr_hook.uninstall()
 
     def test_a_reshaped_model_is_named_as_it_is_at_every_step(self):
         for use_native in (True, False):

@@ -11,6 +11,7 @@ The extension is the build's (DLRR_TEST_NATIVE_EXT, set by CMake when it was bui
 interpreter); without it these tests are skipped, saying so.
 """
 
+import contextlib
 import importlib.util
 import math
 import os
@@ -37,6 +38,29 @@ def load_extension():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+class WithExtension:
+    """A TestCase mixin: setUp loads the build's extension; installed(use_native, lib) is the hook
+    installed on the fake `lib` with the extension importable (use_native) or not, uninstalled on
+    leaving, so that one job can be recorded both ways and the calls compared."""
+
+    def setUp(self):
+        self.module = load_extension()
+        self.addCleanup(dlrr_hook.uninstall)
+        self.addCleanup(sys.modules.pop, NAME, None)
+
+    @contextlib.contextmanager
+    def installed(self, use_native, lib):
+        if use_native:
+            sys.modules[NAME] = self.module
+        else:
+            sys.modules.pop(NAME, None)
+        rec = dlrr_hook.install(lib=lib)
+        try:
+            yield rec
+        finally:
+            dlrr_hook.uninstall()
 
 
 class NanFake(fake_native.FakeLib):
@@ -214,25 +238,13 @@ def job(nan_at=None):
 
 
 @unittest.skipUnless(EXT, "the native hooks extension was not built for this interpreter (DLRR_TEST_NATIVE_EXT unset)")
-class NativeHooksTest(unittest.TestCase):
-    def setUp(self):
-        self.module = load_extension()
-        self.addCleanup(dlrr_hook.uninstall)
-        self.addCleanup(sys.modules.pop, NAME, None)
-
+class NativeHooksTest(WithExtension, unittest.TestCase):
     def record(self, use_native, fake=NanFake, action=job, **kwargs):
-        if use_native:
-            sys.modules[NAME] = self.module
-        else:
-            sys.modules.pop(NAME, None)
         lib = fake()
-        rec = dlrr_hook.install(lib=lib)
-        try:
+        with self.installed(use_native, lib) as rec:
             self.assertEqual(rec.modules.native_hooks is not None, use_native)
             action(**kwargs)
             return [_untimed(c) for c in lib.calls], rec
-        finally:
-            dlrr_hook.uninstall()
 
     def assert_same_calls(self, **kwargs):
         python, _ = self.record(False, **kwargs)

@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader, Dataset
 import dlrr_hook
 from dlrr_hook import values
 from dlrr_hook.tensors import TensorMarshal
-from test_native_hooks import EXT, NAME, load_extension
+from test_native_hooks import EXT, NAME, WithExtension, load_extension
 
 
 class RawFake(fake_native.FakeLib):
@@ -322,27 +322,15 @@ def loader_job():
 
 
 @unittest.skipUnless(EXT, "the native extension was not built for this interpreter (DLRR_TEST_NATIVE_EXT unset)")
-class NativeValuesInTheHookTest(unittest.TestCase):
+class NativeValuesInTheHookTest(WithExtension, unittest.TestCase):
     """The installed hook: its batches through the C walk where the extension imports."""
 
-    def setUp(self):
-        self.module = load_extension()
-        self.addCleanup(dlrr_hook.uninstall)
-        self.addCleanup(sys.modules.pop, NAME, None)
-
     def record(self, use_native):
-        if use_native:
-            sys.modules[NAME] = self.module
-        else:
-            sys.modules.pop(NAME, None)
         lib = fake_native.FakeLib()
-        rec = dlrr_hook.install(lib=lib)
-        try:
+        with self.installed(use_native, lib) as rec:
             self.assertEqual(rec.values.native_walker is not None, use_native)
             loader_job()
             return lib.calls
-        finally:
-            dlrr_hook.uninstall()
 
     def test_same_batches_as_the_python_walk(self):
         python = self.record(False)

@@ -21,7 +21,7 @@ from torch import nn
 
 import dlrr_hook
 from dlrr_hook import gpu, native
-from test_native_hooks import EXT, NAME, load_extension
+from test_native_hooks import EXT, NAME, WithExtension
 
 GRADIENT, PARAMETER = native.DIGEST_GRADIENT, native.DIGEST_PARAMETER
 
@@ -78,25 +78,13 @@ def job(steps=3, extra=True):
 
 
 @unittest.skipUnless(EXT, "the native extension was not built for this interpreter (DLRR_TEST_NATIVE_EXT unset)")
-class TensorListDigestTest(unittest.TestCase):
-    def setUp(self):
-        self.module = load_extension()
-        self.addCleanup(dlrr_hook.uninstall)
-        self.addCleanup(sys.modules.pop, NAME, None)
-
+class TensorListDigestTest(WithExtension, unittest.TestCase):
     def record(self, use_native, action=job, fake=ManyFake):
-        if use_native:
-            sys.modules[NAME] = self.module
-        else:
-            sys.modules.pop(NAME, None)
         lib = fake()
-        rec = dlrr_hook.install(lib=lib)
-        try:
+        with self.installed(use_native, lib) as rec:
             self.assertEqual(rec._native_lists() is not None, use_native)
             action()
             return lib.calls, rec
-        finally:
-            dlrr_hook.uninstall()
 
     def assert_same_digests(self, action=job, ignore=("many",)):
         """Both paths' calls, without the dlrr_digest_many notes (where batches are cut differs:
