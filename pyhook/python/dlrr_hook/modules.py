@@ -165,11 +165,11 @@ class ModulePaths:
     def parameters(self, root):
         """[(name bytes, parameter)] of a root, under its prefix."""
         entry = self._params.get(id(root))
+        if entry is not None and entry[1] == self.generation and entry[0]() is root:
+            return entry[2]
         prefix = self.lookup(root)
         fingerprint = None
         if entry is not None and entry[0]() is root:
-            if entry[1] == self.generation:
-                return entry[2]
             if self._tree_version is not None and entry[3] is not None and entry[4] == prefix:
                 fingerprint = self._tree_version(root)
                 if fingerprint == entry[3]:
