@@ -88,6 +88,22 @@ class KillDuringRecordingTest(TraceTestCase):
             self.assertGreaterEqual(f["trace_steps"], f["last_printed"])
         self.check("final-flush", at_done=True)            # while the job exits and closes
 
+    def test_kill_9_of_a_loop_without_a_loader(self):
+        """Steps counted by optimizer.step() commit on the job's own thread, their RNG states queued
+        without waking the writer (dlrr_rng_states_queued): a kill -9 mid-run keeps every step the
+        job printed (kill_once: `dltrace verify` finds every blob an event names), each with its
+        RNG states, and replay verifies them."""
+        f = self.check("no-loader", after_step=12, extra_args=("--no-loader",))
+        n = f["trace_steps"]
+        self.assertGreaterEqual(n, 12)
+        with_states = {e["event"]["step"] for e in events(self.trace_path("no-loader"), kind="rngState")}
+        self.assertLessEqual(set(range(n)), with_states)
+        p = run([tool("dlreplay"), self.trace_path("no-loader"), "--until", "step=%d" % (n - 1), "--json"],
+                timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        doc = json.loads(p.stdout.rstrip("\n").rsplit("\n", 1)[-1])
+        self.assertEqual(doc["verified_steps"], n - 1)
+
     def test_recovered_trace_replays_to_its_last_step(self):
         f = killing.kill_once(self.trace_path(), after_step=12, steps=30)
         n = f["trace_steps"]
