@@ -1,14 +1,11 @@
 #include "recorder/FailureRing.h"
 
-#include <sys/uio.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <climits>
 #include <cstring>
 #include <iterator>
 
+#include "recorder/OwnMemory.h"
 #include "session/TensorDigest.h"
 
 namespace dlrr {
@@ -108,30 +105,9 @@ void FailureRing::stepBegan() {
 }
 
 namespace {
-// A borrowed entry read into its own buffer and digested again: false when the bytes are not
-// the ones its hook digested (changed in place since), which are then never written.
-//
-// The bytes are copied with process_vm_readv on this process, not read: a storage the job freed
-// since (a module output `resize_`d larger) may be unmapped, and the syscall then reports EFAULT
-// where a load would kill the job at its failure. Where a seccomp filter forbids the syscall
-// (old container profiles: EPERM/ENOSYS) the bytes are read directly, as a copying ring would.
-bool copyOwnMemory(const void* src, uint64_t n, uint8_t* dst) {
-  uint64_t done = 0;
-  while (done < n) {
-    iovec local{dst + done, n - done};
-    iovec remote{const_cast<uint8_t*>(static_cast<const uint8_t*>(src)) + done, n - done};
-    ssize_t got = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0 && (errno == EPERM || errno == ENOSYS) && done == 0) {
-      std::memcpy(dst, src, n);
-      return true;
-    }
-    if (got <= 0) return false;  // EFAULT: part of it is not mapped any more
-    done += static_cast<uint64_t>(got);
-  }
-  return true;
-}
-
+// A borrowed entry read into its own buffer (OwnMemory.h: it may be unmapped since) and digested
+// again: false when the bytes are not the ones its hook digested (changed in place since, or
+// freed), which are then never written.
 bool resolveBorrowed(KeptTensor& k) {
   if (!k.borrowed) return true;
   KeptBytes bytes(k.borrowedBytes);
