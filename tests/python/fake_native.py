@@ -7,9 +7,18 @@ library).  Calls are recorded as (name, decoded args...) tuples in .calls.
 """
 
 import ctypes
+import faulthandler
 import math
 import os
 import sys
+
+# A test that hangs (a gloo collective that never returns, a deadlock) prints every thread's
+# Python stack and fails the run, instead of waiting for ctest's kill at 600 s, which says
+# nothing about where it hung. The whole suite takes under a minute; every test module imports
+# this one (once a process). DLRR_TEST_HANG_S: other seconds (0: off).
+_HANG_S = float(os.environ.get("DLRR_TEST_HANG_S", "300"))
+if _HANG_S > 0:
+    faulthandler.dump_traceback_later(_HANG_S, exit=True)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
