@@ -15,6 +15,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, "jobs", "tv_mnist.py")
 SKORCH = os.path.join(HERE, "jobs", "skorch_fit.py")
 HOGWILD = os.path.join(HERE, "jobs", "hogwild.py")
+WARMUP = os.path.join(HERE, "jobs", "warmup_forward.py")
 SPIKE = 20  # an infinite LR at this step: its update makes the parameters non-finite
 
 
@@ -76,6 +77,38 @@ class TorchvisionMnistTest(TraceTestCase):
         self.assertEqual(doc["verified_steps"], 32, p.stderr)
         # The job's own output (losses, EMA losses, accuracies) is the recording's.
         self.assertTrue(p.stdout.startswith(rec.stdout.rsplit("\n", 2)[0]), p.stdout[:400])
+
+
+class WarmupForwardTest(TraceTestCase):
+    """A forward before the optimizer exists (LazyLinear materialised, torch.jit.trace's runs) is
+    part of the job's first iteration: dlrr's steps are the loop's iterations, not one more."""
+
+    def record(self, *args):
+        trace = self.trace_path()
+        plain = run([PY, WARMUP] + list(args))
+        rec = run([tool("dlrecord"), "-o", trace, "--", PY, WARMUP] + list(args))
+        self.assertEqual(rec.returncode, 0, rec.stderr)
+        job_stderr = "".join(l for l in rec.stderr.splitlines(True) if not l.startswith("dlrecord: "))
+        self.assertEqual((rec.stdout, job_stderr), (plain.stdout, plain.stderr))
+        return trace, rec
+
+    def test_steps_are_the_loops_iterations_and_replay_bit_exact(self):
+        trace, _ = self.record("--steps", "4")
+        self.assertEqual(info(trace)["steps"], 4)
+        p, doc = replay(trace, "--until", "end")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(doc["verified_steps"], 4, p.stderr)
+
+    def test_the_nan_is_at_the_loops_step(self):
+        trace, rec = self.record("--spike-step", "3")
+        self.assertIn("step 3 loss 1.", rec.stdout)
+        self.assertIn("step 4 loss nan", rec.stdout)
+        failure = info(trace)["failure"]
+        self.assertEqual((failure["step"], failure["where"]), (4, "Net.mlp"), failure)
+        p, doc = replay(trace, "--until", "nan")
+        self.assertEqual((p.returncode, doc["outcome"]), (0, "reached"), p.stderr)
+        self.assertEqual((doc["verified_steps"], doc["report"]["stop.step"]), (4, 4), p.stderr)
+        self.assertIn("Net.mlp", doc["report"]["stop.where"])
 
 
 class SkorchTest(TraceTestCase):
