@@ -16,6 +16,7 @@ JOB = os.path.join(HERE, "jobs", "tv_mnist.py")
 SKORCH = os.path.join(HERE, "jobs", "skorch_fit.py")
 HOGWILD = os.path.join(HERE, "jobs", "hogwild.py")
 WARMUP = os.path.join(HERE, "jobs", "warmup_forward.py")
+SPECTROGRAM = os.path.join(HERE, "jobs", "spectrogram_frontend.py")
 SPIKE = 20  # an infinite LR at this step: its update makes the parameters non-finite
 
 
@@ -110,6 +111,22 @@ class WarmupForwardTest(TraceTestCase):
         self.assertEqual((p.returncode, doc["outcome"]), (0, "reached"), p.stderr)
         self.assertEqual((doc["verified_steps"], doc["report"]["stop.step"]), (4, 4), p.stderr)
         self.assertIn("Net.mlp", doc["report"]["stop.where"])
+
+
+class ComplexOutputTest(TraceTestCase):
+    def test_an_inf_in_a_complex_spectrogram_is_the_first_non_finite_value(self):
+        trace = self.trace_path()
+        rec = run([tool("dlrecord"), "-o", trace, "--", PY, SPECTROGRAM, "--inf-at", "2"])
+        self.assertEqual(rec.returncode, 0, rec.stderr)
+        failure = info(trace)["failure"]
+        # Not the mel projection after it: the stft's complex output is where the Inf shows first.
+        self.assertEqual((failure["step"], failure["where"]), (2, "spec"), failure)
+        p, doc = replay(trace, "--until", "nan")
+        self.assertEqual((p.returncode, doc["outcome"], doc["verified_steps"]), (0, "reached", 2), p.stderr)
+        self.assertIn("at module spec (call 0) of step 2", doc["report"]["stop.where"])
+        # replay counts the complex output's parts as the recording did
+        counts = re.match(r"(\d+) NaN, (\d+) Inf in output of spec$", failure["message"]).groups()
+        self.assertIn("(%s NaN, %s Inf)" % counts, doc["report"]["stop.where"])
 
 
 class SkorchTest(TraceTestCase):

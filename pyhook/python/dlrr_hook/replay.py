@@ -1267,12 +1267,15 @@ class ReplayStrategy(Strategy):
 
 def _non_finite(value, torch):
     """(NaN count, Inf count) over the floating tensors in `value` when any is non-finite, else
-    None: what this replay computed, not what the recording says."""
+    None: what this replay computed, not what the recording says. A complex tensor's parts are
+    counted, as the recorded digest counts them."""
     nan = inf = 0
     for t in _flat_tensors(value, torch.Tensor):
         if not (t.is_floating_point() or t.is_complex()):
             continue
         t = t.detach()
+        if t.is_complex():
+            t = torch.view_as_real(t.resolve_conj())
         nan += int(torch.isnan(t).sum())
         inf += int(torch.isinf(t).sum())
     return (nan, inf) if nan or inf else None
