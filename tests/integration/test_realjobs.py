@@ -17,6 +17,7 @@ SKORCH = os.path.join(HERE, "jobs", "skorch_fit.py")
 HOGWILD = os.path.join(HERE, "jobs", "hogwild.py")
 WARMUP = os.path.join(HERE, "jobs", "warmup_forward.py")
 SPECTROGRAM = os.path.join(HERE, "jobs", "spectrogram_frontend.py")
+CLIP = os.path.join(HERE, "jobs", "clip_nonfinite.py")
 SPIKE = 20  # an infinite LR at this step: its update makes the parameters non-finite
 
 
@@ -127,6 +128,42 @@ class ComplexOutputTest(TraceTestCase):
         # replay counts the complex output's parts as the recording did
         counts = re.match(r"(\d+) NaN, (\d+) Inf in output of spec$", failure["message"]).groups()
         self.assertIn("(%s NaN, %s Inf)" % counts, doc["report"]["stop.where"])
+
+
+class NanThenExceptionTest(TraceTestCase):
+    """A NaN the job turns into an exception (clip_grad_norm_(error_if_nonfinite=True)): the
+    trace's first failure is the NaN, the process ended with the exception."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="dlrr-clip-")
+        cls.trace = os.path.join(cls.dir, "t")
+        cls.rec = run([tool("dlrecord"), "-o", cls.trace, "--", PY, CLIP, "--nan-at", "2"])
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def test_recorded_as_the_nan_first(self):
+        self.assertEqual(self.rec.returncode, 1, self.rec.stderr)
+        self.assertIn("RuntimeError: The total norm", self.rec.stderr)
+        failure = info(self.trace)["failure"]
+        self.assertEqual((failure["kind"], failure["step"]), ("nonfinite", 2), failure)
+
+    def test_replay_to_the_end_ends_as_the_recording_did(self):
+        p, doc = replay(self.trace, "--until", "end")
+        self.assertEqual((p.returncode, doc["outcome"]), (0, "reached"), p.stderr)
+        self.assertNotIn("diverged", p.stderr)
+        self.assertEqual(doc["verified_steps"], 3, p.stderr)
+
+    def test_until_crash_reproduces_the_exception(self):
+        p, doc = replay(self.trace, "--until", "crash")
+        self.assertEqual((p.returncode, doc["outcome"]), (0, "reached"), p.stderr)
+        self.assertEqual((doc["message"], doc["report"]["stop.step"]), ("reached crash", 2), p.stderr)
+
+    def test_until_nan_stops_at_the_nan(self):
+        p, doc = replay(self.trace, "--until", "nan")
+        self.assertEqual((p.returncode, doc["outcome"], doc["report"]["stop.step"]), (0, "reached", 2), p.stderr)
 
 
 class SkorchTest(TraceTestCase):
