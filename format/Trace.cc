@@ -201,7 +201,7 @@ TraceSummary Trace::summarize() {
   }
   StreamReader* mainS = mainStream();
   if (mainS) sum.mainStream = mainS->name();
-  std::optional<FailureInfo> anyFailure;
+  std::optional<FailureInfo> anyFailure, anyCrash;
   for (auto& s : streams_) {
     StreamSummary ss;
     auto h = s->header();
@@ -218,7 +218,7 @@ TraceSummary Trace::summarize() {
       ss.bytes += kFrameHeaderSize + f.header.storedLen;
       ss.rawBytes += f.header.rawLen + kFrameHeaderSize;
     }
-    std::optional<FailureInfo> first;
+    std::optional<FailureInfo> first, crash;
     int64_t lastEnded = -1;
     try {
       s->forEachEvent([&](schema::Event::Reader e, const FrameInfo&) {
@@ -230,6 +230,10 @@ TraceSummary Trace::summarize() {
         if (e.isProcessExit()) ss.exitCode = e.getProcessExit().getExitCode();
         if (e.isRecorderStatus())  // what was not recorded, and informational notes
           sum.notes.push_back(ss.name + ": " + e.getRecorderStatus().getMessage().cStr());
+        if (e.isFailure() && !crash && e.getFailure().getKind() != schema::Failure::Kind::NONFINITE) {
+          crash = failureInfo(e.getFailure(), ss.name);
+          crash->betweenSteps = crash->step >= 0 && crash->step <= lastEnded;
+        }
         if (e.isFailure() && !first) {
           first = failureInfo(e.getFailure(), ss.name);
           first->betweenSteps = first->step >= 0 && first->step <= lastEnded;
@@ -242,8 +246,11 @@ TraceSummary Trace::summarize() {
       ss.torn = false;
     }
     ss.failure = first;
+    ss.crash = crash;
     if (first && (s.get() == mainS)) sum.failure = first;
     if (first && !anyFailure) anyFailure = first;
+    if (crash && (s.get() == mainS)) sum.crash = crash;
+    if (crash && !anyCrash) anyCrash = crash;
     if (s.get() == mainS) {
       sum.steps = ss.steps;
       sum.untrainedSteps = ss.untrainedSteps;
@@ -273,6 +280,7 @@ TraceSummary Trace::summarize() {
     p.exitCode = it != launcherSaw.end() ? std::optional<int>(it->second) : std::nullopt;
   }
   if (!sum.failure) sum.failure = anyFailure;
+  if (!sum.crash) sum.crash = anyCrash;
   sum.broken = broken_;
   return sum;
 }

@@ -56,6 +56,9 @@ struct StreamSummary {
   uint64_t untrainedSteps = 0;  // completed steps with no backward() nor optimizer.step()
   std::optional<int> exitCode;
   std::optional<FailureInfo> failure;  // the stream's first failure
+  // Its first exception or fatal signal: what ended it, also when a non-finite `failure`
+  // came first (a NaN, then clip_grad_norm_(error_if_nonfinite=True) raising).
+  std::optional<FailureInfo> crash;
   uint64_t bytes = 0;
   uint64_t rawBytes = 0;
   uint64_t fileBytes = 0;  // size on disk, footer and trailer included
@@ -80,6 +83,7 @@ struct TraceSummary {
   uint64_t untrainedSteps = 0;  // and its steps that trained nothing (StepEnd.untrained)
   std::string mainStream;
   std::optional<FailureInfo> failure;  // the first failure in the main stream, else any
+  std::optional<FailureInfo> crash;    // the main stream's first exception or fatal signal, else any
   std::vector<StreamSummary> processes;
   uint64_t bytes = 0;
   uint64_t rawBytes = 0;

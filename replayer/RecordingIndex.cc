@@ -243,6 +243,7 @@ RecordingIndex::RecordingIndex(StreamReader& stream, int64_t digestsFrom) : stre
         auto f = e.getFailure();
         if (!firstFailure_) firstFailure_ = failureOf(f);
         if (!firstNonfinite_ && f.getKind() == schema::Failure::Kind::NONFINITE) firstNonfinite_ = failureOf(f);
+        if (!firstCrash_ && f.getKind() != schema::Failure::Kind::NONFINITE) firstCrash_ = failureOf(f);
         break;
       }
       default:

@@ -124,6 +124,8 @@ class RecordingIndex {
   // The first Failure event, and the first non-finite one.
   const std::optional<RecordedFailure>& firstFailure() const { return firstFailure_; }
   const std::optional<RecordedFailure>& firstNonfinite() const { return firstNonfinite_; }
+  // The first exception or fatal signal, also after a non-finite failure.
+  const std::optional<RecordedFailure>& firstCrash() const { return firstCrash_; }
   int rank() const;
 
   // ---- Read on demand (under the index's reader lock). The encodings are BatchEncoding's.
@@ -167,7 +169,7 @@ class RecordingIndex {
   std::map<int64_t, std::vector<KeptTensor>> kept_;
   std::map<uint64_t, Collective> collectives_;
   std::map<int64_t, std::vector<KernelLaunch>> launches_;
-  std::optional<RecordedFailure> firstFailure_, firstNonfinite_;
+  std::optional<RecordedFailure> firstFailure_, firstNonfinite_, firstCrash_;
 };
 
 // The report's name of a schema TensorDigest.Kind ("module output", "gradient", ...).

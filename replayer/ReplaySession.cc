@@ -141,15 +141,13 @@ void ReplaySession::load() {
   index_ = std::make_unique<RecordingIndex>(*stream_, jumpStep_);
   verifier_ = std::make_unique<ReplayVerifier>(index_.get(), jumpStep_, whatIfStep_,
                                                [this](const std::string& w) { report_.warn(w); });
-  // The first failure is the target; a non-finite one found later than another failure kind
-  // is still the nan target.
-  const auto& first = index_->firstFailure();
-  constexpr int kNonfinite = static_cast<int>(schema::Failure::Kind::NONFINITE);
+  // The target: the first non-finite failure for nan, the first exception or fatal signal for
+  // crash, whichever came first (a NaN, then an exception raised because of it).
   const RecordedFailure* f = nullptr;
   if (target_.kind == ReplayTarget::Kind::Nan)
     f = index_->firstNonfinite() ? &*index_->firstNonfinite() : nullptr;
-  else if (target_.kind == ReplayTarget::Kind::Crash && first && first->kind != kNonfinite)
-    f = &*first;
+  else if (target_.kind == ReplayTarget::Kind::Crash)
+    f = index_->firstCrash() ? &*index_->firstCrash() : nullptr;
   if (!f) return;
   target_.step = f->step;
   target_.where = f->where;

@@ -496,9 +496,11 @@ DigestResult digestWith(const Kernels& k, std::string_view dtype, const void* da
   DigestResult r;
   const auto* p = static_cast<const uint8_t*>(data);
   auto* dst = static_cast<uint8_t*>(copyTo);
-  if (dtype == "float32") {
+  // A complex tensor is its real and imaginary parts interleaved: scanned as twice as many
+  // floats, so a NaN or Inf in either part is counted (torch.stft of a signal with an Inf).
+  if (dtype == "float32" || dtype == "complex64") {
     ieeeDigest<float, uint32_t>(k.f32, p, nbytes, dst, r);
-  } else if (dtype == "float64") {
+  } else if (dtype == "float64" || dtype == "complex128") {
     ieeeDigest<double, uint64_t>(k.f64, p, nbytes, dst, r);
   } else {
     r.hash = hash64(data, nbytes);
@@ -526,9 +528,9 @@ DigestResult digestWith(const Kernels& k, std::string_view dtype, const void* da
   if (dst) copyFence();
   r.rawHash = r.hash;
   if (r.nanCount) {  // set by the float dtypes' statistics only
-    if (dtype == "float32")
+    if (dtype == "float32" || dtype == "complex64")
       r.hash = canonicalNanHash<uint32_t>(p, nbytes / 4, 0x7FC00000u);
-    else if (dtype == "float64")
+    else if (dtype == "float64" || dtype == "complex128")
       r.hash = canonicalNanHash<uint64_t>(p, nbytes / 8, 0x7FF8000000000000ull);
     else if (dtype == "float16")
       r.hash = canonicalNanHash16(p, nbytes / 2, 0x7C00u, 0x7E00u);

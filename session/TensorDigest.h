@@ -14,10 +14,10 @@ struct DigestResult {
   // sign depend on the kernel that made it: compiled and eager code differ). Every other bit
   // counts. Equals rawHash when the tensor holds no NaN, or only canonical ones.
   uint64_t hash = 0;
-  uint64_t rawHash = 0;  // XXH3-64 of the bytes as they are (what traces before this recorded)
-  uint64_t nanCount = 0;
+  uint64_t rawHash = 0;   // XXH3-64 of the bytes as they are (what traces before this recorded)
+  uint64_t nanCount = 0;  // complex dtypes: of their real and imaginary parts
   uint64_t infCount = 0;
-  double min = 0;  // over finite values; NaN when none
+  double min = 0;  // over finite values (complex: finite parts); NaN when none
   double max = 0;
 };
 

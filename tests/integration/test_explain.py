@@ -8,6 +8,7 @@ from harness import PY, TraceTestCase, run, tool
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, "jobs", "explain_job.py")
+TRANSFORMER = os.path.join(HERE, "jobs", "transformer_eval.py")
 AT = 4  # the job's default --at: the failing step
 
 
@@ -103,3 +104,17 @@ class ExplainTest(TraceTestCase):
         # The learning rate grows 10x a step from step 1: the loss spikes before the overflow.
         rep, _ = self.explain("lr", "--ramp")
         self.assertRegex(rep["explain.history"], r"it spiked at step \d+ \(\d+ step\(s\) before the failure\)")
+
+
+class NestedTensorTest(TraceTestCase):
+    def test_an_eval_pass_through_nested_tensors_is_not_a_divergence(self):
+        """The explainer checks every op from the step before the failure on: the encoder's eval
+        fast path (nested tensors, which have no isfinite()) runs in it and must stay the job's."""
+        trace = self.trace_path()
+        rec = run([tool("dlrecord"), "-o", trace, "--", PY, TRANSFORMER, "--at", "3"])
+        self.assertEqual(rec.returncode, 0, rec.stderr)
+        p = run([tool("dlreplay"), trace, "--until", "nan", "--json"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        doc = json.loads(p.stdout.rstrip("\n").rsplit("\n", 1)[-1])
+        self.assertEqual((doc["outcome"], doc["verified_steps"], doc["report"]["stop.step"]), ("reached", 3, 3))
+        self.assertIn("model.embed.weight[tokens[0, 0]] = float(\"nan\")", doc["report"]["explain.line"])

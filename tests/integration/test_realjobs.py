@@ -15,6 +15,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, "jobs", "tv_mnist.py")
 SKORCH = os.path.join(HERE, "jobs", "skorch_fit.py")
 HOGWILD = os.path.join(HERE, "jobs", "hogwild.py")
+WARMUP = os.path.join(HERE, "jobs", "warmup_forward.py")
+SPECTROGRAM = os.path.join(HERE, "jobs", "spectrogram_frontend.py")
+CLIP = os.path.join(HERE, "jobs", "clip_nonfinite.py")
 SPIKE = 20  # an infinite LR at this step: its update makes the parameters non-finite
 
 
@@ -76,6 +79,91 @@ class TorchvisionMnistTest(TraceTestCase):
         self.assertEqual(doc["verified_steps"], 32, p.stderr)
         # The job's own output (losses, EMA losses, accuracies) is the recording's.
         self.assertTrue(p.stdout.startswith(rec.stdout.rsplit("\n", 2)[0]), p.stdout[:400])
+
+
+class WarmupForwardTest(TraceTestCase):
+    """A forward before the optimizer exists (LazyLinear materialised, torch.jit.trace's runs) is
+    part of the job's first iteration: dlrr's steps are the loop's iterations, not one more."""
+
+    def record(self, *args):
+        trace = self.trace_path()
+        plain = run([PY, WARMUP] + list(args))
+        rec = run([tool("dlrecord"), "-o", trace, "--", PY, WARMUP] + list(args))
+        self.assertEqual(rec.returncode, 0, rec.stderr)
+        job_stderr = "".join(l for l in rec.stderr.splitlines(True) if not l.startswith("dlrecord: "))
+        self.assertEqual((rec.stdout, job_stderr), (plain.stdout, plain.stderr))
+        return trace, rec
+
+    def test_steps_are_the_loops_iterations_and_replay_bit_exact(self):
+        trace, _ = self.record("--steps", "4")
+        self.assertEqual(info(trace)["steps"], 4)
+        p, doc = replay(trace, "--until", "end")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(doc["verified_steps"], 4, p.stderr)
+        self.assertNotIn("TracerWarning", p.stderr)  # the hook's own ops are not traced as the job's
+
+    def test_the_nan_is_at_the_loops_step(self):
+        trace, rec = self.record("--spike-step", "3")
+        self.assertIn("step 3 loss 1.", rec.stdout)
+        self.assertIn("step 4 loss nan", rec.stdout)
+        failure = info(trace)["failure"]
+        self.assertEqual((failure["step"], failure["where"]), (4, "Net.mlp"), failure)
+        p, doc = replay(trace, "--until", "nan")
+        self.assertEqual((p.returncode, doc["outcome"]), (0, "reached"), p.stderr)
+        self.assertEqual((doc["verified_steps"], doc["report"]["stop.step"]), (4, 4), p.stderr)
+        self.assertIn("Net.mlp", doc["report"]["stop.where"])
+
+
+class ComplexOutputTest(TraceTestCase):
+    def test_an_inf_in_a_complex_spectrogram_is_the_first_non_finite_value(self):
+        trace = self.trace_path()
+        rec = run([tool("dlrecord"), "-o", trace, "--", PY, SPECTROGRAM, "--inf-at", "2"])
+        self.assertEqual(rec.returncode, 0, rec.stderr)
+        failure = info(trace)["failure"]
+        # Not the mel projection after it: the stft's complex output is where the Inf shows first.
+        self.assertEqual((failure["step"], failure["where"]), (2, "spec"), failure)
+        p, doc = replay(trace, "--until", "nan")
+        self.assertEqual((p.returncode, doc["outcome"], doc["verified_steps"]), (0, "reached", 2), p.stderr)
+        self.assertIn("at module spec (call 0) of step 2", doc["report"]["stop.where"])
+        # replay counts the complex output's parts as the recording did
+        counts = re.match(r"(\d+) NaN, (\d+) Inf in output of spec$", failure["message"]).groups()
+        self.assertIn("(%s NaN, %s Inf)" % counts, doc["report"]["stop.where"])
+
+
+class NanThenExceptionTest(TraceTestCase):
+    """A NaN the job turns into an exception (clip_grad_norm_(error_if_nonfinite=True)): the
+    trace's first failure is the NaN, the process ended with the exception."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="dlrr-clip-")
+        cls.trace = os.path.join(cls.dir, "t")
+        cls.rec = run([tool("dlrecord"), "-o", cls.trace, "--", PY, CLIP, "--nan-at", "2"])
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def test_recorded_as_the_nan_first(self):
+        self.assertEqual(self.rec.returncode, 1, self.rec.stderr)
+        self.assertIn("RuntimeError: The total norm", self.rec.stderr)
+        failure = info(self.trace)["failure"]
+        self.assertEqual((failure["kind"], failure["step"]), ("nonfinite", 2), failure)
+
+    def test_replay_to_the_end_ends_as_the_recording_did(self):
+        p, doc = replay(self.trace, "--until", "end")
+        self.assertEqual((p.returncode, doc["outcome"]), (0, "reached"), p.stderr)
+        self.assertNotIn("diverged", p.stderr)
+        self.assertEqual(doc["verified_steps"], 3, p.stderr)
+
+    def test_until_crash_reproduces_the_exception(self):
+        p, doc = replay(self.trace, "--until", "crash")
+        self.assertEqual((p.returncode, doc["outcome"]), (0, "reached"), p.stderr)
+        self.assertEqual((doc["message"], doc["report"]["stop.step"]), ("reached crash", 2), p.stderr)
+
+    def test_until_nan_stops_at_the_nan(self):
+        p, doc = replay(self.trace, "--until", "nan")
+        self.assertEqual((p.returncode, doc["outcome"], doc["report"]["stop.step"]), (0, "reached", 2), p.stderr)
 
 
 class SkorchTest(TraceTestCase):

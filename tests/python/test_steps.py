@@ -196,6 +196,29 @@ class BackwardCountedTest(unittest.TestCase):
         self.assertEqual([e[0] for e in self.sink.events], ["begin", "end"])
         self.assertEqual(self.sink.events[0][5], native.STEP_BY_OPTIMIZER)
 
+    def test_an_optimizer_made_after_a_forward_counts_that_step_by_its_update(self):
+        self.steps.on_root_forward(True)  # lazy modules materialised, or torch.jit.trace's runs
+        self.steps.note_optimizer_created()
+        for loss in (1.0, 2.0):
+            self.steps.on_root_forward(True)
+            self.steps.on_backward()
+            self.steps.on_loss(loss)
+            self.steps.on_backward_end()  # does not end step 0: the optimizer will
+            self.steps.on_optimizer_step_begin()
+            self.steps.on_optimizer_step_end()
+        self.steps.on_exit()
+        self.assertEqual([e for e in self.sink.events if e[0] == "end"], [("end", 0, 1.0), ("end", 1, 2.0)])
+        begins = [(e[1], e[5]) for e in self.sink.events if e[0] == "begin"]
+        self.assertEqual(begins, [(0, native.STEP_BY_BACKWARD), (1, native.STEP_BY_OPTIMIZER)])
+
+    def test_an_optimizer_made_after_a_hand_update_step_leaves_it_counted_by_backward(self):
+        self.steps.on_root_forward(True)
+        self.steps.on_backward()
+        self.steps.note_optimizer_created()  # made inside the step, after its backward()
+        self.steps.on_loss(1.0)
+        self.steps.on_backward_end()
+        self.assertEqual([e[:2] for e in self.sink.events], [("begin", 0), ("end", 0)])
+
     def test_a_trailing_forward_is_an_untrained_step(self):
         self.hand_update_batch(1.0)
         self.steps.on_root_forward(True)  # evaluation with gradients enabled, then exit

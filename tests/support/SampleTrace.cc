@@ -301,6 +301,18 @@ SampleResult writeSampleTrace(const std::string& dir, const SampleOptions& opts)
       }
       w.append(em);
     }
+    if (s == opts.raiseAtStep) {
+      capnp::MallocMessageBuilder em;
+      auto e = em.initRoot<schema::Event>();
+      e.setStep(s);
+      auto f = e.initFailure();
+      f.setKind(schema::Failure::Kind::EXCEPTION);
+      f.setStep(s);
+      f.setWhere("clip_grad.py:45");
+      f.setExceptionType("RuntimeError");
+      f.setMessage("The total norm of order 2.0 for gradients from `parameters` is non-finite");
+      w.append(em);
+    }
     {
       capnp::MallocMessageBuilder em;
       auto e = em.initRoot<schema::Event>();

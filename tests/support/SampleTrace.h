@@ -12,6 +12,7 @@ namespace dlrr::testing {
 struct SampleOptions {
   int steps = 5;
   int nanAtStep = -1;        // record a non-finite failure at this step
+  int raiseAtStep = -1;      // record a RuntimeError raised in this step (after nanAtStep's NaN)
   bool closeCleanly = true;  // write footer + trailer
   size_t batchFloats = 256;
   // Adds the other event kinds (runtime info, notes, recorder status, CUDA launches, full

@@ -15,9 +15,10 @@ class ReplaySelectionTest : public ::testing::Test {
   void SetUp() override { dir_ = testing::makeTempDir("selection"); }
   void TearDown() override { testing::removeTree(dir_); }
 
-  SelectionResult select(const ReplayOptions& o, int nanAtStep = -1, bool cuda = false) {
+  SelectionResult select(const ReplayOptions& o, int nanAtStep = -1, bool cuda = false, int raiseAtStep = -1) {
     testing::SampleOptions so;
     so.nanAtStep = nanAtStep;
+    so.raiseAtStep = raiseAtStep;
     std::string path = dir_ + "/t" + std::to_string(n_++) + ".dlrr";
     testing::writeSampleTrace(path, so);
     trace_ = Trace::open(path, OpenMode::Tolerant);
@@ -70,6 +71,25 @@ TEST_F(ReplaySelectionTest, TargetsTheTraceCannotHoldAreRefused) {
   r = select(o, 2);
   ASSERT_FALSE(r.selection);
   EXPECT_NE(joined(r.refusal).find("records no exception or fatal signal"), std::string::npos);
+}
+
+// A NaN, then the exception it caused (clip_grad_norm_(error_if_nonfinite=True)): nan is the
+// default target, and crash is the exception, at its own step.
+TEST_F(ReplaySelectionTest, AnExceptionAfterANanIsTheCrashTarget) {
+  auto r = select({}, /*nanAtStep=*/2, false, /*raiseAtStep=*/4);
+  ASSERT_TRUE(r.selection) << joined(r.refusal);
+  EXPECT_EQ(r.selection->target.kind, ReplayTarget::Kind::Nan);
+  ASSERT_TRUE(r.selection->summary.failure && r.selection->summary.crash);
+  EXPECT_EQ(r.selection->summary.failure->kind, "nonfinite");
+  EXPECT_EQ(r.selection->summary.crash->kind, "exception");
+  EXPECT_EQ(r.selection->summary.crash->exceptionType, "RuntimeError");
+  EXPECT_EQ(r.selection->summary.crash->step, 4);
+
+  ReplayOptions o;
+  o.until = "crash";
+  r = select(o, 2, false, 4);
+  ASSERT_TRUE(r.selection) << joined(r.refusal);
+  EXPECT_EQ(r.selection->target.kind, ReplayTarget::Kind::Crash);
 }
 
 TEST_F(ReplaySelectionTest, RanksOfANonDistributedTraceAreRefused) {

@@ -104,12 +104,31 @@ TEST(TensorDigest, IntegersAndUnknownDtypes) {
   EXPECT_EQ(r.nanCount + r.infCount, 0u);
   EXPECT_DOUBLE_EQ(r.min, -7);
   EXPECT_DOUBLE_EQ(r.max, 5);
-  r = computeDigest("complex64", v, 8);
+  r = computeDigest("uint64", v, 8);
   EXPECT_TRUE(std::isnan(r.min));
   EXPECT_EQ(dtypeElemSize("bfloat16"), 2u);
   EXPECT_EQ(dtypeElemSize("nonsense"), 0u);
   EXPECT_TRUE(dtypeIsFloat("float64"));
   EXPECT_FALSE(dtypeIsFloat("int8"));
+}
+
+// A complex value is non-finite when either part is: torch.stft of a signal holding an Inf
+// gives complex Infs and NaNs, and the first non-finite module output is the stft's.
+TEST(TensorDigest, ComplexCountsBothParts) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  float c64[6] = {1, -2, inf, 0.5f, 3, nan};  // 1-2i, inf+0.5i, 3+nan i
+  DigestResult r = computeDigest("complex64", c64, sizeof c64);
+  EXPECT_EQ(r.infCount, 1u);
+  EXPECT_EQ(r.nanCount, 1u);
+  EXPECT_DOUBLE_EQ(r.min, -2);
+  EXPECT_DOUBLE_EQ(r.max, 3);
+  EXPECT_EQ(r.hash, computeDigest("float32", c64, sizeof c64).hash);
+  double c128[4] = {-inf, 1, 2, 4};
+  r = computeDigest("complex128", c128, sizeof c128);
+  EXPECT_EQ(r.infCount, 1u);
+  EXPECT_EQ(r.nanCount, 0u);
+  EXPECT_DOUBLE_EQ(r.min, 1);
+  EXPECT_DOUBLE_EQ(r.max, 4);
 }
 
 TEST(TensorDigest, EmptyTensor) {

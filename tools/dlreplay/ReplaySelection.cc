@@ -183,6 +183,9 @@ bool chooseRank(Trace& trace, ReplayOptions& o, SelectionResult& r, ReplaySelect
     // Targets and step counts are this rank's.
     s.summary.steps = sel->steps;
     s.summary.failure = sel->failure;
+    s.summary.crash.reset();
+    for (const auto& p : s.summary.processes)
+      if (p.name == sel->stream) s.summary.crash = p.crash;
     s.rank = *sel;
   }
   if (o.allRanks) {
@@ -229,7 +232,7 @@ bool chooseTarget(Trace& trace, const ReplayOptions& o, SelectionResult& r, Repl
     r.refusal = {kExitNotFound, {"the trace records no non-finite value; use --until step=N, crash or end"}};
     return false;
   }
-  if (s.target.kind == ReplayTarget::Kind::Crash && !(sum.failure && sum.failure->kind != "nonfinite")) {
+  if (s.target.kind == ReplayTarget::Kind::Crash && !sum.crash) {
     r.refusal = {kExitNotFound, {"the trace records no exception or fatal signal; use --until nan, step=N or end"}};
     return false;
   }
@@ -335,6 +338,7 @@ SelectionResult selectReplay(Trace& trace, const ReplayOptions& options, bool cu
       if (p.name == s.stream->name()) {  // targets and step counts are the replayed stream's, not the main one's
         s.summary.steps = p.steps + p.untrainedSteps;
         s.summary.failure = p.failure;
+        s.summary.crash = p.crash;
       }
   if (!s.launcher)
     return refuse(std::move(r), kExitCorrupt, {"the trace has no launcher stream (recorded command unknown)"});
@@ -381,6 +385,7 @@ SelectionResult selectReplay(Trace& trace, const ReplayOptions& options, bool cu
   } else {
     const auto& sum = s.summary;
     int64_t targetStep = s.target.kind == ReplayTarget::Kind::Step                   ? s.target.step
+                         : (s.target.kind == ReplayTarget::Kind::Crash && sum.crash) ? sum.crash->step
                          : (s.target.kind != ReplayTarget::Kind::End && sum.failure) ? sum.failure->step
                                                                                      : -1;
     std::string err;

@@ -441,10 +441,11 @@ int run(int argc, char** argv) {
   rf.target = s.target.kind;
   rf.targetText = s.target.describe();
   rf.recordedSteps = s.summary.steps;
-  if (s.summary.failure) {
-    rf.recordedFailureKind = s.summary.failure->kind;
-    rf.recordedSignal = s.summary.failure->signal;
-    rf.recordedExceptionType = s.summary.failure->exceptionType;
+  // How the recorded process ended: its exception or signal, also when a NaN came first.
+  if (const auto& ended = s.summary.crash ? s.summary.crash : s.summary.failure) {
+    rf.recordedFailureKind = ended->kind;
+    rf.recordedSignal = ended->signal;
+    rf.recordedExceptionType = ended->exceptionType;
   }
   rf.recordedExit = s.facts.exitCode;
   rf.jumpStep = s.jump.jumpStep;

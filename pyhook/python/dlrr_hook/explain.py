@@ -51,13 +51,15 @@ class Value:
         self.tensor = value if isinstance(value, torch.Tensor) else None
         self.scalar = None if self.tensor is not None else value
         self.dtype = str(value.dtype).replace("torch.", "") if self.tensor is not None else type(value).__name__
-        self.shape = list(value.shape) if self.tensor is not None else None
+        dense = self.tensor is not None and _dense(value, torch)
+        self.shape = list(value.shape) if dense else None
+        self.layout = _layout(value) if self.tensor is not None and not dense else None  # no statistics then
         self.nan = self.posinf = self.neginf = self.zeros = self.negatives = 0
         self.maxabs = self.min = 0.0
         self.dtype_max = None
         if self.tensor is not None:
             t = value.detach()
-            if t.is_complex() or t.dtype == torch.bool or t.numel() == 0:
+            if not dense or t.is_complex() or t.dtype == torch.bool or t.numel() == 0:
                 return
             if t.is_floating_point():
                 self.dtype_max = float(torch.finfo(t.dtype).max)
@@ -97,6 +99,8 @@ class Value:
     def describe(self):
         if self.tensor is None:
             return "%s = %r (a Python %s)" % (self.name, self.scalar, self.dtype)
+        if self.layout is not None:
+            return "%s (%s %s tensor): not inspected" % (self.name, self.dtype, self.layout)
         state = "finite" if self.finite else "NOT finite (%s of %d)" % (self.counts(), self.tensor.numel())
         limit = "" if self.dtype_max is None else " (%s max %.3g)" % (self.dtype, self.dtype_max)
         return "%s (%s %s%s): %s, max |x| %.3g%s" % (
@@ -221,6 +225,16 @@ def _flatten_args(func, args, kwargs, torch):
     out.extend((k, v) for k, v in (kwargs or {}).items())
     return [(n, v) for n, v in out if isinstance(v, torch.Tensor) or
             isinstance(v, (int, float)) and not isinstance(v, bool)]
+
+
+def _dense(t, torch):
+    """A strided tensor with one shape: what the statistics read. A nested tensor (the
+    TransformerEncoder's fast path in eval) or a sparse one has no isfinite() or abs() kernel."""
+    return not getattr(t, "is_nested", False) and t.layout is torch.strided
+
+
+def _layout(t):
+    return "nested" if getattr(t, "is_nested", False) else str(t.layout).replace("torch.", "")
 
 
 def _outputs(out, torch):
@@ -378,7 +392,8 @@ class Explainer:
         torch = self.torch
         bad = None
         for t in _outputs(out, torch):
-            if t.is_floating_point() or t.is_complex():
+            # A nested or sparse output is not checked: its NaN shows in the dense tensor made from it.
+            if (t.is_floating_point() or t.is_complex()) and _dense(t, torch):
                 if not bool(torch.isfinite(t).all()):
                     bad = t
                     break

@@ -176,6 +176,21 @@ class _ClearsProgress:
         setattr(self._stream, name, value)
 
 
+@contextlib.contextmanager
+def _untraced(torch):
+    """The hook's own tensor work, out of the sight of a torch.jit.trace in progress."""
+    get = getattr(getattr(torch, "_C", None), "_get_tracing_state", None)
+    state = get() if get is not None else None
+    if state is None:
+        yield
+        return
+    torch._C._set_tracing_state(None)
+    try:
+        yield
+    finally:
+        torch._C._set_tracing_state(state)
+
+
 class ReplayStrategy(Strategy):
     """The hook in replay mode (dlrr_mode() == 2): serves what was recorded and checks what is
     computed (the Strategy hooks of session.py)."""
@@ -634,6 +649,12 @@ class ReplayStrategy(Strategy):
             self._at_step_start(step)
 
     def _restore_rng(self, fetch, what, compare=True):
+        # A step may begin inside torch.jit.trace's runs of the job's module (a root's forward):
+        # the tracer would record these tensor ops as the job's and warn at .numpy().
+        with _untraced(self.session.torch):
+            self._restore_rng_states(fetch, what, compare)
+
+    def _restore_rng_states(self, fetch, what, compare):
         torch = self.session.torch
         differed = []
         # Fast-forwarded steps skip their draws (dropout in a skipped forward): no drift to report.
@@ -1246,12 +1267,15 @@ class ReplayStrategy(Strategy):
 
 def _non_finite(value, torch):
     """(NaN count, Inf count) over the floating tensors in `value` when any is non-finite, else
-    None: what this replay computed, not what the recording says."""
+    None: what this replay computed, not what the recording says. A complex tensor's parts are
+    counted, as the recorded digest counts them."""
     nan = inf = 0
     for t in _flat_tensors(value, torch.Tensor):
         if not (t.is_floating_point() or t.is_complex()):
             continue
         t = t.detach()
+        if t.is_complex():
+            t = torch.view_as_real(t.resolve_conj())
         nan += int(torch.isnan(t).sum())
         inf += int(torch.isinf(t).sum())
     return (nan, inf) if nan or inf else None

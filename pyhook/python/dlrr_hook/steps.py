@@ -66,7 +66,12 @@ class StepTracker:
         good; an optimizer-driven step still open ends there and numbering continues.
       - A step begun while no optimizer has been constructed is counted by backward() instead:
         it ends when the outermost backward() returns (the hand-written update after it runs
-        between steps), and the next one begins right then, exactly as above.
+        between steps), and the next one begins right then, exactly as above.  An optimizer
+        constructed while that step has run no backward() yet (a forward that materialised
+        lazy modules, torch.jit.trace's runs, a shape check, then the optimizer) makes it
+        counted by optimizer.step() after all: it ends at the first update, so that the job's
+        first iteration stays step 0 and is not split at its backward().  It keeps its
+        label (StepBegin is written when the step begins).
       - Functional training (torch.func.grad / grad_and_value, parameters updated by hand, no
         backward() and no optimizer) is counted by the outermost calls of those gradient
         transforms, the way batches count DataLoader-driven steps: a step begins at such a call
@@ -140,8 +145,12 @@ class StepTracker:
         self._loader_exists = True
 
     def note_optimizer_created(self):
-        """From then on, steps without a DataLoader are counted by optimizer.step()."""
+        """From then on, steps without a DataLoader are counted by optimizer.step(), the open
+        one too while it has run no backward()."""
         self._optimizer_exists = True
+        step = self._open
+        if step is not None and step.rule == native.STEP_BY_BACKWARD and not step.trained:
+            step.rule = native.STEP_BY_OPTIMIZER
 
     def on_batch(self, loader, batch_index, epoch, grad_enabled):
         """A batch of `loader` reached the loop.  Returns True when it begins a step."""
