@@ -17,6 +17,7 @@ SKORCH = os.path.join(HERE, "jobs", "skorch_fit.py")
 HOGWILD = os.path.join(HERE, "jobs", "hogwild.py")
 WARMUP = os.path.join(HERE, "jobs", "warmup_forward.py")
 SPECTROGRAM = os.path.join(HERE, "jobs", "spectrogram_frontend.py")
+TWO_OPTIMIZERS = os.path.join(HERE, "jobs", "two_optimizers.py")
 CLIP = os.path.join(HERE, "jobs", "clip_nonfinite.py")
 SPIKE = 20  # an infinite LR at this step: its update makes the parameters non-finite
 
@@ -112,6 +113,30 @@ class WarmupForwardTest(TraceTestCase):
         self.assertEqual((p.returncode, doc["outcome"]), (0, "reached"), p.stderr)
         self.assertEqual((doc["verified_steps"], doc["report"]["stop.step"]), (4, 4), p.stderr)
         self.assertIn("Net.mlp", doc["report"]["stop.where"])
+
+
+class TwoOptimizersTest(TraceTestCase):
+    """A sparse and a dense optimizer stepping after one backward() (DLRM): one step per loop
+    iteration, not one per optimizer.step(). The dense update is training work of the step
+    after its backward's (steps end at the first update after a backward), so the last
+    iteration's dense update is a step of its own: 6 iterations, 7 steps."""
+
+    def test_steps_are_the_loops_iterations_and_the_inf_is_at_its_step(self):
+        trace = self.trace_path()
+        plain = run([PY, TWO_OPTIMIZERS, "--inf-at", "3"])
+        rec = run([tool("dlrecord"), "-o", trace, "--", PY, TWO_OPTIMIZERS, "--inf-at", "3"])
+        self.assertEqual(rec.returncode, 0, rec.stderr)
+        self.assertEqual(rec.stdout, plain.stdout)
+        self.assertIn("step 3 loss inf", rec.stdout)
+        doc = info(trace)
+        self.assertEqual(doc["steps"], 7, doc)
+        self.assertEqual(doc["failure"]["step"], 3, doc["failure"])
+        p, rep = replay(trace, "--until", "nan")
+        self.assertEqual((p.returncode, rep["outcome"]), (0, "reached"), p.stderr)
+        self.assertEqual((rep["verified_steps"], rep["report"]["stop.step"]), (3, 3), p.stderr)
+        p, rep = replay(trace, "--until", "end")
+        self.assertEqual((p.returncode, rep["outcome"]), (0, "reached"), p.stderr)
+        self.assertEqual(rep["verified_steps"], 7, p.stderr)
 
 
 class ComplexOutputTest(TraceTestCase):

@@ -108,6 +108,32 @@ class StepTrackerTest(unittest.TestCase):
             ("begin", 1, native.NO_LOADER, 1, -1, True, "rng2"), ("end", 1, 1.0),
             ("begin", 2, native.NO_LOADER, 2, -1, True, "rng3"), ("end", 2, 2.0)])
 
+    def test_a_second_optimizer_after_one_backward_is_the_next_steps_work(self):
+        # DLRM: a sparse and a dense optimizer step after one backward(): one step an iteration.
+        for k in range(3):
+            self.steps.on_root_forward(True)
+            self.steps.on_backward()
+            self.steps.on_loss(float(k))
+            for _ in range(2):
+                self.steps.on_optimizer_step_begin()
+                self.steps.on_optimizer_step_end()
+        self.steps.on_exit()
+        self.assertEqual(self.sink.events, [
+            ("begin", 0, native.NO_LOADER, 0, -1, True, "rng1"), ("end", 0, 0.0),
+            ("begin", 1, native.NO_LOADER, 1, -1, True, "rng2"), ("end", 1, 1.0),
+            ("begin", 2, native.NO_LOADER, 2, -1, True, "rng3"), ("end", 2, 2.0),
+            ("begin", 3, native.NO_LOADER, 3, -1, True, "rng4"), ("end", 3, "nan")])
+
+    def test_without_backward_every_optimizer_step_ends_a_step(self):
+        # Gradients set by hand (no backward() ever): each update is a step, as before.
+        for _ in range(2):
+            self.steps.on_root_forward(True)
+            for _ in range(2):
+                self.steps.on_optimizer_step_begin()
+                self.steps.on_optimizer_step_end()
+        self.steps.on_exit()
+        self.assertEqual([e[1] for e in self.sink.events if e[0] == "end"], [0, 1, 2, 3])
+
     def test_optimizer_step_rng_is_taken_when_previous_step_returns(self):
         self.steps.on_optimizer_step_begin()
         self.steps.on_optimizer_step_end()

@@ -14,7 +14,7 @@ _NONE = object()  # no RNG snapshot pending (a snapshot itself may be None: repl
 
 
 class _Step:
-    __slots__ = ("number", "loader", "rule", "by_optimizer", "trained", "gradient_called")
+    __slots__ = ("number", "loader", "rule", "by_optimizer", "trained", "backward_ran", "gradient_called")
 
     def __init__(self, number, loader, rule):
         self.number = number
@@ -22,6 +22,7 @@ class _Step:
         self.rule = rule  # native.STEP_BY_*
         self.by_optimizer = rule != native.STEP_BY_BATCH  # not DataLoader-driven
         self.trained = False  # a backward() or optimizer.step() ran in it
+        self.backward_ran = False  # a backward() ran in it
         self.gradient_called = False  # a torch.func gradient call that counts steps returned in it
 
 
@@ -53,8 +54,12 @@ class StepTracker:
         (NaN when there was none).
 
     Optimizer-driven steps, while no DataLoader batch has begun a step:
-      - Step k ends when the k-th optimizer.step() returns (outermost calls only); step k+1
-        begins right then: its RNG states are taken at that instant.  It is announced
+      - Step k ends when an optimizer.step() returns (outermost calls only) after a backward()
+        of the step; step k+1 begins right then: its RNG states are taken at that instant.
+        Another optimizer's step() with no backward() since (two optimizers updating after
+        one backward(): a sparse and a dense one, per-group optimizers) is training work of
+        step k+1, so that the loop's iterations stay its steps.  A job that never runs
+        backward() (gradients set by hand) ends a step at every optimizer.step().  It is announced
         (dlrr_step_begin) at its first sign of training work - a grad-enabled forward of a
         root module, backward() or optimizer.step() - so that the end of the loop leaves no
         empty step behind.
@@ -197,6 +202,7 @@ class StepTracker:
             self._begin_optimizer_step()
         if self._open is not None:
             self._open.trained = True
+            self._open.backward_ran = True
 
     def on_backward_end(self):
         """The outermost backward() returned (its gradients digested)."""
@@ -237,9 +243,11 @@ class StepTracker:
             self._open.trained = True
 
     def on_optimizer_step_end(self):
-        """An outermost optimizer.step() returned."""
+        """An outermost optimizer.step() returned: the end of a step counted by optimizer.step()
+        that ran backward(), or of any such step in a job that never runs backward()."""
         self._activity = True
-        if self._open is not None and self._open.rule == native.STEP_BY_OPTIMIZER:
+        step = self._open
+        if step is not None and step.rule == native.STEP_BY_OPTIMIZER and (step.backward_ran or not self._backward_seen):
             self._end()
             self._pending_rng = self._sink.snapshot_rng(self._next)
 
