@@ -50,6 +50,14 @@ class DeviceDigestTest(unittest.TestCase):
             with self.subTest(dtype=t.dtype, shape=tuple(t.shape)):
                 self.assertEqual(self.d.digest(t)[0], reference_digest(t))
 
+    def test_complex_parts_are_counted_as_the_host_digest_counts_them(self):
+        t = torch.tensor([complex(1.0, float("inf")), complex(float("nan"), -2.0), complex(0.5, 3.0)])
+        h, nan, inf, lo, hi = self.d.digest(t)
+        self.assertEqual((nan, inf, lo, hi), (1, 1, -2.0, 3.0))
+        self.assertEqual(h, reference_digest(t))  # the same bytes hash the same
+        self.assertEqual(self.d.digest(t.to(torch.complex128))[1:3], (1, 1))
+        self.assertEqual(self.d.digest(t.conj())[1:3], (1, 1))  # a conjugate view: its values
+
     def test_statistics_follow_the_host_digest(self):
         t = torch.tensor([1.0, float("nan"), -3.0, float("inf"), 2.5, float("-inf")])
         h, nan, inf, lo, hi = self.d.digest(t)

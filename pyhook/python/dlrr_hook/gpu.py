@@ -112,6 +112,8 @@ class DeviceDigester:
         t = tensor.detach()
         if not t.is_contiguous():
             t = t.contiguous()
+        if t.is_complex():  # its real and imaginary parts: a NaN or Inf in either is counted, as on the host
+            t = self.torch.view_as_real(t.resolve_conj())
         numel = t.numel()
         return t, self.dtype_name(t.dtype), numel, numel * t.element_size(), t.device
 
