@@ -170,6 +170,25 @@ class Torch2FeaturesTest(FeatureCheck, TraceTestCase):
         self.assertEqual(end.returncode, 0, end.stderr)
         self.assertEqual(end.stdout, rec.stdout)
 
+    def test_grad_scaler_job_jumps_past_a_skipped_update(self):
+        # torch.amp.GradScaler("cpu"): batch 1's Inf makes the scaler skip that update and halve
+        # its scale. A jump replay fast-forwards steps 0-3 (no backward, so no gradients for
+        # the scaler's unscale_ to check, which asserts it found some) and restores the
+        # scaler's scale from the snapshot (the fast-forward cannot redo the skip): steps 4-7
+        # are then the recording's, scaled loss and gradients included.
+        job = os.path.join(HERE, "jobs", "amp_scaler.py")
+        plain = run([PY, job], timeout=300)
+        self.assertEqual(plain.returncode, 0, plain.stderr)
+        self.assertIn("step 1 loss nan scale 512", plain.stdout)
+        trace = self.trace_path("amp-scaler.trace")
+        rec = run([tool("dlrecord"), "-q", "--snapshot-every", "2steps", "-o", trace, "--", PY, job], timeout=300)
+        self.assertEqual((rec.returncode, rec.stdout, rec.stderr), (0, plain.stdout, plain.stderr))
+        rep = run([tool("dlreplay"), trace, "--until", "end", "--from", "step=4"], timeout=300)
+        self.assertEqual(rep.returncode, 0, rep.stderr)
+        self.assertIn("replayed to the end; 4 of 8 recorded steps verified bit-exact (jumped to step 4", rep.stderr)
+        self.assertEqual(rep.stdout.splitlines()[4:], rec.stdout.splitlines()[4:])
+        self.assertNotIn("warning", rep.stderr)
+
     def test_torch_func_grad_loop(self):  # no optimizer, no backward(): a step per gradient call
         # 8 gradient calls, 8 steps: the loss printed after each update is in its call's step
         self.check("func-grad")

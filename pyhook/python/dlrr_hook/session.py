@@ -37,7 +37,7 @@ from .rng import RngCapture
 from .snapshots import Registry
 from .steps import StepTracker
 from .tensors import TensorMarshal
-from .training import TrainingPatches
+from .training import TrainingPatches, grad_scaler_class
 from .triage import TriageFacts
 from .values import ValueWriter
 
@@ -393,9 +393,7 @@ class Session:
         sched = importlib.import_module("torch.optim.lr_scheduler")
         owners = [(getattr(sched, "LRScheduler", None) or getattr(sched, "_LRScheduler", None),
                    self.registry.note_scheduler)]
-        amp = getattr(getattr(torch, "cuda", None), "amp", None)
-        if amp is not None and hasattr(amp, "GradScaler"):
-            owners.append((amp.GradScaler, self.registry.note_scaler))
+        owners.append((grad_scaler_class(torch), self.registry.note_scaler))
         rec = self
         for cls, note in owners:
             if cls is None:

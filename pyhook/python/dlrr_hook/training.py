@@ -31,6 +31,16 @@ import threading
 from .patching import is_wrapped
 
 
+def grad_scaler_class(torch):
+    """The GradScaler class every scaler is an instance of: torch 2.3+'s torch.amp.GradScaler
+    ("cpu" or "cuda"), the base of the deprecated torch.cuda.amp.GradScaler; before, the latter."""
+    for amp in (getattr(torch, "amp", None), getattr(getattr(torch, "cuda", None), "amp", None)):
+        cls = getattr(amp, "GradScaler", None)
+        if isinstance(cls, type):
+            return cls
+    return None
+
+
 def _loss_tensors(tensors, tensor_type):
     if isinstance(tensors, tensor_type):
         return (tensors,)
