@@ -189,6 +189,27 @@ class Torch2FeaturesTest(FeatureCheck, TraceTestCase):
         self.assertEqual(rep.stdout.splitlines()[4:], rec.stdout.splitlines()[4:])
         self.assertNotIn("warning", rep.stderr)
 
+    def test_grad_scaler_skipped_update_still_ends_a_step(self):
+        # No DataLoader: steps are counted by the optimizer, and the scaler skips batch 1's
+        # optimizer.step(). The iteration still ends a step: 8 iterations are 8 steps, and the
+        # NaN is at step 1, as the job counts (not steps 1 and 2 merged, every later one off by one).
+        job = os.path.join(HERE, "jobs", "amp_scaler.py")
+        trace = self.trace_path("amp-scaler-loop.trace")
+        rec = run([tool("dlrecord"), "-q", "-o", trace, "--", PY, job, "--loop"], timeout=300)
+        self.assertEqual(rec.returncode, 0, rec.stderr)
+        self.assertIn("step 1 loss nan scale 512", rec.stdout)
+        info = run([tool("dltrace"), "info", trace], timeout=120)
+        self.assertIn("steps       8", info.stdout)
+        self.assertIn("first non-finite value at step 1:", info.stdout)
+        rep = run([tool("dlreplay"), trace, "--until", "nan"], timeout=300)
+        self.assertEqual(rep.returncode, 0, rep.stderr)
+        self.assertIn("dlreplay: reached nan; 1 of 8 recorded steps verified bit-exact", rep.stderr)
+        self.assertIn("dlreplay:   step: 1\n", rep.stderr)
+        end = run([tool("dlreplay"), trace, "--until", "end"], timeout=300)
+        self.assertEqual(end.returncode, 0, end.stderr)
+        self.assertEqual(end.stdout, rec.stdout)
+        self.assertIn("8 of 8 recorded steps verified bit-exact", end.stderr)
+
     def test_torch_func_grad_loop(self):  # no optimizer, no backward(): a step per gradient call
         # 8 gradient calls, 8 steps: the loss printed after each update is in its call's step
         self.check("func-grad")

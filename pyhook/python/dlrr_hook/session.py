@@ -380,7 +380,8 @@ class Session:
                                      native_digest=self.strategy.native_digest())
         self.modules.install(module_module)
         self.training = TrainingPatches(self, torch, self._before_backward, self._after_backward,
-                                        self._before_optimizer_step, self._after_optimizer_step)
+                                        self._before_optimizer_step, self._after_optimizer_step,
+                                        self._optimizer_step_skipped)
         self.training.install(self.patcher)
         self._patch_compile(torch)
         self.dist = DistHooks(self, torch, self.strategy.dist_replay_mode())
@@ -784,6 +785,12 @@ class Session:
         if self.preflight is not None:
             self.preflight.on_update("step")
         self.strategy.after_update(optimizer, step)
+
+    def _optimizer_step_skipped(self, optimizer):
+        """A GradScaler found non-finite gradients and skipped optimizer.step(): the iteration
+        still ends a step counted by the optimizer (the parameters did not change: no digests)."""
+        self.steps.on_optimizer_step_begin()
+        self.steps.on_optimizer_step_end()
 
     def _note_sharing(self, optimizer):
         """How many parameters the process updates in shared memory (model.share_memory(),

@@ -53,7 +53,8 @@ class StepTracker:
         (NaN when there was none).
 
     Optimizer-driven steps, while no DataLoader batch has begun a step:
-      - Step k ends when the k-th optimizer.step() returns (outermost calls only); step k+1
+      - Step k ends when the k-th optimizer.step() returns (outermost calls only; a GradScaler's
+        step() that skipped it, its gradients not finite, counts as one); step k+1
         begins right then: its RNG states are taken at that instant.  It is announced
         (dlrr_step_begin) at its first sign of training work - a grad-enabled forward of a
         root module, backward() or optimizer.step() - so that the end of the loop leaves no

@@ -12,6 +12,11 @@ Patch points:
       instantiated (where it is defined in the MRO), the way PyTorch itself hooks steps for
       the profiler; works on 1.x and 2.x.  Nested calls (a subclass calling super().step(),
       LBFGS closures) count once.
+  GradScaler.step (torch.amp's, else torch.cuda.amp's)
+      A scaler that found non-finite gradients skips optimizer.step(); its step() reports
+      the skip (skipped_step), so that a loop counted by the optimizer still ends a step per
+      iteration, as the job counts them (AMP skips the first iterations while its scale
+      settles, and any iteration that overflows).
   torch.func.grad, torch.func.grad_and_value (torch 2.x)
       Functional training: the transform is wrapped so that the function it returns reports
       its outermost calls (a grad of a grad counts once); steps.py counts steps by them when
@@ -58,6 +63,7 @@ class TrainingPatches:
       after_backward()           after it returned normally
       before_step(optimizer)     just before an outermost optimizer.step()
       after_step(optimizer)      after it returned normally
+      skipped_step(optimizer)    a GradScaler's outermost step() returned without calling it
     """
 
     def phase(self):
@@ -66,13 +72,15 @@ class TrainingPatches:
             return "backward"
         return "optimizer" if self._local.__dict__.get("step", 0) > 0 else "forward"
 
-    def __init__(self, recorder, torch, before_backward, after_backward, before_step, after_step):
+    def __init__(self, recorder, torch, before_backward, after_backward, before_step, after_step,
+                 skipped_step=None):
         self._rec = recorder
         self._torch = torch
         self._before_backward = before_backward
         self._after_backward = after_backward
         self._before_step = before_step
         self._after_step = after_step
+        self._skipped_step = skipped_step
         self._local = threading.local()  # optimizer.step nesting, per thread
         self._backward_lock = threading.Lock()
         self._backward_depth = 0  # process-wide: see the module docstring
@@ -88,6 +96,9 @@ class TrainingPatches:
         patcher.wrap(torch.Tensor, "backward", self._wrap_tensor_backward)
         patcher.wrap(torch.autograd, "backward", self._wrap_autograd_backward)
         patcher.wrap(torch.optim.Optimizer, "__init__", self._wrap_optimizer_init)
+        scaler = grad_scaler_class(torch)
+        if scaler is not None and self._skipped_step is not None:
+            patcher.wrap(scaler, "step", self._wrap_scaler_step)
         func = getattr(torch, "func", None)  # torch 2.0+
         for name in ("grad", "grad_and_value"):
             if func is not None and callable(getattr(func, name, None)):
@@ -130,8 +141,26 @@ class TrainingPatches:
 
     def _step_exit(self, optimizer, completed=True):
         self._local.step -= 1
-        if completed and self._local.step == 0 and self._rec.active:
-            self._rec.guarded(self._after_step, optimizer)
+        if completed and self._local.step == 0:
+            self._local.updates = self._local.__dict__.get("updates", 0) + 1  # GradScaler.step's witness
+            if self._rec.active:
+                self._rec.guarded(self._after_step, optimizer)
+
+    def _wrap_scaler_step(self, original):
+        patches = self
+        rec = self._rec
+
+        def step(self, optimizer, *args, **kwargs):
+            local = patches._local.__dict__
+            if (not rec.active or local.get("step", 0) > 0
+                    or (patches._eager is not None and patches._is_compiling())):
+                return original(self, optimizer, *args, **kwargs)
+            updates = local.get("updates", 0)
+            result = original(self, optimizer, *args, **kwargs)
+            if local.get("updates", 0) == updates and rec.active:  # no optimizer.step() ran
+                rec.guarded(patches._skipped_step, optimizer)
+            return result
+        return step
 
     # -- torch.func gradient transforms
     def in_gradient_call(self):
