@@ -210,6 +210,24 @@ class Torch2FeaturesTest(FeatureCheck, TraceTestCase):
         self.assertEqual(end.stdout, rec.stdout)
         self.assertIn("8 of 8 recorded steps verified bit-exact", end.stderr)
 
+    def test_grad_scaler_steps_carry_the_jobs_loss(self):
+        # backward() gets the loss times the scale (1024, then 512): each step's loss is the
+        # one the job computed (and prints), not the scaled one, which no curve, no spike
+        # test and no history line should show (a halved scale would read as a halved loss).
+        job = os.path.join(HERE, "jobs", "amp_scaler.py")
+        trace = self.trace_path("amp-scaler-loss.trace")
+        rec = run([tool("dlrecord"), "-q", "-o", trace, "--", PY, job], timeout=300)
+        self.assertEqual(rec.returncode, 0, rec.stderr)
+        printed = re.findall(r"^step (\d+) loss (\S+)", rec.stdout, re.M)
+        self.assertEqual(len(printed), 8)
+        events = run([tool("dltrace"), "events", trace, "--kind", "stepEnd"], timeout=120)
+        recorded = [(k, "%.6f" % float(v)) for k, v in re.findall(r"stepEnd: step (\d+) loss (\S+)", events.stdout)]
+        self.assertEqual(recorded, printed, events.stdout)
+        rep = run([tool("dlreplay"), trace, "--until", "nan"], timeout=300)
+        self.assertEqual(rep.returncode, 0, rep.stderr)
+        self.assertIn("history: loss over the 1 recorded step(s) before: 0.8456 (step 0) -> 0.8456 (step 0)",
+                      rep.stderr)
+
     def test_torch_func_grad_loop(self):  # no optimizer, no backward(): a step per gradient call
         # 8 gradient calls, 8 steps: the loss printed after each update is in its call's step
         self.check("func-grad")

@@ -1080,7 +1080,8 @@ class ReplayStrategy(Strategy):
         for opt in self.session.registry.live(self.session.registry.optimizers):
             lrs.extend("%.4g (%s)" % (g["lr"], type(opt).__name__) for g in opt.param_groups[:1]
                        if isinstance(g.get("lr"), (int, float)))
-        text = history(self.recorded_digests, step, lrs) if step is not None else None
+        text = (history(self.recorded_digests, step, lrs, step_loss=self.lib.dlrr_replay_recorded_loss)
+                if step is not None else None)
         if text:
             self.fact("explain.history", text)
 

@@ -731,10 +731,16 @@ class Session:
                 host = self.strategy.digest(native.DIGEST_LOSS, b"loss", call_index, index, tensor,
                                     self.keep_outputs)
                 if index == 0 and host is not None and host.numel() == 1:
-                    self.steps.on_loss(float(host.item()))  # a non-scalar root leaves it alone
+                    self.steps.on_loss(self._loss_value(tensor, float(host.item())))  # a non-scalar root: none
             elif index == 0 and value is not False:
-                self.steps.on_loss(float(tensor.item()) if value is True else value)
+                self.steps.on_loss(self._loss_value(tensor, float(tensor.item()) if value is True else value))
         self.strategy.loss_digested(tensors)
+
+    def _loss_value(self, tensor, value):
+        """The step's loss: the value backward() got, or, for a GradScaler's scaled loss, the
+        loss it scaled (a CPU scalar here: the scale is on the loss's device)."""
+        unscaled = self.training.unscaled_loss(tensor)
+        return value if unscaled is None or unscaled.numel() != 1 else float(unscaled.item())
 
     def _after_backward(self):
         if self.strategy.fast_forwarding:

@@ -17,6 +17,11 @@ Patch points:
       the skip (skipped_step), so that a loop counted by the optimizer still ends a step per
       iteration, as the job counts them (AMP skips the first iterations while its scale
       settles, and any iteration that overflows).
+  GradScaler.scale
+      Its output is the loss times the scale (2**16 to start, halved at each skipped update,
+      doubled every growth_interval): backward() gets that, and its value is no loss the job
+      knows. The wrapper keeps the loss it scaled (detached: not its graph), so that the step's
+      loss is the job's (the scaled one is still what is digested and verified).
   torch.func.grad, torch.func.grad_and_value (torch 2.x)
       Functional training: the transform is wrapped so that the function it returns reports
       its outermost calls (a grad of a grad counts once); steps.py counts steps by them when
@@ -32,6 +37,7 @@ as the job's own code would, so the compiled update is the one the job computes 
 
 import functools
 import threading
+import weakref
 
 from .patching import is_wrapped
 
@@ -81,6 +87,7 @@ class TrainingPatches:
         self._before_step = before_step
         self._after_step = after_step
         self._skipped_step = skipped_step
+        self._scaled = None  # (weakref of a GradScaler.scale() output, the loss it scaled)
         self._local = threading.local()  # optimizer.step nesting, per thread
         self._backward_lock = threading.Lock()
         self._backward_depth = 0  # process-wide: see the module docstring
@@ -99,6 +106,8 @@ class TrainingPatches:
         scaler = grad_scaler_class(torch)
         if scaler is not None and self._skipped_step is not None:
             patcher.wrap(scaler, "step", self._wrap_scaler_step)
+        if scaler is not None:
+            patcher.wrap(scaler, "scale", self._wrap_scaler_scale)
         func = getattr(torch, "func", None)  # torch 2.0+
         for name in ("grad", "grad_and_value"):
             if func is not None and callable(getattr(func, name, None)):
@@ -161,6 +170,26 @@ class TrainingPatches:
                 rec.guarded(patches._skipped_step, optimizer)
             return result
         return step
+
+    def _wrap_scaler_scale(self, original):
+        patches = self
+        tensor_type = self._torch.Tensor
+
+        def scale(self, outputs, *args, **kwargs):
+            result = original(self, outputs, *args, **kwargs)
+            if (patches._rec.active and result is not outputs and isinstance(outputs, tensor_type)
+                    and isinstance(result, tensor_type)
+                    and not (patches._eager is not None and patches._is_compiling())):
+                patches._scaled = (weakref.ref(result), outputs.detach())
+            return result
+        return scale
+
+    def unscaled_loss(self, tensor):
+        """The loss a GradScaler scaled into `tensor` (the output of its last scale()), else None."""
+        scaled = self._scaled
+        if scaled is not None and scaled[0]() is tensor:
+            return scaled[1]
+        return None
 
     # -- torch.func gradient transforms
     def in_gradient_call(self):
