@@ -156,6 +156,19 @@ class JumpReplayTest(TraceTestCase):
         self.assertNotIn("transient fault", p.stderr)
         self.assertNotIn("was not restored", p.stderr)
 
+    def test_reduce_lr_on_plateau_state_is_restored(self):
+        # ReduceLROnPlateau is no LRScheduler (torch 1.x) or skips its __init__ (2.x): its best
+        # loss and bad-epoch count must still be in the snapshot, or the fast-forward's (the
+        # model not updated) decide the later learning rates and the replay falsely diverges.
+        job = os.path.join(ROOT, "tests", "integration", "jobs", "plateau_job.py")
+        trace = self.trace_path()
+        rec = run([tool("dlrecord"), "-q", "-o", trace, "--snapshot-every", "2steps", "--", PY, job])
+        self.assertEqual(rec.returncode, 0, rec.stderr)
+        p, rep = replay(trace, "--from", "step=4", "--until", "end")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual((rep["jump_step"], rep["verified_steps"], rep["recorded_steps"]), (4, 12, 16), p.stderr)
+        self.assertEqual(p.stdout.splitlines()[4:-1], rec.stdout.splitlines()[4:])  # the last line: --json's
+
     def test_torchvision_resnet18_with_steplr(self):
         trace = self.trace_path()
         record(trace, "vision", "--steps", "12", every="4steps")

@@ -393,7 +393,9 @@ class Session:
         """LR schedulers and grad scalers, in creation order (snapshots.py)."""
         sched = importlib.import_module("torch.optim.lr_scheduler")
         owners = [(getattr(sched, "LRScheduler", None) or getattr(sched, "_LRScheduler", None),
-                   self.registry.note_scheduler)]
+                   self.registry.note_scheduler),
+                  # no LRScheduler on torch 1.x; on 2.x one whose __init__ does not run LRScheduler's
+                  (getattr(sched, "ReduceLROnPlateau", None), self.registry.note_scheduler)]
         owners.append((grad_scaler_class(torch), self.registry.note_scaler))
         rec = self
         for cls, note in owners:
