@@ -2,6 +2,7 @@
 before the target, fast-forwarding the steps before it and verifying every step after it."""
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -155,6 +156,38 @@ class JumpReplayTest(TraceTestCase):
         self.assertIn("it differs at module output 1 (Jitter) (call 0, output 0) of step 8\n", p.stderr)
         self.assertNotIn("transient fault", p.stderr)
         self.assertNotIn("was not restored", p.stderr)
+
+    def test_reduce_lr_on_plateau_state_is_restored(self):
+        # ReduceLROnPlateau is no LRScheduler (torch 1.x) or skips its __init__ (2.x): its best
+        # loss and bad-epoch count must still be in the snapshot, or the fast-forward's (the
+        # model not updated) decide the later learning rates and the replay falsely diverges.
+        job = os.path.join(ROOT, "tests", "integration", "jobs", "plateau_job.py")
+        trace = self.trace_path()
+        rec = run([tool("dlrecord"), "-q", "-o", trace, "--snapshot-every", "2steps", "--", PY, job])
+        self.assertEqual(rec.returncode, 0, rec.stderr)
+        p, rep = replay(trace, "--from", "step=4", "--until", "end")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual((rep["jump_step"], rep["verified_steps"], rep["recorded_steps"]), (4, 12, 16), p.stderr)
+        self.assertEqual(p.stdout.splitlines()[4:-1], rec.stdout.splitlines()[4:])  # the last line: --json's
+
+    def test_state_the_job_keeps_itself_diverges_where_it_first_acts(self):
+        # The same rule in the job's own code (plateau_job.py --own): its state is no snapshot's.
+        # It acts at an epoch's end, steps after the jump: the replay says that the steps from
+        # the jump verified, the step that diverged (not "after step 1", counted from 0), and
+        # that such state may be why, as it does when the jump step itself diverges.
+        job = os.path.join(ROOT, "tests", "integration", "jobs", "plateau_job.py")
+        trace = self.trace_path()
+        rec = run([tool("dlrecord"), "-q", "-o", trace, "--snapshot-every", "2steps", "--", PY, job, "--own"])
+        self.assertEqual(rec.returncode, 0, rec.stderr)
+        p = run([tool("dlreplay"), trace, "--from", "step=4", "--until", "end"])
+        self.assertEqual(p.returncode, 11, p.stderr)
+        m = re.search(r"dlreplay: jump replay diverged at step (\d+), after the jump to step 4 \(last verified "
+                      r"step (\d+)\): parameter ", p.stderr)
+        self.assertIsNotNone(m, p.stderr)
+        self.assertEqual(int(m.group(2)), int(m.group(1)) - 1)
+        self.assertIn("was not restored and may have changed it (a second computation from the snapshot computed "
+                      "the same: the step is deterministic); run with --from start for a full replay", p.stderr)
+        self.assertIn("dlreplay:   step: %s (diverged; no step open when it stopped)\n" % m.group(1), p.stderr)
 
     def test_torchvision_resnet18_with_steplr(self):
         trace = self.trace_path()

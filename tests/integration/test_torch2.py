@@ -170,6 +170,64 @@ class Torch2FeaturesTest(FeatureCheck, TraceTestCase):
         self.assertEqual(end.returncode, 0, end.stderr)
         self.assertEqual(end.stdout, rec.stdout)
 
+    def test_grad_scaler_job_jumps_past_a_skipped_update(self):
+        # torch.amp.GradScaler("cpu"): batch 1's Inf makes the scaler skip that update and halve
+        # its scale. A jump replay fast-forwards steps 0-3 (no backward, so no gradients for
+        # the scaler's unscale_ to check, which asserts it found some) and restores the
+        # scaler's scale from the snapshot (the fast-forward cannot redo the skip): steps 4-7
+        # are then the recording's, scaled loss and gradients included.
+        job = os.path.join(HERE, "jobs", "amp_scaler.py")
+        plain = run([PY, job], timeout=300)
+        self.assertEqual(plain.returncode, 0, plain.stderr)
+        self.assertIn("step 1 loss nan scale 512", plain.stdout)
+        trace = self.trace_path("amp-scaler.trace")
+        rec = run([tool("dlrecord"), "-q", "--snapshot-every", "2steps", "-o", trace, "--", PY, job], timeout=300)
+        self.assertEqual((rec.returncode, rec.stdout, rec.stderr), (0, plain.stdout, plain.stderr))
+        rep = run([tool("dlreplay"), trace, "--until", "end", "--from", "step=4"], timeout=300)
+        self.assertEqual(rep.returncode, 0, rep.stderr)
+        self.assertIn("replayed to the end; 4 of 8 recorded steps verified bit-exact (jumped to step 4", rep.stderr)
+        self.assertEqual(rep.stdout.splitlines()[4:], rec.stdout.splitlines()[4:])
+        self.assertNotIn("warning", rep.stderr)
+
+    def test_grad_scaler_skipped_update_still_ends_a_step(self):
+        # No DataLoader: steps are counted by the optimizer, and the scaler skips batch 1's
+        # optimizer.step(). The iteration still ends a step: 8 iterations are 8 steps, and the
+        # NaN is at step 1, as the job counts (not steps 1 and 2 merged, every later one off by one).
+        job = os.path.join(HERE, "jobs", "amp_scaler.py")
+        trace = self.trace_path("amp-scaler-loop.trace")
+        rec = run([tool("dlrecord"), "-q", "-o", trace, "--", PY, job, "--loop"], timeout=300)
+        self.assertEqual(rec.returncode, 0, rec.stderr)
+        self.assertIn("step 1 loss nan scale 512", rec.stdout)
+        info = run([tool("dltrace"), "info", trace], timeout=120)
+        self.assertIn("steps       8", info.stdout)
+        self.assertIn("first non-finite value at step 1:", info.stdout)
+        rep = run([tool("dlreplay"), trace, "--until", "nan"], timeout=300)
+        self.assertEqual(rep.returncode, 0, rep.stderr)
+        self.assertIn("dlreplay: reached nan; 1 of 8 recorded steps verified bit-exact", rep.stderr)
+        self.assertIn("dlreplay:   step: 1\n", rep.stderr)
+        end = run([tool("dlreplay"), trace, "--until", "end"], timeout=300)
+        self.assertEqual(end.returncode, 0, end.stderr)
+        self.assertEqual(end.stdout, rec.stdout)
+        self.assertIn("8 of 8 recorded steps verified bit-exact", end.stderr)
+
+    def test_grad_scaler_steps_carry_the_jobs_loss(self):
+        # backward() gets the loss times the scale (1024, then 512): each step's loss is the
+        # one the job computed (and prints), not the scaled one, which no curve, no spike
+        # test and no history line should show (a halved scale would read as a halved loss).
+        job = os.path.join(HERE, "jobs", "amp_scaler.py")
+        trace = self.trace_path("amp-scaler-loss.trace")
+        rec = run([tool("dlrecord"), "-q", "-o", trace, "--", PY, job], timeout=300)
+        self.assertEqual(rec.returncode, 0, rec.stderr)
+        printed = re.findall(r"^step (\d+) loss (\S+)", rec.stdout, re.M)
+        self.assertEqual(len(printed), 8)
+        events = run([tool("dltrace"), "events", trace, "--kind", "stepEnd"], timeout=120)
+        recorded = [(k, "%.6f" % float(v)) for k, v in re.findall(r"stepEnd: step (\d+) loss (\S+)", events.stdout)]
+        self.assertEqual(recorded, printed, events.stdout)
+        rep = run([tool("dlreplay"), trace, "--until", "nan"], timeout=300)
+        self.assertEqual(rep.returncode, 0, rep.stderr)
+        self.assertIn("history: loss over the 1 recorded step(s) before: 0.8456 (step 0) -> 0.8456 (step 0)",
+                      rep.stderr)
+
     def test_torch_func_grad_loop(self):  # no optimizer, no backward(): a step per gradient call
         # 8 gradient calls, 8 steps: the loss printed after each update is in its call's step
         self.check("func-grad")

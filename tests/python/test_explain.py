@@ -122,6 +122,14 @@ class HistoryTest(unittest.TestCase):
         self.assertIn("largest |gradient| 1 (step 0) -> 6 (step 5, w)", text)
         self.assertIn("learning rate at the failing step: 0.1 (SGD)", text)
 
+    def test_the_steps_recorded_loss_stands_for_a_scaled_one(self):
+        # A GradScaler's loss times 1024 was digested; the step's recorded loss is the job's.
+        scaled = [1024.0, 1126.4, 921.6, 1024.0]
+        text = history(self.rows(scaled), 4, [], step_loss=lambda s: scaled[s] / 1024 if s < 4 else math.nan)
+        self.assertIn("loss over the 4 recorded step(s) before: 1 (step 0) -> 1 (step 3)", text)
+        text = history(self.rows([1.0, 2.0]), 2, [], step_loss=lambda s: math.nan)  # none recorded: the digest's
+        self.assertIn("1 (step 0) -> 2 (step 1)", text)
+
     def test_no_spike(self):
         text = history(self.rows([1.0, 1.1, 0.9, 1.0]), 4, [])
         self.assertIn("no spike", text)

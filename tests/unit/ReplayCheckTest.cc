@@ -74,6 +74,9 @@ TEST(ReplayCheck, AnExitStatusFailureMustEndWithTheSameStatus) {
   EXPECT_FALSE(v.reproduced);
   EXPECT_EQ(v.exitCode, kExitNotReproduced);
   EXPECT_EQ(v.text, "not reproduced: the replayed job ended with status 0, the recording with 3");
+  in.waitStatus = W_EXITCODE(3, 0);
+  in.jumpStep = 10;  // from a snapshot: the 4 verified steps are 10 to 13
+  EXPECT_EQ(decideCheck(in, facts).text, "deterministic: reproduced at step 13 (exit status 3)");
 }
 
 }  // namespace

@@ -245,5 +245,24 @@ TEST(ReplayOutcome, ANonDeterministicStepIsNamedNotBlamedOnTheSnapshot) {
       << o.message;
 }
 
+TEST(ReplayOutcome, StateTheSnapshotMissesMayShowStepsAfterTheJump) {
+  // A hand-written LR rule (Python-side state) acts at an epoch's end, two steps after the jump.
+  ReplayFacts f = atEnd(2, 16);
+  f.jumpStep = 4;
+  f.report.divergence = divergence(6, "fc", "0x2");
+  f.recomputation = compareComputations(*f.report.divergence, diverged(divergence(6, "fc", "0x2")), false);
+  ReplayOutcome o = decideReplayOutcome(f);
+  EXPECT_EQ(o.exitCode, kExitDivergence);
+  EXPECT_EQ(o.message.rfind("jump replay diverged at step 6, after the jump to step 4 (last verified step 5): ", 0), 0u)
+      << o.message;
+  EXPECT_NE(o.message.find("was not restored and may have changed it (a second computation from the snapshot "
+                           "computed the same: the step is deterministic); run with --from start for a full replay"),
+            std::string::npos)
+      << o.message;
+  f.report.exception = "KeyError: 'k'";  // an exception the recording did not have: that is named first
+  o = decideReplayOutcome(f);
+  EXPECT_EQ(o.message.rfind("diverged at step 6: the replayed job raised KeyError", 0), 0u) << o.message;
+}
+
 }  // namespace
 }  // namespace dlrr

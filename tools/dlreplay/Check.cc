@@ -2,6 +2,8 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
+
 #include "tools/common/Text.h"
 #include "tools/dlreplay/ReplayOutcome.h"
 #include "triage/Environment.h"
@@ -56,7 +58,10 @@ CheckVerdict decideCheck(const CheckInput& in, const triage::TriageInput& facts)
                                                  : "exit status " + std::to_string(facts.exitCode.value_or(-1));
   if (v.reproduced) {
     std::string stopStep = in.report.stopStep.value_or("");
-    if (in.checkExit) stopStep = std::to_string(in.report.verifiedSteps - 1);
+    if (in.checkExit)  // the last verified step: verified steps are consecutive from the jump step
+      stopStep = in.report.verifiedSteps > 0
+                     ? std::to_string(std::max<int64_t>(in.jumpStep, 0) + in.report.verifiedSteps - 1)
+                     : "";
     v.text = "reproduced " + stepPhrase(stopStep, facts) + " (" + what + ")";
     // This stream reproduced it; with racing trainers or unrecorded processes the job as a
     // whole is not shown deterministic by that.

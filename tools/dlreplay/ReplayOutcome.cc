@@ -67,22 +67,30 @@ ReplayOutcome decideReplayOutcome(const ReplayFacts& f) {
                 "of step " +
                 std::to_string(f.jumpStep) + "), it differs at " +
                 tools::printableSummary(f.recomputation.differsAt, kTextMax);
-  } else if (rep.divergence && f.jumpStep >= 0 && rep.divergence->step == f.jumpStep) {
-    // The first step after the jump is where state the snapshot could not restore shows. When
+  } else if (rep.divergence && f.jumpStep >= 0 &&
+             (rep.divergence->step == f.jumpStep || (rep.divergence->step > f.jumpStep && !(raised && !sameException) &&
+                                                     !(died && !(recordedDied && sig == f.recordedSignal))))) {
+    // State the snapshot could not restore shows at the first step after the jump, or later
+    // where it first decides something (a hand-written LR rule acting at an epoch's end). When
     // the snapshot itself was not loaded whole, that is the cause to name, not Python-side state.
     r.exitCode = kExitDivergence;
     auto unrestored = std::find_if(rep.warnings.begin(), rep.warnings.end(),
                                    [](const std::string& w) { return w.rfind("jump: not restored", 0) == 0; });
-    r.message = "jump replay diverged after the jump at step " + std::to_string(f.jumpStep) + ": " +
-                tools::printableSummary(rep.divergence->detail, kTextMax) +
-                (unrestored != rep.warnings.end()
-                     ? "; the snapshot was not loaded whole (" + tools::printableSummary(*unrestored, kTextMax) + ")"
-                     : "; state outside modules/optimizers/schedulers (Python-side values, code that depends on the "
-                       "fast-forwarded steps' results) was not restored" +
-                           std::string(f.recomputation.agreed ? " (a second computation from the snapshot computed the "
-                                                                "same: the step is deterministic)"
-                                                              : "")) +
-                "; run with --from start for a full replay";
+    const bool first = rep.divergence->step == f.jumpStep;
+    r.message =
+        (first ? "jump replay diverged after the jump at step " + std::to_string(f.jumpStep)
+               : "jump replay diverged at step " + std::to_string(rep.divergence->step) + ", after the jump to step " +
+                     std::to_string(f.jumpStep) + " (" + lastVerified(r.verified, f.jumpStep) + ")") +
+        ": " + tools::printableSummary(rep.divergence->detail, kTextMax) +
+        (unrestored != rep.warnings.end()
+             ? "; the snapshot was not loaded whole (" + tools::printableSummary(*unrestored, kTextMax) + ")"
+             : "; state outside modules/optimizers/schedulers (Python-side values, code that depends on the "
+               "fast-forwarded steps' results) was not restored" +
+                   std::string(first ? "" : " and may have changed it") +
+                   std::string(f.recomputation.agreed ? " (a second computation from the snapshot computed the "
+                                                        "same: the step is deterministic)"
+                                                      : "")) +
+        "; run with --from start for a full replay";
   } else if (rep.divergence) {
     r.exitCode = kExitDivergence;
     // An exception or a signal the recording did not have is the cause of what the step then

@@ -1,5 +1,6 @@
 #include "tools/dlreplay/ReplayPrint.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string_view>
 
@@ -67,10 +68,16 @@ void printReplayText(const ReplayResult& r, const ReplayFiles& files) {
     if (!shownDetail(k)) continue;
     std::string name = k.substr(k.find('.') + 1);
     if (k == "stop.step" && v == "-") {  // it stopped between steps: say which, not "-"
-      std::fprintf(stderr, "dlreplay:   step: %s\n",
-                   r.outcome.verified
-                       ? ("none open (after step " + std::to_string(r.outcome.verified - 1) + ")").c_str()
-                       : "none (before the first step)");
+      // Verified steps are consecutive from the jump step (0 without a jump).
+      const int64_t first = std::max<int64_t>(r.jumpStep, 0);
+      std::string at =
+          r.report.divergence && r.report.divergence->step >= 0
+              ? std::to_string(r.report.divergence->step) + " (diverged; no step open when it stopped)"
+          : r.outcome.verified
+              ? "none open (after step " + std::to_string(first + static_cast<int64_t>(r.outcome.verified) - 1) + ")"
+          : first > 0 ? "none (before step " + std::to_string(first) + ", the jump's)"
+                      : "none (before the first step)";
+      std::fprintf(stderr, "dlreplay:   step: %s\n", at.c_str());
       continue;
     }
     if (k == "stop.where") {  // may end in an exception's message: one line

@@ -464,10 +464,12 @@ class Explainer:
         return out
 
 
-def history(rows_of_step, step, lrs, window=50):
+def history(rows_of_step, step, lrs, window=50, step_loss=None):
     """The build-up before the failing step from the recorded digests: the loss curve (a spike,
     N steps earlier), the largest |gradient| per step, and the learning rate(s) now.  rows_of_step(s):
-    the recorded digests of step s as (kind, path, call, output, hash, nan, inf, min, max) text."""
+    the recorded digests of step s as (kind, path, call, output, hash, nan, inf, min, max) text.
+    step_loss(s): the step's recorded loss (its StepEnd's), which is the job's loss where the
+    digested one is not (a GradScaler's scaled loss); it stands for a finite digested loss."""
     losses, grads, acts = [], [], []
     for s in range(max(0, step - window), step + 1):
         loss, gmax, amax = None, None, None
@@ -479,6 +481,9 @@ def history(rows_of_step, step, lrs, window=50):
                 gmax = (m, path)
             elif kind == "module output" and math.isfinite(m) and (amax is None or m > amax[0]):
                 amax = (m, path)
+        if loss is not None and math.isfinite(loss) and step_loss is not None:
+            value = step_loss(s)
+            loss = value if math.isfinite(value) else loss
         if loss is not None:
             losses.append((s, loss))
         if gmax is not None:

@@ -166,7 +166,8 @@ class RecordStrategy(Strategy):
         g = s.gpu
         if g is not None and g.applies(tensor) and s.capture_level < native.CAPTURE_FULL:
             if kind == native.DIGEST_LOSS and output == 0:
-                g.note_loss(tensor)
+                unscaled = s.training.unscaled_loss(tensor)  # a GradScaler's: the job's loss
+                g.note_loss(tensor if unscaled is None else unscaled)
             g.digest(kind, path, call_index, output, tensor, keep)
             return None
         p = s.marshal.prepare(tensor)

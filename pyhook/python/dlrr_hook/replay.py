@@ -955,13 +955,14 @@ class ReplayStrategy(Strategy):
 
     def backward_skipped(self):
         """No gradients to digest: the step's compute was skipped. A step counted by backward()
-        still ends (the core ends it), and the hand-written update that follows reads .grad,
-        which the stand-in outputs never reached: zeros keep it running (and change nothing;
-        the snapshot restores the parameters at the jump)."""
-        if self.steps.current_rule == native.STEP_BY_BACKWARD:
-            for _, param in self.session.step_parameters()[0]:
-                if param.grad is None and param.requires_grad:
-                    param.grad = self.session.torch.zeros_like(param)
+        still ends (the core ends it). What the job's code runs after backward() reads .grad,
+        which the stand-in outputs never reached: a hand-written update, a GradScaler's
+        unscale_() (which asserts that it found gradients), clip_grad_norm_. Zeros keep it
+        running and change nothing: the optimizer's update is skipped too, and the snapshot
+        restores parameters, gradients, the optimizer's and the scaler's state at the jump."""
+        for _, param in self.session.step_parameters()[0]:
+            if param.grad is None and param.requires_grad:
+                param.grad = self.session.torch.zeros_like(param)
 
     def after_backward(self):
         if self._whatif is not None and self._whatif.live:
@@ -1100,7 +1101,8 @@ class ReplayStrategy(Strategy):
         for opt in self.session.registry.live(self.session.registry.optimizers):
             lrs.extend("%.4g (%s)" % (g["lr"], type(opt).__name__) for g in opt.param_groups[:1]
                        if isinstance(g.get("lr"), (int, float)))
-        text = history(self.recorded_digests, step, lrs) if step is not None else None
+        text = (history(self.recorded_digests, step, lrs, step_loss=self.lib.dlrr_replay_recorded_loss)
+                if step is not None else None)
         if text:
             self.fact("explain.history", text)
 

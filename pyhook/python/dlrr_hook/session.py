@@ -37,7 +37,7 @@ from .rng import RngCapture
 from .snapshots import Registry
 from .steps import StepTracker
 from .tensors import TensorMarshal
-from .training import TrainingPatches
+from .training import TrainingPatches, grad_scaler_class
 from .triage import TriageFacts
 from .values import ValueWriter
 
@@ -380,7 +380,8 @@ class Session:
                                      native_digest=self.strategy.native_digest())
         self.modules.install(module_module)
         self.training = TrainingPatches(self, torch, self._before_backward, self._after_backward,
-                                        self._before_optimizer_step, self._after_optimizer_step)
+                                        self._before_optimizer_step, self._after_optimizer_step,
+                                        self._optimizer_step_skipped)
         self.training.install(self.patcher)
         self._patch_compile(torch)
         self.dist = DistHooks(self, torch, self.strategy.dist_replay_mode())
@@ -392,10 +393,10 @@ class Session:
         """LR schedulers and grad scalers, in creation order (snapshots.py)."""
         sched = importlib.import_module("torch.optim.lr_scheduler")
         owners = [(getattr(sched, "LRScheduler", None) or getattr(sched, "_LRScheduler", None),
-                   self.registry.note_scheduler)]
-        amp = getattr(getattr(torch, "cuda", None), "amp", None)
-        if amp is not None and hasattr(amp, "GradScaler"):
-            owners.append((amp.GradScaler, self.registry.note_scaler))
+                   self.registry.note_scheduler),
+                  # no LRScheduler on torch 1.x; on 2.x one whose __init__ does not run LRScheduler's
+                  (getattr(sched, "ReduceLROnPlateau", None), self.registry.note_scheduler)]
+        owners.append((grad_scaler_class(torch), self.registry.note_scaler))
         rec = self
         for cls, note in owners:
             if cls is None:
@@ -732,10 +733,16 @@ class Session:
                 host = self.strategy.digest(native.DIGEST_LOSS, b"loss", call_index, index, tensor,
                                     self.keep_outputs)
                 if index == 0 and host is not None and host.numel() == 1:
-                    self.steps.on_loss(float(host.item()))  # a non-scalar root leaves it alone
+                    self.steps.on_loss(self._loss_value(tensor, float(host.item())))  # a non-scalar root: none
             elif index == 0 and value is not False:
-                self.steps.on_loss(float(tensor.item()) if value is True else value)
+                self.steps.on_loss(self._loss_value(tensor, float(tensor.item()) if value is True else value))
         self.strategy.loss_digested(tensors)
+
+    def _loss_value(self, tensor, value):
+        """The step's loss: the value backward() got, or, for a GradScaler's scaled loss, the
+        loss it scaled (a CPU scalar here: the scale is on the loss's device)."""
+        unscaled = self.training.unscaled_loss(tensor)
+        return value if unscaled is None or unscaled.numel() != 1 else float(unscaled.item())
 
     def _after_backward(self):
         if self.strategy.fast_forwarding:
@@ -786,6 +793,12 @@ class Session:
         if self.preflight is not None:
             self.preflight.on_update("step")
         self.strategy.after_update(optimizer, step)
+
+    def _optimizer_step_skipped(self, optimizer):
+        """A GradScaler found non-finite gradients and skipped optimizer.step(): the iteration
+        still ends a step counted by the optimizer (the parameters did not change: no digests)."""
+        self.steps.on_optimizer_step_begin()
+        self.steps.on_optimizer_step_end()
 
     def _note_sharing(self, optimizer):
         """How many parameters the process updates in shared memory (model.share_memory(),

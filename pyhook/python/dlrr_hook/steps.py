@@ -54,15 +54,16 @@ class StepTracker:
         (NaN when there was none).
 
     Optimizer-driven steps, while no DataLoader batch has begun a step:
-      - Step k ends when an optimizer.step() returns (outermost calls only) after a backward()
-        of the step; step k+1 begins right then: its RNG states are taken at that instant.
+      - Step k ends when an optimizer.step() returns (outermost calls only; a GradScaler's
+        step() that skipped it, its gradients not finite, counts as one) after a backward() of
+        the step; step k+1 begins right then: its RNG states are taken at that instant.
         Another optimizer's step() with no backward() since (two optimizers updating after
         one backward(): a sparse and a dense one, per-group optimizers) is training work of
         step k+1, so that the loop's iterations stay its steps.  A job that never runs
-        backward() (gradients set by hand) ends a step at every optimizer.step().  It is announced
-        (dlrr_step_begin) at its first sign of training work - a grad-enabled forward of a
-        root module, backward() or optimizer.step() - so that the end of the loop leaves no
-        empty step behind.
+        backward() (gradients set by hand) ends a step at every optimizer.step().  A step is
+        announced (dlrr_step_begin) at its first sign of training work - a grad-enabled
+        forward of a root module, backward() or optimizer.step() - so that the end of the loop
+        leaves no empty step behind.
       - Step 0 begins at the first sign of training work.  Once a DataLoader exists, a
         forward alone opens step 0 only tentatively (RNG taken, nothing announced) until
         backward() or optimizer.step() confirms it: a dry-run forward before a DataLoader

@@ -12,6 +12,16 @@ Patch points:
       instantiated (where it is defined in the MRO), the way PyTorch itself hooks steps for
       the profiler; works on 1.x and 2.x.  Nested calls (a subclass calling super().step(),
       LBFGS closures) count once.
+  GradScaler.step (torch.amp's, else torch.cuda.amp's)
+      A scaler that found non-finite gradients skips optimizer.step(); its step() reports
+      the skip (skipped_step), so that a loop counted by the optimizer still ends a step per
+      iteration, as the job counts them (AMP skips the first iterations while its scale
+      settles, and any iteration that overflows).
+  GradScaler.scale
+      Its output is the loss times the scale (2**16 to start, halved at each skipped update,
+      doubled every growth_interval): backward() gets that, and its value is no loss the job
+      knows. The wrapper keeps the loss it scaled (detached: not its graph), so that the step's
+      loss is the job's (the scaled one is still what is digested and verified).
   torch.func.grad, torch.func.grad_and_value (torch 2.x)
       Functional training: the transform is wrapped so that the function it returns reports
       its outermost calls (a grad of a grad counts once); steps.py counts steps by them when
@@ -27,8 +37,19 @@ as the job's own code would, so the compiled update is the one the job computes 
 
 import functools
 import threading
+import weakref
 
 from .patching import is_wrapped
+
+
+def grad_scaler_class(torch):
+    """The GradScaler class every scaler is an instance of: torch 2.3+'s torch.amp.GradScaler
+    ("cpu" or "cuda"), the base of the deprecated torch.cuda.amp.GradScaler; before, the latter."""
+    for amp in (getattr(torch, "amp", None), getattr(getattr(torch, "cuda", None), "amp", None)):
+        cls = getattr(amp, "GradScaler", None)
+        if isinstance(cls, type):
+            return cls
+    return None
 
 
 def _loss_tensors(tensors, tensor_type):
@@ -48,6 +69,7 @@ class TrainingPatches:
       after_backward()           after it returned normally
       before_step(optimizer)     just before an outermost optimizer.step()
       after_step(optimizer)      after it returned normally
+      skipped_step(optimizer)    a GradScaler's outermost step() returned without calling it
     """
 
     def phase(self):
@@ -56,13 +78,16 @@ class TrainingPatches:
             return "backward"
         return "optimizer" if self._local.__dict__.get("step", 0) > 0 else "forward"
 
-    def __init__(self, recorder, torch, before_backward, after_backward, before_step, after_step):
+    def __init__(self, recorder, torch, before_backward, after_backward, before_step, after_step,
+                 skipped_step=None):
         self._rec = recorder
         self._torch = torch
         self._before_backward = before_backward
         self._after_backward = after_backward
         self._before_step = before_step
         self._after_step = after_step
+        self._skipped_step = skipped_step
+        self._scaled = None  # (weakref of a GradScaler.scale() output, the loss it scaled)
         self._local = threading.local()  # optimizer.step nesting, per thread
         self._backward_lock = threading.Lock()
         self._backward_depth = 0  # process-wide: see the module docstring
@@ -78,6 +103,11 @@ class TrainingPatches:
         patcher.wrap(torch.Tensor, "backward", self._wrap_tensor_backward)
         patcher.wrap(torch.autograd, "backward", self._wrap_autograd_backward)
         patcher.wrap(torch.optim.Optimizer, "__init__", self._wrap_optimizer_init)
+        scaler = grad_scaler_class(torch)
+        if scaler is not None and self._skipped_step is not None:
+            patcher.wrap(scaler, "step", self._wrap_scaler_step)
+        if scaler is not None:
+            patcher.wrap(scaler, "scale", self._wrap_scaler_scale)
         func = getattr(torch, "func", None)  # torch 2.0+
         for name in ("grad", "grad_and_value"):
             if func is not None and callable(getattr(func, name, None)):
@@ -120,8 +150,46 @@ class TrainingPatches:
 
     def _step_exit(self, optimizer, completed=True):
         self._local.step -= 1
-        if completed and self._local.step == 0 and self._rec.active:
-            self._rec.guarded(self._after_step, optimizer)
+        if completed and self._local.step == 0:
+            self._local.updates = self._local.__dict__.get("updates", 0) + 1  # GradScaler.step's witness
+            if self._rec.active:
+                self._rec.guarded(self._after_step, optimizer)
+
+    def _wrap_scaler_step(self, original):
+        patches = self
+        rec = self._rec
+
+        def step(self, optimizer, *args, **kwargs):
+            local = patches._local.__dict__
+            if (not rec.active or local.get("step", 0) > 0
+                    or (patches._eager is not None and patches._is_compiling())):
+                return original(self, optimizer, *args, **kwargs)
+            updates = local.get("updates", 0)
+            result = original(self, optimizer, *args, **kwargs)
+            if local.get("updates", 0) == updates and rec.active:  # no optimizer.step() ran
+                rec.guarded(patches._skipped_step, optimizer)
+            return result
+        return step
+
+    def _wrap_scaler_scale(self, original):
+        patches = self
+        tensor_type = self._torch.Tensor
+
+        def scale(self, outputs, *args, **kwargs):
+            result = original(self, outputs, *args, **kwargs)
+            if (patches._rec.active and result is not outputs and isinstance(outputs, tensor_type)
+                    and isinstance(result, tensor_type)
+                    and not (patches._eager is not None and patches._is_compiling())):
+                patches._scaled = (weakref.ref(result), outputs.detach())
+            return result
+        return scale
+
+    def unscaled_loss(self, tensor):
+        """The loss a GradScaler scaled into `tensor` (the output of its last scale()), else None."""
+        scaled = self._scaled
+        if scaled is not None and scaled[0]() is tensor:
+            return scaled[1]
+        return None
 
     # -- torch.func gradient transforms
     def in_gradient_call(self):
