@@ -109,6 +109,22 @@ TEST(ReplayOutcome, TheRecordedExceptionIsReproducedOnlyByAnExceptionOfItsType) 
   EXPECT_EQ(decideReplayOutcome(f).exitCode, kExitNotReached);
 }
 
+TEST(ReplayOutcome, ABatchTheTraceCannotServeIsNoDivergence) {
+  // The recorded job failed later (exit 1); the replay stopped at a batch it could not serve
+  // and its process exited 0: that is no different end, and nothing was computed differently.
+  ReplayFacts f = atEnd(3, 10);
+  f.recordedExit = 1;
+  f.report.stop = ReplayReport::Stop::Unservable;
+  f.report.stopWhere = "batch 3 of loader 0 (step 3) holds a value dlrr did not record (train.Batch)";
+  ReplayOutcome o = decideReplayOutcome(f);
+  EXPECT_EQ(o.exitCode, kExitNotReached);
+  EXPECT_EQ(o.message,
+            "cannot replay past here: batch 3 of loader 0 (step 3) holds a value dlrr did not record (train.Batch); "
+            "last verified step 2");
+  f.recordedExit = 0;
+  EXPECT_EQ(decideReplayOutcome(f).message, o.message);
+}
+
 TEST(ReplayOutcome, TheEndOfACutTraceHasItsOwnCodeAndSaysWhy) {
   ReplayFacts f = atEnd(109, 109);
   f.report.stop = ReplayReport::Stop::EndOfRecording;

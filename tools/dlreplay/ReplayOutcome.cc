@@ -93,6 +93,13 @@ ReplayOutcome decideReplayOutcome(const ReplayFacts& f) {
     else
       r.message = "diverged at step " + std::to_string(rep.divergence->step) + ": " +
                   tools::printableSummary(rep.divergence->detail, kTextMax);
+  } else if (stop == ReplayReport::Stop::Unservable) {
+    // The trace cannot give the job what it had (a batch dlrr did not record, one outside the
+    // window without the dataset): the replay could not be carried out, which is no divergence.
+    r.exitCode = kExitNotReached;
+    r.message = "cannot replay past here: " +
+                (rep.stopWhere ? tools::printableSummary(*rep.stopWhere, kTextMax) : std::string("a batch")) + "; " +
+                lastVerified(r.verified, f.jumpStep);
   } else if (stop == ReplayReport::Stop::Target) {
     r.exitCode = kExitOk;
     r.message = "reached " + f.targetText;

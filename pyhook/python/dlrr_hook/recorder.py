@@ -26,6 +26,7 @@ class RecordStrategy(Strategy):
         self._by_value_said = set()
         self._term_flush = None  # TermFlush (with a window), False: not here
         self._delivering = False  # a step ending now is durable at the delivery's end (on_batch)
+        self._opaque_noted = False  # a batch holding an unrecordable value was noted (_note_opaque)
         self._load_probes = {}  # loader number -> in-process loads looked at (_probe_load_draws)
         self._pre_fetch = None  # (loader number, generator states) before an in-process load
 
@@ -102,13 +103,24 @@ class RecordStrategy(Strategy):
                 if self._term_flush is None:
                     self._start_term_flush()
                 self._by_reference(info, count)
+            s.values.first_opaque = None
             try:
                 s.values.write(data)
             finally:
                 self.lib.dlrr_batch_end()
+            if s.values.first_opaque is not None and not self._opaque_noted:
+                self._note_opaque(info, s.values.first_opaque)
         except BaseException:
             self.lib.dlrr_step_wait_durable()  # the batch never ended: durable all the same
             raise
+
+    def _note_opaque(self, info, type_name):
+        """Says once, in the trace (recorder notes: dltrace info, dlrecord's summary), that a
+        batch holds a value dlrr cannot record: replay will refuse that batch."""
+        self._opaque_noted = True
+        self.lib.dlrr_recorder_status(1, b"batch %d of loader %d holds a value dlrr did not record (%s): replay "
+                                      b"cannot serve it from the trace" % (info.index, info.loader,
+                                                                           native.text(type_name)))
 
     def commit_step(self, step, loss):
         if self._delivering:  # a batch delivery: durable at its dlrr_batch_end (on_batch)

@@ -67,7 +67,10 @@ class ValueWriter:
         self._val_float = lib.dlrr_val_float
         self._val_str = lib.dlrr_val_str
         self._val_bytes = lib.dlrr_val_bytes
-        self._val_opaque = lib.dlrr_val_opaque
+        self._lib_val_opaque = lib.dlrr_val_opaque
+        # The type name of the first opaque value written since the caller last cleared it
+        # (recorder.on_batch: a batch replay will not be able to serve; it notes it once).
+        self.first_opaque = None
         self._val_tensor = lib.dlrr_val_tensor
         # Exact-type dispatch; subclasses are resolved once and cached here.
         self._dispatch = {
@@ -158,6 +161,11 @@ class ValueWriter:
         self._val_tensor(dtype.name.encode(), arr.itemsize, arr.ndim, shape, ctypes.c_void_p(arr.ctypes.data),
                          arr.nbytes, NUMPY_DEVICES[1 if scalar else 0], 0)
         del arr  # kept alive until the library has copied the bytes
+
+    def _val_opaque(self, name):
+        if self.first_opaque is None:
+            self.first_opaque = name
+        self._lib_val_opaque(name)
 
     def _opaque(self, value, depth):
         self._val_opaque(native.text(type_name(value)))
