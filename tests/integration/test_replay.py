@@ -169,6 +169,32 @@ class TypedBatchTest(TraceTestCase):
         self.assertNotIn("diverge", p.stdout + p.stderr)
         self.assertEqual(doc["report"]["stop"], "unservable")
 
+    def plain_container(self, kind, type_text):
+        """The container's type is lost (served as its plain base): noted once when recorded.
+        Returns dlreplay's run and --json document."""
+        rec = run([tool("dlrecord"), "-o", self.trace_path(), "--", PY, TYPED, kind])
+        self.assertEqual(rec.returncode, 0, rec.stderr)
+        note = "batch 0 of loader 0 holds %s" % type_text
+        self.assertIn(note, rec.stderr)
+        self.assertEqual(rec.stderr.count("does not record the container"), 1, rec.stderr)
+        self.assertTrue(any(note in n for n in info(self.trace_path())["notes"]))
+        return replay(self.trace_path())
+
+    def test_a_namedtuple_batch_is_never_a_false_divergence(self):
+        # The job reads batch.x: the plain tuple served has no field x.
+        type_text = "__main__.Sample (a namedtuple) as a plain tuple"
+        p, doc = self.plain_container("namedtuple", type_text)
+        self.assertEqual(p.returncode, 10, p.stdout + p.stderr)
+        self.assertIn("cannot replay this job from the trace: the replayed job raised AttributeError", doc["message"])
+        self.assertIn(type_text, doc["message"])
+        self.assertNotIn("diverge", doc["message"])
+
+    def test_a_userdict_batch_served_as_a_dict_still_replays(self):
+        # The job only indexes it (batch["x"]): the plain dict serves that.
+        p, doc = self.plain_container("userdict", "collections.UserDict (a Mapping) as a plain dict")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertEqual(doc["verified_steps"], 8)
+
 
 class ReplayTinyJobTest(TraceTestCase):
     def record(self, *args, env=None):

@@ -57,6 +57,14 @@ ReplayOutcome decideReplayOutcome(const ReplayFacts& f) {
   if (!rep.attached) {
     r.exitCode = kExitNoReplay;
     r.message = "the replayed process never attached to the trace (is it the recorded program? did it import torch?)";
+  } else if (raised && !sameException && !f.plainBatches.empty()) {
+    // The job was served a batch in another type than it had (a tuple for its namedtuple):
+    // an exception it raises then may be that difference, not the computation's.
+    r.exitCode = kExitNotReached;
+    r.message = "cannot replay this job from the trace: the replayed job " + ended +
+                " where the recording did not, after being served batches whose container type dlrr did not "
+                "record (" +
+                tools::printableSummary(f.plainBatches, kTextMax) + "); " + lastVerified(r.verified, f.jumpStep);
   } else if (rep.divergence && !f.recomputation.differsAt.empty()) {
     // Two computations from the same restored state differ: neither the snapshot nor the
     // recording's machine is to blame for what the step computes differently.
