@@ -143,6 +143,59 @@ class ReplayExampleTest(TraceTestCase):
         self.assertEqual(proc.returncode, 0, rest)
 
 
+TYPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "typed_batches.py")
+
+
+class TypedBatchTest(TraceTestCase):
+    """Batches in a container of the job's own type (jobs/typed_batches.py)."""
+
+    def test_a_batch_dlrr_did_not_record_is_refused_never_diverged(self):
+        plain = run([PY, TYPED, "dataclass"], check=True)
+        rec = run([tool("dlrecord"), "-o", self.trace_path(), "--", PY, TYPED, "dataclass"])
+        self.assertEqual(rec.returncode, 0, rec.stderr)
+        self.assertEqual(rec.stdout, plain.stdout)
+        # The job's own stderr is unchanged: the note is dlrecord's (its summary) and the trace's.
+        job_err = "".join(line for line in rec.stderr.splitlines(True) if not line.startswith("dlrecord:"))
+        self.assertEqual(job_err, plain.stderr)
+        note = "batch 0 of loader 0 holds a value dlrr did not record (__main__.Batch)"
+        self.assertIn("dlrecord: note: ", rec.stderr)
+        self.assertIn(note, rec.stderr)
+        self.assertEqual(rec.stderr.count("did not record"), 1, rec.stderr)  # once, not per batch
+        self.assertTrue(any(note in n for n in info(self.trace_path())["notes"]))
+        p, doc = replay(self.trace_path())
+        self.assertEqual(p.returncode, 10, p.stdout + p.stderr)
+        self.assertIn("batch 0 of loader 0 (step 0) holds a value dlrr did not record (__main__.Batch), so it "
+                      "cannot be replayed from the trace", doc["message"])
+        self.assertNotIn("diverge", p.stdout + p.stderr)
+        self.assertEqual(doc["report"]["stop"], "unservable")
+
+    def plain_container(self, kind, type_text):
+        """The container's type is lost (served as its plain base): noted once when recorded.
+        Returns dlreplay's run and --json document."""
+        rec = run([tool("dlrecord"), "-o", self.trace_path(), "--", PY, TYPED, kind])
+        self.assertEqual(rec.returncode, 0, rec.stderr)
+        note = "batch 0 of loader 0 holds %s" % type_text
+        self.assertIn(note, rec.stderr)
+        self.assertEqual(rec.stderr.count("does not record the container"), 1, rec.stderr)
+        self.assertTrue(any(note in n for n in info(self.trace_path())["notes"]))
+        return replay(self.trace_path())
+
+    def test_a_namedtuple_batch_is_never_a_false_divergence(self):
+        # The job reads batch.x: the plain tuple served has no field x.
+        type_text = "__main__.Sample (a namedtuple) as a plain tuple"
+        p, doc = self.plain_container("namedtuple", type_text)
+        self.assertEqual(p.returncode, 10, p.stdout + p.stderr)
+        self.assertIn("cannot replay this job from the trace: the replayed job raised AttributeError", doc["message"])
+        self.assertIn(type_text, doc["message"])
+        self.assertNotIn("diverge", doc["message"])
+
+    def test_a_userdict_batch_served_as_a_dict_still_replays(self):
+        # The job only indexes it (batch["x"]): the plain dict serves that.
+        p, doc = self.plain_container("userdict", "collections.UserDict (a Mapping) as a plain dict")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertEqual(doc["verified_steps"], 8)
+
+
 class ReplayTinyJobTest(TraceTestCase):
     def record(self, *args, env=None):
         p = run([tool("dlrecord"), "-o", self.trace_path(), "--", PY, TINY] + list(args), env=env)

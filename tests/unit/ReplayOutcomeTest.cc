@@ -109,6 +109,50 @@ TEST(ReplayOutcome, TheRecordedExceptionIsReproducedOnlyByAnExceptionOfItsType) 
   EXPECT_EQ(decideReplayOutcome(f).exitCode, kExitNotReached);
 }
 
+TEST(ReplayOutcome, ABatchTheTraceCannotServeIsNoDivergence) {
+  // The recorded job failed later (exit 1); the replay stopped at a batch it could not serve
+  // and its process exited 0: that is no different end, and nothing was computed differently.
+  ReplayFacts f = atEnd(3, 10);
+  f.recordedExit = 1;
+  f.report.stop = ReplayReport::Stop::Unservable;
+  f.report.stopWhere = "batch 3 of loader 0 (step 3) holds a value dlrr did not record (train.Batch)";
+  ReplayOutcome o = decideReplayOutcome(f);
+  EXPECT_EQ(o.exitCode, kExitNotReached);
+  EXPECT_EQ(o.message,
+            "cannot replay past here: batch 3 of loader 0 (step 3) holds a value dlrr did not record (train.Batch); "
+            "last verified step 2");
+  f.recordedExit = 0;
+  EXPECT_EQ(decideReplayOutcome(f).message, o.message);
+}
+
+TEST(ReplayOutcome, AnExceptionAfterBatchesServedInAnotherTypeIsNoDivergence) {
+  ReplayFacts f = atEnd(0, 8);
+  f.report.divergence = ReplayReport::Divergence{};
+  f.report.divergence->step = 0;
+  f.report.exception = "AttributeError: 'tuple' object has no attribute 'x'";
+  f.report.exceptionWhere = "train.py:53 in <module>";
+  f.waitStatus = W_EXITCODE(1, 0);
+  f.plainBatches = std::string("p1: batch 0 of loader 0 holds train.Sample (a namedtuple) as a plain tuple; ") +
+                   kPlainBatchNote + ": replay serves that plain type";
+  ReplayOutcome o = decideReplayOutcome(f);
+  EXPECT_EQ(o.exitCode, kExitNotReached);
+  EXPECT_EQ(o.message.find("diverged"), std::string::npos) << o.message;
+  EXPECT_NE(o.message.find("cannot replay this job from the trace: the replayed job raised AttributeError"),
+            std::string::npos)
+      << o.message;
+  EXPECT_NE(o.message.find("train.Sample (a namedtuple) as a plain tuple"), std::string::npos) << o.message;
+  // Without such batches, the same exception is a divergence.
+  f.plainBatches.clear();
+  EXPECT_EQ(decideReplayOutcome(f).exitCode, kExitDivergence);
+  // The recorded exception again is the recorded end, whatever the batches.
+  f.plainBatches = "x";
+  f.recordedFailureKind = "exception";
+  f.recordedExceptionType = "AttributeError";
+  f.report.divergence.reset();
+  f.target = ReplayTarget::Kind::Crash;
+  EXPECT_EQ(decideReplayOutcome(f).exitCode, kExitOk);
+}
+
 TEST(ReplayOutcome, TheEndOfACutTraceHasItsOwnCodeAndSaysWhy) {
   ReplayFacts f = atEnd(109, 109);
   f.report.stop = ReplayReport::Stop::EndOfRecording;

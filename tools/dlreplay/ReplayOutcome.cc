@@ -57,6 +57,14 @@ ReplayOutcome decideReplayOutcome(const ReplayFacts& f) {
   if (!rep.attached) {
     r.exitCode = kExitNoReplay;
     r.message = "the replayed process never attached to the trace (is it the recorded program? did it import torch?)";
+  } else if (raised && !sameException && !f.plainBatches.empty()) {
+    // The job was served a batch in another type than it had (a tuple for its namedtuple):
+    // an exception it raises then may be that difference, not the computation's.
+    r.exitCode = kExitNotReached;
+    r.message = "cannot replay this job from the trace: the replayed job " + ended +
+                " where the recording did not, after being served batches whose container type dlrr did not "
+                "record (" +
+                tools::printableSummary(f.plainBatches, kTextMax) + "); " + lastVerified(r.verified, f.jumpStep);
   } else if (rep.divergence && !f.recomputation.differsAt.empty()) {
     // Two computations from the same restored state differ: neither the snapshot nor the
     // recording's machine is to blame for what the step computes differently.
@@ -101,6 +109,13 @@ ReplayOutcome decideReplayOutcome(const ReplayFacts& f) {
     else
       r.message = "diverged at step " + std::to_string(rep.divergence->step) + ": " +
                   tools::printableSummary(rep.divergence->detail, kTextMax);
+  } else if (stop == ReplayReport::Stop::Unservable) {
+    // The trace cannot give the job what it had (a batch dlrr did not record, one outside the
+    // window without the dataset): the replay could not be carried out, which is no divergence.
+    r.exitCode = kExitNotReached;
+    r.message = "cannot replay past here: " +
+                (rep.stopWhere ? tools::printableSummary(*rep.stopWhere, kTextMax) : std::string("a batch")) + "; " +
+                lastVerified(r.verified, f.jumpStep);
   } else if (stop == ReplayReport::Stop::Target) {
     r.exitCode = kExitOk;
     r.message = "reached " + f.targetText;

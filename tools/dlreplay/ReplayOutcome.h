@@ -31,9 +31,15 @@ struct ReplayFacts {
   std::optional<int> recordedExit;    // the recorded job's exit status (128+N: signal N)
   int64_t jumpStep = -1;              // jump replay: the snapshot's step (steps before it not verified)
   std::string traceCut;               // traceCutReason(): why the trace ends early, "" when it does not
+  // The recorder's note that batches held a container recorded as its plain base type (a
+  // namedtuple as a tuple; kPlainBatchNote), "" when none: replay served them differently.
+  std::string plainBatches;
   // A diverged jump replay's second computation from the same snapshot (Recomputation.h).
   Recomputation recomputation;
 };
+
+// Part of that note (pyhook/python/dlrr_hook/recorder.py, PLAIN_NOTE).
+inline constexpr const char* kPlainBatchNote = "dlrr does not record the container's own type";
 
 struct ReplayOutcome {
   int exitCode = kExitNotReached;

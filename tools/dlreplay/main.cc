@@ -449,6 +449,8 @@ int run(int argc, char** argv) {
   }
   rf.recordedExit = s.facts.exitCode;
   rf.jumpStep = s.jump.jumpStep;
+  for (const auto& n : s.summary.notes)
+    if (rf.plainBatches.empty() && n.find(kPlainBatchNote) != std::string::npos) rf.plainBatches = n;
   for (const auto& p : s.summary.processes)
     if (s.stream && p.name == s.stream->name()) rf.traceCut = traceCutReason(p, s.summary.exitCode, s.summary.notes);
   // Diverged after a jump: is the step's computation itself non-deterministic? (not under a

@@ -22,6 +22,14 @@ class BatchFormatError(ValueError):
     pass
 
 
+class UnrecordedValue(BatchFormatError):
+    """The batch holds a value dlrr did not record (an opaque value: its type name only)."""
+
+    def __init__(self, type_name):
+        super().__init__("the recorded batch holds a value dlrr did not record (%s)" % type_name)
+        self.type_name = type_name
+
+
 class BatchDecoder:
     def __init__(self, torch):
         self._torch = torch
@@ -96,8 +104,7 @@ class BatchDecoder:
             return bytes(view[pos:pos + n]), pos + n
         if tag == ord("O"):
             name, pos = self._str(view, pos)
-            raise BatchFormatError("the recorded batch holds an object of type %s that dlrr could not "
-                                   "record; it cannot be served" % name)
+            raise UnrecordedValue(name)
         if tag in (ord("L"), ord("T")):
             (n,) = _U32.unpack_from(view, pos)
             pos += 4

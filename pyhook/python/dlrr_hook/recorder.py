@@ -9,6 +9,9 @@ from .loaders import indices_pointer
 from .session import Strategy
 from .snapshots import SnapshotTaker
 
+# Part of the note _note_plain writes; tools/dlreplay/main.cc (kPlainBatchNote) looks for it.
+PLAIN_NOTE = b"dlrr does not record the container's own type"
+
 
 class RecordStrategy(Strategy):
     """The hook in record mode (dlrr_mode() == 1): writes what the session core sees."""
@@ -26,6 +29,8 @@ class RecordStrategy(Strategy):
         self._by_value_said = set()
         self._term_flush = None  # TermFlush (with a window), False: not here
         self._delivering = False  # a step ending now is durable at the delivery's end (on_batch)
+        self._opaque_noted = False  # a batch holding an unrecordable value was noted (_note_opaque)
+        self._plain_noted = False  # a batch container recorded as its plain base was noted (_note_plain)
         self._load_probes = {}  # loader number -> in-process loads looked at (_probe_load_draws)
         self._pre_fetch = None  # (loader number, generator states) before an in-process load
 
@@ -102,13 +107,34 @@ class RecordStrategy(Strategy):
                 if self._term_flush is None:
                     self._start_term_flush()
                 self._by_reference(info, count)
+            s.values.first_opaque = s.values.first_plain = None
             try:
                 s.values.write(data)
             finally:
                 self.lib.dlrr_batch_end()
+            if s.values.first_opaque is not None and not self._opaque_noted:
+                self._note_opaque(info, s.values.first_opaque)
+            if s.values.first_plain is not None and not self._plain_noted:
+                self._note_plain(info, s.values.first_plain)
         except BaseException:
             self.lib.dlrr_step_wait_durable()  # the batch never ended: durable all the same
             raise
+
+    def _note_opaque(self, info, type_name):
+        """Says once, in the trace (recorder notes: dltrace info, dlrecord's summary), that a
+        batch holds a value dlrr cannot record: replay will refuse that batch."""
+        self._opaque_noted = True
+        self.lib.dlrr_recorder_status(1, b"batch %d of loader %d holds a value dlrr did not record (%s): replay "
+                                      b"cannot serve it from the trace" % (info.index, info.loader,
+                                                                           native.text(type_name)))
+
+    def _note_plain(self, info, what):
+        """Says once that a batch container is recorded as its plain base type (a namedtuple as
+        a tuple): replay serves the base, so a job that uses the container's own type (fields by
+        name) cannot be replayed from this trace. dlreplay reads this note (PLAIN_NOTE)."""
+        self._plain_noted = True
+        self.lib.dlrr_recorder_status(1, b"batch %d of loader %d holds %s; %s: replay serves that plain type" % (
+            info.index, info.loader, native.text(what), PLAIN_NOTE))
 
     def commit_step(self, step, loss):
         if self._delivering:  # a batch delivery: durable at its dlrr_batch_end (on_batch)

@@ -37,7 +37,7 @@ import warnings
 import weakref
 
 from . import failures, gpu, native, rng as rngmod, runtime
-from .batches import BatchDecoder
+from .batches import BatchDecoder, BatchFormatError, UnrecordedValue
 from .explain import Explainer, history
 from .whatif import WhatIf
 from .modules import fetching, in_fetch
@@ -550,8 +550,12 @@ class ReplayStrategy(Strategy):
                 self.stop("end-of-recording", "%s is not in the recording: the recorded job ended here"
                           % where, sys._getframe(1))
             raise StopIteration
-        with self._pausing():
-            data = self.decoder.decode(ctypes.string_at(ptr.value, n.value) if n.value else b"")
+        try:
+            with self._pausing():
+                data = self.decoder.decode(ctypes.string_at(ptr.value, n.value) if n.value else b"")
+        except BatchFormatError as exc:
+            self._refuse_unservable(loader, exc)
+            raise StopIteration
         if self._explainer is not None:  # an input sample is a tensor of the batch served
             self._explainer.samples = {t.data_ptr() for _, t in _tensors_with_paths(data, self.session.torch.Tensor)}
         step, training = ctypes.c_int64(-1), ctypes.c_int(0)
@@ -580,6 +584,20 @@ class ReplayStrategy(Strategy):
         buf = ctypes.create_string_buffer(4096)
         self.lib.dlrr_replay_batch_map(buf, len(buf))
         return buf.value.decode("utf-8", "replace")
+
+    def _refuse_unservable(self, loader, exc):
+        """A batch the trace cannot give back as the job had it: the replay cannot go on, and
+        that is no divergence (nothing was computed differently)."""
+        step, _ = self._batch_step(loader)
+        if isinstance(exc, UnrecordedValue):
+            why = ("holds a value dlrr did not record (%s), so it cannot be replayed from the trace (dlrr records "
+                   "tensors, numpy arrays, numbers, str, bytes, None and lists, tuples and dicts of them)"
+                   % exc.type_name)
+        else:
+            why = "cannot be read back from the trace (%s)" % exc
+        self.stop("unservable", "batch %d of loader %d (step %s) %s" % (
+            loader.batches, loader.number, step if step >= 0 else "-", why),
+            sys._getframe(2), step=step if step >= 0 else None)
 
     def _refuse_dataless(self, loader, why):
         step, _ = self._batch_step(loader)

@@ -2,7 +2,8 @@
 
 Supported: None, bool, int (int64), float, str, bytes, tensors, numpy arrays and scalars of
 numeric or bool dtype, and list / tuple / dict nesting of those (namedtuples are tuples, any
-Mapping is a dict; non-str dict keys are recorded as str(key)).  A numpy value is recorded as a
+Mapping is a dict, and replay serves the plain type: first_plain names the first such value;
+non-str dict keys are recorded as str(key)).  A numpy value is recorded as a
 tensor whose device is "numpy" (array) or "numpy scalar" and whose dtype is numpy's dtype name
 (NUMPY_DEVICES; batches.py serves it back as the same numpy type).  Anything else becomes an opaque value carrying its type name:
 replay cannot serve it, and the trace says so instead of guessing.
@@ -34,7 +35,10 @@ NUMPY_KINDS = "biufc"  # bool, signed, unsigned, float, complex: plain bytes, no
 
 
 def type_name(value):
-    cls = type(value)
+    return type_name_of(type(value))
+
+
+def type_name_of(cls):
     module = getattr(cls, "__module__", None)
     qualname = getattr(cls, "__qualname__", cls.__name__)
     if module in (None, "builtins"):
@@ -67,7 +71,13 @@ class ValueWriter:
         self._val_float = lib.dlrr_val_float
         self._val_str = lib.dlrr_val_str
         self._val_bytes = lib.dlrr_val_bytes
-        self._val_opaque = lib.dlrr_val_opaque
+        self._lib_val_opaque = lib.dlrr_val_opaque
+        # The type name of the first opaque value written since the caller last cleared it
+        # (recorder.on_batch: a batch replay will not be able to serve; it notes it once).
+        self.first_opaque = None
+        # Likewise the first container of a type dlrr records as its plain base (a namedtuple,
+        # a dict subclass, a UserDict): "Type (a namedtuple) as a plain tuple".
+        self.first_plain = None
         self._val_tensor = lib.dlrr_val_tensor
         # Exact-type dispatch; subclasses are resolved once and cached here.
         self._dispatch = {
@@ -129,15 +139,27 @@ class ValueWriter:
         elif issubclass(cls, bytes):
             writer = self._bytes
         elif issubclass(cls, tuple):
-            writer = self._tuple
+            writer = self._as_plain(cls, self._tuple, "a namedtuple" if hasattr(cls, "_fields") else "a tuple subclass",
+                                    "tuple")
         elif issubclass(cls, list):
-            writer = self._list
+            writer = self._as_plain(cls, self._list, "a list subclass", "list")
         elif issubclass(cls, collections.abc.Mapping):
-            writer = self._dict
+            writer = self._as_plain(cls, self._dict, "a dict subclass" if issubclass(cls, dict) else "a Mapping",
+                                    "dict")
         else:
             writer = self._opaque
         self._dispatch[cls] = writer
         return writer
+
+    def _as_plain(self, cls, writer, kind, plain):
+        """A container subclass is written as its plain base: replay serves the base, not `cls`."""
+        what = "%s (%s) as a plain %s" % (type_name_of(cls), kind, plain)
+
+        def write(value, depth):
+            if self.first_plain is None:
+                self.first_plain = what
+            writer(value, depth)
+        return write
 
     @staticmethod
     def _is_numpy(cls):
@@ -158,6 +180,11 @@ class ValueWriter:
         self._val_tensor(dtype.name.encode(), arr.itemsize, arr.ndim, shape, ctypes.c_void_p(arr.ctypes.data),
                          arr.nbytes, NUMPY_DEVICES[1 if scalar else 0], 0)
         del arr  # kept alive until the library has copied the bytes
+
+    def _val_opaque(self, name):
+        if self.first_opaque is None:
+            self.first_opaque = name
+        self._lib_val_opaque(name)
 
     def _opaque(self, value, depth):
         self._val_opaque(native.text(type_name(value)))
