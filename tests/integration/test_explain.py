@@ -3,6 +3,8 @@ causes (jobs/explain_job.py), are recorded, and `dlreplay --until nan` names the
 whose output was non-finite, the job's own line that called it, the phase, and the cause."""
 import json
 import os
+import shutil
+import tempfile
 import unittest
 
 from harness import PY, TraceTestCase, run, tool
@@ -107,25 +109,33 @@ class ExplainTest(TraceTestCase):
         self.assertRegex(rep["explain.history"], r"it spiked at step \d+ \(\d+ step\(s\) before the failure\)")
 
 
-class NestedTensorTest(TraceTestCase):
+class NestedTensorTest(unittest.TestCase):
+    """One recording and one replay to the NaN of transformer_eval.py, read by both tests."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="dlrr-it-")
+        trace = os.path.join(cls.tmp, "t.trace")
+        cls.rec = run([tool("dlrecord"), "-o", trace, "--", PY, TRANSFORMER, "--at", "3"])
+        cls.rep = run([tool("dlreplay"), trace, "--until", "nan", "--json"])
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def doc(self):
+        self.assertEqual(self.rec.returncode, 0, self.rec.stderr)
+        return json.loads(self.rep.stdout.rstrip("\n").rsplit("\n", 1)[-1])
+
     def test_an_eval_pass_through_nested_tensors_is_not_a_divergence(self):
         """The explainer checks every op from the step before the failure on: the encoder's eval
         fast path (nested tensors, which have no isfinite()) runs in it and must stay the job's."""
-        trace = self.trace_path()
-        rec = run([tool("dlrecord"), "-o", trace, "--", PY, TRANSFORMER, "--at", "3"])
-        self.assertEqual(rec.returncode, 0, rec.stderr)
-        p = run([tool("dlreplay"), trace, "--until", "nan", "--json"])
-        self.assertEqual(p.returncode, 0, p.stderr)
-        doc = json.loads(p.stdout.rstrip("\n").rsplit("\n", 1)[-1])
+        doc = self.doc()
+        self.assertEqual(self.rep.returncode, 0, self.rep.stderr)
         self.assertEqual((doc["outcome"], doc["verified_steps"], doc["report"]["stop.step"]), ("reached", 3, 3))
 
     def test_the_corrupting_write_is_the_explained_line(self):
-        trace = self.trace_path()
-        rec = run([tool("dlrecord"), "-o", trace, "--", PY, TRANSFORMER, "--at", "3"])
-        self.assertEqual(rec.returncode, 0, rec.stderr)
-        p = run([tool("dlreplay"), trace, "--until", "nan", "--json"])
-        doc = json.loads(p.stdout.rstrip("\n").rsplit("\n", 1)[-1])
-        self.assertIn("model.embed.weight[tokens[0, 0]] = float(\"nan\")", doc["report"]["explain.line"])
+        self.assertIn("model.embed.weight[tokens[0, 0]] = float(\"nan\")", self.doc()["report"]["explain.line"])
 
 
 # Known wrong on torch 2.6, left open: the explainer does not see the NaN written into the
